@@ -1,0 +1,230 @@
+//! The `mnemo` command line. Exit codes: 0 success, 2 bad usage or input, 1 other failure;
+//! errors go to stderr in one line, results to stdout.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::{keys, validate_user_name};
+use crate::config::{Overrides, Settings};
+use crate::startup;
+use crate::store::{self, ErrorKind, StoreError, UserKind};
+
+#[derive(Debug, Parser)]
+#[command(name = "mnemo", version, about = "A research assistant that remembers")]
+struct Cli {
+    /// Directory for the SQLite file, vector shard and keyword index (default ./data).
+    #[arg(long, global = true, env = "MNEMO__DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Settings file (default ./mnemo.toml when present).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the HTTP server.
+    Serve {
+        /// Listen address, HOST:PORT (default 127.0.0.1:8080; port 0 picks a free port).
+        #[arg(long)]
+        addr: Option<String>,
+        /// Serve a single local user without keys (loopback addresses only).
+        #[arg(long)]
+        dev: bool,
+    },
+    /// Manage users and their API keys.
+    User {
+        #[command(subcommand)]
+        command: UserCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum UserCommand {
+    /// Create a user and print a new API key (shown once) on stdout.
+    Add { name: String },
+    /// List users and how many active keys each has.
+    List,
+    /// Revoke every API key of a user.
+    Revoke { name: String },
+}
+
+/// A failure with the exit code it maps to.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl Failure {
+    fn usage(message: impl Into<String>) -> Self {
+        Self {
+            code: 2,
+            message: message.into(),
+        }
+    }
+
+    fn other(message: impl Into<String>) -> Self {
+        Self {
+            code: 1,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(error: StoreError) -> Self {
+        match error.kind() {
+            ErrorKind::BadRequest | ErrorKind::NotFound | ErrorKind::Conflict => {
+                Failure::usage(error.to_string())
+            }
+            _ => Failure::other(error.to_string()),
+        }
+    }
+}
+
+impl From<startup::StartupError> for Failure {
+    fn from(error: startup::StartupError) -> Self {
+        match error {
+            startup::StartupError::Config(_) | startup::StartupError::Refused(_) => {
+                Failure::usage(error.to_string())
+            }
+            startup::StartupError::Store(error) => error.into(),
+            other => Failure::other(other.to_string()),
+        }
+    }
+}
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            let _ = error.print();
+            return if error.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("error: {}", failure.message.replace('\n', " "));
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    let mut overrides = Overrides {
+        config_file: cli.config,
+        data_dir: cli.data_dir,
+        ..Overrides::default()
+    };
+    match cli.command {
+        Command::Serve { addr, dev } => {
+            overrides.addr = addr;
+            overrides.dev = dev;
+            let settings = Settings::load(&overrides).map_err(|e| Failure::usage(e.to_string()))?;
+            serve(settings).await
+        }
+        Command::User { command } => {
+            let settings = Settings::load(&overrides).map_err(|e| Failure::usage(e.to_string()))?;
+            std::fs::create_dir_all(&settings.data_dir)
+                .map_err(|e| Failure::other(format!("creating the data directory: {e}")))?;
+            let store =
+                store::connect(&settings.database_url(), settings.database.max_connections).await?;
+            let result = user_command(store.as_ref(), command).await;
+            store.close().await;
+            result
+        }
+    }
+}
+
+async fn serve(settings: Settings) -> Result<(), Failure> {
+    crate::telemetry::init(
+        &settings.log.level,
+        settings.log.format == "json",
+        std::io::stderr,
+    );
+    let shutdown = CancellationToken::new();
+    let listener = startup::bind(&settings).await?;
+    let dev = settings.server.dev;
+    let data_dir = settings.data_dir.clone();
+    let state = startup::build_state(settings, shutdown.clone()).await?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Failure::other(e.to_string()))?;
+    if dev {
+        eprintln!(
+            "\n!!! DEV MODE: every request without a token is served as the local user \"dev\".\n\
+             !!! Never expose this server; --dev is refused on non-loopback addresses.\n"
+        );
+        tracing::warn!("dev mode: requests without credentials act as the local dev user");
+    }
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "mnemo listening on http://{addr}");
+    let _ = writeln!(
+        out,
+        "backends: database={} ({}), data_dir={}, auth=api-keys{}{}",
+        state.store.backend(),
+        state.database_display,
+        data_dir.display(),
+        if state.auth.jwt_enabled() { "+jwt" } else { "" },
+        if dev { "+dev" } else { "" },
+    );
+    let _ = out.flush();
+    drop(out);
+    tokio::spawn(startup::shutdown_on_signal(shutdown));
+    startup::serve(listener, state).await?;
+    Ok(())
+}
+
+async fn user_command(store: &dyn store::Store, command: UserCommand) -> Result<(), Failure> {
+    match command {
+        UserCommand::Add { name } => {
+            validate_user_name(&name).map_err(Failure::usage)?;
+            let user = store.create_user(&name, UserKind::Key).await?;
+            let key = keys::generate();
+            store.add_api_key(user.id, &key.hash, &key.prefix).await?;
+            eprintln!("created user {name}; the key below is shown only once");
+            println!("{}", key.plaintext);
+        }
+        UserCommand::List => {
+            let users = store.list_users().await?;
+            println!(
+                "{:<40} {:<5} {:>11}  created",
+                "name", "kind", "active_keys"
+            );
+            for user in users {
+                println!(
+                    "{:<40} {:<5} {:>11}  {}",
+                    user.name,
+                    user.kind.as_str(),
+                    user.active_keys,
+                    user.created_at.format("%Y-%m-%d %H:%M:%S UTC")
+                );
+            }
+        }
+        UserCommand::Revoke { name } => {
+            let revoked = store.revoke_keys(&name).await?;
+            eprintln!("revoked {revoked} key(s) of {name}");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,322 @@
+//! Layered settings: compiled defaults → `mnemo.toml` (or `--config FILE`) → `MNEMO__SECTION__KEY`
+//! environment variables → command-line flags. Secrets are `SecretString`s: their `Debug` output
+//! is redacted, so a settings dump in a log never shows them.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration: {0}")]
+    Load(#[from] config::ConfigError),
+    #[error("configuration: {0}")]
+    Invalid(String),
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(default)]
+pub struct Settings {
+    /// Directory holding the SQLite file, the Qdrant Edge shard and the tantivy index.
+    pub data_dir: PathBuf,
+    pub server: ServerSettings,
+    pub database: DatabaseSettings,
+    pub auth: AuthSettings,
+    pub log: LogSettings,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct ServerSettings {
+    pub addr: String,
+    /// Serve one local user without keys; refused unless `addr` is a loopback address.
+    pub dev: bool,
+    pub max_body_bytes: usize,
+    pub keep_alive_secs: u64,
+    /// A run nobody has followed for this long is cancelled (0 disables).
+    pub abandon_run_after_secs: u64,
+    /// How long shutdown waits for runs to write their final events.
+    pub shutdown_grace_secs: u64,
+    /// Delay between the words of the placeholder echo reply, in milliseconds.
+    pub echo_word_delay_ms: u64,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            addr: "127.0.0.1:8080".into(),
+            dev: false,
+            max_body_bytes: 2 * 1024 * 1024,
+            keep_alive_secs: 15,
+            abandon_run_after_secs: 300,
+            shutdown_grace_secs: 10,
+            echo_word_delay_ms: 20,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct DatabaseSettings {
+    /// `sqlite://…` or `postgres://…`; empty means `sqlite://<data_dir>/mnemo.db`.
+    pub url: Option<SecretString>,
+    pub max_connections: u32,
+}
+
+impl Default for DatabaseSettings {
+    fn default() -> Self {
+        Self {
+            url: None,
+            max_connections: 8,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(default)]
+pub struct AuthSettings {
+    pub jwt: JwtSettings,
+}
+
+/// JWT bearer tokens: either an HS256 shared secret or an RS256 public key (PEM text or file).
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(default)]
+pub struct JwtSettings {
+    pub hs256_secret: Option<SecretString>,
+    pub rs256_public_key: Option<String>,
+    pub rs256_public_key_file: Option<PathBuf>,
+    pub audience: Option<String>,
+    pub issuer: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct LogSettings {
+    /// An `EnvFilter` directive, e.g. `info` or `mnemo=debug,tower_http=info`.
+    pub level: String,
+    /// `text` or `json`.
+    pub format: String,
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        Self {
+            level: "info".into(),
+            format: "text".into(),
+        }
+    }
+}
+
+/// Command-line overrides, applied after the file and the environment.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub config_file: Option<PathBuf>,
+    pub data_dir: Option<PathBuf>,
+    pub addr: Option<String>,
+    pub dev: bool,
+}
+
+impl Settings {
+    /// Loads the layers. A `--config` file must exist; the default `mnemo.toml` is optional.
+    pub fn load(overrides: &Overrides) -> Result<Self, ConfigError> {
+        Self::load_from(overrides, std::env::vars())
+    }
+
+    /// As `load`, with the environment given explicitly (for tests).
+    pub fn load_from(
+        overrides: &Overrides,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let file = match &overrides.config_file {
+            Some(path) => config::File::from(path.as_path()).required(true),
+            None => config::File::from(Path::new("mnemo.toml")).required(false),
+        };
+        let env: config::Map<String, String> = env
+            .into_iter()
+            .filter(|(key, _)| key.starts_with("MNEMO__"))
+            .collect();
+        let built = config::Config::builder()
+            .add_source(file)
+            .add_source(
+                config::Environment::with_prefix("MNEMO")
+                    .prefix_separator("__")
+                    .separator("__")
+                    .try_parsing(true)
+                    .source(Some(env)),
+            )
+            .build()?;
+        let mut settings: Settings = built.try_deserialize()?;
+        if let Some(dir) = &overrides.data_dir {
+            settings.data_dir = dir.clone();
+        }
+        if settings.data_dir.as_os_str().is_empty() {
+            settings.data_dir = PathBuf::from("data");
+        }
+        if let Some(addr) = &overrides.addr {
+            settings.server.addr = addr.clone();
+        }
+        settings.server.dev |= overrides.dev;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let jwt = &self.auth.jwt;
+        let configured = jwt.hs256_secret.is_some()
+            || jwt.rs256_public_key.is_some()
+            || jwt.rs256_public_key_file.is_some();
+        if configured && (jwt.audience.is_none() || jwt.issuer.is_none()) {
+            return Err(ConfigError::Invalid(
+                "auth.jwt needs both audience and issuer when a key is set".into(),
+            ));
+        }
+        if jwt.hs256_secret.is_some()
+            && (jwt.rs256_public_key.is_some() || jwt.rs256_public_key_file.is_some())
+        {
+            return Err(ConfigError::Invalid(
+                "auth.jwt: set either hs256_secret or an rs256 public key, not both".into(),
+            ));
+        }
+        if let Some(secret) = &jwt.hs256_secret
+            && secret.expose_secret().len() < 32
+        {
+            return Err(ConfigError::Invalid(
+                "auth.jwt.hs256_secret must be at least 32 bytes".into(),
+            ));
+        }
+        if self.server.max_body_bytes == 0 {
+            return Err(ConfigError::Invalid(
+                "server.max_body_bytes must be positive".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The database URL, defaulting to a SQLite file in the data directory.
+    pub fn database_url(&self) -> String {
+        match &self.database.url {
+            Some(url) if !url.expose_secret().is_empty() => url.expose_secret().to_string(),
+            _ => format!(
+                "sqlite://{}?mode=rwc",
+                self.data_dir.join("mnemo.db").display()
+            ),
+        }
+    }
+
+    /// The listen address, parsed.
+    pub fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {
+        self.server.addr.parse().map_err(|_| {
+            ConfigError::Invalid(format!(
+                "server.addr {:?} is not HOST:PORT with a numeric host",
+                self.server.addr
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(key, value)| (key.to_string(), value.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_need_no_configuration() {
+        let settings = Settings::load_from(&Overrides::default(), env(&[])).unwrap();
+        assert_eq!(settings.server.addr, "127.0.0.1:8080");
+        assert_eq!(settings.data_dir, PathBuf::from("data"));
+        assert!(
+            settings
+                .database_url()
+                .starts_with("sqlite://data/mnemo.db")
+        );
+        assert!(!settings.server.dev);
+    }
+
+    #[test]
+    fn environment_overrides_file_and_flags_override_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("mnemo.toml");
+        std::fs::write(
+            &file,
+            "[server]\naddr = \"127.0.0.1:9000\"\nmax_body_bytes = 1000\n[database]\nmax_connections = 3\n",
+        )
+        .unwrap();
+        let overrides = Overrides {
+            config_file: Some(file),
+            data_dir: Some(PathBuf::from("/tmp/flag-dir")),
+            ..Overrides::default()
+        };
+        let settings = Settings::load_from(
+            &overrides,
+            env(&[
+                ("MNEMO__SERVER__ADDR", "127.0.0.1:9100"),
+                ("MNEMO__DATA_DIR", "/tmp/env-dir"),
+                ("MNEMO__DATABASE__URL", "postgres://u:pw@localhost/db"),
+                ("MNEMO_SERVER", "ignored"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(settings.server.addr, "127.0.0.1:9100");
+        assert_eq!(settings.server.max_body_bytes, 1000);
+        assert_eq!(settings.database.max_connections, 3);
+        assert_eq!(settings.data_dir, PathBuf::from("/tmp/flag-dir"));
+        assert_eq!(settings.database_url(), "postgres://u:pw@localhost/db");
+    }
+
+    #[test]
+    fn secrets_are_redacted_in_debug_output() {
+        let settings = Settings::load_from(
+            &Overrides::default(),
+            env(&[
+                ("MNEMO__DATABASE__URL", "postgres://u:hunter2hunter2@h/db"),
+                (
+                    "MNEMO__AUTH__JWT__HS256_SECRET",
+                    "0123456789abcdef0123456789abcdef-secret",
+                ),
+                ("MNEMO__AUTH__JWT__AUDIENCE", "mnemo"),
+                ("MNEMO__AUTH__JWT__ISSUER", "issuer"),
+            ]),
+        )
+        .unwrap();
+        let dump = format!("{settings:?}");
+        assert!(!dump.contains("hunter2"), "{dump}");
+        assert!(!dump.contains("abcdef-secret"), "{dump}");
+    }
+
+    #[test]
+    fn invalid_settings_are_refused_with_a_reason() {
+        let short = Settings::load_from(
+            &Overrides::default(),
+            env(&[
+                ("MNEMO__AUTH__JWT__HS256_SECRET", "short"),
+                ("MNEMO__AUTH__JWT__AUDIENCE", "a"),
+                ("MNEMO__AUTH__JWT__ISSUER", "i"),
+            ]),
+        );
+        assert!(short.unwrap_err().to_string().contains("at least 32 bytes"));
+        let no_audience = Settings::load_from(
+            &Overrides::default(),
+            env(&[(
+                "MNEMO__AUTH__JWT__HS256_SECRET",
+                "0123456789abcdef0123456789abcdef",
+            )]),
+        );
+        assert!(no_audience.unwrap_err().to_string().contains("audience"));
+        let missing = Settings::load_from(
+            &Overrides {
+                config_file: Some(PathBuf::from("/nonexistent/mnemo.toml")),
+                ..Overrides::default()
+            },
+            env(&[]),
+        );
+        assert!(missing.is_err());
+    }
+}

@@ -1,0 +1,203 @@
+//! The HTTP surface: the router, the service endpoints (`/`, `/health`, `/metrics`, `/docs`,
+//! `/openapi.json`) and one module per resource. Only this module (and the `AuthUser`
+//! extractor) knows axum.
+
+pub mod error;
+pub mod extract;
+mod runs;
+mod sse;
+mod threads;
+
+use std::time::Instant;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Serialize;
+use serde_json::{Value, json};
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::trace::TraceLayer;
+use utoipa::OpenApi;
+
+use crate::startup::AppState;
+use crate::store::ErrorKind;
+use error::ApiError;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "mnemo", description = "A research assistant that remembers. Authenticate with `Authorization: Bearer <api key or JWT>`."),
+    paths(
+        root, health,
+        threads::create_thread, threads::list_threads, threads::get_thread,
+        threads::delete_thread, threads::post_message,
+        runs::get_run, runs::run_events, runs::cancel_run,
+    ),
+    components(schemas(error::ErrorBody, error::ErrorDetail)),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "service", description = "Status and documentation"),
+        (name = "threads", description = "Conversations (working memory)"),
+        (name = "runs", description = "Chat turns and research jobs, with resumable event streams"),
+    )
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// The OpenAPI document of the whole HTTP surface.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    ApiDoc::openapi()
+}
+
+pub fn router(state: AppState) -> Router {
+    let max_body = state.settings.server.max_body_bytes;
+    Router::new()
+        .route("/", get(root))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics_text))
+        .route("/openapi.json", get(openapi_json))
+        .route("/docs", get(docs_page))
+        .route(
+            "/v1/threads",
+            post(threads::create_thread).get(threads::list_threads),
+        )
+        .route(
+            "/v1/threads/{id}",
+            get(threads::get_thread).delete(threads::delete_thread),
+        )
+        .route("/v1/threads/{id}/messages", post(threads::post_message))
+        .route("/v1/runs/{id}", get(runs::get_run))
+        .route("/v1/runs/{id}/events", get(runs::run_events))
+        .route("/v1/runs/{id}/cancel", post(runs::cancel_run))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(max_body))
+        .layer(middleware::from_fn(record_metrics))
+        .layer(TraceLayer::new_for_http())
+        .layer(CatchPanicLayer::custom(panic_response))
+        .with_state(state)
+}
+
+async fn not_found(method: Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::not_found(format!("no route for {method} {}", uri.path()))
+}
+
+async fn method_not_allowed(method: Method, uri: axum::http::Uri) -> Response {
+    let mut response =
+        ApiError::bad_request(format!("method {method} is not allowed on {}", uri.path()))
+            .into_response();
+    *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+    response
+}
+
+fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    ApiError::new(ErrorKind::Internal, "handler panicked").into_response()
+}
+
+/// Request count and latency per route and status; the matched route (not the raw path) is
+/// the label, so ids do not explode the series.
+async fn record_metrics(request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().as_str().to_string();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|path| path.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".to_string());
+    let response = next.run(request).await;
+    let status = response.status().as_u16().to_string();
+    let labels = [("method", method), ("route", route), ("status", status)];
+    metrics::counter!("mnemo_http_requests_total", &labels).increment(1);
+    metrics::histogram!("mnemo_http_request_duration_seconds", &labels)
+        .record(started.elapsed().as_secs_f64());
+    response
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+struct RootInfo {
+    name: &'static str,
+    version: &'static str,
+    docs: &'static str,
+    openapi: &'static str,
+    health: &'static str,
+}
+
+#[utoipa::path(get, path = "/", tag = "service", responses((status = 200, body = RootInfo)))]
+async fn root() -> Json<RootInfo> {
+    Json(RootInfo {
+        name: "mnemo",
+        version: env!("CARGO_PKG_VERSION"),
+        docs: "/docs",
+        openapi: "/openapi.json",
+        health: "/health",
+    })
+}
+
+#[utoipa::path(get, path = "/health", tag = "service",
+    responses((status = 200, description = "Every component is up"),
+        (status = 503, description = "A required component is down")))]
+async fn health(State(state): State<AppState>) -> Response {
+    let database = match state.store.ping().await {
+        Ok(()) => {
+            json!({ "status": "ok", "backend": state.store.backend(), "url": state.database_display })
+        }
+        Err(error) => {
+            tracing::warn!(%error, "health: database ping failed");
+            json!({ "status": "down", "backend": state.store.backend(), "url": state.database_display })
+        }
+    };
+    let healthy = database["status"] == "ok";
+    let body: Value = json!({
+        "status": if healthy { "ok" } else { "degraded" },
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptime_secs": state.started_at.elapsed().as_secs(),
+        "components": {
+            "database": database,
+            "runs": { "status": "ok", "active": state.runs.active() },
+            "auth": {
+                "status": "ok",
+                "api_keys": true,
+                "jwt": state.auth.jwt_enabled(),
+                "dev_mode": state.settings.server.dev,
+            },
+        },
+    });
+    let status = if healthy {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
+}
+
+async fn metrics_text(State(state): State<AppState>) -> Response {
+    let mut response = state.metrics.render().into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    response
+}
+
+async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
+    Json(openapi())
+}
+
+async fn docs_page() -> Html<&'static str> {
+    Html(include_str!("docs.html"))
+}

@@ -1,0 +1,25 @@
+//! mnemo: a self-hosted research assistant that remembers.
+//!
+//! Code map:
+//! - `config`    layered settings (defaults → mnemo.toml → `MNEMO__SECTION__KEY` → flags)
+//! - `telemetry` the tracing subscriber
+//! - `startup`   builds `AppState` from settings; `serve(listener, state)` with ordered shutdown
+//! - `http`      router, `ApiError`, extractors, SSE, one file per resource, OpenAPI and /docs
+//! - `auth`      API keys, JWT, the `AuthUser` extractor that alone yields a `UserId`
+//! - `runs`      durable runs: the run-event log, live following, cancellation
+//! - `agent`     what executes runs (the placeholder echo turn for now)
+//! - `store`     the `Store` trait (SQL source of truth), SQLite and PostgreSQL implementations
+//! - `cli`       the `mnemo` command line (thin `main.rs` calls it)
+//! - `testing`   helpers shared by unit and integration tests (fresh databases)
+
+pub mod agent;
+pub mod auth;
+pub mod cli;
+pub mod config;
+pub mod http;
+pub mod runs;
+pub mod startup;
+pub mod store;
+pub mod telemetry;
+#[doc(hidden)]
+pub mod testing;

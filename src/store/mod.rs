@@ -1,0 +1,376 @@
+//! The SQL source of truth: domain types, the `Store` trait and its two implementations
+//! (SQLite, the embedded default, and PostgreSQL), chosen once from the database URL scheme.
+//!
+//! Both implementations share their SQL text through the `sql_store!` macro in `sql.rs`; each
+//! has its own migrations under `migrations/{sqlite,postgres}`.
+
+mod ids;
+mod postgres;
+mod sql;
+mod sqlite;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, SubsecRound, Utc};
+use serde::{Deserialize, Serialize};
+
+pub use ids::{MessageId, RunId, ThreadId, UserId};
+pub use postgres::PostgresStore;
+pub use sqlite::SqliteStore;
+
+/// Errors of the SQL layer.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+/// The closed set of error kinds every layer reports; `http::ApiError` maps them to statuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    BadRequest,
+    Unauthenticated,
+    NotFound,
+    Conflict,
+    PayloadTooLarge,
+    RateLimited,
+    Timeout,
+    Unavailable,
+    Internal,
+}
+
+impl StoreError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            StoreError::NotFound(_) => ErrorKind::NotFound,
+            StoreError::Conflict(_) => ErrorKind::Conflict,
+            StoreError::BadRequest(_) => ErrorKind::BadRequest,
+            StoreError::Unavailable(_) => ErrorKind::Unavailable,
+            StoreError::Database(sqlx::Error::PoolTimedOut | sqlx::Error::Io(_)) => {
+                ErrorKind::Unavailable
+            }
+            StoreError::Database(_) | StoreError::Migrate(_) => ErrorKind::Internal,
+        }
+    }
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// The current time, truncated to microseconds so it round-trips through both backends unchanged.
+pub fn now() -> DateTime<Utc> {
+    Utc::now().trunc_subsecs(6)
+}
+
+/// How a user authenticates: an API key issued by `mnemo user add`, or a verified JWT subject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UserKind {
+    Key,
+    Jwt,
+    Dev,
+}
+
+impl UserKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UserKind::Key => "key",
+            UserKind::Jwt => "jwt",
+            UserKind::Dev => "dev",
+        }
+    }
+
+    fn parse(text: &str) -> Self {
+        match text {
+            "jwt" => UserKind::Jwt,
+            "dev" => UserKind::Dev,
+            _ => UserKind::Key,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct User {
+    pub id: UserId,
+    pub name: String,
+    pub kind: UserKind,
+    pub created_at: DateTime<Utc>,
+    pub active_keys: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Thread {
+    #[schema(value_type = String, format = Uuid)]
+    pub id: ThreadId,
+    pub title: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    User,
+    Assistant,
+    System,
+    Tool,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::System => "system",
+            Role::Tool => "tool",
+        }
+    }
+
+    fn parse(text: &str) -> Self {
+        match text {
+            "assistant" => Role::Assistant,
+            "system" => Role::System,
+            "tool" => Role::Tool,
+            _ => Role::User,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Message {
+    #[schema(value_type = String, format = Uuid)]
+    pub id: MessageId,
+    #[schema(value_type = String, format = Uuid)]
+    pub thread_id: ThreadId,
+    pub role: Role,
+    pub content: String,
+    #[schema(value_type = Option<String>, format = Uuid)]
+    pub run_id: Option<RunId>,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RunKind {
+    Chat,
+    Research,
+}
+
+impl RunKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunKind::Chat => "chat",
+            RunKind::Research => "research",
+        }
+    }
+
+    fn parse(text: &str) -> Self {
+        match text {
+            "research" => RunKind::Research,
+            _ => RunKind::Chat,
+        }
+    }
+}
+
+/// Lifecycle of a run. `Running` is the only non-terminal state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Running,
+    Completed,
+    Failed,
+    Cancelled,
+    /// The server stopped (shutdown or crash) while the run was in progress.
+    Interrupted,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+            RunStatus::Interrupted => "interrupted",
+        }
+    }
+
+    fn parse(text: &str) -> Self {
+        match text {
+            "completed" => RunStatus::Completed,
+            "failed" => RunStatus::Failed,
+            "cancelled" => RunStatus::Cancelled,
+            "interrupted" => RunStatus::Interrupted,
+            _ => RunStatus::Running,
+        }
+    }
+
+    pub fn is_terminal(self) -> bool {
+        self != RunStatus::Running
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Run {
+    #[schema(value_type = String, format = Uuid)]
+    pub id: RunId,
+    #[schema(value_type = Option<String>, format = Uuid)]
+    pub thread_id: Option<ThreadId>,
+    pub kind: RunKind,
+    pub status: RunStatus,
+    pub error: Option<String>,
+    /// Sequence number of the last event appended to the run's log (0 when none).
+    pub last_seq: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// One entry of a run's event log. `data` is the JSON payload sent as the SSE `data:` field.
+#[derive(Debug, Clone, Serialize)]
+pub struct StoredEvent {
+    pub seq: i64,
+    pub event_type: String,
+    pub data: serde_json::Value,
+    pub created_at: DateTime<Utc>,
+}
+
+/// The SQL store. Every method that touches user data takes the owner's `UserId` and answers
+/// `NotFound` for another user's object.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// "sqlite" or "postgres".
+    fn backend(&self) -> &'static str;
+    /// A cheap round trip, for `/health`.
+    async fn ping(&self) -> StoreResult<()>;
+    /// Close the pool after in-flight statements finish.
+    async fn close(&self);
+
+    // --- users and keys -------------------------------------------------------------------
+    async fn create_user(&self, name: &str, kind: UserKind) -> StoreResult<User>;
+    /// Finds or creates the user behind an external identity (JWT issuer + subject, dev user).
+    async fn ensure_user(&self, name: &str, kind: UserKind) -> StoreResult<User>;
+    async fn user_by_name(&self, name: &str) -> StoreResult<Option<User>>;
+    async fn list_users(&self) -> StoreResult<Vec<User>>;
+    async fn add_api_key(&self, user: UserId, key_hash: &str, prefix: &str) -> StoreResult<()>;
+    /// The user owning an unrevoked key with this hash.
+    async fn user_by_key_hash(&self, key_hash: &str) -> StoreResult<Option<User>>;
+    /// Revokes every key of the named user; returns how many were revoked.
+    async fn revoke_keys(&self, name: &str) -> StoreResult<u64>;
+
+    // --- threads and messages (working memory) --------------------------------------------
+    async fn create_thread(&self, user: UserId, title: &str) -> StoreResult<Thread>;
+    async fn list_threads(
+        &self,
+        user: UserId,
+        limit: i64,
+        before: Option<ThreadId>,
+    ) -> StoreResult<Vec<Thread>>;
+    async fn get_thread(&self, user: UserId, id: ThreadId) -> StoreResult<Thread>;
+    async fn delete_thread(&self, user: UserId, id: ThreadId) -> StoreResult<()>;
+    async fn append_message(
+        &self,
+        user: UserId,
+        thread: ThreadId,
+        role: Role,
+        content: &str,
+        run: Option<RunId>,
+    ) -> StoreResult<Message>;
+    async fn list_messages(&self, user: UserId, thread: ThreadId) -> StoreResult<Vec<Message>>;
+
+    // --- runs and their event log ---------------------------------------------------------
+    async fn create_run(
+        &self,
+        user: UserId,
+        thread: Option<ThreadId>,
+        kind: RunKind,
+    ) -> StoreResult<Run>;
+    async fn get_run(&self, user: UserId, id: RunId) -> StoreResult<Run>;
+    async fn list_runs(&self, user: UserId, kind: RunKind, limit: i64) -> StoreResult<Vec<Run>>;
+    /// Moves a running run to a terminal status; a run already terminal is left as it is.
+    async fn finish_run(
+        &self,
+        id: RunId,
+        status: RunStatus,
+        error: Option<&str>,
+    ) -> StoreResult<()>;
+    /// Appends an event with the given sequence number (the caller serialises appends per run).
+    async fn append_run_event(
+        &self,
+        run: RunId,
+        seq: i64,
+        event_type: &str,
+        data: &serde_json::Value,
+    ) -> StoreResult<()>;
+    /// Events with `seq > after`, in order, at most `limit`.
+    async fn run_events_after(
+        &self,
+        user: UserId,
+        run: RunId,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<StoredEvent>>;
+    /// Runs left `running` by a previous process (crash), for recovery at start.
+    async fn running_runs(&self) -> StoreResult<Vec<(RunId, i64)>>;
+}
+
+/// Opens the store named by the URL scheme (`sqlite:` or `postgres:`) and runs its migrations.
+pub async fn connect(url: &str, max_connections: u32) -> StoreResult<Arc<dyn Store>> {
+    if url.starts_with("sqlite:") {
+        Ok(Arc::new(SqliteStore::connect(url, max_connections).await?))
+    } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+        Ok(Arc::new(
+            PostgresStore::connect(url, max_connections).await?,
+        ))
+    } else {
+        Err(StoreError::BadRequest(
+            "database url must start with sqlite: or postgres:".into(),
+        ))
+    }
+}
+
+/// A database URL with any password replaced, for logs and `/health`.
+pub fn redact_url(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.rsplit_once('@') {
+            Some((credentials, host)) => {
+                let user = credentials.split(':').next().unwrap_or("");
+                format!("{scheme}://{user}:***@{host}")
+            }
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod unit_tests {
+    use super::*;
+
+    #[test]
+    fn redact_url_hides_passwords() {
+        let cases = [
+            (
+                "postgres://u:secret@h:5432/db",
+                "postgres://u:***@h:5432/db",
+            ),
+            ("postgres://u@h/db", "postgres://u:***@h/db"),
+            ("sqlite://data/mnemo.db", "sqlite://data/mnemo.db"),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(redact_url(input), expected);
+        }
+    }
+}

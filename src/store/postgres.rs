@@ -1,0 +1,29 @@
+//! PostgreSQL, for production and for several replicas sharing one database.
+
+use std::time::Duration;
+
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Pool, Postgres};
+
+use super::sql::sql_store;
+use super::*;
+
+pub struct PostgresStore {
+    pool: Pool<Postgres>,
+}
+
+impl PostgresStore {
+    /// Connects and runs the PostgreSQL migrations.
+    pub async fn connect(url: &str, max_connections: u32) -> StoreResult<Self> {
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections.max(1))
+            .acquire_timeout(Duration::from_secs(10))
+            .connect(url)
+            .await
+            .map_err(|error| StoreError::Unavailable(error.to_string()))?;
+        sqlx::migrate!("migrations/postgres").run(&pool).await?;
+        Ok(Self { pool })
+    }
+}
+
+sql_store!(PostgresStore, Postgres, sqlx::postgres::PgRow, "postgres");

@@ -1,0 +1,507 @@
+//! The SQL shared by both backends. `sql_store!` expands to the `Store` implementation for one
+//! backend type; the text of every statement is the same for SQLite and PostgreSQL (numbered
+//! `$N` parameters work on both), and the column types each backend uses (UUID vs blob,
+//! timestamptz vs RFC 3339 text, jsonb vs text) are chosen by sqlx's encoders.
+
+/// Expands to `impl Store for $store` where `$store` has a `pool: sqlx::Pool<$db>` field.
+macro_rules! sql_store {
+    ($store:ty, $db:ty, $row:ty, $backend:literal) => {
+        mod rows {
+            use chrono::{DateTime, Utc};
+            use sqlx::Row as _;
+            use uuid::Uuid;
+
+            use crate::store::*;
+
+            pub(super) fn user(row: &$row) -> Result<User, sqlx::Error> {
+                Ok(User {
+                    id: UserId::from_trusted(row.try_get("id")?),
+                    name: row.try_get("name")?,
+                    kind: UserKind::parse(row.try_get::<&str, _>("kind")?),
+                    created_at: row.try_get("created_at")?,
+                    active_keys: row.try_get("active_keys")?,
+                })
+            }
+
+            pub(super) fn thread(row: &$row) -> Result<Thread, sqlx::Error> {
+                Ok(Thread {
+                    id: ThreadId::from_uuid(row.try_get("id")?),
+                    title: row.try_get("title")?,
+                    created_at: row.try_get("created_at")?,
+                    updated_at: row.try_get("updated_at")?,
+                })
+            }
+
+            pub(super) fn message(row: &$row) -> Result<Message, sqlx::Error> {
+                Ok(Message {
+                    id: MessageId::from_uuid(row.try_get("id")?),
+                    thread_id: ThreadId::from_uuid(row.try_get("thread_id")?),
+                    role: Role::parse(row.try_get::<&str, _>("role")?),
+                    content: row.try_get("content")?,
+                    run_id: row.try_get::<Option<Uuid>, _>("run_id")?.map(RunId::from_uuid),
+                    created_at: row.try_get("created_at")?,
+                })
+            }
+
+            pub(super) fn run(row: &$row) -> Result<Run, sqlx::Error> {
+                Ok(Run {
+                    id: RunId::from_uuid(row.try_get("id")?),
+                    thread_id: row.try_get::<Option<Uuid>, _>("thread_id")?.map(ThreadId::from_uuid),
+                    kind: RunKind::parse(row.try_get::<&str, _>("kind")?),
+                    status: RunStatus::parse(row.try_get::<&str, _>("status")?),
+                    error: row.try_get("error")?,
+                    last_seq: row.try_get("last_seq")?,
+                    created_at: row.try_get("created_at")?,
+                    updated_at: row.try_get("updated_at")?,
+                    finished_at: row.try_get::<Option<DateTime<Utc>>, _>("finished_at")?,
+                })
+            }
+
+            pub(super) fn event(row: &$row) -> Result<StoredEvent, sqlx::Error> {
+                let data: sqlx::types::Json<serde_json::Value> = row.try_get("data")?;
+                Ok(StoredEvent {
+                    seq: row.try_get("seq")?,
+                    event_type: row.try_get("event_type")?,
+                    data: data.0,
+                    created_at: row.try_get("created_at")?,
+                })
+            }
+        }
+
+        const USER_COLUMNS: &str = "u.id, u.name, u.kind, u.created_at, \
+             (SELECT COUNT(*) FROM api_keys k WHERE k.user_id = u.id AND k.revoked_at IS NULL) AS active_keys";
+        const RUN_COLUMNS: &str =
+            "id, thread_id, kind, status, error, last_seq, created_at, updated_at, finished_at";
+
+        fn unique_violation(error: &sqlx::Error) -> bool {
+            matches!(error, sqlx::Error::Database(db) if db.is_unique_violation())
+        }
+
+        #[async_trait::async_trait]
+        impl crate::store::Store for $store {
+            fn backend(&self) -> &'static str {
+                $backend
+            }
+
+            async fn ping(&self) -> StoreResult<()> {
+                sqlx::query("SELECT 1").execute(&self.pool).await?;
+                Ok(())
+            }
+
+            async fn close(&self) {
+                self.pool.close().await;
+            }
+
+            async fn create_user(&self, name: &str, kind: UserKind) -> StoreResult<User> {
+                let id = uuid::Uuid::now_v7();
+                let result = sqlx::query(
+                    "INSERT INTO users (id, name, kind, created_at) VALUES ($1, $2, $3, $4)",
+                )
+                .bind(id)
+                .bind(name)
+                .bind(kind.as_str())
+                .bind(now())
+                .execute(&self.pool)
+                .await;
+                match result {
+                    Ok(_) => {}
+                    Err(error) if unique_violation(&error) => {
+                        return Err(StoreError::Conflict(format!("user {name} already exists")));
+                    }
+                    Err(error) => return Err(error.into()),
+                }
+                self.user_by_name(name).await?.ok_or(StoreError::NotFound("user"))
+            }
+
+            async fn ensure_user(&self, name: &str, kind: UserKind) -> StoreResult<User> {
+                if let Some(user) = self.user_by_name(name).await? {
+                    return Ok(user);
+                }
+                sqlx::query(
+                    "INSERT INTO users (id, name, kind, created_at) VALUES ($1, $2, $3, $4) \
+                     ON CONFLICT (name) DO NOTHING",
+                )
+                .bind(uuid::Uuid::now_v7())
+                .bind(name)
+                .bind(kind.as_str())
+                .bind(now())
+                .execute(&self.pool)
+                .await?;
+                self.user_by_name(name).await?.ok_or(StoreError::NotFound("user"))
+            }
+
+            async fn user_by_name(&self, name: &str) -> StoreResult<Option<User>> {
+                let sql = format!("SELECT {USER_COLUMNS} FROM users u WHERE u.name = $1");
+                let row = sqlx::query(&sql).bind(name).fetch_optional(&self.pool).await?;
+                Ok(row.as_ref().map(rows::user).transpose()?)
+            }
+
+            async fn list_users(&self) -> StoreResult<Vec<User>> {
+                let sql = format!("SELECT {USER_COLUMNS} FROM users u ORDER BY u.name");
+                let found = sqlx::query(&sql).fetch_all(&self.pool).await?;
+                Ok(found.iter().map(rows::user).collect::<Result<_, _>>()?)
+            }
+
+            async fn add_api_key(
+                &self,
+                user: UserId,
+                key_hash: &str,
+                prefix: &str,
+            ) -> StoreResult<()> {
+                sqlx::query(
+                    "INSERT INTO api_keys (id, user_id, key_hash, prefix, created_at) \
+                     VALUES ($1, $2, $3, $4, $5)",
+                )
+                .bind(uuid::Uuid::now_v7())
+                .bind(user.as_uuid())
+                .bind(key_hash)
+                .bind(prefix)
+                .bind(now())
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn user_by_key_hash(&self, key_hash: &str) -> StoreResult<Option<User>> {
+                let sql = format!(
+                    "SELECT {USER_COLUMNS} FROM users u JOIN api_keys key ON key.user_id = u.id \
+                     WHERE key.key_hash = $1 AND key.revoked_at IS NULL"
+                );
+                let row = sqlx::query(&sql).bind(key_hash).fetch_optional(&self.pool).await?;
+                Ok(row.as_ref().map(rows::user).transpose()?)
+            }
+
+            async fn revoke_keys(&self, name: &str) -> StoreResult<u64> {
+                let user = self.user_by_name(name).await?.ok_or(StoreError::NotFound("user"))?;
+                let done = sqlx::query(
+                    "UPDATE api_keys SET revoked_at = $1 WHERE user_id = $2 AND revoked_at IS NULL",
+                )
+                .bind(now())
+                .bind(user.id.as_uuid())
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected())
+            }
+
+            async fn create_thread(&self, user: UserId, title: &str) -> StoreResult<Thread> {
+                let thread = Thread {
+                    id: ThreadId::new(),
+                    title: title.to_string(),
+                    created_at: now(),
+                    updated_at: now(),
+                };
+                sqlx::query(
+                    "INSERT INTO threads (id, user_id, title, created_at, updated_at) \
+                     VALUES ($1, $2, $3, $4, $5)",
+                )
+                .bind(thread.id.as_uuid())
+                .bind(user.as_uuid())
+                .bind(&thread.title)
+                .bind(thread.created_at)
+                .bind(thread.updated_at)
+                .execute(&self.pool)
+                .await?;
+                Ok(thread)
+            }
+
+            async fn list_threads(
+                &self,
+                user: UserId,
+                limit: i64,
+                before: Option<ThreadId>,
+            ) -> StoreResult<Vec<Thread>> {
+                let found = match before {
+                    Some(cursor) => {
+                        sqlx::query(
+                            "SELECT id, title, created_at, updated_at FROM threads \
+                             WHERE user_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
+                        )
+                        .bind(user.as_uuid())
+                        .bind(cursor.as_uuid())
+                        .bind(limit)
+                        .fetch_all(&self.pool)
+                        .await?
+                    }
+                    None => {
+                        sqlx::query(
+                            "SELECT id, title, created_at, updated_at FROM threads \
+                             WHERE user_id = $1 ORDER BY id DESC LIMIT $2",
+                        )
+                        .bind(user.as_uuid())
+                        .bind(limit)
+                        .fetch_all(&self.pool)
+                        .await?
+                    }
+                };
+                Ok(found.iter().map(rows::thread).collect::<Result<_, _>>()?)
+            }
+
+            async fn get_thread(&self, user: UserId, id: ThreadId) -> StoreResult<Thread> {
+                let row = sqlx::query(
+                    "SELECT id, title, created_at, updated_at FROM threads \
+                     WHERE id = $1 AND user_id = $2",
+                )
+                .bind(id.as_uuid())
+                .bind(user.as_uuid())
+                .fetch_optional(&self.pool)
+                .await?;
+                row.as_ref()
+                    .map(rows::thread)
+                    .transpose()?
+                    .ok_or(StoreError::NotFound("thread"))
+            }
+
+            async fn delete_thread(&self, user: UserId, id: ThreadId) -> StoreResult<()> {
+                let mut tx = self.pool.begin().await?;
+                for statement in [
+                    "DELETE FROM run_events WHERE run_id IN \
+                     (SELECT id FROM runs WHERE thread_id = $1 AND user_id = $2)",
+                    "DELETE FROM runs WHERE thread_id = $1 AND user_id = $2",
+                    "DELETE FROM messages WHERE thread_id = $1 AND user_id = $2",
+                ] {
+                    sqlx::query(statement)
+                        .bind(id.as_uuid())
+                        .bind(user.as_uuid())
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                let done = sqlx::query("DELETE FROM threads WHERE id = $1 AND user_id = $2")
+                    .bind(id.as_uuid())
+                    .bind(user.as_uuid())
+                    .execute(&mut *tx)
+                    .await?;
+                if done.rows_affected() == 0 {
+                    return Err(StoreError::NotFound("thread"));
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn append_message(
+                &self,
+                user: UserId,
+                thread: ThreadId,
+                role: Role,
+                content: &str,
+                run: Option<RunId>,
+            ) -> StoreResult<Message> {
+                let message = Message {
+                    id: MessageId::new(),
+                    thread_id: thread,
+                    role,
+                    content: content.to_string(),
+                    run_id: run,
+                    created_at: now(),
+                };
+                let mut tx = self.pool.begin().await?;
+                let touched = sqlx::query(
+                    "UPDATE threads SET updated_at = $1 WHERE id = $2 AND user_id = $3",
+                )
+                .bind(message.created_at)
+                .bind(thread.as_uuid())
+                .bind(user.as_uuid())
+                .execute(&mut *tx)
+                .await?;
+                if touched.rows_affected() == 0 {
+                    return Err(StoreError::NotFound("thread"));
+                }
+                sqlx::query(
+                    "INSERT INTO messages (id, thread_id, user_id, role, content, run_id, created_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                )
+                .bind(message.id.as_uuid())
+                .bind(thread.as_uuid())
+                .bind(user.as_uuid())
+                .bind(role.as_str())
+                .bind(&message.content)
+                .bind(run.map(|run| run.as_uuid()))
+                .bind(message.created_at)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(message)
+            }
+
+            async fn list_messages(
+                &self,
+                user: UserId,
+                thread: ThreadId,
+            ) -> StoreResult<Vec<Message>> {
+                self.get_thread(user, thread).await?;
+                let found = sqlx::query(
+                    "SELECT id, thread_id, role, content, run_id, created_at FROM messages \
+                     WHERE thread_id = $1 AND user_id = $2 ORDER BY id",
+                )
+                .bind(thread.as_uuid())
+                .bind(user.as_uuid())
+                .fetch_all(&self.pool)
+                .await?;
+                Ok(found.iter().map(rows::message).collect::<Result<_, _>>()?)
+            }
+
+            async fn create_run(
+                &self,
+                user: UserId,
+                thread: Option<ThreadId>,
+                kind: RunKind,
+            ) -> StoreResult<Run> {
+                if let Some(thread) = thread {
+                    self.get_thread(user, thread).await?;
+                }
+                let at = now();
+                let run = Run {
+                    id: RunId::new(),
+                    thread_id: thread,
+                    kind,
+                    status: RunStatus::Running,
+                    error: None,
+                    last_seq: 0,
+                    created_at: at,
+                    updated_at: at,
+                    finished_at: None,
+                };
+                sqlx::query(
+                    "INSERT INTO runs (id, user_id, thread_id, kind, status, last_seq, created_at, updated_at) \
+                     VALUES ($1, $2, $3, $4, $5, 0, $6, $7)",
+                )
+                .bind(run.id.as_uuid())
+                .bind(user.as_uuid())
+                .bind(thread.map(|thread| thread.as_uuid()))
+                .bind(kind.as_str())
+                .bind(run.status.as_str())
+                .bind(at)
+                .bind(at)
+                .execute(&self.pool)
+                .await?;
+                Ok(run)
+            }
+
+            async fn get_run(&self, user: UserId, id: RunId) -> StoreResult<Run> {
+                let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = $1 AND user_id = $2");
+                let row = sqlx::query(&sql)
+                    .bind(id.as_uuid())
+                    .bind(user.as_uuid())
+                    .fetch_optional(&self.pool)
+                    .await?;
+                row.as_ref().map(rows::run).transpose()?.ok_or(StoreError::NotFound("run"))
+            }
+
+            async fn list_runs(
+                &self,
+                user: UserId,
+                kind: RunKind,
+                limit: i64,
+            ) -> StoreResult<Vec<Run>> {
+                let sql = format!(
+                    "SELECT {RUN_COLUMNS} FROM runs WHERE user_id = $1 AND kind = $2 \
+                     ORDER BY id DESC LIMIT $3"
+                );
+                let found = sqlx::query(&sql)
+                    .bind(user.as_uuid())
+                    .bind(kind.as_str())
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?;
+                Ok(found.iter().map(rows::run).collect::<Result<_, _>>()?)
+            }
+
+            async fn finish_run(
+                &self,
+                id: RunId,
+                status: RunStatus,
+                error: Option<&str>,
+            ) -> StoreResult<()> {
+                let at = now();
+                sqlx::query(
+                    "UPDATE runs SET status = $1, error = $2, updated_at = $3, finished_at = $4 \
+                     WHERE id = $5 AND status = 'running'",
+                )
+                .bind(status.as_str())
+                .bind(error)
+                .bind(at)
+                .bind(status.is_terminal().then_some(at))
+                .bind(id.as_uuid())
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn append_run_event(
+                &self,
+                run: RunId,
+                seq: i64,
+                event_type: &str,
+                data: &serde_json::Value,
+            ) -> StoreResult<()> {
+                let at = now();
+                let mut tx = self.pool.begin().await?;
+                let inserted = sqlx::query(
+                    "INSERT INTO run_events (run_id, seq, event_type, data, created_at) \
+                     VALUES ($1, $2, $3, $4, $5)",
+                )
+                .bind(run.as_uuid())
+                .bind(seq)
+                .bind(event_type)
+                .bind(sqlx::types::Json(data))
+                .bind(at)
+                .execute(&mut *tx)
+                .await;
+                match inserted {
+                    Ok(_) => {}
+                    Err(error) if unique_violation(&error) => {
+                        return Err(StoreError::Conflict(format!(
+                            "event {seq} of run {run} already exists"
+                        )));
+                    }
+                    Err(error) => return Err(error.into()),
+                }
+                sqlx::query("UPDATE runs SET last_seq = $1, updated_at = $2 WHERE id = $3")
+                    .bind(seq)
+                    .bind(at)
+                    .bind(run.as_uuid())
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn run_events_after(
+                &self,
+                user: UserId,
+                run: RunId,
+                after: i64,
+                limit: i64,
+            ) -> StoreResult<Vec<StoredEvent>> {
+                let found = sqlx::query(
+                    "SELECT e.seq, e.event_type, e.data, e.created_at FROM run_events e \
+                     JOIN runs r ON r.id = e.run_id \
+                     WHERE e.run_id = $1 AND r.user_id = $2 AND e.seq > $3 \
+                     ORDER BY e.seq LIMIT $4",
+                )
+                .bind(run.as_uuid())
+                .bind(user.as_uuid())
+                .bind(after)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?;
+                Ok(found.iter().map(rows::event).collect::<Result<_, _>>()?)
+            }
+
+            async fn running_runs(&self) -> StoreResult<Vec<(RunId, i64)>> {
+                let found = sqlx::query("SELECT id, last_seq FROM runs WHERE status = 'running'")
+                    .fetch_all(&self.pool)
+                    .await?;
+                found
+                    .iter()
+                    .map(|row| {
+                        use sqlx::Row as _;
+                        Ok((RunId::from_uuid(row.try_get("id")?), row.try_get("last_seq")?))
+                    })
+                    .collect::<Result<_, sqlx::Error>>()
+                    .map_err(StoreError::from)
+            }
+        }
+    };
+}
+
+pub(crate) use sql_store;

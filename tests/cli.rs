@@ -1,0 +1,108 @@
+//! The `mnemo` binary as an operator uses it: `user add` prints a key alone on stdout, `serve`
+//! prints where it listens and its backends, answers with that key, and exits cleanly on
+//! SIGTERM; bad usage exits with 2.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn mnemo(data_dir: &std::path::Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mnemo"));
+    command
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env_remove("MNEMO__DATABASE__URL")
+        .env("MNEMO__LOG__LEVEL", "warn");
+    command
+}
+
+#[test]
+fn user_commands_manage_keys_that_the_server_accepts() {
+    let dir = tempfile::tempdir().unwrap();
+    let added = mnemo(dir.path())
+        .args(["user", "add", "alice"])
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "{added:?}");
+    let key = String::from_utf8(added.stdout).unwrap().trim().to_string();
+    assert!(
+        key.starts_with("mnemo_") && key.len() == 70,
+        "stdout is the key alone: {key}"
+    );
+
+    let duplicate = mnemo(dir.path())
+        .args(["user", "add", "alice"])
+        .output()
+        .unwrap();
+    assert_eq!(duplicate.status.code(), Some(2));
+    let message = String::from_utf8(duplicate.stderr).unwrap();
+    assert!(message.contains("already exists"), "{message}");
+    assert_eq!(message.trim().lines().count(), 1);
+
+    let invalid = mnemo(dir.path())
+        .args(["user", "add", "bad name!"])
+        .output()
+        .unwrap();
+    assert_eq!(invalid.status.code(), Some(2));
+    let unknown = mnemo(dir.path()).args(["frobnicate"]).output().unwrap();
+    assert_eq!(unknown.status.code(), Some(2));
+
+    let mut server = mnemo(dir.path())
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    let listening = lines.next().unwrap().unwrap();
+    let base = listening
+        .strip_prefix("mnemo listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {listening}"))
+        .to_string();
+    assert!(!base.ends_with(":0"), "the real port is printed: {base}");
+    let backends = lines.next().unwrap().unwrap();
+    assert!(backends.contains("database=sqlite"), "{backends}");
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let status = |key: Option<&str>| {
+        let client = reqwest::Client::new();
+        let mut request = client.get(format!("{base}/v1/threads"));
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        runtime.block_on(async { request.send().await.unwrap().status().as_u16() })
+    };
+    assert_eq!(status(Some(&key)), 200);
+    assert_eq!(status(None), 401);
+
+    // User management works against the database while the server runs.
+    let listed = mnemo(dir.path()).args(["user", "list"]).output().unwrap();
+    let listed = String::from_utf8(listed.stdout).unwrap();
+    assert!(
+        listed
+            .lines()
+            .any(|line| line.starts_with("alice") && line.contains(" 1 ")),
+        "{listed}"
+    );
+    let revoked = mnemo(dir.path())
+        .args(["user", "revoke", "alice"])
+        .output()
+        .unwrap();
+    assert!(revoked.status.success());
+    assert_eq!(status(Some(&key)), 401);
+
+    let pid = server.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(exit) = server.try_wait().unwrap() {
+            assert!(exit.success(), "serve exits 0 on SIGTERM: {exit:?}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "serve did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
