@@ -160,6 +160,7 @@ async fn serve(settings: Settings) -> Result<(), Failure> {
     crate::telemetry::init(
         &settings.log.level,
         settings.log.format == "json",
+        std::io::IsTerminal::is_terminal(&std::io::stderr()),
         std::io::stderr,
     );
     let shutdown = CancellationToken::new();

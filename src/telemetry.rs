@@ -5,7 +5,7 @@ use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
 
 /// Installs the global subscriber; a second call is a no-op (tests spawn many apps).
-pub fn init<W>(level: &str, json: bool, sink: W)
+pub fn init<W>(level: &str, json: bool, ansi: bool, sink: W)
 where
     W: for<'writer> MakeWriter<'writer> + Send + Sync + 'static,
 {
@@ -14,6 +14,7 @@ where
         .unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(sink);
     let _ = if json {
         builder.json().try_init()

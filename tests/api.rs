@@ -732,3 +732,40 @@ async fn dev_mode_serves_a_local_user_and_is_refused_off_loopback() {
         .to_string();
     assert!(message.contains("loopback"), "{message}");
 }
+
+#[tokio::test]
+async fn a_run_nobody_follows_is_cancelled_after_the_grace_period() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn_with(
+        &home,
+        &[
+            ("MNEMO__SERVER__ECHO_WORD_DELAY_MS", "100"),
+            ("MNEMO__SERVER__ABANDON_RUN_AFTER_SECS", "1"),
+        ],
+    )
+    .await;
+    let key = app.user_key("alice").await;
+    let thread = app.create_thread(&key, "abandoned").await;
+    let words: Vec<String> = (0..100).map(|index| format!("w{index}")).collect();
+    let run = app
+        .post_message(&key, thread["id"].as_str().unwrap(), &words.join(" "))
+        .await;
+    let run_id = run["id"].as_str().unwrap().to_string();
+    let mut status = Value::Null;
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        status = app
+            .call(Method::GET, &format!("/v1/runs/{run_id}"), Some(&key), None)
+            .await
+            .1["status"]
+            .clone();
+        if status != "running" {
+            break;
+        }
+    }
+    assert_eq!(status, "cancelled");
+    let events = app.events(&key, &run_id, None).await.collect().await;
+    assert_eq!(events.last().unwrap().data["status"], "cancelled");
+    assert!(events.iter().all(|event| event.event != "message_complete"));
+    app.stop().await;
+}

@@ -55,9 +55,9 @@ pub struct TestApp {
 
 fn init_logs() {
     if std::env::var("TEST_LOG").is_ok() {
-        mnemo::telemetry::init("info,mnemo=debug", false, std::io::stderr);
+        mnemo::telemetry::init("info,mnemo=debug", false, false, std::io::stderr);
     } else {
-        mnemo::telemetry::init("off", false, std::io::sink);
+        mnemo::telemetry::init("off", false, false, std::io::sink);
     }
 }
 
