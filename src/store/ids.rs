@@ -56,6 +56,7 @@ macro_rules! uuid_id {
 uuid_id!(ThreadId, "thread");
 uuid_id!(MessageId, "message");
 uuid_id!(RunId, "run");
+uuid_id!(MemoryId, "memory");
 
 /// The identity of an authenticated user. There is deliberately no public constructor from a
 /// UUID: handlers get one only from the `AuthUser` extractor, and the store builds them from

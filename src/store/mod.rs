@@ -5,8 +5,10 @@
 //! has its own migrations under `migrations/{sqlite,postgres}`.
 
 mod ids;
+mod memory;
 mod postgres;
 mod sql;
+mod sql_memory;
 mod sqlite;
 #[cfg(test)]
 mod tests;
@@ -17,7 +19,11 @@ use async_trait::async_trait;
 use chrono::{DateTime, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
 
-pub use ids::{MessageId, RunId, ThreadId, UserId};
+pub use ids::{MemoryId, MessageId, RunId, ThreadId, UserId};
+pub use memory::{
+    Embedded, LogEntry, LogOp, Memory, MemoryFilter, MemoryKind, MemoryPatch, MemorySource,
+    MemoryVersion, NewMemory, OwnedMemory, Trust, vector_from_bytes, vector_to_bytes,
+};
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
@@ -249,8 +255,83 @@ pub struct StoredEvent {
 
 /// The SQL store. Every method that touches user data takes the owner's `UserId` and answers
 /// `NotFound` for another user's object.
+/// The episodic-memory part of the store. Every write puts the memory row(s), a version row and
+/// a memory-log row in one transaction. Methods without a `UserId` serve the indexers and
+/// maintenance jobs, which work across users.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait MemoryStore: Send + Sync + 'static {
+    async fn insert_memories(
+        &self,
+        user: UserId,
+        memories: Vec<(NewMemory, Embedded)>,
+    ) -> StoreResult<Vec<Memory>>;
+    async fn get_memory(&self, user: UserId, id: MemoryId) -> StoreResult<Memory>;
+    async fn memory_history(&self, user: UserId, id: MemoryId) -> StoreResult<Vec<MemoryVersion>>;
+    async fn update_memory(
+        &self,
+        user: UserId,
+        id: MemoryId,
+        patch: MemoryPatch,
+    ) -> StoreResult<Memory>;
+    /// Deletes the memory and its history.
+    async fn delete_memory(&self, user: UserId, id: MemoryId) -> StoreResult<()>;
+    /// Deletes every memory of the user; returns how many.
+    async fn delete_all_memories(&self, user: UserId) -> StoreResult<u64>;
+    /// Newest first, before an optional cursor.
+    async fn list_memories(
+        &self,
+        user: UserId,
+        filter: &MemoryFilter,
+        limit: i64,
+        before: Option<MemoryId>,
+    ) -> StoreResult<Vec<Memory>>;
+    /// The user's memories among `ids` (others' ids are silently absent).
+    async fn memories_by_ids(&self, user: UserId, ids: &[MemoryId]) -> StoreResult<Vec<Memory>>;
+    /// Bumps access stats; no log entry (access does not change what is indexed).
+    async fn record_access(
+        &self,
+        user: UserId,
+        ids: &[MemoryId],
+        at: DateTime<Utc>,
+    ) -> StoreResult<()>;
+
+    // --- for indexers and maintenance -----------------------------------------------------
+    async fn memory_log_after(&self, after: i64, limit: i64) -> StoreResult<Vec<LogEntry>>;
+    /// The highest sequence number in the memory log (0 when empty).
+    async fn memory_log_head(&self) -> StoreResult<i64>;
+    /// Current rows of these memories with their owners (missing ids are deleted ones).
+    async fn owned_memories(&self, ids: &[MemoryId]) -> StoreResult<Vec<OwnedMemory>>;
+    /// Every memory in id order after a cursor, for rebuilding indexes.
+    async fn scan_memories(
+        &self,
+        after: Option<MemoryId>,
+        limit: i64,
+    ) -> StoreResult<Vec<OwnedMemory>>;
+    async fn count_memories(&self) -> StoreResult<i64>;
+    async fn watermark(&self, name: &str) -> StoreResult<i64>;
+    async fn set_watermark(&self, name: &str, seq: i64) -> StoreResult<()>;
+    /// Archives memories with `importance <= max_importance` whose last activity is before
+    /// `now - unused_for`; `archived_at` is set to last activity + `unused_for`, so a rerun
+    /// computes the same result. Returns the archived ids.
+    async fn archive_unused(
+        &self,
+        now: DateTime<Utc>,
+        unused_for: chrono::Duration,
+        max_importance: u8,
+    ) -> StoreResult<Vec<MemoryId>>;
+    /// Memories whose vector was made by another model than `model`, oldest first.
+    async fn memories_not_embedded_by(
+        &self,
+        model: &str,
+        limit: i64,
+    ) -> StoreResult<Vec<OwnedMemory>>;
+    async fn count_memories_not_embedded_by(&self, model: &str) -> StoreResult<i64>;
+    /// Replaces a memory's vector (re-embedding after a model change).
+    async fn set_embedding(&self, id: MemoryId, embedded: &Embedded) -> StoreResult<()>;
+}
+
+#[async_trait]
+pub trait Store: MemoryStore + Send + Sync + 'static {
     /// "sqlite" or "postgres".
     fn backend(&self) -> &'static str;
     /// A cheap round trip, for `/health`.

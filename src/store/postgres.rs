@@ -6,6 +6,7 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::{Pool, Postgres};
 
 use super::sql::sql_store;
+use super::sql_memory::sql_memory_store;
 use super::*;
 
 pub struct PostgresStore {
@@ -27,3 +28,10 @@ impl PostgresStore {
 }
 
 sql_store!(PostgresStore, Postgres, sqlx::postgres::PgRow, "postgres");
+
+sql_memory_store!(
+    PostgresStore,
+    Postgres,
+    sqlx::postgres::PgRow,
+    "SELECT pg_advisory_xact_lock(727362)"
+);

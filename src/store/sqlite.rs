@@ -7,6 +7,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Pool, Sqlite};
 
 use super::sql::sql_store;
+use super::sql_memory::sql_memory_store;
 use super::*;
 
 pub struct SqliteStore {
@@ -33,3 +34,12 @@ impl SqliteStore {
 }
 
 sql_store!(SqliteStore, Sqlite, sqlx::sqlite::SqliteRow, "sqlite");
+
+// Any write statement takes SQLite's single write lock at once, so a transaction that reads
+// before it writes cannot fail to upgrade its lock.
+sql_memory_store!(
+    SqliteStore,
+    Sqlite,
+    sqlx::sqlite::SqliteRow,
+    "UPDATE index_watermarks SET seq = seq WHERE name = ''"
+);

@@ -39,6 +39,11 @@ conformance!(
     run_events_append_in_sequence_and_replay_after_a_cursor,
     runs_finish_once,
     timestamps_round_trip_exactly,
+    memories_round_trip_with_history_and_log,
+    memories_are_private,
+    memory_lists_filter_and_paginate,
+    archiving_unused_memories_is_deterministic,
+    reembedding_finds_other_models,
 );
 
 async fn two_users(store: &Arc<dyn Store>) -> (User, User) {
@@ -301,4 +306,377 @@ async fn timestamps_round_trip_exactly(store: Arc<dyn Store>) {
     let read = store.get_thread(alice.id, thread.id).await.unwrap();
     assert_eq!(read.created_at, thread.created_at);
     assert_eq!(read.id, thread.id);
+}
+
+fn embedded(seed: f32) -> Embedded {
+    Embedded {
+        vector: vec![seed, 1.0 - seed, 0.5],
+        model: "model-a".into(),
+    }
+}
+
+fn new_memory(kind: MemoryKind, content: &str, importance: u8) -> (NewMemory, Embedded) {
+    (
+        NewMemory::from_user(kind, content, importance),
+        embedded(0.25),
+    )
+}
+
+async fn memories_round_trip_with_history_and_log(store: Arc<dyn Store>) {
+    let (alice, _) = two_users(&store).await;
+    let head = store.memory_log_head().await.unwrap();
+    let mut new = NewMemory::from_user(MemoryKind::Fact, "uses PostgreSQL 16 at work", 3);
+    new.source_refs = vec!["D1:3".into(), "https://example.org/a".into()];
+    let written = store
+        .insert_memories(alice.id, vec![(new, embedded(0.75))])
+        .await
+        .unwrap();
+    let memory = store.get_memory(alice.id, written[0].id).await.unwrap();
+    assert_eq!(memory.content, "uses PostgreSQL 16 at work");
+    assert_eq!(memory.kind, MemoryKind::Fact);
+    assert_eq!(memory.source, MemorySource::User);
+    assert_eq!(memory.trust, Trust::User);
+    assert_eq!(memory.source_refs, ["D1:3", "https://example.org/a"]);
+    assert_eq!(memory.embedding, vec![0.75, 0.25, 0.5]);
+    assert_eq!(memory.embedding_model, "model-a");
+    assert_eq!(memory.created_at, written[0].created_at);
+
+    let updated = store
+        .update_memory(
+            alice.id,
+            memory.id,
+            MemoryPatch {
+                content: Some(("uses PostgreSQL 17 at work".into(), embedded(0.5))),
+                importance: Some(4),
+                ..MemoryPatch::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(updated.version, 2);
+    let archived = store
+        .update_memory(
+            alice.id,
+            memory.id,
+            MemoryPatch {
+                archived: Some(true),
+                ..MemoryPatch::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(archived.archived_at.is_some());
+    let history = store.memory_history(alice.id, memory.id).await.unwrap();
+    let changes: Vec<&str> = history.iter().map(|v| v.change.as_str()).collect();
+    assert_eq!(changes, ["created", "updated", "archived"]);
+    assert_eq!(history[0].snapshot["content"], "uses PostgreSQL 16 at work");
+    assert_eq!(history[1].snapshot["content"], "uses PostgreSQL 17 at work");
+    assert!(history[0].snapshot.get("embedding").is_none());
+    let invalid = MemoryPatch {
+        importance: Some(9),
+        ..MemoryPatch::default()
+    };
+    assert!(matches!(
+        store.update_memory(alice.id, memory.id, invalid).await,
+        Err(StoreError::BadRequest(_))
+    ));
+
+    store.delete_memory(alice.id, memory.id).await.unwrap();
+    assert!(matches!(
+        store.get_memory(alice.id, memory.id).await,
+        Err(StoreError::NotFound("memory"))
+    ));
+    let log = store.memory_log_after(head, 100).await.unwrap();
+    let ops: Vec<LogOp> = log.iter().map(|entry| entry.op).collect();
+    assert_eq!(
+        ops,
+        [LogOp::Upsert, LogOp::Upsert, LogOp::Upsert, LogOp::Delete]
+    );
+    assert!(log.windows(2).all(|pair| pair[0].seq < pair[1].seq));
+    assert!(log.iter().all(|entry| entry.user == alice.id));
+    assert_eq!(store.memory_log_head().await.unwrap(), log[3].seq);
+    assert!(store.owned_memories(&[memory.id]).await.unwrap().is_empty());
+    store.set_watermark("keyword", log[1].seq).await.unwrap();
+    assert_eq!(store.watermark("keyword").await.unwrap(), log[1].seq);
+    assert_eq!(store.watermark("vector").await.unwrap(), 0);
+}
+
+async fn memories_are_private(store: Arc<dyn Store>) {
+    let (alice, bob) = two_users(&store).await;
+    let mine = store
+        .insert_memories(
+            alice.id,
+            vec![new_memory(MemoryKind::Preference, "likes tea", 2)],
+        )
+        .await
+        .unwrap();
+    let id = mine[0].id;
+    assert!(matches!(
+        store.get_memory(bob.id, id).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(store.memory_history(bob.id, id).await.unwrap().is_empty());
+    assert!(
+        store
+            .memories_by_ids(bob.id, &[id])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .list_memories(bob.id, &MemoryFilter::default(), 10, None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(matches!(
+        store
+            .update_memory(
+                bob.id,
+                id,
+                MemoryPatch {
+                    importance: Some(1),
+                    ..MemoryPatch::default()
+                }
+            )
+            .await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(matches!(
+        store.delete_memory(bob.id, id).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert_eq!(store.delete_all_memories(bob.id).await.unwrap(), 0);
+    store.record_access(bob.id, &[id], now()).await.unwrap();
+    let untouched = store.get_memory(alice.id, id).await.unwrap();
+    assert_eq!(untouched.access_count, 0);
+    store.record_access(alice.id, &[id], now()).await.unwrap();
+    assert_eq!(
+        store.get_memory(alice.id, id).await.unwrap().access_count,
+        1
+    );
+    let owned = store.owned_memories(&[id]).await.unwrap();
+    assert_eq!(owned[0].user, alice.id);
+    assert_eq!(store.delete_all_memories(alice.id).await.unwrap(), 1);
+    let last = store.memory_log_after(0, 100).await.unwrap();
+    assert_eq!(last.last().unwrap().op, LogOp::DeleteUser);
+    assert_eq!(last.last().unwrap().user, alice.id);
+}
+
+async fn memory_lists_filter_and_paginate(store: Arc<dyn Store>) {
+    let (alice, _) = two_users(&store).await;
+    let day = chrono::Duration::days(1);
+    let base = now() - day * 10;
+    let mut batch = Vec::new();
+    for index in 0..6i64 {
+        let kind = if index % 2 == 0 {
+            MemoryKind::Fact
+        } else {
+            MemoryKind::Event
+        };
+        let (mut new, embedded) = new_memory(kind, &format!("memory {index}"), 3);
+        new.created_at = Some(base + day * index as i32);
+        batch.push((new, embedded));
+    }
+    let written = store.insert_memories(alice.id, batch).await.unwrap();
+    store
+        .update_memory(
+            alice.id,
+            written[5].id,
+            MemoryPatch {
+                archived: Some(true),
+                ..MemoryPatch::default()
+            },
+        )
+        .await
+        .unwrap();
+    store
+        .update_memory(
+            alice.id,
+            written[4].id,
+            MemoryPatch {
+                invalid_at: Some(Some(now())),
+                ..MemoryPatch::default()
+            },
+        )
+        .await
+        .unwrap();
+    let contents =
+        |memories: Vec<Memory>| memories.into_iter().map(|m| m.content).collect::<Vec<_>>();
+    let all = store
+        .list_memories(alice.id, &MemoryFilter::default(), 10, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        contents(all),
+        ["memory 3", "memory 2", "memory 1", "memory 0"]
+    );
+    let everything = MemoryFilter {
+        include_archived: true,
+        include_invalid: true,
+        ..MemoryFilter::default()
+    };
+    let page = store
+        .list_memories(alice.id, &everything, 4, None)
+        .await
+        .unwrap();
+    assert_eq!(page.len(), 4);
+    let rest = store
+        .list_memories(alice.id, &everything, 4, Some(page[3].id))
+        .await
+        .unwrap();
+    assert_eq!(contents(rest), ["memory 1", "memory 0"]);
+    let facts = MemoryFilter {
+        kinds: Some(vec![MemoryKind::Fact]),
+        include_archived: true,
+        ..MemoryFilter::default()
+    };
+    assert_eq!(
+        contents(
+            store
+                .list_memories(alice.id, &facts, 10, None)
+                .await
+                .unwrap()
+        ),
+        ["memory 2", "memory 0"]
+    );
+    let window = MemoryFilter {
+        since: Some(base + day),
+        until: Some(base + day * 2),
+        ..MemoryFilter::default()
+    };
+    assert_eq!(
+        contents(
+            store
+                .list_memories(alice.id, &window, 10, None)
+                .await
+                .unwrap()
+        ),
+        ["memory 2", "memory 1"]
+    );
+    let archived_too = MemoryFilter {
+        include_archived: true,
+        ..MemoryFilter::default()
+    };
+    let listed = store
+        .list_memories(alice.id, &archived_too, 10, None)
+        .await
+        .unwrap();
+    assert!(listed.iter().any(|m| m.content == "memory 5"));
+    assert!(listed.iter().all(|m| m.content != "memory 4"));
+}
+
+async fn archiving_unused_memories_is_deterministic(store: Arc<dyn Store>) {
+    let (alice, _) = two_users(&store).await;
+    let day = chrono::Duration::days(1);
+    let long_ago = now() - day * 100;
+    let mut batch = Vec::new();
+    for (content, importance, created) in [
+        ("old trivia", 1, long_ago),
+        ("old but important", 4, long_ago),
+        ("recent trivia", 1, now() - day),
+    ] {
+        let (mut new, embedded) = new_memory(MemoryKind::Fact, content, importance);
+        new.created_at = Some(created);
+        batch.push((new, embedded));
+    }
+    let written = store.insert_memories(alice.id, batch).await.unwrap();
+    let at = now();
+    let archived = store.archive_unused(at, day * 30, 2).await.unwrap();
+    assert_eq!(archived, vec![written[0].id]);
+    let first = store.get_memory(alice.id, written[0].id).await.unwrap();
+    assert_eq!(first.archived_at, Some(written[0].created_at + day * 30));
+    // A rerun (e.g. after a crash) changes nothing.
+    assert!(
+        store
+            .archive_unused(at, day * 30, 2)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store
+            .get_memory(alice.id, written[0].id)
+            .await
+            .unwrap()
+            .archived_at,
+        first.archived_at
+    );
+    let history = store.memory_history(alice.id, written[0].id).await.unwrap();
+    assert_eq!(history.last().unwrap().change, "decayed");
+    // Restoring brings it back into default lists.
+    store
+        .update_memory(
+            alice.id,
+            written[0].id,
+            MemoryPatch {
+                archived: Some(false),
+                ..MemoryPatch::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(
+        store
+            .get_memory(alice.id, written[0].id)
+            .await
+            .unwrap()
+            .archived_at
+            .is_none()
+    );
+}
+
+async fn reembedding_finds_other_models(store: Arc<dyn Store>) {
+    let (alice, _) = two_users(&store).await;
+    let written = store
+        .insert_memories(
+            alice.id,
+            vec![
+                new_memory(MemoryKind::Fact, "a", 3),
+                new_memory(MemoryKind::Fact, "b", 3),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .count_memories_not_embedded_by("model-b")
+            .await
+            .unwrap(),
+        2
+    );
+    let stale = store.memories_not_embedded_by("model-b", 1).await.unwrap();
+    assert_eq!(stale.len(), 1);
+    let head = store.memory_log_head().await.unwrap();
+    store
+        .set_embedding(
+            stale[0].memory.id,
+            &Embedded {
+                vector: vec![1.0, 2.0],
+                model: "model-b".into(),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .count_memories_not_embedded_by("model-b")
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(store.memory_log_after(head, 10).await.unwrap().len(), 1);
+    let scanned = store.scan_memories(None, 10).await.unwrap();
+    assert_eq!(scanned.len(), 2);
+    assert_eq!(
+        store
+            .scan_memories(Some(scanned[0].memory.id), 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(store.count_memories().await.unwrap(), 2);
+    let _ = written;
 }

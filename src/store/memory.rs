@@ -1,0 +1,288 @@
+//! Episodic memory records and the memory log, as the SQL store sees them (DESIGN.md §2).
+//! A memory row and its log row are always written in one transaction; indexers follow the log.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::ids::{MemoryId, ThreadId, UserId};
+
+macro_rules! text_enum {
+    ($(#[$meta:meta])* $name:ident { $($variant:ident => $text:literal),* $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+        #[serde(rename_all = "snake_case")]
+        pub enum $name { $($variant),* }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),*];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),* }
+            }
+
+            pub fn parse(text: &str) -> Option<Self> {
+                match text { $($text => Some($name::$variant),)* _ => None }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+text_enum!(
+    /// What a memory is.
+    MemoryKind {
+        Turn => "turn",
+        Preference => "preference",
+        Fact => "fact",
+        Event => "event",
+        Conclusion => "conclusion",
+        Profile => "profile",
+        Document => "document",
+    }
+);
+
+text_enum!(
+    /// Where a memory came from.
+    MemorySource {
+        User => "user",
+        Assistant => "assistant",
+        Research => "research",
+        Import => "import",
+    }
+);
+
+text_enum!(
+    /// How far a memory is trusted: user > assistant > web. A memory derived from several
+    /// sources gets the lowest of their trusts.
+    Trust {
+        User => "user",
+        Assistant => "assistant",
+        Web => "web",
+    }
+);
+
+impl Trust {
+    fn rank(self) -> u8 {
+        match self {
+            Trust::Web => 0,
+            Trust::Assistant => 1,
+            Trust::User => 2,
+        }
+    }
+
+    /// The lower of two trusts.
+    pub fn min(self, other: Trust) -> Trust {
+        if self.rank() <= other.rank() {
+            self
+        } else {
+            other
+        }
+    }
+}
+
+/// A stored memory. `embedding` is loaded with the row but never serialised to clients.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Memory {
+    #[schema(value_type = String, format = Uuid)]
+    pub id: MemoryId,
+    pub kind: MemoryKind,
+    pub content: String,
+    pub source: MemorySource,
+    pub trust: Trust,
+    /// 1 (trivia) to 5 (essential); 4 and 5 never decay.
+    pub importance: u8,
+    #[schema(value_type = Option<String>, format = Uuid)]
+    pub thread_id: Option<ThreadId>,
+    /// Message ids, dataset ids (e.g. LoCoMo `D1:3`) or source URLs.
+    pub source_refs: Vec<String>,
+    pub valid_from: DateTime<Utc>,
+    /// Set when a newer memory contradicts this one; the memory stays in history.
+    pub invalid_at: Option<DateTime<Utc>>,
+    #[schema(value_type = Option<String>, format = Uuid)]
+    pub supersedes: Option<MemoryId>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub last_accessed_at: Option<DateTime<Utc>>,
+    pub access_count: i64,
+    pub archived_at: Option<DateTime<Utc>>,
+    pub version: i64,
+    pub embedding_model: String,
+    #[serde(skip)]
+    pub embedding: Vec<f32>,
+}
+
+impl Memory {
+    /// When the memory was last used (or created, if never recalled).
+    pub fn last_activity(&self) -> DateTime<Utc> {
+        self.last_accessed_at.unwrap_or(self.created_at)
+    }
+}
+
+/// A vector and the model that produced it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Embedded {
+    pub vector: Vec<f32>,
+    pub model: String,
+}
+
+/// A memory to insert.
+#[derive(Debug, Clone)]
+pub struct NewMemory {
+    pub kind: MemoryKind,
+    pub content: String,
+    pub source: MemorySource,
+    pub trust: Trust,
+    pub importance: u8,
+    pub thread_id: Option<ThreadId>,
+    pub source_refs: Vec<String>,
+    /// When the memory was made; defaults to now. Imports and evaluations set past dates.
+    pub created_at: Option<DateTime<Utc>>,
+    pub supersedes: Option<MemoryId>,
+}
+
+impl NewMemory {
+    /// A memory stated by the user, with defaults for everything else.
+    pub fn from_user(kind: MemoryKind, content: impl Into<String>, importance: u8) -> Self {
+        Self {
+            kind,
+            content: content.into(),
+            source: MemorySource::User,
+            trust: Trust::User,
+            importance,
+            thread_id: None,
+            source_refs: Vec::new(),
+            created_at: None,
+            supersedes: None,
+        }
+    }
+}
+
+/// A change to a memory; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryPatch {
+    /// New content with its new embedding.
+    pub content: Option<(String, Embedded)>,
+    pub kind: Option<MemoryKind>,
+    pub importance: Option<u8>,
+    /// `Some(true)` archives now, `Some(false)` restores.
+    pub archived: Option<bool>,
+    /// `Some(Some(t))` marks the memory invalid from `t`, `Some(None)` makes it valid again.
+    pub invalid_at: Option<Option<DateTime<Utc>>>,
+}
+
+/// One entry of a memory's history: what changed and the record as it was after the change.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct MemoryVersion {
+    pub version: i64,
+    /// created, updated, archived, restored, invalidated, superseded, reembedded, decayed
+    pub change: String,
+    #[schema(value_type = Object)]
+    pub snapshot: serde_json::Value,
+    pub changed_at: DateTime<Utc>,
+}
+
+/// Which memories a list or a search may return.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryFilter {
+    pub kinds: Option<Vec<MemoryKind>>,
+    pub since: Option<DateTime<Utc>>,
+    pub until: Option<DateTime<Utc>>,
+    pub include_archived: bool,
+    pub include_invalid: bool,
+}
+
+impl MemoryFilter {
+    /// Whether a memory passes the filter (used to re-check index hits against SQL).
+    pub fn admits(&self, memory: &Memory) -> bool {
+        (self.include_archived || memory.archived_at.is_none())
+            && (self.include_invalid || memory.invalid_at.is_none())
+            && self
+                .kinds
+                .as_ref()
+                .is_none_or(|kinds| kinds.contains(&memory.kind))
+            && self.since.is_none_or(|since| memory.created_at >= since)
+            && self.until.is_none_or(|until| memory.created_at <= until)
+    }
+}
+
+/// What happened to the memory named by a log entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogOp {
+    /// The memory was created or changed: index its current row.
+    Upsert,
+    /// The memory was deleted.
+    Delete,
+    /// Every memory of the user was deleted.
+    DeleteUser,
+}
+
+impl LogOp {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogOp::Upsert => "upsert",
+            LogOp::Delete => "delete",
+            LogOp::DeleteUser => "delete_user",
+        }
+    }
+
+    pub fn parse(text: &str) -> Self {
+        match text {
+            "delete" => LogOp::Delete,
+            "delete_user" => LogOp::DeleteUser,
+            _ => LogOp::Upsert,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct LogEntry {
+    pub seq: i64,
+    pub user: UserId,
+    pub memory: Option<MemoryId>,
+    pub op: LogOp,
+}
+
+/// A memory with its owner, as indexers need it.
+#[derive(Debug, Clone)]
+pub struct OwnedMemory {
+    pub user: UserId,
+    pub memory: Memory,
+}
+
+/// Little-endian f32 bytes, the stored form of a vector.
+pub fn vector_to_bytes(vector: &[f32]) -> Vec<u8> {
+    vector
+        .iter()
+        .flat_map(|value| value.to_le_bytes())
+        .collect()
+}
+
+pub fn vector_from_bytes(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|chunk| f32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vectors_round_trip_through_bytes() {
+        let vector = vec![0.0, -1.5, 3.25, f32::MIN_POSITIVE];
+        assert_eq!(vector_from_bytes(&vector_to_bytes(&vector)), vector);
+    }
+
+    #[test]
+    fn trust_takes_the_lowest() {
+        assert_eq!(Trust::User.min(Trust::Web), Trust::Web);
+        assert_eq!(Trust::Assistant.min(Trust::User), Trust::Assistant);
+        assert_eq!(Trust::User.min(Trust::User), Trust::User);
+    }
+}

@@ -1,0 +1,671 @@
+//! The memory SQL shared by both backends, expanded per backend by `sql_memory_store!` like
+//! `sql.rs`. `$log_lock` is the backend's statement that serialises memory-log appends
+//! (PostgreSQL: a transaction-level advisory lock; SQLite has a single writer already).
+
+/// Placeholders `$from, $from+1, …` for `count` values.
+pub(crate) fn placeholders(from: usize, count: usize) -> String {
+    (from..from + count)
+        .map(|index| format!("${index}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+macro_rules! sql_memory_store {
+    ($store:ty, $db:ty, $row:ty, $log_lock:literal) => {
+        mod memory_rows {
+            use chrono::{DateTime, Utc};
+            use sqlx::Row as _;
+            use uuid::Uuid;
+
+            use crate::store::*;
+
+            pub(super) const COLUMNS: &str = "id, user_id, kind, content, source, trust, importance, \
+                thread_id, source_refs, valid_from, invalid_at, supersedes, created_at, updated_at, \
+                last_accessed_at, access_count, archived_at, version, embedding, embedding_model";
+
+            fn bad(column: &str, value: &str) -> sqlx::Error {
+                sqlx::Error::Decode(format!("unexpected {column} value {value:?}").into())
+            }
+
+            pub(super) fn memory(row: &$row) -> Result<Memory, sqlx::Error> {
+                let kind: String = row.try_get("kind")?;
+                let source: String = row.try_get("source")?;
+                let trust: String = row.try_get("trust")?;
+                let refs: sqlx::types::Json<Vec<String>> = row.try_get("source_refs")?;
+                let embedding: Vec<u8> = row.try_get("embedding")?;
+                Ok(Memory {
+                    id: MemoryId::from_uuid(row.try_get("id")?),
+                    kind: MemoryKind::parse(&kind).ok_or_else(|| bad("kind", &kind))?,
+                    content: row.try_get("content")?,
+                    source: MemorySource::parse(&source).ok_or_else(|| bad("source", &source))?,
+                    trust: Trust::parse(&trust).ok_or_else(|| bad("trust", &trust))?,
+                    importance: row.try_get::<i64, _>("importance")?.clamp(1, 5) as u8,
+                    thread_id: row.try_get::<Option<Uuid>, _>("thread_id")?.map(ThreadId::from_uuid),
+                    source_refs: refs.0,
+                    valid_from: row.try_get("valid_from")?,
+                    invalid_at: row.try_get::<Option<DateTime<Utc>>, _>("invalid_at")?,
+                    supersedes: row.try_get::<Option<Uuid>, _>("supersedes")?.map(MemoryId::from_uuid),
+                    created_at: row.try_get("created_at")?,
+                    updated_at: row.try_get("updated_at")?,
+                    last_accessed_at: row.try_get::<Option<DateTime<Utc>>, _>("last_accessed_at")?,
+                    access_count: row.try_get("access_count")?,
+                    archived_at: row.try_get::<Option<DateTime<Utc>>, _>("archived_at")?,
+                    version: row.try_get("version")?,
+                    embedding_model: row.try_get("embedding_model")?,
+                    embedding: vector_from_bytes(&embedding),
+                })
+            }
+
+            pub(super) fn owned(row: &$row) -> Result<OwnedMemory, sqlx::Error> {
+                Ok(OwnedMemory {
+                    user: UserId::from_trusted(row.try_get("user_id")?),
+                    memory: memory(row)?,
+                })
+            }
+
+            pub(super) fn log_entry(row: &$row) -> Result<LogEntry, sqlx::Error> {
+                let op: String = row.try_get("op")?;
+                Ok(LogEntry {
+                    seq: row.try_get("seq")?,
+                    user: UserId::from_trusted(row.try_get("user_id")?),
+                    memory: row.try_get::<Option<Uuid>, _>("memory_id")?.map(MemoryId::from_uuid),
+                    op: LogOp::parse(&op),
+                })
+            }
+        }
+
+        /// Appends a log row and a version row for `memory` inside `tx`.
+        async fn log_change(
+            tx: &mut sqlx::Transaction<'_, $db>,
+            user: UserId,
+            memory: &Memory,
+            change: &str,
+            op: LogOp,
+        ) -> Result<(), sqlx::Error> {
+            let at = now();
+            let snapshot = serde_json::to_value(memory).unwrap_or(serde_json::Value::Null);
+            sqlx::query(
+                "INSERT INTO memory_versions (memory_id, version, user_id, change, snapshot, changed_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+            )
+            .bind(memory.id.as_uuid())
+            .bind(memory.version)
+            .bind(user.as_uuid())
+            .bind(change)
+            .bind(sqlx::types::Json(snapshot))
+            .bind(at)
+            .execute(&mut **tx)
+            .await?;
+            append_log(tx, user, Some(memory.id), op).await
+        }
+
+        async fn append_log(
+            tx: &mut sqlx::Transaction<'_, $db>,
+            user: UserId,
+            memory: Option<MemoryId>,
+            op: LogOp,
+        ) -> Result<(), sqlx::Error> {
+            sqlx::query($log_lock).execute(&mut **tx).await?;
+            sqlx::query(
+                "INSERT INTO memory_log (user_id, memory_id, op, created_at) VALUES ($1, $2, $3, $4)",
+            )
+            .bind(user.as_uuid())
+            .bind(memory.map(|id| id.as_uuid()))
+            .bind(op.as_str())
+            .bind(now())
+            .execute(&mut **tx)
+            .await?;
+            Ok(())
+        }
+
+        async fn write_memory_row(
+            tx: &mut sqlx::Transaction<'_, $db>,
+            user: UserId,
+            memory: &Memory,
+        ) -> Result<(), sqlx::Error> {
+            sqlx::query(
+                "INSERT INTO memories (id, user_id, kind, content, source, trust, importance, thread_id, \
+                 source_refs, valid_from, invalid_at, supersedes, created_at, updated_at, last_accessed_at, \
+                 access_count, archived_at, version, embedding, embedding_model, embedding_dim) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21) \
+                 ON CONFLICT (id) DO UPDATE SET kind = $3, content = $4, importance = $7, \
+                 invalid_at = $11, updated_at = $14, archived_at = $17, version = $18, \
+                 embedding = $19, embedding_model = $20, embedding_dim = $21",
+            )
+            .bind(memory.id.as_uuid())
+            .bind(user.as_uuid())
+            .bind(memory.kind.as_str())
+            .bind(&memory.content)
+            .bind(memory.source.as_str())
+            .bind(memory.trust.as_str())
+            .bind(i64::from(memory.importance))
+            .bind(memory.thread_id.map(|id| id.as_uuid()))
+            .bind(sqlx::types::Json(&memory.source_refs))
+            .bind(memory.valid_from)
+            .bind(memory.invalid_at)
+            .bind(memory.supersedes.map(|id| id.as_uuid()))
+            .bind(memory.created_at)
+            .bind(memory.updated_at)
+            .bind(memory.last_accessed_at)
+            .bind(memory.access_count)
+            .bind(memory.archived_at)
+            .bind(memory.version)
+            .bind(vector_to_bytes(&memory.embedding))
+            .bind(&memory.embedding_model)
+            .bind(memory.embedding.len() as i64)
+            .execute(&mut **tx)
+            .await?;
+            Ok(())
+        }
+
+        async fn memory_in_tx(
+            tx: &mut sqlx::Transaction<'_, $db>,
+            user: UserId,
+            id: MemoryId,
+        ) -> StoreResult<Memory> {
+            let sql = format!(
+                "SELECT {} FROM memories WHERE id = $1 AND user_id = $2",
+                memory_rows::COLUMNS
+            );
+            let row = sqlx::query(&sql)
+                .bind(id.as_uuid())
+                .bind(user.as_uuid())
+                .fetch_optional(&mut **tx)
+                .await?;
+            row.as_ref()
+                .map(memory_rows::memory)
+                .transpose()?
+                .ok_or(StoreError::NotFound("memory"))
+        }
+
+        fn validate_importance(importance: u8) -> StoreResult<()> {
+            if (1..=5).contains(&importance) {
+                Ok(())
+            } else {
+                Err(StoreError::BadRequest("importance must be between 1 and 5".into()))
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl crate::store::MemoryStore for $store {
+            async fn insert_memories(
+                &self,
+                user: UserId,
+                memories: Vec<(NewMemory, Embedded)>,
+            ) -> StoreResult<Vec<Memory>> {
+                let mut tx = self.pool.begin().await?;
+                let mut written = Vec::with_capacity(memories.len());
+                for (new, embedded) in memories {
+                    validate_importance(new.importance)?;
+                    if new.content.trim().is_empty() {
+                        return Err(StoreError::BadRequest("memory content must not be empty".into()));
+                    }
+                    let at = now();
+                    let created = new.created_at.map(|time| time.trunc_subsecs(6)).unwrap_or(at);
+                    let memory = Memory {
+                        id: MemoryId::new(),
+                        kind: new.kind,
+                        content: new.content,
+                        source: new.source,
+                        trust: new.trust,
+                        importance: new.importance,
+                        thread_id: new.thread_id,
+                        source_refs: new.source_refs,
+                        valid_from: created,
+                        invalid_at: None,
+                        supersedes: new.supersedes,
+                        created_at: created,
+                        updated_at: at,
+                        last_accessed_at: None,
+                        access_count: 0,
+                        archived_at: None,
+                        version: 1,
+                        embedding_model: embedded.model,
+                        embedding: embedded.vector,
+                    };
+                    write_memory_row(&mut tx, user, &memory).await?;
+                    log_change(&mut tx, user, &memory, "created", LogOp::Upsert).await?;
+                    written.push(memory);
+                }
+                tx.commit().await?;
+                Ok(written)
+            }
+
+            async fn get_memory(&self, user: UserId, id: MemoryId) -> StoreResult<Memory> {
+                let sql = format!(
+                    "SELECT {} FROM memories WHERE id = $1 AND user_id = $2",
+                    memory_rows::COLUMNS
+                );
+                let row = sqlx::query(&sql)
+                    .bind(id.as_uuid())
+                    .bind(user.as_uuid())
+                    .fetch_optional(&self.pool)
+                    .await?;
+                row.as_ref()
+                    .map(memory_rows::memory)
+                    .transpose()?
+                    .ok_or(StoreError::NotFound("memory"))
+            }
+
+            async fn memory_history(
+                &self,
+                user: UserId,
+                id: MemoryId,
+            ) -> StoreResult<Vec<MemoryVersion>> {
+                use sqlx::Row as _;
+                let found = sqlx::query(
+                    "SELECT version, change, snapshot, changed_at FROM memory_versions \
+                     WHERE memory_id = $1 AND user_id = $2 ORDER BY version",
+                )
+                .bind(id.as_uuid())
+                .bind(user.as_uuid())
+                .fetch_all(&self.pool)
+                .await?;
+                found
+                    .iter()
+                    .map(|row| {
+                        let snapshot: sqlx::types::Json<serde_json::Value> = row.try_get("snapshot")?;
+                        Ok(MemoryVersion {
+                            version: row.try_get("version")?,
+                            change: row.try_get("change")?,
+                            snapshot: snapshot.0,
+                            changed_at: row.try_get("changed_at")?,
+                        })
+                    })
+                    .collect::<Result<_, sqlx::Error>>()
+                    .map_err(StoreError::from)
+            }
+
+            async fn update_memory(
+                &self,
+                user: UserId,
+                id: MemoryId,
+                patch: MemoryPatch,
+            ) -> StoreResult<Memory> {
+                let mut tx = self.pool.begin().await?;
+                // Take the write lock first (SQLite) so the read below cannot go stale.
+                sqlx::query("UPDATE memories SET version = version WHERE id = $1 AND user_id = $2")
+                    .bind(id.as_uuid())
+                    .bind(user.as_uuid())
+                    .execute(&mut *tx)
+                    .await?;
+                let mut memory = memory_in_tx(&mut tx, user, id).await?;
+                let mut changes = Vec::new();
+                if let Some((content, embedded)) = patch.content {
+                    if content.trim().is_empty() {
+                        return Err(StoreError::BadRequest("memory content must not be empty".into()));
+                    }
+                    if content != memory.content {
+                        memory.content = content;
+                        memory.embedding = embedded.vector;
+                        memory.embedding_model = embedded.model;
+                        changes.push("updated");
+                    }
+                }
+                if let Some(kind) = patch.kind.filter(|kind| *kind != memory.kind) {
+                    memory.kind = kind;
+                    changes.push("updated");
+                }
+                if let Some(importance) = patch.importance.filter(|i| *i != memory.importance) {
+                    validate_importance(importance)?;
+                    memory.importance = importance;
+                    changes.push("updated");
+                }
+                match patch.archived {
+                    Some(true) if memory.archived_at.is_none() => {
+                        memory.archived_at = Some(now());
+                        changes.push("archived");
+                    }
+                    Some(false) if memory.archived_at.is_some() => {
+                        memory.archived_at = None;
+                        changes.push("restored");
+                    }
+                    _ => {}
+                }
+                if let Some(invalid_at) = patch.invalid_at
+                    && invalid_at != memory.invalid_at
+                {
+                    memory.invalid_at = invalid_at;
+                    changes.push(if invalid_at.is_some() { "invalidated" } else { "revalidated" });
+                }
+                if changes.is_empty() {
+                    return Ok(memory);
+                }
+                changes.dedup();
+                memory.version += 1;
+                memory.updated_at = now();
+                write_memory_row(&mut tx, user, &memory).await?;
+                log_change(&mut tx, user, &memory, &changes.join(","), LogOp::Upsert).await?;
+                tx.commit().await?;
+                Ok(memory)
+            }
+
+            async fn delete_memory(&self, user: UserId, id: MemoryId) -> StoreResult<()> {
+                let mut tx = self.pool.begin().await?;
+                let done = sqlx::query("DELETE FROM memories WHERE id = $1 AND user_id = $2")
+                    .bind(id.as_uuid())
+                    .bind(user.as_uuid())
+                    .execute(&mut *tx)
+                    .await?;
+                if done.rows_affected() == 0 {
+                    return Err(StoreError::NotFound("memory"));
+                }
+                sqlx::query("DELETE FROM memory_versions WHERE memory_id = $1 AND user_id = $2")
+                    .bind(id.as_uuid())
+                    .bind(user.as_uuid())
+                    .execute(&mut *tx)
+                    .await?;
+                append_log(&mut tx, user, Some(id), LogOp::Delete).await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn delete_all_memories(&self, user: UserId) -> StoreResult<u64> {
+                let mut tx = self.pool.begin().await?;
+                let done = sqlx::query("DELETE FROM memories WHERE user_id = $1")
+                    .bind(user.as_uuid())
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query("DELETE FROM memory_versions WHERE user_id = $1")
+                    .bind(user.as_uuid())
+                    .execute(&mut *tx)
+                    .await?;
+                append_log(&mut tx, user, None, LogOp::DeleteUser).await?;
+                tx.commit().await?;
+                Ok(done.rows_affected())
+            }
+
+            async fn list_memories(
+                &self,
+                user: UserId,
+                filter: &MemoryFilter,
+                limit: i64,
+                before: Option<MemoryId>,
+            ) -> StoreResult<Vec<Memory>> {
+                let mut sql = format!(
+                    "SELECT {} FROM memories WHERE user_id = $1",
+                    memory_rows::COLUMNS
+                );
+                let mut next = 2;
+                if before.is_some() {
+                    sql.push_str(&format!(" AND id < ${next}"));
+                    next += 1;
+                }
+                if filter.since.is_some() {
+                    sql.push_str(&format!(" AND created_at >= ${next}"));
+                    next += 1;
+                }
+                if filter.until.is_some() {
+                    sql.push_str(&format!(" AND created_at <= ${next}"));
+                    next += 1;
+                }
+                let kinds: Vec<&str> = filter
+                    .kinds
+                    .iter()
+                    .flatten()
+                    .map(|kind| kind.as_str())
+                    .collect();
+                if filter.kinds.is_some() {
+                    if kinds.is_empty() {
+                        return Ok(Vec::new());
+                    }
+                    sql.push_str(&format!(
+                        " AND kind IN ({})",
+                        super::sql_memory::placeholders(next, kinds.len())
+                    ));
+                    next += kinds.len();
+                }
+                if !filter.include_archived {
+                    sql.push_str(" AND archived_at IS NULL");
+                }
+                if !filter.include_invalid {
+                    sql.push_str(" AND invalid_at IS NULL");
+                }
+                sql.push_str(&format!(" ORDER BY id DESC LIMIT ${next}"));
+                let mut query = sqlx::query(&sql).bind(user.as_uuid());
+                if let Some(cursor) = before {
+                    query = query.bind(cursor.as_uuid());
+                }
+                if let Some(since) = filter.since {
+                    query = query.bind(since);
+                }
+                if let Some(until) = filter.until {
+                    query = query.bind(until);
+                }
+                for kind in kinds {
+                    query = query.bind(kind);
+                }
+                let found = query.bind(limit).fetch_all(&self.pool).await?;
+                Ok(found.iter().map(memory_rows::memory).collect::<Result<_, _>>()?)
+            }
+
+            async fn memories_by_ids(
+                &self,
+                user: UserId,
+                ids: &[MemoryId],
+            ) -> StoreResult<Vec<Memory>> {
+                if ids.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let sql = format!(
+                    "SELECT {} FROM memories WHERE user_id = $1 AND id IN ({})",
+                    memory_rows::COLUMNS,
+                    super::sql_memory::placeholders(2, ids.len())
+                );
+                let mut query = sqlx::query(&sql).bind(user.as_uuid());
+                for id in ids {
+                    query = query.bind(id.as_uuid());
+                }
+                let found = query.fetch_all(&self.pool).await?;
+                Ok(found.iter().map(memory_rows::memory).collect::<Result<_, _>>()?)
+            }
+
+            async fn record_access(
+                &self,
+                user: UserId,
+                ids: &[MemoryId],
+                at: DateTime<Utc>,
+            ) -> StoreResult<()> {
+                if ids.is_empty() {
+                    return Ok(());
+                }
+                let sql = format!(
+                    "UPDATE memories SET access_count = access_count + 1, last_accessed_at = $1 \
+                     WHERE user_id = $2 AND id IN ({})",
+                    super::sql_memory::placeholders(3, ids.len())
+                );
+                let mut query = sqlx::query(&sql).bind(at).bind(user.as_uuid());
+                for id in ids {
+                    query = query.bind(id.as_uuid());
+                }
+                query.execute(&self.pool).await?;
+                Ok(())
+            }
+
+            async fn memory_log_after(&self, after: i64, limit: i64) -> StoreResult<Vec<LogEntry>> {
+                let found = sqlx::query(
+                    "SELECT seq, user_id, memory_id, op FROM memory_log WHERE seq > $1 ORDER BY seq LIMIT $2",
+                )
+                .bind(after)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?;
+                Ok(found.iter().map(memory_rows::log_entry).collect::<Result<_, _>>()?)
+            }
+
+            async fn memory_log_head(&self) -> StoreResult<i64> {
+                let head: Option<i64> = sqlx::query_scalar("SELECT MAX(seq) FROM memory_log")
+                    .fetch_one(&self.pool)
+                    .await?;
+                Ok(head.unwrap_or(0))
+            }
+
+            async fn owned_memories(&self, ids: &[MemoryId]) -> StoreResult<Vec<OwnedMemory>> {
+                if ids.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let sql = format!(
+                    "SELECT {} FROM memories WHERE id IN ({})",
+                    memory_rows::COLUMNS,
+                    super::sql_memory::placeholders(1, ids.len())
+                );
+                let mut query = sqlx::query(&sql);
+                for id in ids {
+                    query = query.bind(id.as_uuid());
+                }
+                let found = query.fetch_all(&self.pool).await?;
+                Ok(found.iter().map(memory_rows::owned).collect::<Result<_, _>>()?)
+            }
+
+            async fn scan_memories(
+                &self,
+                after: Option<MemoryId>,
+                limit: i64,
+            ) -> StoreResult<Vec<OwnedMemory>> {
+                let found = match after {
+                    Some(cursor) => {
+                        let sql = format!(
+                            "SELECT {} FROM memories WHERE id > $1 ORDER BY id LIMIT $2",
+                            memory_rows::COLUMNS
+                        );
+                        sqlx::query(&sql)
+                            .bind(cursor.as_uuid())
+                            .bind(limit)
+                            .fetch_all(&self.pool)
+                            .await?
+                    }
+                    None => {
+                        let sql = format!(
+                            "SELECT {} FROM memories ORDER BY id LIMIT $1",
+                            memory_rows::COLUMNS
+                        );
+                        sqlx::query(&sql).bind(limit).fetch_all(&self.pool).await?
+                    }
+                };
+                Ok(found.iter().map(memory_rows::owned).collect::<Result<_, _>>()?)
+            }
+
+            async fn count_memories(&self) -> StoreResult<i64> {
+                Ok(sqlx::query_scalar("SELECT COUNT(*) FROM memories")
+                    .fetch_one(&self.pool)
+                    .await?)
+            }
+
+            async fn watermark(&self, name: &str) -> StoreResult<i64> {
+                let seq: Option<i64> =
+                    sqlx::query_scalar("SELECT seq FROM index_watermarks WHERE name = $1")
+                        .bind(name)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                Ok(seq.unwrap_or(0))
+            }
+
+            async fn set_watermark(&self, name: &str, seq: i64) -> StoreResult<()> {
+                sqlx::query(
+                    "INSERT INTO index_watermarks (name, seq, updated_at) VALUES ($1, $2, $3) \
+                     ON CONFLICT (name) DO UPDATE SET seq = $2, updated_at = $3",
+                )
+                .bind(name)
+                .bind(seq)
+                .bind(now())
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn archive_unused(
+                &self,
+                now_at: DateTime<Utc>,
+                unused_for: chrono::Duration,
+                max_importance: u8,
+            ) -> StoreResult<Vec<MemoryId>> {
+                let cutoff = now_at - unused_for;
+                let sql = format!(
+                    "SELECT {} FROM memories WHERE archived_at IS NULL AND importance <= $1 \
+                     AND COALESCE(last_accessed_at, created_at) < $2 ORDER BY id LIMIT 1000",
+                    memory_rows::COLUMNS
+                );
+                let mut archived = Vec::new();
+                loop {
+                    let mut tx = self.pool.begin().await?;
+                    sqlx::query($log_lock).execute(&mut *tx).await?;
+                    let found = sqlx::query(&sql)
+                        .bind(i64::from(max_importance))
+                        .bind(cutoff)
+                        .fetch_all(&mut *tx)
+                        .await?;
+                    if found.is_empty() {
+                        break;
+                    }
+                    let batch = found.len();
+                    for row in &found {
+                        let OwnedMemory { user, mut memory } = memory_rows::owned(row)?;
+                        memory.archived_at = Some(memory.last_activity() + unused_for);
+                        memory.version += 1;
+                        memory.updated_at = now();
+                        write_memory_row(&mut tx, user, &memory).await?;
+                        log_change(&mut tx, user, &memory, "decayed", LogOp::Upsert).await?;
+                        archived.push(memory.id);
+                    }
+                    tx.commit().await?;
+                    if batch < 1000 {
+                        break;
+                    }
+                }
+                Ok(archived)
+            }
+
+            async fn memories_not_embedded_by(
+                &self,
+                model: &str,
+                limit: i64,
+            ) -> StoreResult<Vec<OwnedMemory>> {
+                let sql = format!(
+                    "SELECT {} FROM memories WHERE embedding_model <> $1 ORDER BY id LIMIT $2",
+                    memory_rows::COLUMNS
+                );
+                let found = sqlx::query(&sql)
+                    .bind(model)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?;
+                Ok(found.iter().map(memory_rows::owned).collect::<Result<_, _>>()?)
+            }
+
+            async fn count_memories_not_embedded_by(&self, model: &str) -> StoreResult<i64> {
+                Ok(sqlx::query_scalar("SELECT COUNT(*) FROM memories WHERE embedding_model <> $1")
+                    .bind(model)
+                    .fetch_one(&self.pool)
+                    .await?)
+            }
+
+            async fn set_embedding(&self, id: MemoryId, embedded: &Embedded) -> StoreResult<()> {
+                use sqlx::Row as _;
+                let mut tx = self.pool.begin().await?;
+                let done = sqlx::query(
+                    "UPDATE memories SET embedding = $1, embedding_model = $2, embedding_dim = $3 \
+                     WHERE id = $4",
+                )
+                .bind(vector_to_bytes(&embedded.vector))
+                .bind(&embedded.model)
+                .bind(embedded.vector.len() as i64)
+                .bind(id.as_uuid())
+                .execute(&mut *tx)
+                .await?;
+                if done.rows_affected() == 0 {
+                    return Ok(());
+                }
+                let row = sqlx::query("SELECT user_id FROM memories WHERE id = $1")
+                    .bind(id.as_uuid())
+                    .fetch_one(&mut *tx)
+                    .await?;
+                let user = UserId::from_trusted(row.try_get("user_id")?);
+                append_log(&mut tx, user, Some(id), LogOp::Upsert).await?;
+                tx.commit().await?;
+                Ok(())
+            }
+        }
+    };
+}
+
+pub(crate) use sql_memory_store;
