@@ -6,6 +6,8 @@
 //! - `startup`   builds `AppState` from settings; `serve(listener, state)` with ordered shutdown
 //! - `http`      router, `ApiError`, extractors, SSE, one file per resource, OpenAPI and /docs
 //! - `auth`      API keys, JWT, the `AuthUser` extractor that alone yields a `UserId`
+//! - `index`     derived indexes: vector (Qdrant Edge / server), keyword (tantivy), indexer, RRF
+//! - `llm`       embedders (local candle BERT, OpenAI-compatible)
 //! - `runs`      durable runs: the run-event log, live following, cancellation
 //! - `agent`     what executes runs (the placeholder echo turn for now)
 //! - `store`     the `Store` trait (SQL source of truth), SQLite and PostgreSQL implementations
@@ -17,6 +19,8 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod http;
+pub mod index;
+pub mod llm;
 pub mod runs;
 pub mod startup;
 pub mod store;

@@ -1,0 +1,849 @@
+//! Per-user BM25 keyword index over memory contents, on tantivy 0.27.
+//!
+//! Owns the tantivy schema, the `mnemo` text analyzer (jieba segmentation for
+//! CJK, lowercasing, English stop words and Snowball English stemming), the
+//! single `IndexWriter`, and the reader. Writes arrive as ordered batches of
+//! [`KeywordOp`] tagged with the store's sequence number; each batch is one
+//! commit whose payload is that number, so after a restart
+//! [`KeywordIndex::applied_seq`] tells the caller where to resume replaying.
+//!
+//! User text never goes through tantivy's query parser: it is run through the
+//! same analyzer and turned into an OR of term queries, so no input can cause
+//! a syntax error. Every search is restricted to one user.
+//!
+//! The core methods are synchronous (tantivy does blocking I/O and CPU work);
+//! from async code use the `*_async` wrappers, which run on tokio's blocking
+//! pool.
+
+use std::collections::BTreeSet;
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tantivy::collector::{Count, DocSetCollector, TopDocs};
+use tantivy::directory::MmapDirectory;
+use tantivy::query::{
+    BooleanQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery, TermSetQuery,
+};
+use tantivy::schema::{
+    FAST, Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing,
+    TextOptions, Value,
+};
+use tantivy::tokenizer::{
+    Language, LowerCaser, RemoveLongFilter, Stemmer, StopWordFilter, TextAnalyzer, Token,
+    TokenStream, Tokenizer,
+};
+use tantivy::{
+    DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, TantivyError, Term,
+    doc,
+};
+use tantivy_jieba::{JiebaTokenStream, JiebaTokenizer};
+
+use crate::store::{MemoryId, UserId};
+use crate::index::vector::{IndexError, MAX_SEARCH_LIMIT, VectorFilter};
+
+/// Name under which the analyzer is registered in the index's tokenizer manager.
+pub const TOKENIZER_NAME: &str = "mnemo";
+
+/// Same restrictions as the vector side.
+pub type KeywordFilter = VectorFilter;
+
+/// Total indexing memory budget of the single writer thread.
+const WRITER_MEMORY_BYTES: usize = 32 * 1024 * 1024;
+/// Tokens longer than this (in bytes) are dropped: base64 blobs, URLs, hashes.
+const MAX_TOKEN_BYTES: usize = 64;
+
+/// A memory as the keyword index sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeywordDoc {
+    pub id: MemoryId,
+    pub user_id: UserId,
+    pub content: String,
+    pub kind: String,
+    pub created_at_ms: i64,
+    pub archived: bool,
+    pub valid: bool,
+}
+
+/// One change to apply; a batch is applied in order and committed atomically.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeywordOp {
+    /// Insert or replace the document with this id.
+    Upsert(KeywordDoc),
+    /// Remove one document; unknown ids are ignored.
+    Delete(MemoryId),
+    /// Remove every document of a user.
+    DeleteUser(UserId),
+}
+
+#[derive(Clone, Copy)]
+struct Fields {
+    id: Field,
+    user_id: Field,
+    content: Field,
+    kind: Field,
+    created_at_ms: Field,
+    archived: Field,
+    valid: Field,
+}
+
+fn build_schema() -> (Schema, Fields) {
+    let mut builder = Schema::builder();
+    let content_options = TextOptions::default().set_indexing_options(
+        TextFieldIndexing::default()
+            .set_tokenizer(TOKENIZER_NAME)
+            // BM25 needs term frequencies only; no phrase queries are ever built.
+            .set_index_option(IndexRecordOption::WithFreqs),
+    );
+    let fields = Fields {
+        id: builder.add_text_field("id", STRING | STORED),
+        user_id: builder.add_text_field("user_id", STRING | FAST),
+        content: builder.add_text_field("content", content_options),
+        kind: builder.add_text_field("kind", STRING),
+        created_at_ms: builder.add_i64_field("created_at_ms", INDEXED | FAST),
+        archived: builder.add_bool_field("archived", INDEXED | FAST),
+        valid: builder.add_bool_field("valid", INDEXED | FAST),
+    };
+    (builder.build(), fields)
+}
+
+/// Jieba segmentation that drops whitespace and punctuation tokens: jieba
+/// emits every separator as its own token.
+#[derive(Clone, Default)]
+struct MixedScriptTokenizer {
+    jieba: JiebaTokenizer,
+}
+
+struct WordTokens<'a> {
+    inner: JiebaTokenStream<'a>,
+}
+
+impl Tokenizer for MixedScriptTokenizer {
+    type TokenStream<'a> = WordTokens<'a>;
+
+    fn token_stream<'a>(&'a mut self, text: &'a str) -> WordTokens<'a> {
+        WordTokens {
+            inner: self.jieba.token_stream(text),
+        }
+    }
+}
+
+impl TokenStream for WordTokens<'_> {
+    fn advance(&mut self) -> bool {
+        while self.inner.advance() {
+            if self.inner.token().text.chars().any(char::is_alphanumeric) {
+                return true;
+            }
+        }
+        false
+    }
+
+    fn token(&self) -> &Token {
+        self.inner.token()
+    }
+
+    fn token_mut(&mut self) -> &mut Token {
+        self.inner.token_mut()
+    }
+}
+
+/// The `mnemo` analyzer: jieba words (English runs stay whole words),
+/// long-token removal, lowercase, English stop words, English stemming.
+pub fn mnemo_analyzer() -> Result<TextAnalyzer, IndexError> {
+    let stop_words = StopWordFilter::new(Language::English).ok_or_else(|| {
+        IndexError::Internal("tantivy built without the English stop-word list".into())
+    })?;
+    Ok(TextAnalyzer::builder(MixedScriptTokenizer::default())
+        .filter(RemoveLongFilter::limit(MAX_TOKEN_BYTES))
+        .filter(LowerCaser)
+        .filter(stop_words)
+        .filter(Stemmer::new(Language::English))
+        .build())
+}
+
+/// Runs `text` through `analyzer` and returns the token texts in order.
+pub fn analyze(analyzer: &mut TextAnalyzer, text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stream = analyzer.token_stream(text);
+    while stream.advance() {
+        out.push(stream.token().text.clone());
+    }
+    out
+}
+
+fn tantivy_err(context: &str, err: TantivyError) -> IndexError {
+    match err {
+        TantivyError::LockFailure(..)
+        | TantivyError::IoError(_)
+        | TantivyError::OpenDirectoryError(_) => {
+            IndexError::Unavailable(format!("{context}: {err}"))
+        }
+        TantivyError::SchemaError(_) | TantivyError::InvalidArgument(_) => {
+            IndexError::BadInput(format!("{context}: {err}"))
+        }
+        other => IndexError::Internal(format!("{context}: {other}")),
+    }
+}
+
+fn parse_seq(payload: Option<&str>) -> Result<i64, IndexError> {
+    match payload {
+        None => Ok(0),
+        Some(p) => p.trim().parse::<i64>().map_err(|e| {
+            IndexError::Internal(format!(
+                "keyword index commit payload {p:?} is not a seq: {e}"
+            ))
+        }),
+    }
+}
+
+/// Tantivy index plus its writer and reader. Cheap to clone (shared state).
+#[derive(Clone)]
+pub struct KeywordIndex {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    index: Index,
+    reader: IndexReader,
+    writer: Mutex<IndexWriter>,
+    analyzer: TextAnalyzer,
+    fields: Fields,
+    applied_seq: AtomicI64,
+}
+
+impl std::fmt::Debug for KeywordIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeywordIndex")
+            .field("applied_seq", &self.applied_seq())
+            .finish_non_exhaustive()
+    }
+}
+
+impl KeywordIndex {
+    /// Opens the index in `dir` (created if missing) or, with `None`, a fresh
+    /// in-memory index (tests, ephemeral use).
+    pub fn open(dir: Option<&Path>) -> Result<Self, IndexError> {
+        let (schema, fields) = build_schema();
+        let index = match dir {
+            None => Index::create_in_ram(schema),
+            Some(dir) => {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    IndexError::Unavailable(format!(
+                        "create keyword index dir {}: {e}",
+                        dir.display()
+                    ))
+                })?;
+                let directory = MmapDirectory::open(dir).map_err(|e| {
+                    IndexError::Unavailable(format!(
+                        "open keyword index dir {}: {e}",
+                        dir.display()
+                    ))
+                })?;
+                Index::open_or_create(directory, schema)
+                    .map_err(|e| tantivy_err("open keyword index", e))?
+            }
+        };
+        let analyzer = mnemo_analyzer()?;
+        index
+            .tokenizers()
+            .register(TOKENIZER_NAME, analyzer.clone());
+        let writer = index
+            .writer_with_num_threads(1, WRITER_MEMORY_BYTES)
+            .map_err(|e| tantivy_err("open keyword index writer", e))?;
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()
+            .map_err(|e| tantivy_err("open keyword index reader", e))?;
+        let metas = index
+            .load_metas()
+            .map_err(|e| tantivy_err("read keyword index metadata", e))?;
+        let applied = parse_seq(metas.payload.as_deref())?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                index,
+                reader,
+                writer: Mutex::new(writer),
+                analyzer,
+                fields,
+                applied_seq: AtomicI64::new(applied),
+            }),
+        })
+    }
+
+    /// Sequence number recorded by the last commit (0 for a new index).
+    pub fn applied_seq(&self) -> i64 {
+        self.inner.applied_seq.load(Ordering::Acquire)
+    }
+
+    /// Applies `ops` in order and commits them as one unit recording `seq`.
+    ///
+    /// Upserts delete any previous document with the same id first, so
+    /// re-applying a batch is harmless. The changes are searchable as soon as
+    /// this returns. On error nothing of the batch is kept.
+    pub fn apply(&self, ops: &[KeywordOp], seq: i64) -> Result<(), IndexError> {
+        let f = self.inner.fields;
+        let mut writer = self.writer()?;
+        let staged = (|| -> Result<(), IndexError> {
+            for op in ops {
+                match op {
+                    KeywordOp::Upsert(d) => {
+                        let id = d.id.as_uuid().to_string();
+                        writer.delete_term(Term::from_field_text(f.id, &id));
+                        writer
+                            .add_document(doc!(
+                                f.id => id,
+                                f.user_id => d.user_id.as_uuid().to_string(),
+                                f.content => d.content.as_str(),
+                                f.kind => d.kind.as_str(),
+                                f.created_at_ms => d.created_at_ms,
+                                f.archived => d.archived,
+                                f.valid => d.valid,
+                            ))
+                            .map_err(|e| tantivy_err("add document", e))?;
+                    }
+                    KeywordOp::Delete(id) => {
+                        writer.delete_term(Term::from_field_text(f.id, &id.as_uuid().to_string()));
+                    }
+                    KeywordOp::DeleteUser(user) => {
+                        writer.delete_term(Term::from_field_text(f.user_id, &user.as_uuid().to_string()));
+                    }
+                }
+            }
+            let mut prepared = writer
+                .prepare_commit()
+                .map_err(|e| tantivy_err("prepare commit", e))?;
+            prepared.set_payload(&seq.to_string());
+            prepared.commit().map_err(|e| tantivy_err("commit", e))?;
+            Ok(())
+        })();
+        if let Err(err) = staged {
+            // Best effort: drop the half-staged batch so the next apply starts clean.
+            let _ = writer.rollback();
+            return Err(err);
+        }
+        self.inner.applied_seq.store(seq, Ordering::Release);
+        drop(writer);
+        self.inner
+            .reader
+            .reload()
+            .map_err(|e| tantivy_err("reload keyword reader", e))
+    }
+
+    /// Removes every document and resets the applied seq to 0 (for rebuilds).
+    pub fn clear(&self) -> Result<(), IndexError> {
+        let mut writer = self.writer()?;
+        writer
+            .delete_all_documents()
+            .map_err(|e| tantivy_err("delete all documents", e))?;
+        let mut prepared = writer
+            .prepare_commit()
+            .map_err(|e| tantivy_err("prepare commit", e))?;
+        prepared.set_payload("0");
+        prepared.commit().map_err(|e| tantivy_err("commit", e))?;
+        self.inner.applied_seq.store(0, Ordering::Release);
+        drop(writer);
+        self.inner
+            .reader
+            .reload()
+            .map_err(|e| tantivy_err("reload keyword reader", e))
+    }
+
+    /// BM25 search of `query` over `user`'s memories that pass `filter`.
+    /// Returns `(id, score)` best first; an empty or all-stop-word query
+    /// returns nothing. `limit` is clamped to [`MAX_SEARCH_LIMIT`].
+    pub fn search(
+        &self,
+        user: UserId,
+        query: &str,
+        filter: &KeywordFilter,
+        limit: usize,
+    ) -> Result<Vec<(MemoryId, f32)>, IndexError> {
+        if limit == 0 || filter.is_unsatisfiable() {
+            return Ok(Vec::new());
+        }
+        let f = self.inner.fields;
+        let mut analyzer = self.inner.analyzer.clone();
+        let words: BTreeSet<String> = analyze(&mut analyzer, query).into_iter().collect();
+        if words.is_empty() {
+            return Ok(Vec::new());
+        }
+        let text: Vec<(Occur, Box<dyn Query>)> = words
+            .iter()
+            .map(|w| {
+                let q: Box<dyn Query> = Box::new(TermQuery::new(
+                    Term::from_field_text(f.content, w),
+                    IndexRecordOption::WithFreqs,
+                ));
+                (Occur::Should, q)
+            })
+            .collect();
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> =
+            vec![(Occur::Must, Box::new(BooleanQuery::new(text)))];
+        for filter_query in self.filter_queries(user, filter) {
+            // Filters must not add to the BM25 score.
+            clauses.push((
+                Occur::Must,
+                Box::new(ConstScoreQuery::new(filter_query, 0.0)),
+            ));
+        }
+        let query = BooleanQuery::new(clauses);
+        let searcher = self.inner.reader.searcher();
+        let top = searcher
+            .search(
+                &query,
+                &TopDocs::with_limit(limit.min(MAX_SEARCH_LIMIT)).order_by_score(),
+            )
+            .map_err(|e| tantivy_err("keyword search", e))?;
+        top.into_iter()
+            .map(|(score, addr)| Ok((self.stored_id(&searcher, addr)?, score)))
+            .collect()
+    }
+
+    /// Number of documents stored for `user`.
+    pub fn count(&self, user: UserId) -> Result<u64, IndexError> {
+        let searcher = self.inner.reader.searcher();
+        let n = searcher
+            .search(&self.user_query(user), &Count)
+            .map_err(|e| tantivy_err("keyword count", e))?;
+        Ok(n as u64)
+    }
+
+    /// Every document id stored for `user`.
+    pub fn ids(&self, user: UserId) -> Result<Vec<MemoryId>, IndexError> {
+        let searcher = self.inner.reader.searcher();
+        let docs = searcher
+            .search(&self.user_query(user), &DocSetCollector)
+            .map_err(|e| tantivy_err("keyword ids", e))?;
+        let mut docs: Vec<DocAddress> = docs.into_iter().collect();
+        docs.sort();
+        docs.into_iter()
+            .map(|addr| self.stored_id(&searcher, addr))
+            .collect()
+    }
+
+    /// [`Self::apply`] on the blocking pool.
+    pub async fn apply_async(&self, ops: Vec<KeywordOp>, seq: i64) -> Result<(), IndexError> {
+        self.blocking(move |k| k.apply(&ops, seq)).await
+    }
+
+    /// [`Self::search`] on the blocking pool.
+    pub async fn search_async(
+        &self,
+        user: UserId,
+        query: String,
+        filter: KeywordFilter,
+        limit: usize,
+    ) -> Result<Vec<(MemoryId, f32)>, IndexError> {
+        self.blocking(move |k| k.search(user, &query, &filter, limit))
+            .await
+    }
+
+    /// [`Self::count`] on the blocking pool.
+    pub async fn count_async(&self, user: UserId) -> Result<u64, IndexError> {
+        self.blocking(move |k| k.count(user)).await
+    }
+
+    /// [`Self::ids`] on the blocking pool.
+    pub async fn ids_async(&self, user: UserId) -> Result<Vec<MemoryId>, IndexError> {
+        self.blocking(move |k| k.ids(user)).await
+    }
+
+    /// [`Self::clear`] on the blocking pool.
+    pub async fn clear_async(&self) -> Result<(), IndexError> {
+        self.blocking(|k| k.clear()).await
+    }
+
+    async fn blocking<T, F>(&self, f: F) -> Result<T, IndexError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&KeywordIndex) -> Result<T, IndexError> + Send + 'static,
+    {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || f(&this))
+            .await
+            .map_err(IndexError::from_join)?
+    }
+
+    /// Locks the writer; after a panic mid-batch, discards the partial batch.
+    fn writer(&self) -> Result<MutexGuard<'_, IndexWriter>, IndexError> {
+        match self.inner.writer.lock() {
+            Ok(guard) => Ok(guard),
+            Err(poisoned) => {
+                let mut guard = poisoned.into_inner();
+                guard
+                    .rollback()
+                    .map_err(|e| tantivy_err("roll back after panic", e))?;
+                self.inner.writer.clear_poison();
+                Ok(guard)
+            }
+        }
+    }
+
+    fn user_query(&self, user: UserId) -> TermQuery {
+        TermQuery::new(
+            Term::from_field_text(self.inner.fields.user_id, &user.as_uuid().to_string()),
+            IndexRecordOption::Basic,
+        )
+    }
+
+    fn filter_queries(&self, user: UserId, filter: &KeywordFilter) -> Vec<Box<dyn Query>> {
+        let f = self.inner.fields;
+        let mut out: Vec<Box<dyn Query>> = vec![Box::new(self.user_query(user))];
+        if let Some(kinds) = &filter.kinds {
+            out.push(Box::new(TermSetQuery::new(
+                kinds.iter().map(|k| Term::from_field_text(f.kind, k)),
+            )));
+        }
+        if filter.since_ms.is_some() || filter.until_ms.is_some() {
+            let lower = filter.since_ms.map_or(Bound::Unbounded, |ms| {
+                Bound::Included(Term::from_field_i64(f.created_at_ms, ms))
+            });
+            let upper = filter.until_ms.map_or(Bound::Unbounded, |ms| {
+                Bound::Excluded(Term::from_field_i64(f.created_at_ms, ms))
+            });
+            out.push(Box::new(RangeQuery::new(lower, upper)));
+        }
+        if !filter.include_archived {
+            out.push(Box::new(TermQuery::new(
+                Term::from_field_bool(f.archived, false),
+                IndexRecordOption::Basic,
+            )));
+        }
+        if !filter.include_invalid {
+            out.push(Box::new(TermQuery::new(
+                Term::from_field_bool(f.valid, true),
+                IndexRecordOption::Basic,
+            )));
+        }
+        out
+    }
+
+    fn stored_id(
+        &self,
+        searcher: &tantivy::Searcher,
+        addr: DocAddress,
+    ) -> Result<MemoryId, IndexError> {
+        let doc: TantivyDocument = searcher
+            .doc(addr)
+            .map_err(|e| tantivy_err("load stored document", e))?;
+        let raw = doc
+            .get_first(self.inner.fields.id)
+            .and_then(|v| v.as_str())
+            .ok_or_else(|| IndexError::Internal("keyword document without id".into()))?;
+        uuid::Uuid::parse_str(raw)
+            .map(MemoryId::from_uuid)
+            .map_err(|e| IndexError::Internal(format!("stored id {raw:?} is not a uuid: {e}")))
+    }
+
+    /// The underlying tantivy index (schema inspection, diagnostics).
+    pub fn tantivy_index(&self) -> &Index {
+        &self.inner.index
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user() -> UserId {
+        UserId::from_trusted(uuid::Uuid::now_v7())
+    }
+
+    fn mem() -> MemoryId {
+        MemoryId::new()
+    }
+
+    fn kdoc(id: MemoryId, user: UserId, content: &str) -> KeywordDoc {
+        KeywordDoc {
+            id,
+            user_id: user,
+            content: content.into(),
+            kind: "fact".into(),
+            created_at_ms: 1000,
+            archived: false,
+            valid: true,
+        }
+    }
+
+    fn ids(hits: &[(MemoryId, f32)]) -> Vec<MemoryId> {
+        hits.iter().map(|h| h.0).collect()
+    }
+
+    #[test]
+    fn analyzer_table() {
+        let mut analyzer = mnemo_analyzer().expect("analyzer");
+        let cases: &[(&str, &[&str])] = &[
+            (
+                "The Runners were running quickly to the mountains!",
+                &["runner", "were", "run", "quick", "mountain"],
+            ),
+            (
+                "I like hiking, cats & dogs.",
+                &["i", "like", "hike", "cat", "dog"],
+            ),
+            (
+                "我喜欢在周末去爬山",
+                &["我", "喜欢", "在", "周末", "去", "爬山"],
+            ),
+            (
+                "我们明天去北京大学",
+                &["我们", "明天", "去", "北京", "大学", "北京大学"],
+            ),
+            // Search mode also emits the dictionary sub-words of long words.
+            (
+                "用Rust写服务器",
+                &["用", "rust", "写", "服务", "务器", "服务器"],
+            ),
+            ("foo:bar \"unbalanced (", &["foo", "bar", "unbalanc"]),
+            ("   ,,, !!! ", &[]),
+        ];
+        let mut mismatches = Vec::new();
+        for (text, expected) in cases {
+            let got = analyze(&mut analyzer, text);
+            if &got != expected {
+                mismatches.push(format!("{text:?}: got {got:?}, want {expected:?}"));
+            }
+        }
+        assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+    }
+
+    #[tokio::test]
+    async fn english_and_chinese_search_with_user_isolation() {
+        let index = KeywordIndex::open(None).expect("open");
+        let (alice, bob) = (user(), user());
+        let (hike_en, cook_en, hike_zh, bob_hike) = (mem(), mem(), mem(), mem());
+        index
+            .apply(
+                &[
+                    KeywordOp::Upsert(kdoc(
+                        hike_en,
+                        alice,
+                        "Alice loves hiking in the Alps every summer",
+                    )),
+                    KeywordOp::Upsert(kdoc(
+                        cook_en,
+                        alice,
+                        "Alice is learning to cook Sichuan food",
+                    )),
+                    KeywordOp::Upsert(kdoc(hike_zh, alice, "我喜欢在周末去爬山")),
+                    KeywordOp::Upsert(kdoc(bob_hike, bob, "Bob hikes too, and 也喜欢爬山")),
+                ],
+                1,
+            )
+            .expect("apply");
+        // Visible immediately after apply returns.
+        let hits = index
+            .search(alice, "hikes", &KeywordFilter::default(), 10)
+            .expect("search");
+        assert_eq!(ids(&hits), vec![hike_en]);
+        assert!(hits[0].1 > 0.0);
+        let hits = index
+            .search(alice, "爬山", &KeywordFilter::default(), 10)
+            .expect("search");
+        assert_eq!(ids(&hits), vec![hike_zh]);
+        let hits = index
+            .search(alice, "周末有什么活动", &KeywordFilter::default(), 10)
+            .expect("search");
+        assert_eq!(ids(&hits), vec![hike_zh]);
+        // OR semantics, more matching terms rank higher.
+        let hits = index
+            .search(alice, "cooking food hiking", &KeywordFilter::default(), 10)
+            .expect("search");
+        assert_eq!(ids(&hits), vec![cook_en, hike_en]);
+        // Bob only ever sees Bob's documents.
+        let hits = index
+            .search(bob, "hiking 爬山 alice cook", &KeywordFilter::default(), 10)
+            .expect("search");
+        assert_eq!(ids(&hits), vec![bob_hike]);
+        assert_eq!(index.count(alice).expect("count"), 3);
+        assert_eq!(index.count(bob).expect("count"), 1);
+        let mut expected = vec![hike_en, cook_en, hike_zh];
+        expected.sort();
+        let mut got = index.ids(alice).expect("ids");
+        got.sort();
+        assert_eq!(got, expected);
+        // Async wrappers.
+        let hits = index
+            .search_async(alice, "alps".into(), KeywordFilter::default(), 5)
+            .await
+            .expect("search_async");
+        assert_eq!(ids(&hits), vec![hike_en]);
+        assert_eq!(index.count_async(bob).await.expect("count_async"), 1);
+    }
+
+    #[test]
+    fn filters() {
+        let index = KeywordIndex::open(None).expect("open");
+        let u = user();
+        let mk = |kind: &str, created: i64, archived: bool, valid: bool| {
+            let mut d = kdoc(mem(), u, "coffee every morning");
+            d.kind = kind.into();
+            d.created_at_ms = created;
+            d.archived = archived;
+            d.valid = valid;
+            d
+        };
+        let docs = [
+            mk("fact", 1000, false, true),
+            mk("preference", 2000, false, true),
+            mk("fact", 3000, true, true),
+            mk("event", 4000, false, false),
+        ];
+        let ops: Vec<KeywordOp> = docs.iter().cloned().map(KeywordOp::Upsert).collect();
+        index.apply(&ops, 7).expect("apply");
+        let run = |filter: KeywordFilter| {
+            let mut got = ids(&index.search(u, "coffee", &filter, 10).expect("search"));
+            got.sort();
+            got
+        };
+        let pick = |idx: &[usize]| {
+            let mut v: Vec<MemoryId> = idx.iter().map(|i| docs[*i].id).collect();
+            v.sort();
+            v
+        };
+        let all = KeywordFilter {
+            include_archived: true,
+            include_invalid: true,
+            ..KeywordFilter::default()
+        };
+        assert_eq!(run(KeywordFilter::default()), pick(&[0, 1]));
+        assert_eq!(run(all.clone()), pick(&[0, 1, 2, 3]));
+        assert_eq!(
+            run(KeywordFilter {
+                include_archived: true,
+                ..KeywordFilter::default()
+            }),
+            pick(&[0, 1, 2])
+        );
+        assert_eq!(
+            run(KeywordFilter {
+                kinds: Some(vec!["fact".into(), "event".into()]),
+                ..all.clone()
+            }),
+            pick(&[0, 2, 3])
+        );
+        assert_eq!(
+            run(KeywordFilter {
+                since_ms: Some(2000),
+                until_ms: Some(4000),
+                ..all.clone()
+            }),
+            pick(&[1, 2])
+        );
+        assert!(
+            run(KeywordFilter {
+                kinds: Some(vec![]),
+                ..all
+            })
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn idempotent_reapply_delete_and_delete_user() {
+        let index = KeywordIndex::open(None).expect("open");
+        let (u, other) = (user(), user());
+        let (a, b, c) = (mem(), mem(), mem());
+        let batch = vec![
+            KeywordOp::Upsert(kdoc(a, u, "red apples")),
+            KeywordOp::Upsert(kdoc(b, u, "green apples")),
+            KeywordOp::Upsert(kdoc(c, other, "apples for the other user")),
+        ];
+        index.apply(&batch, 1).expect("apply");
+        index.apply(&batch, 1).expect("re-apply");
+        assert_eq!(index.count(u).expect("count"), 2);
+        assert_eq!(index.applied_seq(), 1);
+        // Upsert replaces content.
+        index
+            .apply(&[KeywordOp::Upsert(kdoc(a, u, "yellow bananas"))], 2)
+            .expect("apply");
+        let hits = index
+            .search(u, "apples", &KeywordFilter::default(), 10)
+            .expect("search");
+        assert_eq!(ids(&hits), vec![b]);
+        assert_eq!(index.count(u).expect("count"), 2);
+        // Delete (unknown ids fine), then delete-user, then upsert in the same batch.
+        index
+            .apply(&[KeywordOp::Delete(b), KeywordOp::Delete(mem())], 3)
+            .expect("delete");
+        assert_eq!(index.ids(u).expect("ids"), vec![a]);
+        let d = mem();
+        index
+            .apply(
+                &[
+                    KeywordOp::DeleteUser(u),
+                    KeywordOp::Upsert(kdoc(d, u, "fresh start")),
+                ],
+                4,
+            )
+            .expect("delete user");
+        assert_eq!(index.ids(u).expect("ids"), vec![d]);
+        assert_eq!(index.count(other).expect("count"), 1);
+        assert_eq!(index.applied_seq(), 4);
+        index.clear().expect("clear");
+        assert_eq!(index.count(u).expect("count"), 0);
+        assert_eq!(index.count(other).expect("count"), 0);
+        assert_eq!(index.applied_seq(), 0);
+    }
+
+    #[test]
+    fn applied_seq_and_docs_survive_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("keyword");
+        let u = user();
+        let a = mem();
+        {
+            let index = KeywordIndex::open(Some(&path)).expect("open");
+            assert_eq!(index.applied_seq(), 0);
+            index
+                .apply(&[KeywordOp::Upsert(kdoc(a, u, "persistent memory"))], 41)
+                .expect("apply");
+            index.apply(&[], 42).expect("empty batch still records seq");
+        }
+        let index = KeywordIndex::open(Some(&path)).expect("reopen");
+        assert_eq!(index.applied_seq(), 42);
+        let hits = index
+            .search(u, "persistent", &KeywordFilter::default(), 10)
+            .expect("search");
+        assert_eq!(ids(&hits), vec![a]);
+    }
+
+    #[test]
+    fn hostile_queries_never_error() {
+        let index = KeywordIndex::open(None).expect("open");
+        let u = user();
+        index
+            .apply(&[KeywordOp::Upsert(kdoc(mem(), u, "foo bar baz"))], 1)
+            .expect("apply");
+        let long = "a".repeat(10_000);
+        let hostile = [
+            "foo:bar",
+            "\"unbalanced",
+            "(((",
+            ")",
+            "AND OR NOT",
+            "*",
+            "?",
+            "~2^3",
+            "id:1 OR user_id:*",
+            "[1 TO 2}",
+            "",
+            "   ",
+            "\\",
+            "\u{0}\u{1}",
+            "🤖🔥",
+            long.as_str(),
+            "the a an of",
+        ];
+        for q in hostile {
+            let res = index.search(u, q, &KeywordFilter::default(), 10);
+            assert!(res.is_ok(), "query {q:?} failed: {res:?}");
+        }
+        let hits = index
+            .search(u, "foo:bar", &KeywordFilter::default(), usize::MAX)
+            .expect("search");
+        assert_eq!(hits.len(), 1);
+    }
+}

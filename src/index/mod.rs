@@ -1,0 +1,10 @@
+//! Derived retrieval indexes, rebuilt from SQL at will: the `VectorIndex` trait with its Qdrant
+//! Edge (embedded) and Qdrant server backends, the tantivy keyword index, the indexer that
+//! follows the memory log, and pure ranking helpers (RRF, decay).
+
+pub mod edge;
+pub mod indexer;
+pub mod keyword;
+pub mod qdrant;
+pub mod rrf;
+pub mod vector;

@@ -1,0 +1,518 @@
+//! [`VectorIndex`] backed by a Qdrant server over gRPC (`qdrant-client`):
+//! one collection for all users, cosine distance, `user_id` keyword payload
+//! index marked `is_tenant`, plain indexes for the filter fields, and the
+//! HNSW layout Qdrant recommends for payload-based multi-tenancy (no global
+//! graph, per-tenant graphs via `payload_m`).
+//!
+//! Writes are sent with `wait=true`, so an acknowledged write is already in
+//! the server's WAL; `flush` therefore only checks the collection is
+//! reachable, and `optimize` leaves optimisation to the server's own
+//! background optimizers.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use qdrant_client::qdrant::point_id::PointIdOptions;
+use qdrant_client::qdrant::vectors_config::Config as VectorsConfigKind;
+use qdrant_client::qdrant::{
+    BoolIndexParamsBuilder, Condition, CountPointsBuilder, CreateCollectionBuilder,
+    CreateFieldIndexCollectionBuilder, DeletePointsBuilder, Distance, FieldType, Filter,
+    HnswConfigDiffBuilder, IntegerIndexParamsBuilder, KeywordIndexParamsBuilder, PointId,
+    PointStruct, PointsIdsList, QueryPointsBuilder, Range, ScrollPointsBuilder,
+    UpsertPointsBuilder, payload_index_params::IndexParams,
+};
+use qdrant_client::{Payload, Qdrant, QdrantError};
+
+use crate::store::{MemoryId, UserId};
+use crate::index::vector::{
+    IndexError, MAX_SEARCH_LIMIT, VectorFilter, VectorIndex, VectorPoint, check_vector, fields,
+};
+
+/// Points per upsert request, to stay well under gRPC message limits.
+const UPSERT_CHUNK: usize = 256;
+/// Page size when scrolling all ids of a user.
+const SCROLL_PAGE: u32 = 1024;
+/// Per-request timeout.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A collection on a Qdrant server.
+pub struct QdrantServerIndex {
+    client: Qdrant,
+    collection: String,
+    dimension: usize,
+}
+
+impl std::fmt::Debug for QdrantServerIndex {
+    // The client holds the API key; never print it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QdrantServerIndex")
+            .field("collection", &self.collection)
+            .field("dimension", &self.dimension)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Maps client errors without echoing request metadata (which may carry the key).
+fn server_err(context: &str, err: QdrantError) -> IndexError {
+    match err {
+        QdrantError::ResponseError { status }
+        | QdrantError::ResourceExhaustedError { status, .. } => {
+            use tonic::Code;
+            let msg = format!("{context}: {:?}: {}", status.code(), status.message());
+            match status.code() {
+                Code::InvalidArgument | Code::OutOfRange | Code::FailedPrecondition => {
+                    IndexError::BadInput(msg)
+                }
+                Code::Unavailable
+                | Code::DeadlineExceeded
+                | Code::ResourceExhausted
+                | Code::Unauthenticated
+                | Code::PermissionDenied
+                | Code::NotFound
+                | Code::Cancelled
+                | Code::Aborted => IndexError::Unavailable(msg),
+                _ => IndexError::Internal(msg),
+            }
+        }
+        QdrantError::ConversionError(msg) => IndexError::Internal(format!("{context}: {msg}")),
+        QdrantError::InvalidUri(e) => IndexError::BadInput(format!("{context}: invalid URL: {e}")),
+        QdrantError::Io(e) => IndexError::Unavailable(format!("{context}: {e}")),
+        other => IndexError::Unavailable(format!("{context}: {other}")),
+    }
+}
+
+fn user_condition(user: UserId) -> Condition {
+    Condition::matches(fields::USER_ID, user.as_uuid().to_string())
+}
+
+fn build_filter(user: UserId, filter: &VectorFilter) -> Filter {
+    let mut must = vec![user_condition(user)];
+    if let Some(kinds) = &filter.kinds {
+        must.push(Condition::matches(fields::KIND, kinds.clone()));
+    }
+    if filter.since_ms.is_some() || filter.until_ms.is_some() {
+        must.push(Condition::range(
+            fields::CREATED_AT_MS,
+            Range {
+                gte: filter.since_ms.map(|ms| ms as f64),
+                lt: filter.until_ms.map(|ms| ms as f64),
+                gt: None,
+                lte: None,
+            },
+        ));
+    }
+    if !filter.include_archived {
+        must.push(Condition::matches(fields::ARCHIVED, false));
+    }
+    if !filter.include_invalid {
+        must.push(Condition::matches(fields::VALID, true));
+    }
+    Filter::must(must)
+}
+
+fn point_id(id: MemoryId) -> PointId {
+    PointId::from(id.as_uuid().to_string())
+}
+
+fn memory_id(id: Option<PointId>) -> Result<MemoryId, IndexError> {
+    match id.and_then(|p| p.point_id_options) {
+        Some(PointIdOptions::Uuid(s)) => uuid::Uuid::parse_str(&s)
+            .map(MemoryId::from_uuid)
+            .map_err(|e| IndexError::Internal(format!("server returned bad uuid {s:?}: {e}"))),
+        Some(PointIdOptions::Num(n)) => Err(IndexError::Internal(format!(
+            "foreign numeric point id {n} in collection"
+        ))),
+        None => Err(IndexError::Internal(
+            "server returned a point without id".into(),
+        )),
+    }
+}
+
+impl QdrantServerIndex {
+    /// Connects to `url` (the gRPC endpoint, usually port 6334), creating the
+    /// collection and payload indexes if they are missing. Fails with
+    /// [`IndexError::BadInput`] if the collection exists with another
+    /// dimension or distance.
+    pub async fn connect(
+        url: &str,
+        api_key: Option<String>,
+        collection: &str,
+        dimension: usize,
+    ) -> Result<Self, IndexError> {
+        if dimension == 0 {
+            return Err(IndexError::BadInput("vector dimension must be > 0".into()));
+        }
+        if collection.is_empty() {
+            return Err(IndexError::BadInput("collection name is empty".into()));
+        }
+        let client = Qdrant::from_url(url)
+            .api_key(api_key)
+            .timeout(REQUEST_TIMEOUT)
+            .connect_timeout(Duration::from_secs(10))
+            .skip_compatibility_check()
+            .build()
+            .map_err(|e| server_err("build qdrant client", e))?;
+        let index = Self {
+            client,
+            collection: collection.to_string(),
+            dimension,
+        };
+        index.ensure_collection().await?;
+        index.ensure_indexes().await?;
+        Ok(index)
+    }
+
+    /// Collection name.
+    pub fn collection(&self) -> &str {
+        &self.collection
+    }
+
+    /// Vector dimension of the collection.
+    pub fn dimension(&self) -> usize {
+        self.dimension
+    }
+
+    async fn ensure_collection(&self) -> Result<(), IndexError> {
+        let exists = self
+            .client
+            .collection_exists(self.collection.clone())
+            .await
+            .map_err(|e| server_err("check collection", e))?;
+        if !exists {
+            let created = self
+                .client
+                .create_collection(
+                    CreateCollectionBuilder::new(self.collection.clone())
+                        .vectors_config(qdrant_client::qdrant::VectorParamsBuilder::new(
+                            self.dimension as u64,
+                            Distance::Cosine,
+                        ))
+                        .hnsw_config(HnswConfigDiffBuilder::default().m(0).payload_m(16)),
+                )
+                .await;
+            if let Err(err) = created {
+                // Another instance may have created it concurrently.
+                let exists_now = self
+                    .client
+                    .collection_exists(self.collection.clone())
+                    .await
+                    .unwrap_or(false);
+                if !exists_now {
+                    return Err(server_err("create collection", err));
+                }
+            }
+        }
+        self.check_vector_params().await
+    }
+
+    async fn check_vector_params(&self) -> Result<(), IndexError> {
+        let info = self
+            .client
+            .collection_info(self.collection.clone())
+            .await
+            .map_err(|e| server_err("collection info", e))?;
+        let params = info
+            .result
+            .and_then(|i| i.config)
+            .and_then(|c| c.params)
+            .and_then(|p| p.vectors_config)
+            .and_then(|v| v.config);
+        match params {
+            Some(VectorsConfigKind::Params(p))
+                if p.size == self.dimension as u64 && p.distance == Distance::Cosine as i32 =>
+            {
+                Ok(())
+            }
+            Some(VectorsConfigKind::Params(p)) => Err(IndexError::BadInput(format!(
+                "collection {} has dimension {} / distance {}, expected {} / Cosine",
+                self.collection,
+                p.size,
+                Distance::try_from(p.distance)
+                    .map(|d| d.as_str_name())
+                    .unwrap_or("unknown"),
+                self.dimension
+            ))),
+            Some(VectorsConfigKind::ParamsMap(_)) => Err(IndexError::BadInput(format!(
+                "collection {} uses named vectors; expected one unnamed vector",
+                self.collection
+            ))),
+            None => Err(IndexError::Internal(format!(
+                "collection {} info has no vector config",
+                self.collection
+            ))),
+        }
+    }
+
+    async fn ensure_indexes(&self) -> Result<(), IndexError> {
+        let info = self
+            .client
+            .collection_info(self.collection.clone())
+            .await
+            .map_err(|e| server_err("collection info", e))?;
+        let existing = info.result.map(|i| i.payload_schema).unwrap_or_default();
+        let wanted: [(&str, FieldType, IndexParams); 5] = [
+            (
+                fields::USER_ID,
+                FieldType::Keyword,
+                KeywordIndexParamsBuilder::default().is_tenant(true).into(),
+            ),
+            (
+                fields::KIND,
+                FieldType::Keyword,
+                KeywordIndexParamsBuilder::default()
+                    .enable_hnsw(false)
+                    .into(),
+            ),
+            (
+                fields::CREATED_AT_MS,
+                FieldType::Integer,
+                IntegerIndexParamsBuilder::new(false, true)
+                    .enable_hnsw(false)
+                    .into(),
+            ),
+            (
+                fields::ARCHIVED,
+                FieldType::Bool,
+                BoolIndexParamsBuilder::new().enable_hnsw(false).into(),
+            ),
+            (
+                fields::VALID,
+                FieldType::Bool,
+                BoolIndexParamsBuilder::new().enable_hnsw(false).into(),
+            ),
+        ];
+        for (name, field_type, params) in wanted {
+            if existing.contains_key(name) {
+                continue;
+            }
+            self.client
+                .create_field_index(
+                    CreateFieldIndexCollectionBuilder::new(
+                        self.collection.clone(),
+                        name,
+                        field_type,
+                    )
+                    .field_index_params(params)
+                    .wait(true),
+                )
+                .await
+                .map_err(|e| server_err("create payload index", e))?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl VectorIndex for QdrantServerIndex {
+    fn name(&self) -> &'static str {
+        "qdrant"
+    }
+
+    async fn upsert(&self, points: Vec<VectorPoint>) -> Result<(), IndexError> {
+        for p in &points {
+            check_vector(&p.vector, self.dimension)?;
+        }
+        let mut structs: Vec<PointStruct> = points
+            .into_iter()
+            .map(|p| {
+                let mut payload = Payload::new();
+                payload.insert(fields::USER_ID, p.user_id.as_uuid().to_string());
+                payload.insert(fields::KIND, p.kind);
+                payload.insert(fields::IMPORTANCE, i64::from(p.importance));
+                payload.insert(fields::CREATED_AT_MS, p.created_at_ms);
+                payload.insert(fields::ARCHIVED, p.archived);
+                payload.insert(fields::VALID, p.valid);
+                PointStruct::new(point_id(p.id), p.vector, payload)
+            })
+            .collect();
+        while !structs.is_empty() {
+            let rest = structs.split_off(structs.len().min(UPSERT_CHUNK));
+            self.client
+                .upsert_points(
+                    UpsertPointsBuilder::new(self.collection.clone(), structs).wait(true),
+                )
+                .await
+                .map_err(|e| server_err("upsert", e))?;
+            structs = rest;
+        }
+        Ok(())
+    }
+
+    async fn delete(&self, ids: &[MemoryId]) -> Result<(), IndexError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<PointId> = ids.iter().copied().map(point_id).collect();
+        self.client
+            .delete_points(
+                DeletePointsBuilder::new(self.collection.clone())
+                    .points(PointsIdsList { ids })
+                    .wait(true),
+            )
+            .await
+            .map_err(|e| server_err("delete", e))?;
+        Ok(())
+    }
+
+    async fn delete_user(&self, user: UserId) -> Result<(), IndexError> {
+        self.client
+            .delete_points(
+                DeletePointsBuilder::new(self.collection.clone())
+                    .points(Filter::must([user_condition(user)]))
+                    .wait(true),
+            )
+            .await
+            .map_err(|e| server_err("delete user", e))?;
+        Ok(())
+    }
+
+    async fn search(
+        &self,
+        user: UserId,
+        vector: &[f32],
+        filter: &VectorFilter,
+        limit: usize,
+    ) -> Result<Vec<(MemoryId, f32)>, IndexError> {
+        check_vector(vector, self.dimension)?;
+        if limit == 0 || filter.is_unsatisfiable() {
+            return Ok(Vec::new());
+        }
+        let response = self
+            .client
+            .query(
+                QueryPointsBuilder::new(self.collection.clone())
+                    .query(vector.to_vec())
+                    .filter(build_filter(user, filter))
+                    .limit(limit.min(MAX_SEARCH_LIMIT) as u64)
+                    .with_payload(false)
+                    .with_vectors(false),
+            )
+            .await
+            .map_err(|e| server_err("search", e))?;
+        response
+            .result
+            .into_iter()
+            .map(|p| Ok((memory_id(p.id)?, p.score)))
+            .collect()
+    }
+
+    async fn count(&self, user: UserId) -> Result<u64, IndexError> {
+        let response = self
+            .client
+            .count(
+                CountPointsBuilder::new(self.collection.clone())
+                    .filter(Filter::must([user_condition(user)]))
+                    .exact(true),
+            )
+            .await
+            .map_err(|e| server_err("count", e))?;
+        response
+            .result
+            .map(|r| r.count)
+            .ok_or_else(|| IndexError::Internal("count response without result".into()))
+    }
+
+    async fn ids(&self, user: UserId) -> Result<Vec<MemoryId>, IndexError> {
+        let mut out = Vec::new();
+        let mut offset: Option<PointId> = None;
+        loop {
+            let mut request = ScrollPointsBuilder::new(self.collection.clone())
+                .filter(Filter::must([user_condition(user)]))
+                .limit(SCROLL_PAGE)
+                .with_payload(false)
+                .with_vectors(false);
+            if let Some(offset) = offset.take() {
+                request = request.offset(offset);
+            }
+            let response = self
+                .client
+                .scroll(request)
+                .await
+                .map_err(|e| server_err("scroll", e))?;
+            for point in response.result {
+                out.push(memory_id(point.id)?);
+            }
+            match response.next_page_offset {
+                Some(next) => offset = Some(next),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    async fn optimize(&self) -> Result<(), IndexError> {
+        // The server schedules its own optimizers; confirm the collection is healthy.
+        self.check_vector_params().await
+    }
+
+    async fn flush(&self) -> Result<(), IndexError> {
+        // Writes use wait=true: acknowledged means persisted in the server WAL.
+        self.client
+            .collection_exists(self.collection.clone())
+            .await
+            .map_err(|e| server_err("flush check", e))
+            .and_then(|exists| {
+                if exists {
+                    Ok(())
+                } else {
+                    Err(IndexError::Unavailable(format!(
+                        "collection {} no longer exists",
+                        self.collection
+                    )))
+                }
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::vector::conformance::{DIM, run_conformance};
+
+    /// Runs only when `QDRANT_URL` (gRPC, e.g. `http://localhost:6334`) is set;
+    /// `QDRANT_API_KEY` is used if present.
+    #[tokio::test]
+    async fn qdrant_server_conformance() {
+        let Ok(url) = std::env::var("QDRANT_URL") else {
+            println!("skipped: QDRANT_URL is not set, no Qdrant server to test against");
+            return;
+        };
+        let api_key = std::env::var("QDRANT_API_KEY").ok();
+        let collection = format!("mnemo_conformance_{}", uuid::Uuid::now_v7().simple());
+        let index = QdrantServerIndex::connect(&url, api_key.clone(), &collection, DIM)
+            .await
+            .expect("connect");
+        assert_eq!(index.name(), "qdrant");
+        run_conformance(&index).await;
+        // Reconnecting to the existing collection works; another dimension is refused.
+        QdrantServerIndex::connect(&url, api_key.clone(), &collection, DIM)
+            .await
+            .expect("reconnect");
+        let err = QdrantServerIndex::connect(&url, api_key, &collection, DIM + 1)
+            .await
+            .expect_err("dimension mismatch");
+        assert!(matches!(err, IndexError::BadInput(_)), "{err}");
+        index
+            .client
+            .delete_collection(collection.clone())
+            .await
+            .expect("drop test collection");
+    }
+
+    #[test]
+    fn filter_always_has_user_condition() {
+        let user = UserId::from_trusted(uuid::Uuid::now_v7());
+        let f = build_filter(user, &VectorFilter::default());
+        // user + archived + valid
+        assert_eq!(f.must.len(), 3);
+        assert_eq!(f.must[0], user_condition(user));
+        let everything = VectorFilter {
+            include_archived: true,
+            include_invalid: true,
+            ..VectorFilter::default()
+        };
+        assert_eq!(
+            build_filter(user, &everything).must,
+            vec![user_condition(user)]
+        );
+    }
+}

@@ -1,0 +1,839 @@
+//! Text embedders: the [`Embedder`] trait, a local CPU sentence-transformers
+//! BERT model run with candle ([`LocalEmbedder`]), and a client for
+//! OpenAI-compatible `/embeddings` endpoints ([`OpenAiEmbedder`]).
+//!
+//! Every embedder returns unit-length (L2-normalised) vectors, so cosine
+//! similarity equals the dot product.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use candle_core::{DType, Device, IndexOp, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::bert::{BertModel, Config as BertConfig};
+use serde::Deserialize;
+use tokenizers::{
+    PaddingDirection, PaddingParams, PaddingStrategy, Tokenizer, TruncationDirection,
+    TruncationParams, TruncationStrategy,
+};
+
+/// Texts per forward pass of the local model.
+const LOCAL_BATCH: usize = 32;
+/// Inputs per request to a remote embeddings API.
+const REMOTE_BATCH: usize = 256;
+/// Sequence length used when `sentence_bert_config.json` does not say.
+const DEFAULT_MAX_SEQ: usize = 512;
+/// Longest error body echoed from a remote API.
+const MAX_ERROR_BODY: usize = 300;
+
+/// Embedding failures.
+#[derive(Debug, thiserror::Error)]
+pub enum EmbedError {
+    /// Model files missing, remote service down, rate limited, or auth refused.
+    #[error("embedder unavailable: {0}")]
+    Unavailable(String),
+    /// Input or configuration the embedder cannot use.
+    #[error("bad embedder input: {0}")]
+    BadInput(String),
+    /// Unexpected failure inside the embedder or a malformed response.
+    #[error("embedder internal error: {0}")]
+    Internal(String),
+}
+
+impl EmbedError {
+    /// Stable, lowercase name of the variant, for metrics and API error mapping.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            EmbedError::Unavailable(_) => "unavailable",
+            EmbedError::BadInput(_) => "bad_input",
+            EmbedError::Internal(_) => "internal",
+        }
+    }
+}
+
+/// Turns texts into unit-length vectors of a fixed dimension.
+#[async_trait]
+pub trait Embedder: Send + Sync {
+    /// Identifier of the model, stored next to vectors to detect model changes.
+    fn model_id(&self) -> &str;
+    /// Length of every returned vector.
+    fn dimension(&self) -> usize;
+    /// One vector per input text, in input order.
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError>;
+}
+
+fn l2_normalize(v: &mut [f32]) {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > f32::EPSILON {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Local candle BERT
+// ---------------------------------------------------------------------------
+
+/// How token embeddings are reduced to one sentence vector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pooling {
+    /// Average of the non-padding token embeddings.
+    Mean,
+    /// The `[CLS]` token embedding.
+    Cls,
+}
+
+#[derive(Deserialize)]
+struct PoolingConfig {
+    #[serde(default)]
+    pooling_mode_cls_token: bool,
+    #[serde(default)]
+    pooling_mode_mean_tokens: bool,
+    #[serde(default)]
+    pooling_mode_max_tokens: bool,
+    #[serde(default)]
+    pooling_mode_mean_sqrt_len_tokens: bool,
+}
+
+#[derive(Deserialize)]
+struct SentenceBertConfig {
+    max_seq_length: Option<usize>,
+}
+
+#[derive(Deserialize)]
+struct ModuleEntry {
+    #[serde(default)]
+    path: String,
+    #[serde(rename = "type", default)]
+    kind: String,
+}
+
+/// A sentence-transformers BERT model (e.g. all-MiniLM-L6-v2) on the CPU.
+pub struct LocalEmbedder {
+    model_id: String,
+    dimension: usize,
+    inner: Arc<LocalModel>,
+}
+
+struct LocalModel {
+    model: BertModel,
+    tokenizer: Tokenizer,
+    device: Device,
+    pooling: Pooling,
+    max_seq_len: usize,
+    /// Whether the model's pipeline ends in a `Normalize` module. Output is
+    /// normalised regardless; this is kept for diagnostics.
+    declares_normalize: bool,
+}
+
+impl std::fmt::Debug for LocalEmbedder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalEmbedder")
+            .field("model_id", &self.model_id)
+            .field("dimension", &self.dimension)
+            .field("pooling", &self.inner.pooling)
+            .field("max_seq_len", &self.inner.max_seq_len)
+            .field("declares_normalize", &self.inner.declares_normalize)
+            .finish()
+    }
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>, EmbedError> {
+    std::fs::read(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            EmbedError::Unavailable(format!("model file {} is missing", path.display()))
+        } else {
+            EmbedError::Unavailable(format!("read {}: {e}", path.display()))
+        }
+    })
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, EmbedError> {
+    let bytes = read_file(path)?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| EmbedError::BadInput(format!("parse {}: {e}", path.display())))
+}
+
+/// Like [`read_json`] but `Ok(None)` when the file does not exist.
+fn read_optional_json<T: serde::de::DeserializeOwned>(
+    path: &Path,
+) -> Result<Option<T>, EmbedError> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    read_json(path).map(Some)
+}
+
+fn candle_err(context: &str, err: candle_core::Error) -> EmbedError {
+    EmbedError::Internal(format!("{context}: {err}"))
+}
+
+impl LocalEmbedder {
+    /// Loads a Hugging Face / sentence-transformers layout directory:
+    /// `config.json`, `tokenizer.json`, `model.safetensors`, and optionally
+    /// `modules.json`, the pooling config and `sentence_bert_config.json`.
+    /// The model id is the directory name. Blocking (reads ~100 MB); call it
+    /// at startup or from `spawn_blocking`.
+    pub fn load(dir: &Path) -> Result<Self, EmbedError> {
+        let model_id = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| {
+                EmbedError::BadInput(format!("model dir {} has no usable name", dir.display()))
+            })?
+            .to_string();
+        if !dir.is_dir() {
+            return Err(EmbedError::Unavailable(format!(
+                "model directory {} does not exist",
+                dir.display()
+            )));
+        }
+
+        let config: BertConfig = read_json(&dir.join("config.json"))?;
+
+        // modules.json tells where the pooling config lives and whether a
+        // Normalize module follows.
+        let modules: Vec<ModuleEntry> =
+            read_optional_json(&dir.join("modules.json"))?.unwrap_or_default();
+        let pooling_dir: PathBuf = modules
+            .iter()
+            .find(|m| m.kind.ends_with(".Pooling"))
+            .map(|m| dir.join(&m.path))
+            .unwrap_or_else(|| dir.join("1_Pooling"));
+        let declares_normalize = modules.iter().any(|m| m.kind.ends_with(".Normalize"));
+        let pooling = match read_optional_json::<PoolingConfig>(&pooling_dir.join("config.json"))? {
+            None => Pooling::Mean,
+            Some(p) if p.pooling_mode_cls_token => Pooling::Cls,
+            Some(p) if p.pooling_mode_mean_tokens => Pooling::Mean,
+            Some(p) if p.pooling_mode_max_tokens || p.pooling_mode_mean_sqrt_len_tokens => {
+                return Err(EmbedError::BadInput(
+                    "unsupported pooling mode (only mean and cls are implemented)".into(),
+                ));
+            }
+            Some(_) => Pooling::Mean,
+        };
+
+        let sbert: Option<SentenceBertConfig> =
+            read_optional_json(&dir.join("sentence_bert_config.json"))?;
+        let max_seq_len = sbert
+            .and_then(|s| s.max_seq_length)
+            .unwrap_or(DEFAULT_MAX_SEQ)
+            .min(config.max_position_embeddings);
+        if max_seq_len < 4 {
+            return Err(EmbedError::BadInput(format!(
+                "max sequence length {max_seq_len} is too small"
+            )));
+        }
+
+        let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json")).map_err(|e| {
+            EmbedError::Unavailable(format!(
+                "load tokenizer {}: {e}",
+                dir.join("tokenizer.json").display()
+            ))
+        })?;
+        let pad_token = "[PAD]".to_string();
+        let pad_id = tokenizer
+            .token_to_id(&pad_token)
+            .unwrap_or(config.pad_token_id as u32);
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                direction: TruncationDirection::Right,
+                max_length: max_seq_len,
+                strategy: TruncationStrategy::LongestFirst,
+                stride: 0,
+            }))
+            .map_err(|e| EmbedError::BadInput(format!("configure truncation: {e}")))?;
+        tokenizer.with_padding(Some(PaddingParams {
+            strategy: PaddingStrategy::BatchLongest,
+            direction: PaddingDirection::Right,
+            pad_to_multiple_of: None,
+            pad_id,
+            pad_type_id: 0,
+            pad_token,
+        }));
+
+        let device = Device::Cpu;
+        let weights = read_file(&dir.join("model.safetensors"))?;
+        let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &device)
+            .map_err(|e| candle_err("read model.safetensors", e))?;
+        // Checkpoints exported from BertForX carry a `bert.` prefix; sentence
+        // transformers checkpoints do not.
+        let vb = if vb.contains_tensor("bert.embeddings.word_embeddings.weight") {
+            vb.pp("bert")
+        } else {
+            vb
+        };
+        let model = BertModel::load(vb, &config).map_err(|e| candle_err("load BERT weights", e))?;
+
+        Ok(Self {
+            model_id,
+            dimension: config.hidden_size,
+            inner: Arc::new(LocalModel {
+                model,
+                tokenizer,
+                device,
+                pooling,
+                max_seq_len,
+                declares_normalize,
+            }),
+        })
+    }
+
+    /// Pooling mode read from the model directory.
+    pub fn pooling(&self) -> Pooling {
+        self.inner.pooling
+    }
+
+    /// Token limit per text; longer texts are truncated.
+    pub fn max_seq_len(&self) -> usize {
+        self.inner.max_seq_len
+    }
+}
+
+impl LocalModel {
+    fn embed_batch(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let encodings = self
+            .tokenizer
+            .encode_batch(texts.to_vec(), true)
+            .map_err(|e| EmbedError::Internal(format!("tokenize: {e}")))?;
+        let batch = encodings.len();
+        let seq_len = encodings.first().map_or(0, |e| e.get_ids().len());
+        let mut ids = Vec::with_capacity(batch * seq_len);
+        let mut type_ids = Vec::with_capacity(batch * seq_len);
+        let mut mask = Vec::with_capacity(batch * seq_len);
+        for enc in &encodings {
+            if enc.get_ids().len() != seq_len {
+                return Err(EmbedError::Internal(
+                    "tokenizer did not pad the batch".into(),
+                ));
+            }
+            ids.extend_from_slice(enc.get_ids());
+            type_ids.extend_from_slice(enc.get_type_ids());
+            mask.extend_from_slice(enc.get_attention_mask());
+        }
+        let shape = (batch, seq_len);
+        let ids = Tensor::from_vec(ids, shape, &self.device).map_err(|e| candle_err("ids", e))?;
+        let type_ids =
+            Tensor::from_vec(type_ids, shape, &self.device).map_err(|e| candle_err("types", e))?;
+        let mask =
+            Tensor::from_vec(mask, shape, &self.device).map_err(|e| candle_err("mask", e))?;
+
+        let hidden = self
+            .model
+            .forward(&ids, &type_ids, Some(&mask))
+            .map_err(|e| candle_err("BERT forward", e))?;
+        let pooled = match self.pooling {
+            Pooling::Cls => hidden
+                .i((.., 0, ..))
+                .map_err(|e| candle_err("cls pooling", e))?,
+            Pooling::Mean => {
+                let pool = || -> candle_core::Result<Tensor> {
+                    let mask = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
+                    let summed = hidden.broadcast_mul(&mask)?.sum(1)?;
+                    let counts = mask.sum(1)?.clamp(1e-9, f64::MAX)?;
+                    summed.broadcast_div(&counts)
+                };
+                pool().map_err(|e| candle_err("mean pooling", e))?
+            }
+        };
+        let mut rows: Vec<Vec<f32>> = pooled
+            .to_vec2::<f32>()
+            .map_err(|e| candle_err("read embeddings", e))?;
+        rows.iter_mut().for_each(|r| l2_normalize(r));
+        Ok(rows)
+    }
+}
+
+#[async_trait]
+impl Embedder for LocalEmbedder {
+    fn model_id(&self) -> &str {
+        &self.model_id
+    }
+
+    fn dimension(&self) -> usize {
+        self.dimension
+    }
+
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let model = Arc::clone(&self.inner);
+        let texts = texts.to_vec();
+        tokio::task::spawn_blocking(move || {
+            let mut out = Vec::with_capacity(texts.len());
+            for chunk in texts.chunks(LOCAL_BATCH) {
+                let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
+                out.extend(model.embed_batch(&refs)?);
+            }
+            Ok(out)
+        })
+        .await
+        .map_err(|e| EmbedError::Internal(format!("embedding task failed: {e}")))?
+    }
+}
+
+// ---------------------------------------------------------------------------
+// OpenAI-compatible HTTP API
+// ---------------------------------------------------------------------------
+
+/// Client for `POST {base_url}/embeddings` (OpenAI, Azure-compatible
+/// gateways, vLLM, Ollama, ...).
+pub struct OpenAiEmbedder {
+    client: reqwest::Client,
+    base_url: String,
+    api_key: Option<String>,
+    model: String,
+    dimension: usize,
+}
+
+impl std::fmt::Debug for OpenAiEmbedder {
+    // The key must never reach logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiEmbedder")
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("dimension", &self.dimension)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+#[derive(serde::Serialize)]
+struct EmbeddingsRequest<'a> {
+    model: &'a str,
+    input: &'a [String],
+}
+
+#[derive(Deserialize)]
+struct EmbeddingsResponse {
+    data: Vec<EmbeddingItem>,
+}
+
+#[derive(Deserialize)]
+struct EmbeddingItem {
+    embedding: Vec<f32>,
+    index: usize,
+}
+
+impl OpenAiEmbedder {
+    /// `base_url` is the API root including the version, e.g.
+    /// `https://api.openai.com/v1`. `dimension` must match what the model
+    /// returns; every response is checked against it.
+    pub fn new(
+        base_url: impl Into<String>,
+        api_key: Option<String>,
+        model: impl Into<String>,
+        dimension: usize,
+    ) -> Result<Self, EmbedError> {
+        let base_url = base_url.into().trim_end_matches('/').to_string();
+        let model = model.into();
+        if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+            return Err(EmbedError::BadInput(format!(
+                "embeddings base URL must start with http:// or https://, got {base_url:?}"
+            )));
+        }
+        if model.is_empty() {
+            return Err(EmbedError::BadInput("embedding model name is empty".into()));
+        }
+        if dimension == 0 {
+            return Err(EmbedError::BadInput(
+                "embedding dimension must be > 0".into(),
+            ));
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(120))
+            .build()
+            .map_err(|e| EmbedError::Internal(format!("build HTTP client: {e}")))?;
+        Ok(Self {
+            client,
+            base_url,
+            api_key: api_key.filter(|k| !k.is_empty()),
+            model,
+            dimension,
+        })
+    }
+
+    fn redact(&self, text: &str) -> String {
+        let mut text: String = text.chars().take(MAX_ERROR_BODY).collect();
+        if let Some(key) = &self.api_key {
+            text = text.replace(key.as_str(), "<redacted>");
+        }
+        text
+    }
+
+    async fn embed_chunk(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let url = format!("{}/embeddings", self.base_url);
+        let mut request = self.client.post(&url).json(&EmbeddingsRequest {
+            model: &self.model,
+            input: texts,
+        });
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key);
+        }
+        let response = request.send().await.map_err(|e| {
+            // reqwest errors carry the URL, never headers.
+            EmbedError::Unavailable(format!("embeddings request to {url} failed: {e}"))
+        })?;
+        let status = response.status();
+        if !status.is_success() {
+            let body = response.text().await.unwrap_or_default();
+            let code = status.as_u16();
+            return Err(match code {
+                401 | 403 => EmbedError::Unavailable(format!(
+                    "embeddings API rejected the credentials (HTTP {code})"
+                )),
+                429 => EmbedError::Unavailable(format!(
+                    "embeddings API rate limit exceeded (HTTP 429): {}",
+                    self.redact(&body)
+                )),
+                400..=499 => EmbedError::BadInput(format!(
+                    "embeddings API refused the request (HTTP {code}): {}",
+                    self.redact(&body)
+                )),
+                _ => EmbedError::Unavailable(format!(
+                    "embeddings API error (HTTP {code}): {}",
+                    self.redact(&body)
+                )),
+            });
+        }
+        let parsed: EmbeddingsResponse = response
+            .json()
+            .await
+            .map_err(|e| EmbedError::Internal(format!("malformed embeddings response: {e}")))?;
+        if parsed.data.len() != texts.len() {
+            return Err(EmbedError::Internal(format!(
+                "embeddings API returned {} vectors for {} inputs",
+                parsed.data.len(),
+                texts.len()
+            )));
+        }
+        let mut slots: Vec<Option<Vec<f32>>> = vec![None; texts.len()];
+        for item in parsed.data {
+            if item.embedding.len() != self.dimension {
+                return Err(EmbedError::Internal(format!(
+                    "model {} returned dimension {}, configured {}",
+                    self.model,
+                    item.embedding.len(),
+                    self.dimension
+                )));
+            }
+            if item.embedding.iter().any(|x| !x.is_finite()) {
+                return Err(EmbedError::Internal(
+                    "embeddings API returned non-finite values".into(),
+                ));
+            }
+            let slot = slots.get_mut(item.index).ok_or_else(|| {
+                EmbedError::Internal(format!("embeddings API returned index {}", item.index))
+            })?;
+            if slot.replace(item.embedding).is_some() {
+                return Err(EmbedError::Internal(format!(
+                    "embeddings API returned index {} twice",
+                    item.index
+                )));
+            }
+        }
+        slots
+            .into_iter()
+            .map(|slot| {
+                let mut v = slot.ok_or_else(|| {
+                    EmbedError::Internal("embeddings API skipped an input".into())
+                })?;
+                l2_normalize(&mut v);
+                Ok(v)
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl Embedder for OpenAiEmbedder {
+    fn model_id(&self) -> &str {
+        &self.model
+    }
+
+    fn dimension(&self) -> usize {
+        self.dimension
+    }
+
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let mut out = Vec::with_capacity(texts.len());
+        for chunk in texts.chunks(REMOTE_BATCH) {
+            out.extend(self.embed_chunk(chunk).await?);
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    fn model_dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2")
+    }
+
+    fn load_model() -> Option<LocalEmbedder> {
+        let dir = model_dir();
+        if !dir.join("model.safetensors").exists() {
+            println!(
+                "skipped: {} not present (run scripts/fetch-model.sh)",
+                dir.display()
+            );
+            return None;
+        }
+        Some(LocalEmbedder::load(&dir).expect("load model"))
+    }
+
+    fn dot(a: &[f32], b: &[f32]) -> f32 {
+        a.iter().zip(b).map(|(x, y)| x * y).sum()
+    }
+
+    fn strings(texts: &[&str]) -> Vec<String> {
+        texts.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[tokio::test]
+    async fn local_model_semantics() {
+        let Some(model) = load_model() else { return };
+        assert_eq!(model.model_id(), "all-MiniLM-L6-v2");
+        assert_eq!(model.dimension(), 384);
+        assert_eq!(model.pooling(), Pooling::Mean);
+        assert_eq!(model.max_seq_len(), 256);
+
+        let texts = strings(&[
+            "The weather is lovely today.",
+            "It's so sunny outside!",
+            "He drove to the stadium.",
+            "A man is eating food.",
+            "A man is eating a piece of bread.",
+            "A man is riding a horse.",
+            "我喜欢在周末去爬山",
+        ]);
+        let v = model.embed(&texts).await.expect("embed");
+        assert_eq!(v.len(), texts.len());
+        for e in &v {
+            assert_eq!(e.len(), 384);
+            assert!((dot(e, e) - 1.0).abs() < 1e-4, "not unit length");
+        }
+        let sim = |a: usize, b: usize| dot(&v[a], &v[b]);
+        for a in 0..texts.len() {
+            for b in a + 1..texts.len() {
+                println!("cos({a},{b}) = {:.4}", sim(a, b));
+            }
+        }
+        // Reference values published for all-MiniLM-L6-v2 by sentence-transformers.
+        let reference = [(0, 1, 0.6660), (0, 2, 0.1046), (1, 2, 0.1411)];
+        for (a, b, want) in reference {
+            let got = sim(a, b);
+            assert!(
+                (got - want).abs() < 0.005,
+                "cos({a},{b}) = {got:.4}, reference {want:.4}"
+            );
+        }
+        // Measured with this implementation.
+        let measured = [
+            (3, 4, 0.7553),
+            (3, 5, 0.2474),
+            (4, 5, 0.1442),
+            (0, 6, 0.1349),
+        ];
+        for (a, b, want) in measured {
+            let got = sim(a, b);
+            assert!(
+                (got - want).abs() < 0.01,
+                "cos({a},{b}) = {got:.4}, measured earlier {want:.4}"
+            );
+        }
+        assert!(
+            sim(3, 4) > sim(3, 5) + 0.3,
+            "similar pair must beat unrelated"
+        );
+        assert!(sim(0, 1) > sim(0, 2) + 0.3);
+    }
+
+    #[tokio::test]
+    async fn local_model_batching_padding_and_truncation() {
+        let Some(model) = load_model() else { return };
+        let long = "memory ".repeat(2000);
+        let texts = strings(&[
+            "short",
+            "a much longer sentence with many more tokens in it",
+            "",
+            &long,
+        ]);
+        let batched = model.embed(&texts).await.expect("batch");
+        for (i, t) in texts.iter().enumerate() {
+            let alone = model.embed(std::slice::from_ref(t)).await.expect("single");
+            let diff: f32 = alone[0]
+                .iter()
+                .zip(&batched[i])
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f32::max);
+            assert!(diff < 1e-4, "padding changed text {i}: max diff {diff}");
+        }
+        // More than one internal batch keeps order.
+        let many: Vec<String> = (0..70).map(|i| format!("sentence number {i}")).collect();
+        let out = model.embed(&many).await.expect("many");
+        assert_eq!(out.len(), 70);
+        let single = model.embed(&many[65..66]).await.expect("single");
+        assert!(dot(&single[0], &out[65]) > 0.9999);
+        assert!(model.embed(&[]).await.expect("empty").is_empty());
+    }
+
+    #[tokio::test]
+    #[ignore = "benchmark; run with --ignored --nocapture"]
+    async fn local_model_throughput() {
+        let Some(model) = load_model() else { return };
+        let texts: Vec<String> = (0..256)
+            .map(|i| format!("User note {i}: I prefer green tea over coffee in the morning."))
+            .collect();
+        model.embed(&texts[..8]).await.expect("warm up");
+        let start = std::time::Instant::now();
+        model.embed(&texts).await.expect("embed");
+        let secs = start.elapsed().as_secs_f64();
+        println!("batch of 256: {secs:.3}s = {:.1} sentences/s", 256.0 / secs);
+        let one = vec!["What did I say about my sister's birthday?".to_string()];
+        let mut best = f64::MAX;
+        for _ in 0..10 {
+            let start = std::time::Instant::now();
+            model.embed(&one).await.expect("embed");
+            best = best.min(start.elapsed().as_secs_f64());
+        }
+        println!("single sentence: {:.2} ms (best of 10)", best * 1000.0);
+    }
+
+    #[test]
+    fn load_reports_missing_directory() {
+        let err = LocalEmbedder::load(Path::new("/nonexistent/model-dir")).expect_err("missing");
+        assert!(matches!(err, EmbedError::Unavailable(_)), "{err}");
+    }
+
+    /// Serves one canned HTTP response per connection, `count` times, and
+    /// returns the raw requests it received.
+    async fn fake_server(
+        responses: Vec<(u16, String)>,
+    ) -> (String, tokio::task::JoinHandle<Vec<String>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let handle = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            for (status, body) in responses {
+                let (mut sock, _) = listener.accept().await.expect("accept");
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                // Read headers, then the body by Content-Length.
+                let header_end = loop {
+                    let n = sock.read(&mut chunk).await.expect("read");
+                    assert!(n > 0, "client closed early");
+                    buf.extend_from_slice(&chunk[..n]);
+                    if let Some(pos) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break pos + 4;
+                    }
+                };
+                let head = String::from_utf8_lossy(&buf[..header_end]).to_lowercase();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                while buf.len() < header_end + len {
+                    let n = sock.read(&mut chunk).await.expect("read body");
+                    assert!(n > 0, "client closed mid-body");
+                    buf.extend_from_slice(&chunk[..n]);
+                }
+                seen.push(String::from_utf8_lossy(&buf).into_owned());
+                let reply = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                sock.write_all(reply.as_bytes()).await.expect("write");
+                sock.shutdown().await.ok();
+            }
+            seen
+        });
+        (format!("http://{addr}/v1/"), handle)
+    }
+
+    #[tokio::test]
+    async fn openai_success_reorders_by_index_and_normalises() {
+        let body = r#"{"object":"list","data":[
+            {"object":"embedding","index":1,"embedding":[0.0,3.0,4.0]},
+            {"object":"embedding","index":0,"embedding":[1.0,0.0,0.0]}
+        ],"model":"m"}"#;
+        let (url, server) = fake_server(vec![(200, body.to_string())]).await;
+        let e =
+            OpenAiEmbedder::new(url, Some("sk-secret-123".into()), "text-embed", 3).expect("new");
+        assert_eq!(e.model_id(), "text-embed");
+        assert!(!format!("{e:?}").contains("sk-secret-123"));
+        let out = e
+            .embed(&strings(&["first", "second"]))
+            .await
+            .expect("embed");
+        assert_eq!(out, vec![vec![1.0, 0.0, 0.0], vec![0.0, 0.6, 0.8]]);
+        let requests = server.await.expect("server");
+        let req = &requests[0];
+        assert!(req.starts_with("POST /v1/embeddings HTTP/1.1"), "{req}");
+        assert!(
+            req.to_lowercase()
+                .contains("authorization: bearer sk-secret-123")
+        );
+        let json_start = req.find("\r\n\r\n").expect("body") + 4;
+        let sent: serde_json::Value = serde_json::from_str(&req[json_start..]).expect("json");
+        assert_eq!(
+            sent,
+            serde_json::json!({"model": "text-embed", "input": ["first", "second"]})
+        );
+    }
+
+    #[tokio::test]
+    async fn openai_errors_are_mapped_without_leaking_the_key() {
+        let key = "sk-very-secret";
+        let cases = vec![
+            (
+                401,
+                format!(r#"{{"error":"Incorrect API key provided: {key}"}}"#),
+            ),
+            (400, format!(r#"{{"error":"bad input for key {key}"}}"#)),
+            (429, r#"{"error":"slow down"}"#.to_string()),
+            (503, r#"{"error":"overloaded"}"#.to_string()),
+            (
+                200,
+                r#"{"data":[{"index":0,"embedding":[1.0,2.0]}]}"#.to_string(),
+            ),
+            (200, r#"{"data":[]}"#.to_string()),
+            (200, "not json".to_string()),
+        ];
+        let expected_kinds = [
+            "unavailable",
+            "bad_input",
+            "unavailable",
+            "unavailable",
+            "internal",
+            "internal",
+            "internal",
+        ];
+        let (url, server) = fake_server(cases).await;
+        let e = OpenAiEmbedder::new(url, Some(key.into()), "m", 3).expect("new");
+        for want in expected_kinds {
+            let err = e.embed(&strings(&["x"])).await.expect_err("must fail");
+            let text = err.to_string();
+            assert_eq!(err.kind(), want, "{text}");
+            assert!(!text.contains(key), "key leaked: {text}");
+        }
+        server.await.expect("server");
+        // Nothing listening: unavailable.
+        let gone = OpenAiEmbedder::new("http://127.0.0.1:9/v1", None, "m", 3).expect("new");
+        let err = gone.embed(&strings(&["x"])).await.expect_err("refused");
+        assert_eq!(err.kind(), "unavailable");
+        assert!(matches!(
+            OpenAiEmbedder::new("ftp://x", None, "m", 3),
+            Err(EmbedError::BadInput(_))
+        ));
+    }
+}
