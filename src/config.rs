@@ -25,6 +25,98 @@ pub struct Settings {
     pub database: DatabaseSettings,
     pub auth: AuthSettings,
     pub log: LogSettings,
+    pub embedder: EmbedderSettings,
+    pub qdrant: QdrantSettings,
+    pub memory: MemorySettings,
+}
+
+/// Which embedder turns text into vectors.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct EmbedderSettings {
+    /// `local` (candle BERT from `model_dir`) or `openai` (an OpenAI-compatible `/embeddings`).
+    pub provider: String,
+    /// A BERT-family model directory in Hugging Face layout.
+    pub model_dir: PathBuf,
+    pub base_url: Option<String>,
+    pub api_key: Option<SecretString>,
+    pub model: Option<String>,
+    pub dimension: Option<usize>,
+}
+
+impl Default for EmbedderSettings {
+    fn default() -> Self {
+        Self {
+            provider: "local".into(),
+            model_dir: PathBuf::from("models/all-MiniLM-L6-v2"),
+            base_url: None,
+            api_key: None,
+            model: None,
+            dimension: None,
+        }
+    }
+}
+
+/// The vector index: Qdrant Edge in the data directory unless `url` names a Qdrant server.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct QdrantSettings {
+    pub url: Option<String>,
+    pub api_key: Option<SecretString>,
+    pub collection: String,
+    /// Optimise (build HNSW) after this many upserts, in the background.
+    pub optimize_after_upserts: u64,
+}
+
+impl Default for QdrantSettings {
+    fn default() -> Self {
+        Self {
+            url: None,
+            api_key: None,
+            collection: "mnemo_memories".into(),
+            optimize_after_upserts: 20_000,
+        }
+    }
+}
+
+/// Recall and decay knobs (DESIGN.md §2).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct MemorySettings {
+    /// Reciprocal Rank Fusion constant.
+    pub rrf_k: f64,
+    /// Candidates taken from each of the vector and BM25 searches.
+    pub candidates: usize,
+    pub default_k: usize,
+    pub max_k: usize,
+    /// Memories below importance 4 lose half their weight per half-life without access.
+    pub decay_half_life_days: f64,
+    /// The decay multiplier never goes below this (decay ranks, it never filters).
+    pub decay_floor: f64,
+    /// Two results whose vectors are at least this similar are near-duplicates.
+    pub dedupe_cosine: f32,
+    /// The decay job archives memories of at most this importance…
+    pub archive_max_importance: u8,
+    /// …unused for this many days (0 disables the job).
+    pub archive_after_days: u64,
+    pub decay_interval_secs: u64,
+}
+
+impl Default for MemorySettings {
+    fn default() -> Self {
+        Self {
+            rrf_k: 60.0,
+            candidates: 50,
+            default_k: 10,
+            max_k: 100,
+            decay_half_life_days: 30.0,
+            decay_floor: 0.5,
+            dedupe_cosine: 0.97,
+            archive_max_importance: 2,
+            archive_after_days: 90,
+            decay_interval_secs: 3600,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -185,6 +277,23 @@ impl Settings {
             return Err(ConfigError::Invalid(
                 "auth.jwt.hs256_secret must be at least 32 bytes".into(),
             ));
+        }
+        let memory = &self.memory;
+        if !(memory.rrf_k >= 0.0) || memory.candidates == 0 || memory.max_k == 0 {
+            return Err(ConfigError::Invalid(
+                "memory.rrf_k must be >= 0 and memory.candidates, memory.max_k positive".into(),
+            ));
+        }
+        if !(0.0..=1.0).contains(&memory.decay_floor) || !(memory.decay_half_life_days > 0.0) {
+            return Err(ConfigError::Invalid(
+                "memory.decay_floor must be in [0, 1] and decay_half_life_days positive".into(),
+            ));
+        }
+        if !matches!(self.embedder.provider.as_str(), "local" | "openai") {
+            return Err(ConfigError::Invalid(format!(
+                "embedder.provider must be local or openai, not {:?}",
+                self.embedder.provider
+            )));
         }
         if self.server.max_body_bytes == 0 {
             return Err(ConfigError::Invalid(

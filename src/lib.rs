@@ -8,6 +8,7 @@
 //! - `auth`      API keys, JWT, the `AuthUser` extractor that alone yields a `UserId`
 //! - `index`     derived indexes: vector (Qdrant Edge / server), keyword (tantivy), indexer, RRF
 //! - `llm`       embedders (local candle BERT, OpenAI-compatible)
+//! - `memory`    episodic memory: writes, hybrid recall (RRF + decay), export/import, decay job
 //! - `runs`      durable runs: the run-event log, live following, cancellation
 //! - `agent`     what executes runs (the placeholder echo turn for now)
 //! - `store`     the `Store` trait (SQL source of truth), SQLite and PostgreSQL implementations
@@ -21,6 +22,7 @@ pub mod config;
 pub mod http;
 pub mod index;
 pub mod llm;
+pub mod memory;
 pub mod runs;
 pub mod startup;
 pub mod store;

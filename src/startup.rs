@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::jwt::JwtVerifier;
 use crate::auth::{Authenticator, DEV_USER};
 use crate::config::Settings;
+use crate::memory::{MemoryEngine, MemoryError};
 use crate::runs::RunHub;
 use crate::store::{self, Store, UserKind};
 
@@ -25,6 +26,7 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     pub auth: Arc<Authenticator>,
     pub runs: Arc<RunHub>,
+    pub memory: Arc<MemoryEngine>,
     /// Cancelled to begin shutdown.
     pub shutdown: CancellationToken,
     /// Cancelled once runs have recorded their end; open event streams then close.
@@ -51,6 +53,8 @@ pub enum StartupError {
     Jwt(#[from] crate::auth::jwt::JwtError),
     #[error("{0}")]
     Refused(String),
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -98,6 +102,14 @@ pub async fn build_state(
         shutdown.child_token(),
         (abandon > 0).then(|| Duration::from_secs(abandon)),
     );
+    let memory = MemoryEngine::open(&settings, store.clone(), shutdown.child_token()).await?;
+    spawn_reembedding(memory.clone());
+    crate::memory::decay::spawn(
+        store.clone(),
+        memory.indexer().clone(),
+        settings.memory.clone(),
+        shutdown.child_token(),
+    );
     let recovered = runs.recover_interrupted().await?;
     if recovered > 0 {
         tracing::warn!(recovered, "marked runs interrupted by the previous process");
@@ -107,12 +119,30 @@ pub async fn build_state(
         store,
         auth,
         runs,
+        memory,
         shutdown,
         streams_stop: CancellationToken::new(),
         metrics: metrics_handle(),
         started_at: Instant::now(),
         database_display: store::redact_url(&url),
     })
+}
+
+/// Re-embeds, in the background, memories made by another embedding model than the current
+/// one, logging progress.
+fn spawn_reembedding(memory: Arc<MemoryEngine>) {
+    tokio::spawn(async move {
+        let progress = |done: u64, total: u64| {
+            if done == total || done % 1024 < 64 {
+                tracing::info!(done, total, "re-embedding memories for the current model");
+            }
+        };
+        match memory.reembed_stale(progress).await {
+            Ok(0) => {}
+            Ok(count) => tracing::info!(count, "re-embedding finished"),
+            Err(error) => tracing::error!(%error, "re-embedding failed"),
+        }
+    });
 }
 
 /// Binds the configured address (a port of 0 picks a free one).

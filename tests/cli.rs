@@ -12,7 +12,11 @@ fn mnemo(data_dir: &std::path::Path) -> Command {
         .arg("--data-dir")
         .arg(data_dir)
         .env_remove("MNEMO__DATABASE__URL")
-        .env("MNEMO__LOG__LEVEL", "warn");
+        .env("MNEMO__LOG__LEVEL", "warn")
+        .env(
+            "MNEMO__EMBEDDER__MODEL_DIR",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/models/all-MiniLM-L6-v2"),
+        );
     command
 }
 

@@ -3,7 +3,7 @@
 //! once.
 
 use axum::Json;
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection, QueryRejection};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
@@ -129,6 +129,16 @@ impl From<JsonRejection> for ApiError {
             _ => rejection.body_text(),
         };
         Self::new(kind, message)
+    }
+}
+
+impl From<BytesRejection> for ApiError {
+    fn from(rejection: BytesRejection) -> Self {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            Self::new(ErrorKind::PayloadTooLarge, "request body too large")
+        } else {
+            Self::bad_request(rejection.body_text())
+        }
     }
 }
 

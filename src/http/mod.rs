@@ -4,6 +4,7 @@
 
 pub mod error;
 pub mod extract;
+mod memories;
 mod runs;
 mod sse;
 mod threads;
@@ -35,6 +36,8 @@ use error::ApiError;
         threads::create_thread, threads::list_threads, threads::get_thread,
         threads::delete_thread, threads::post_message,
         runs::get_run, runs::run_events, runs::cancel_run,
+        memories::search, memories::list, memories::add, memories::get, memories::patch,
+        memories::delete, memories::delete_all, memories::export, memories::import,
     ),
     components(schemas(error::ErrorBody, error::ErrorDetail)),
     modifiers(&BearerAuth),
@@ -42,6 +45,7 @@ use error::ApiError;
         (name = "service", description = "Status and documentation"),
         (name = "threads", description = "Conversations (working memory)"),
         (name = "runs", description = "Chat turns and research jobs, with resumable event streams"),
+        (name = "memories", description = "The user's long-term memory: hybrid recall, history, export and import"),
     )
 )]
 struct ApiDoc;
@@ -84,6 +88,21 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/runs/{id}", get(runs::get_run))
         .route("/v1/runs/{id}/events", get(runs::run_events))
         .route("/v1/runs/{id}/cancel", post(runs::cancel_run))
+        .route("/v1/memories/search", post(memories::search))
+        .route(
+            "/v1/memories",
+            get(memories::list)
+                .post(memories::add)
+                .delete(memories::delete_all),
+        )
+        .route("/v1/memories/export", get(memories::export))
+        .route("/v1/memories/import", post(memories::import))
+        .route(
+            "/v1/memories/{id}",
+            get(memories::get)
+                .patch(memories::patch)
+                .delete(memories::delete),
+        )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body))
@@ -161,13 +180,33 @@ async fn health(State(state): State<AppState>) -> Response {
             json!({ "status": "down", "backend": state.store.backend(), "url": state.database_display })
         }
     };
-    let healthy = database["status"] == "ok";
+    let lag = state.memory.indexer().lag().await;
+    let memory = state.memory.status();
+    let indexes = match &lag {
+        Ok(lag) => {
+            metrics::gauge!("mnemo_index_lag", "index" => "vector").set(lag.vector_lag() as f64);
+            metrics::gauge!("mnemo_index_lag", "index" => "keyword").set(lag.keyword_lag() as f64);
+            json!({
+                "status": "ok",
+                "log_head": lag.log_head,
+                "vector": { "backend": memory.vector_backend, "applied": lag.vector_applied, "lag": lag.vector_lag() },
+                "keyword": { "backend": "tantivy", "applied": lag.keyword_applied, "lag": lag.keyword_lag() },
+            })
+        }
+        Err(error) => json!({ "status": "down", "error": error.to_string() }),
+    };
+    let healthy = database["status"] == "ok" && lag.is_ok();
     let body: Value = json!({
         "status": if healthy { "ok" } else { "degraded" },
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_secs": state.started_at.elapsed().as_secs(),
         "components": {
             "database": database,
+            "embedder": { "status": "ok", "model": memory.embedder_model, "dimension": memory.dimension },
+            "vector_index": { "status": indexes["status"], "backend": memory.vector_backend },
+            "keyword_index": { "status": indexes["status"], "backend": "tantivy" },
+            "indexes": indexes,
+            "llm": { "status": "not_configured" },
             "runs": { "status": "ok", "active": state.runs.active() },
             "auth": {
                 "status": "ok",
@@ -186,6 +225,10 @@ async fn health(State(state): State<AppState>) -> Response {
 }
 
 async fn metrics_text(State(state): State<AppState>) -> Response {
+    if let Ok(lag) = state.memory.indexer().lag().await {
+        metrics::gauge!("mnemo_index_lag", "index" => "vector").set(lag.vector_lag() as f64);
+        metrics::gauge!("mnemo_index_lag", "index" => "keyword").set(lag.keyword_lag() as f64);
+    }
     let mut response = state.metrics.render().into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

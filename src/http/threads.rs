@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use super::error::{ApiError, ApiResult, ErrorBody};
-use super::extract::{ApiJson, ApiPath, ApiQuery};
+use super::extract::{ApiBytes, ApiJson, ApiPath, ApiQuery};
 use super::sse::run_event_response;
 use crate::agent::echo::run_echo_turn;
 use crate::auth::AuthUser;
@@ -73,7 +73,7 @@ fn default_true() -> bool {
 pub async fn create_thread(
     State(state): State<AppState>,
     user: AuthUser,
-    body: axum::body::Bytes,
+    ApiBytes(body): ApiBytes,
 ) -> ApiResult<(StatusCode, Json<Thread>)> {
     let body: CreateThread = if body.iter().all(u8::is_ascii_whitespace) {
         CreateThread { title: None }

@@ -30,10 +30,10 @@ use qdrant_edge::{
     VectorInternal, WithPayloadInterface, WithVector,
 };
 
-use crate::store::{MemoryId, UserId};
 use crate::index::vector::{
     IndexError, MAX_SEARCH_LIMIT, VectorFilter, VectorIndex, VectorPoint, check_vector, fields,
 };
+use crate::store::{MemoryId, UserId};
 
 /// Page size used when scrolling all ids of a user.
 const SCROLL_PAGE: usize = 1024;
@@ -354,6 +354,33 @@ impl VectorIndex for EdgeVectorIndex {
                 UpdateOperation::PointOperation(PointOperations::DeletePointsByFilter(filter)),
                 "delete user",
             )
+        })
+        .await
+    }
+
+    async fn clear(&self) -> Result<(), IndexError> {
+        self.blocking(|inner| {
+            loop {
+                let (records, _) = inner
+                    .shard
+                    .scroll(ScrollRequest {
+                        offset: None,
+                        limit: Some(SCROLL_PAGE),
+                        filter: None,
+                        with_payload: Some(WithPayloadInterface::Bool(false)),
+                        with_vector: WithVector::Bool(false),
+                        order_by: None,
+                    })
+                    .map_err(|e| engine_err("scroll", e))?;
+                if records.is_empty() {
+                    return Ok(());
+                }
+                let ids = records.into_iter().map(|record| record.id).collect();
+                inner.update(
+                    UpdateOperation::PointOperation(PointOperations::DeletePoints { ids }),
+                    "clear",
+                )?;
+            }
         })
         .await
     }

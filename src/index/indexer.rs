@@ -1,1 +1,437 @@
-//! placeholder
+//! The indexer follows the SQL memory log and applies it to both derived indexes.
+//!
+//! It is idempotent: for every memory named in a batch it indexes the memory's *current* row
+//! (or deletes it when the row is gone), so replaying any part of the log converges to SQL.
+//! Watermarks: the tantivy commit payload holds the keyword index's applied seq; the vector
+//! index's applied seq is a file beside the Qdrant Edge shard (each replica has its own shard),
+//! or a row in `index_watermarks` for a shared Qdrant server. A watermark moves only after the
+//! index has made the batch durable (tantivy commit; Edge flush).
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::keyword::{KeywordDoc, KeywordIndex, KeywordOp};
+use super::vector::{IndexError, VectorIndex, VectorPoint};
+use crate::store::{LogEntry, LogOp, MemoryId, OwnedMemory, Store, StoreError, UserId};
+
+const BATCH: i64 = 1000;
+const POLL: Duration = Duration::from_millis(250);
+
+#[derive(Debug, thiserror::Error)]
+pub enum IndexerError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Index(#[from] IndexError),
+    #[error("vector watermark file: {0}")]
+    Watermark(String),
+}
+
+/// Where the vector index's applied sequence number is kept.
+#[derive(Debug, Clone)]
+pub enum VectorWatermark {
+    /// A file beside a local (per-replica) shard.
+    File(PathBuf),
+    /// A row in `index_watermarks`, for a shared Qdrant server.
+    Sql(String),
+}
+
+/// Applied positions, for `/health` and `/metrics`.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct IndexLag {
+    pub log_head: i64,
+    pub vector_applied: i64,
+    pub keyword_applied: i64,
+}
+
+impl IndexLag {
+    pub fn vector_lag(&self) -> i64 {
+        (self.log_head - self.vector_applied).max(0)
+    }
+
+    pub fn keyword_lag(&self) -> i64 {
+        (self.log_head - self.keyword_applied).max(0)
+    }
+}
+
+pub struct Indexer {
+    store: Arc<dyn Store>,
+    vector: Arc<dyn VectorIndex>,
+    keyword: KeywordIndex,
+    watermark: VectorWatermark,
+    vector_applied: AtomicI64,
+    dimension: usize,
+    wake: Notify,
+    /// The lower of both applied seqs; writers wait on it to know a memory is recallable.
+    applied: watch::Sender<i64>,
+    /// Points upserted since the last vector optimisation.
+    pending_optimize: AtomicU64,
+    optimize_after: u64,
+    step_lock: tokio::sync::Mutex<()>,
+}
+
+impl Indexer {
+    pub async fn new(
+        store: Arc<dyn Store>,
+        vector: Arc<dyn VectorIndex>,
+        keyword: KeywordIndex,
+        watermark: VectorWatermark,
+        dimension: usize,
+        optimize_after: u64,
+    ) -> Result<Arc<Self>, IndexerError> {
+        let vector_applied = read_watermark(store.as_ref(), &watermark).await?;
+        let applied = vector_applied.min(keyword.applied_seq());
+        Ok(Arc::new(Self {
+            store,
+            vector,
+            keyword,
+            watermark,
+            vector_applied: AtomicI64::new(vector_applied),
+            dimension,
+            wake: Notify::new(),
+            applied: watch::channel(applied).0,
+            pending_optimize: AtomicU64::new(0),
+            optimize_after,
+            step_lock: tokio::sync::Mutex::new(()),
+        }))
+    }
+
+    /// Wakes the follower loop (called after every memory write in this process).
+    pub fn notify(&self) {
+        self.wake.notify_one();
+    }
+
+    pub fn keyword(&self) -> &KeywordIndex {
+        &self.keyword
+    }
+
+    pub fn vector(&self) -> &Arc<dyn VectorIndex> {
+        &self.vector
+    }
+
+    pub async fn lag(&self) -> Result<IndexLag, IndexerError> {
+        Ok(IndexLag {
+            log_head: self.store.memory_log_head().await?,
+            vector_applied: self.vector_applied.load(Ordering::Acquire),
+            keyword_applied: self.keyword.applied_seq(),
+        })
+    }
+
+    /// Waits until both indexes have applied the log up to `seq`; false on timeout.
+    pub async fn wait_for(&self, seq: i64, timeout: Duration) -> bool {
+        let mut receiver = self.applied.subscribe();
+        self.notify();
+        tokio::time::timeout(timeout, receiver.wait_for(|applied| *applied >= seq))
+            .await
+            .is_ok_and(|result| result.is_ok())
+    }
+
+    /// Applies everything in the log now; returns the applied seq.
+    pub async fn catch_up(&self) -> Result<i64, IndexerError> {
+        while self.step().await? > 0 {}
+        Ok(self.applied_seq())
+    }
+
+    fn applied_seq(&self) -> i64 {
+        self.vector_applied
+            .load(Ordering::Acquire)
+            .min(self.keyword.applied_seq())
+    }
+
+    /// Applies one batch of the log; returns how many entries it covered.
+    pub async fn step(&self) -> Result<usize, IndexerError> {
+        let _step = self.step_lock.lock().await;
+        let vector_from = self.vector_applied.load(Ordering::Acquire);
+        let keyword_from = self.keyword.applied_seq();
+        let from = vector_from.min(keyword_from);
+        let entries = self.store.memory_log_after(from, BATCH).await?;
+        let Some(last) = entries.last().map(|entry| entry.seq) else {
+            return Ok(0);
+        };
+        let ids: Vec<MemoryId> = entries
+            .iter()
+            .filter_map(|entry| entry.memory)
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        let rows: HashMap<MemoryId, OwnedMemory> = self
+            .store
+            .owned_memories(&ids)
+            .await?
+            .into_iter()
+            .map(|owned| (owned.memory.id, owned))
+            .collect();
+        let plan = plan_batch(&entries, &rows);
+        if last > vector_from {
+            self.apply_vector(&plan).await?;
+            write_watermark(self.store.as_ref(), &self.watermark, last).await?;
+            self.vector_applied.store(last, Ordering::Release);
+        }
+        if last > keyword_from {
+            let ops = keyword_ops(&plan);
+            self.keyword.apply_async(ops, last).await?;
+        }
+        let applied = self.applied_seq();
+        self.applied.send_replace(applied);
+        metrics::gauge!("mnemo_index_applied_seq", "index" => "vector")
+            .set(self.vector_applied.load(Ordering::Acquire) as f64);
+        metrics::gauge!("mnemo_index_applied_seq", "index" => "keyword")
+            .set(self.keyword.applied_seq() as f64);
+        Ok(entries.len())
+    }
+
+    async fn apply_vector(&self, plan: &[Segment<'_>]) -> Result<(), IndexerError> {
+        for segment in plan {
+            let points: Vec<VectorPoint> = segment
+                .upserts
+                .iter()
+                .filter(|owned| owned.memory.embedding.len() == self.dimension)
+                .map(|owned| vector_point(owned))
+                .collect();
+            // A memory whose vector has another dimension awaits re-embedding: keep it out.
+            let mut deletes = segment.deletes.clone();
+            deletes.extend(
+                segment
+                    .upserts
+                    .iter()
+                    .filter(|owned| owned.memory.embedding.len() != self.dimension)
+                    .map(|owned| owned.memory.id),
+            );
+            if !deletes.is_empty() {
+                self.vector.delete(&deletes).await?;
+            }
+            if !points.is_empty() {
+                self.pending_optimize
+                    .fetch_add(points.len() as u64, Ordering::Relaxed);
+                self.vector.upsert(points).await?;
+            }
+            if let Some(user) = segment.delete_user {
+                self.vector.delete_user(user).await?;
+            }
+        }
+        self.vector.flush().await?;
+        Ok(())
+    }
+
+    /// Follows the log until `shutdown`: applies batches as soon as it is woken, polls for
+    /// writes made by other replicas, and optimises the vector index when enough has changed
+    /// and the log is quiet.
+    pub fn spawn(self: &Arc<Self>, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
+        let indexer = self.clone();
+        tokio::spawn(async move {
+            let mut failures = 0u32;
+            loop {
+                match indexer.step().await {
+                    Ok(0) => {
+                        failures = 0;
+                        indexer.maybe_optimize().await;
+                    }
+                    Ok(_) => {
+                        failures = 0;
+                        continue;
+                    }
+                    Err(error) => {
+                        failures = failures.saturating_add(1);
+                        tracing::warn!(%error, failures, "indexer step failed; retrying");
+                    }
+                }
+                let backoff = POLL * failures.min(20).max(1);
+                tokio::select! {
+                    _ = indexer.wake.notified() => {}
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = shutdown.cancelled() => {
+                        if let Err(error) = indexer.vector.flush().await {
+                            tracing::warn!(%error, "flushing the vector index at shutdown failed");
+                        }
+                        return;
+                    }
+                }
+            }
+        })
+    }
+
+    async fn maybe_optimize(&self) {
+        if self.pending_optimize.load(Ordering::Relaxed) < self.optimize_after {
+            return;
+        }
+        self.pending_optimize.store(0, Ordering::Relaxed);
+        let vector = self.vector.clone();
+        // Off the request path and off the follower loop: searches keep working meanwhile.
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            match vector.optimize().await {
+                Ok(()) => tracing::info!(elapsed = ?started.elapsed(), "vector index optimised"),
+                Err(error) => tracing::warn!(%error, "vector index optimisation failed"),
+            }
+        });
+    }
+
+    /// Rebuilds both indexes from SQL without re-embedding. `progress(done, total)` is called
+    /// after every page. The watermarks end at the log head read before the scan, so anything
+    /// written during the rebuild is applied afterwards by the follower.
+    pub async fn rebuild(&self, progress: impl Fn(u64, u64)) -> Result<u64, IndexerError> {
+        let _step = self.step_lock.lock().await;
+        let head = self.store.memory_log_head().await?;
+        let total = self.store.count_memories().await?.max(0) as u64;
+        self.keyword.clear_async().await?;
+        self.vector.clear().await?;
+        let mut done = 0u64;
+        let mut cursor = None;
+        loop {
+            let page = self.store.scan_memories(cursor, 2000).await?;
+            let Some(last) = page.last() else { break };
+            cursor = Some(last.memory.id);
+            let segment = Segment {
+                upserts: page.iter().collect(),
+                deletes: Vec::new(),
+                delete_user: None,
+            };
+            self.apply_vector(std::slice::from_ref(&segment)).await?;
+            self.keyword
+                .apply_async(keyword_ops(std::slice::from_ref(&segment)), 0)
+                .await?;
+            done += page.len() as u64;
+            progress(done, total);
+        }
+        self.keyword.apply_async(Vec::new(), head).await?;
+        write_watermark(self.store.as_ref(), &self.watermark, head).await?;
+        self.vector_applied.store(head, Ordering::Release);
+        self.applied.send_replace(self.applied_seq());
+        Ok(done)
+    }
+}
+
+/// Part of a batch between two `DeleteUser` entries, reduced to final states.
+struct Segment<'a> {
+    upserts: Vec<&'a OwnedMemory>,
+    deletes: Vec<MemoryId>,
+    delete_user: Option<UserId>,
+}
+
+/// Splits the batch at `DeleteUser` entries; within a segment every named memory becomes an
+/// upsert of its current row, or a delete when the row is gone.
+fn plan_batch<'a>(
+    entries: &[LogEntry],
+    rows: &'a HashMap<MemoryId, OwnedMemory>,
+) -> Vec<Segment<'a>> {
+    let mut segments = Vec::new();
+    let mut seen = HashSet::new();
+    let mut current = Segment {
+        upserts: Vec::new(),
+        deletes: Vec::new(),
+        delete_user: None,
+    };
+    for entry in entries {
+        match (entry.op, entry.memory) {
+            (LogOp::DeleteUser, _) => {
+                current.delete_user = Some(entry.user);
+                segments.push(std::mem::replace(
+                    &mut current,
+                    Segment {
+                        upserts: Vec::new(),
+                        deletes: Vec::new(),
+                        delete_user: None,
+                    },
+                ));
+                seen.clear();
+            }
+            (_, Some(id)) => {
+                if !seen.insert(id) {
+                    continue;
+                }
+                match rows.get(&id) {
+                    Some(owned) => current.upserts.push(owned),
+                    None => current.deletes.push(id),
+                }
+            }
+            (_, None) => {}
+        }
+    }
+    segments.push(current);
+    segments
+}
+
+fn vector_point(owned: &OwnedMemory) -> VectorPoint {
+    let memory = &owned.memory;
+    VectorPoint {
+        id: memory.id,
+        user_id: owned.user,
+        vector: memory.embedding.clone(),
+        kind: memory.kind.as_str().to_string(),
+        importance: memory.importance,
+        created_at_ms: memory.created_at.timestamp_millis(),
+        archived: memory.archived_at.is_some(),
+        valid: memory.invalid_at.is_none(),
+    }
+}
+
+fn keyword_ops(plan: &[Segment<'_>]) -> Vec<KeywordOp> {
+    let mut ops = Vec::new();
+    for segment in plan {
+        ops.extend(segment.deletes.iter().map(|id| KeywordOp::Delete(*id)));
+        ops.extend(segment.upserts.iter().map(|owned| {
+            let memory = &owned.memory;
+            KeywordOp::Upsert(KeywordDoc {
+                id: memory.id,
+                user_id: owned.user,
+                content: memory.content.clone(),
+                kind: memory.kind.as_str().to_string(),
+                created_at_ms: memory.created_at.timestamp_millis(),
+                archived: memory.archived_at.is_some(),
+                valid: memory.invalid_at.is_none(),
+            })
+        }));
+        if let Some(user) = segment.delete_user {
+            ops.push(KeywordOp::DeleteUser(user));
+        }
+    }
+    ops
+}
+
+async fn read_watermark(
+    store: &dyn Store,
+    watermark: &VectorWatermark,
+) -> Result<i64, IndexerError> {
+    match watermark {
+        VectorWatermark::Sql(name) => Ok(store.watermark(name).await?),
+        VectorWatermark::File(path) => match tokio::fs::read_to_string(path).await {
+            Ok(text) => text.trim().parse().map_err(|_| {
+                IndexerError::Watermark(format!("{} is not a number", path.display()))
+            }),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(0),
+            Err(error) => Err(IndexerError::Watermark(format!(
+                "{}: {error}",
+                path.display()
+            ))),
+        },
+    }
+}
+
+async fn write_watermark(
+    store: &dyn Store,
+    watermark: &VectorWatermark,
+    seq: i64,
+) -> Result<(), IndexerError> {
+    match watermark {
+        VectorWatermark::Sql(name) => Ok(store.set_watermark(name, seq).await?),
+        VectorWatermark::File(path) => {
+            let temporary = path.with_extension("tmp");
+            let failed = |error: std::io::Error| {
+                IndexerError::Watermark(format!("{}: {error}", path.display()))
+            };
+            tokio::fs::write(&temporary, seq.to_string())
+                .await
+                .map_err(failed)?;
+            let file = tokio::fs::File::open(&temporary).await.map_err(failed)?;
+            file.sync_all().await.map_err(failed)?;
+            tokio::fs::rename(&temporary, path).await.map_err(failed)?;
+            Ok(())
+        }
+    }
+}

@@ -40,8 +40,8 @@ use tantivy::{
 };
 use tantivy_jieba::{JiebaTokenStream, JiebaTokenizer};
 
-use crate::store::{MemoryId, UserId};
 use crate::index::vector::{IndexError, MAX_SEARCH_LIMIT, VectorFilter};
+use crate::store::{MemoryId, UserId};
 
 /// Name under which the analyzer is registered in the index's tokenizer manager.
 pub const TOKENIZER_NAME: &str = "mnemo";
@@ -307,7 +307,10 @@ impl KeywordIndex {
                         writer.delete_term(Term::from_field_text(f.id, &id.as_uuid().to_string()));
                     }
                     KeywordOp::DeleteUser(user) => {
-                        writer.delete_term(Term::from_field_text(f.user_id, &user.as_uuid().to_string()));
+                        writer.delete_term(Term::from_field_text(
+                            f.user_id,
+                            &user.as_uuid().to_string(),
+                        ));
                     }
                 }
             }

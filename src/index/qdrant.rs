@@ -23,10 +23,10 @@ use qdrant_client::qdrant::{
 };
 use qdrant_client::{Payload, Qdrant, QdrantError};
 
-use crate::store::{MemoryId, UserId};
 use crate::index::vector::{
     IndexError, MAX_SEARCH_LIMIT, VectorFilter, VectorIndex, VectorPoint, check_vector, fields,
 };
+use crate::store::{MemoryId, UserId};
 
 /// Points per upsert request, to stay well under gRPC message limits.
 const UPSERT_CHUNK: usize = 256;
@@ -363,6 +363,18 @@ impl VectorIndex for QdrantServerIndex {
             )
             .await
             .map_err(|e| server_err("delete user", e))?;
+        Ok(())
+    }
+
+    async fn clear(&self) -> Result<(), IndexError> {
+        self.client
+            .delete_points(
+                DeletePointsBuilder::new(self.collection.clone())
+                    .points(Filter::default())
+                    .wait(true),
+            )
+            .await
+            .map_err(|e| server_err("clear", e))?;
         Ok(())
     }
 

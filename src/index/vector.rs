@@ -119,6 +119,8 @@ pub trait VectorIndex: Send + Sync {
     async fn count(&self, user: UserId) -> Result<u64, IndexError>;
     /// Every point id stored for `user`, for consistency checks against the store.
     async fn ids(&self, user: UserId) -> Result<Vec<MemoryId>, IndexError>;
+    /// Removes every point of every user (index rebuilds).
+    async fn clear(&self) -> Result<(), IndexError>;
     /// Builds/merges the ANN structures. May take minutes on large indexes;
     /// callers run it in the background, off the request path.
     async fn optimize(&self) -> Result<(), IndexError>;

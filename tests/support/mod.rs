@@ -61,12 +61,23 @@ fn init_logs() {
     }
 }
 
+/// The local embedding model fetched by `scripts/fetch-model`.
+pub fn model_dir() -> String {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/models/all-MiniLM-L6-v2");
+    assert!(
+        std::path::Path::new(dir).join("model.safetensors").exists(),
+        "the embedding model is missing: run scripts/fetch-model"
+    );
+    dir.to_string()
+}
+
 /// Settings for a test app in `home`, with extra `MNEMO__…` variables.
 pub fn test_settings(home: &Home, env: &[(&str, &str)]) -> Settings {
     let mut vars: Vec<(String, String)> = vec![
         ("MNEMO__SERVER__ADDR".into(), "127.0.0.1:0".into()),
         ("MNEMO__DATABASE__URL".into(), home.database_url.clone()),
         ("MNEMO__SERVER__ECHO_WORD_DELAY_MS".into(), "5".into()),
+        ("MNEMO__EMBEDDER__MODEL_DIR".into(), model_dir()),
     ];
     for (key, value) in env {
         vars.retain(|(existing, _)| existing != key);

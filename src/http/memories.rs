@@ -1,0 +1,312 @@
+//! The authenticated user's memories: hybrid search, list with filters and paging, add, get
+//! with version history, patch, delete, export (JSONL), import (JSONL) and delete-all.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::error::{ApiError, ApiResult, ErrorBody};
+use super::extract::{ApiBytes, ApiJson, ApiPath, ApiQuery};
+use crate::auth::AuthUser;
+use crate::memory::recall::RecallMode;
+use crate::memory::{
+    ImportReport, MemoryEngine, MemoryError, PortableMemory, RecallRequest, RecallResponse,
+};
+use crate::startup::AppState;
+use crate::store::{Memory, MemoryFilter, MemoryId, MemoryKind, MemoryVersion, NewMemory};
+
+impl From<MemoryError> for ApiError {
+    fn from(error: MemoryError) -> Self {
+        ApiError::new(error.kind(), error.to_string())
+    }
+}
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchBody {
+    pub query: String,
+    /// How many memories to return (default 10, at most `memory.max_k`).
+    pub k: Option<usize>,
+    pub kinds: Option<Vec<MemoryKind>>,
+    pub since: Option<DateTime<Utc>>,
+    pub until: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub include_archived: bool,
+    /// `hybrid` (default), `vector` or `keyword`.
+    #[serde(default)]
+    pub mode: RecallMode,
+    /// Apply decay (default true).
+    pub decay: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct ListQuery {
+    /// Comma-separated kinds, e.g. `fact,preference`.
+    pub kinds: Option<String>,
+    pub since: Option<DateTime<Utc>>,
+    pub until: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub include_archived: bool,
+    #[serde(default)]
+    pub include_invalid: bool,
+    /// 1–500, default 50.
+    pub limit: Option<i64>,
+    #[param(value_type = Option<String>, format = Uuid)]
+    pub before: Option<MemoryId>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct MemoryList {
+    pub memories: Vec<Memory>,
+    #[schema(value_type = Option<String>, format = Uuid)]
+    pub next_before: Option<MemoryId>,
+}
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddBody {
+    pub content: String,
+    /// Default `fact`.
+    pub kind: Option<MemoryKind>,
+    /// 1–5, default 3.
+    pub importance: Option<u8>,
+    #[serde(default)]
+    pub source_refs: Vec<String>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct MemoryWithHistory {
+    pub memory: Memory,
+    pub versions: Vec<MemoryVersion>,
+}
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PatchBody {
+    pub content: Option<String>,
+    pub kind: Option<MemoryKind>,
+    pub importance: Option<u8>,
+    /// `true` archives, `false` restores.
+    pub archived: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct ConfirmQuery {
+    /// Must be `true`: deleting every memory cannot be undone.
+    #[serde(default)]
+    pub confirm: bool,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Deleted {
+    pub deleted: u64,
+}
+
+fn engine(state: &AppState) -> &MemoryEngine {
+    &state.memory
+}
+
+#[utoipa::path(post, path = "/v1/memories/search", tag = "memories", request_body = SearchBody,
+    responses((status = 200, body = RecallResponse), (status = 400, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn search(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiJson(body): ApiJson<SearchBody>,
+) -> ApiResult<Json<RecallResponse>> {
+    let request = RecallRequest {
+        query: body.query,
+        k: body.k,
+        kinds: body.kinds,
+        since: body.since,
+        until: body.until,
+        include_archived: body.include_archived,
+        mode: body.mode,
+        decay: body.decay.unwrap_or(true),
+        candidates: None,
+    };
+    Ok(Json(engine(&state).recall(user.user_id, request).await?))
+}
+
+fn parse_kinds(text: &str) -> ApiResult<Vec<MemoryKind>> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|kind| !kind.is_empty())
+        .map(|kind| {
+            MemoryKind::parse(kind).ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "unknown memory kind {kind:?}; expected one of {}",
+                    MemoryKind::ALL
+                        .iter()
+                        .map(|k| k.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })
+        })
+        .collect()
+}
+
+#[utoipa::path(get, path = "/v1/memories", tag = "memories", params(ListQuery),
+    responses((status = 200, body = MemoryList), (status = 400, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn list(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> ApiResult<Json<MemoryList>> {
+    let limit = query.limit.unwrap_or(50);
+    if !(1..=500).contains(&limit) {
+        return Err(ApiError::bad_request("limit must be between 1 and 500"));
+    }
+    let filter = MemoryFilter {
+        kinds: query.kinds.as_deref().map(parse_kinds).transpose()?,
+        since: query.since,
+        until: query.until,
+        include_archived: query.include_archived,
+        include_invalid: query.include_invalid,
+    };
+    let memories = engine(&state)
+        .list(user.user_id, &filter, limit, query.before)
+        .await?;
+    let next_before = (memories.len() as i64 == limit)
+        .then(|| memories.last().map(|memory| memory.id))
+        .flatten();
+    Ok(Json(MemoryList {
+        memories,
+        next_before,
+    }))
+}
+
+#[utoipa::path(post, path = "/v1/memories", tag = "memories", request_body = AddBody,
+    responses((status = 201, body = Memory), (status = 400, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn add(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiJson(body): ApiJson<AddBody>,
+) -> ApiResult<(StatusCode, Json<Memory>)> {
+    let importance = body.importance.unwrap_or(3);
+    if !(1..=5).contains(&importance) {
+        return Err(ApiError::bad_request("importance must be between 1 and 5"));
+    }
+    let mut memory = NewMemory::from_user(
+        body.kind.unwrap_or(MemoryKind::Fact),
+        body.content.trim(),
+        importance,
+    );
+    memory.source_refs = body.source_refs;
+    let mut written = engine(&state).add(user.user_id, vec![memory]).await?;
+    let memory = written.pop().ok_or_else(|| {
+        ApiError::new(crate::store::ErrorKind::Internal, "memory was not written")
+    })?;
+    Ok((StatusCode::CREATED, Json(memory)))
+}
+
+#[utoipa::path(get, path = "/v1/memories/{id}", tag = "memories",
+    params(("id" = String, Path, format = Uuid)),
+    responses((status = 200, body = MemoryWithHistory), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn get(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiPath(id): ApiPath<MemoryId>,
+) -> ApiResult<Json<MemoryWithHistory>> {
+    let (memory, versions) = engine(&state).get(user.user_id, id).await?;
+    Ok(Json(MemoryWithHistory { memory, versions }))
+}
+
+#[utoipa::path(patch, path = "/v1/memories/{id}", tag = "memories",
+    params(("id" = String, Path, format = Uuid)), request_body = PatchBody,
+    responses((status = 200, body = Memory), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn patch(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiPath(id): ApiPath<MemoryId>,
+    ApiJson(body): ApiJson<PatchBody>,
+) -> ApiResult<Json<Memory>> {
+    if let Some(importance) = body.importance
+        && !(1..=5).contains(&importance)
+    {
+        return Err(ApiError::bad_request("importance must be between 1 and 5"));
+    }
+    let memory = engine(&state)
+        .update(
+            user.user_id,
+            id,
+            body.content.map(|content| content.trim().to_string()),
+            body.kind,
+            body.importance,
+            body.archived,
+        )
+        .await?;
+    Ok(Json(memory))
+}
+
+#[utoipa::path(delete, path = "/v1/memories/{id}", tag = "memories",
+    params(("id" = String, Path, format = Uuid)),
+    responses((status = 204), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn delete(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiPath(id): ApiPath<MemoryId>,
+) -> ApiResult<StatusCode> {
+    engine(&state).delete(user.user_id, id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(delete, path = "/v1/memories", tag = "memories", params(ConfirmQuery),
+    responses((status = 200, body = Deleted), (status = 400, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn delete_all(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiQuery(query): ApiQuery<ConfirmQuery>,
+) -> ApiResult<Json<Deleted>> {
+    if !query.confirm {
+        return Err(ApiError::bad_request(
+            "deleting every memory needs ?confirm=true",
+        ));
+    }
+    let deleted = engine(&state).delete_all(user.user_id).await?;
+    Ok(Json(Deleted { deleted }))
+}
+
+#[utoipa::path(get, path = "/v1/memories/export", tag = "memories",
+    responses((status = 200, description = "One JSON memory per line (the import format)", content_type = "application/x-ndjson")),
+    security(("bearer" = [])))]
+pub async fn export(State(state): State<AppState>, user: AuthUser) -> ApiResult<Response> {
+    let memories = engine(&state).export(user.user_id).await?;
+    let mut body = String::new();
+    for memory in &memories {
+        let line = serde_json::to_string(&PortableMemory::from(memory))
+            .map_err(|error| ApiError::new(crate::store::ErrorKind::Internal, error.to_string()))?;
+        body.push_str(&line);
+        body.push('\n');
+    }
+    let mut response = body.into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-ndjson"),
+    );
+    Ok(response)
+}
+
+#[utoipa::path(post, path = "/v1/memories/import", tag = "memories",
+    request_body(content = String, description = "JSON lines, as exported", content_type = "application/x-ndjson"),
+    responses((status = 200, body = ImportReport), (status = 400, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn import(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiBytes(body): ApiBytes,
+) -> ApiResult<Json<ImportReport>> {
+    let text = std::str::from_utf8(&body)
+        .map_err(|_| ApiError::bad_request("the import body must be UTF-8 JSON lines"))?;
+    Ok(Json(engine(&state).import(user.user_id, text).await?))
+}
