@@ -279,12 +279,19 @@ impl Settings {
             ));
         }
         let memory = &self.memory;
-        if !(memory.rrf_k >= 0.0) || memory.candidates == 0 || memory.max_k == 0 {
+        if memory.rrf_k.is_nan()
+            || memory.rrf_k < 0.0
+            || memory.candidates == 0
+            || memory.max_k == 0
+        {
             return Err(ConfigError::Invalid(
                 "memory.rrf_k must be >= 0 and memory.candidates, memory.max_k positive".into(),
             ));
         }
-        if !(0.0..=1.0).contains(&memory.decay_floor) || !(memory.decay_half_life_days > 0.0) {
+        if !(0.0..=1.0).contains(&memory.decay_floor)
+            || memory.decay_half_life_days.is_nan()
+            || memory.decay_half_life_days <= 0.0
+        {
             return Err(ConfigError::Invalid(
                 "memory.decay_floor must be in [0, 1] and decay_half_life_days positive".into(),
             ));

@@ -241,7 +241,7 @@ impl Indexer {
                         tracing::warn!(%error, failures, "indexer step failed; retrying");
                     }
                 }
-                let backoff = POLL * failures.min(20).max(1);
+                let backoff = POLL * failures.clamp(1, 20);
                 tokio::select! {
                     _ = indexer.wake.notified() => {}
                     _ = tokio::time::sleep(backoff) => {}
