@@ -9,8 +9,14 @@ pub fn init<W>(level: &str, json: bool, ansi: bool, sink: W)
 where
     W: for<'writer> MakeWriter<'writer> + Send + Sync + 'static,
 {
+    // Qdrant Edge warns about internal feature flags on every open; keep that out of the way.
+    let directives = if level.contains("qdrant_edge") {
+        level.to_string()
+    } else {
+        format!("{level},qdrant_edge=error")
+    };
     let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(level))
+        .or_else(|_| EnvFilter::try_new(&directives))
         .unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -5,6 +5,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod memory;
+
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
@@ -42,6 +44,15 @@ enum Command {
         #[command(subcommand)]
         command: UserCommand,
     },
+    /// Add, search, list, export and import a user's memories.
+    Memory {
+        #[command(flatten)]
+        target: memory::Target,
+        #[command(subcommand)]
+        command: memory::MemoryCommand,
+    },
+    /// Rebuild the vector and keyword indexes from SQL (no re-embedding). Stop the server first.
+    Reindex,
 }
 
 #[derive(Debug, Subcommand)]
@@ -153,7 +164,22 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             store.close().await;
             result
         }
+        Command::Memory { target, command } => {
+            let settings = load_quiet(&overrides)?;
+            memory::run(&settings, target, command).await
+        }
+        Command::Reindex => {
+            let settings = load_quiet(&overrides)?;
+            memory::reindex(&settings).await
+        }
     }
+}
+
+/// Settings for a one-shot command, with warnings (not info chatter) on stderr.
+fn load_quiet(overrides: &Overrides) -> Result<Settings, Failure> {
+    let settings = Settings::load(overrides).map_err(|e| Failure::usage(e.to_string()))?;
+    crate::telemetry::init("warn", false, false, std::io::stderr);
+    Ok(settings)
 }
 
 async fn serve(settings: Settings) -> Result<(), Failure> {

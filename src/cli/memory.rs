@@ -1,0 +1,501 @@
+//! `mnemo memory …` and `mnemo reindex`. Memory commands talk to a running server with
+//! `--server URL --key KEY` (or `MNEMO_SERVER`, `MNEMO_KEY`), or, without `--server`, run
+//! embedded on the data directory as the user named by `--user`.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::Failure;
+use crate::config::Settings;
+use crate::memory::recall::RecallMode;
+use crate::memory::{MemoryEngine, PortableMemory, RecallRequest};
+use crate::store::{self, MemoryFilter, MemoryKind, NewMemory, Store, UserId};
+
+#[derive(Debug, Args)]
+pub struct Target {
+    /// A running server's base URL; without it the command runs on the data directory.
+    #[arg(long, env = "MNEMO_SERVER", global = true)]
+    server: Option<String>,
+    /// API key for --server.
+    #[arg(long, env = "MNEMO_KEY", global = true, hide_env_values = true)]
+    key: Option<String>,
+    /// The user whose memories an embedded command works on.
+    #[arg(long, global = true)]
+    user: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MemoryCommand {
+    /// Remember a statement.
+    Add {
+        content: String,
+        #[arg(long, default_value = "fact")]
+        kind: String,
+        #[arg(long, default_value_t = 3)]
+        importance: u8,
+    },
+    /// Hybrid recall.
+    Search {
+        query: String,
+        #[arg(short, long, default_value_t = 10)]
+        k: usize,
+        /// hybrid, vector or keyword.
+        #[arg(long, default_value = "hybrid")]
+        mode: String,
+        #[arg(long)]
+        include_archived: bool,
+        /// Print the raw JSON response.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List memories, newest first.
+    List {
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+        /// Comma-separated kinds.
+        #[arg(long)]
+        kinds: Option<String>,
+        #[arg(long)]
+        include_archived: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write every memory as JSON lines (to stdout or --output).
+    Export {
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
+    /// Read JSON lines (as exported) from a file, or `-` for stdin.
+    Import { path: PathBuf },
+}
+
+/// Where memory commands go.
+enum Backend {
+    Remote {
+        base: String,
+        key: String,
+        http: reqwest::Client,
+    },
+    Embedded {
+        engine: Arc<MemoryEngine>,
+        store: Arc<dyn Store>,
+        user: UserId,
+        shutdown: CancellationToken,
+    },
+}
+
+fn parse_mode(mode: &str) -> Result<RecallMode, Failure> {
+    match mode {
+        "hybrid" => Ok(RecallMode::Hybrid),
+        "vector" => Ok(RecallMode::Vector),
+        "keyword" => Ok(RecallMode::Keyword),
+        other => Err(Failure::usage(format!(
+            "--mode must be hybrid, vector or keyword, not {other:?}"
+        ))),
+    }
+}
+
+fn parse_kind(kind: &str) -> Result<MemoryKind, Failure> {
+    MemoryKind::parse(kind).ok_or_else(|| Failure::usage(format!("unknown memory kind {kind:?}")))
+}
+
+fn memory_failure(error: crate::memory::MemoryError) -> Failure {
+    use crate::store::ErrorKind;
+    match error.kind() {
+        ErrorKind::BadRequest | ErrorKind::NotFound | ErrorKind::Conflict => {
+            Failure::usage(error.to_string())
+        }
+        _ => Failure::other(error.to_string()),
+    }
+}
+
+/// Opens the memory engine on the data directory (embedded commands and reindex).
+async fn open_embedded(
+    settings: &Settings,
+) -> Result<(Arc<MemoryEngine>, Arc<dyn Store>, CancellationToken), Failure> {
+    std::fs::create_dir_all(&settings.data_dir)
+        .map_err(|e| Failure::other(format!("creating the data directory: {e}")))?;
+    let store = store::connect(&settings.database_url(), settings.database.max_connections).await?;
+    let shutdown = CancellationToken::new();
+    let engine = MemoryEngine::open(settings, store.clone(), shutdown.clone())
+        .await
+        .map_err(|error| {
+            let text = error.to_string();
+            if text.contains("lock") || text.contains("Lock") {
+                Failure::other(format!(
+                    "the data directory {} is in use (is a server running on it? use --server): {text}",
+                    settings.data_dir.display()
+                ))
+            } else {
+                memory_failure(error)
+            }
+        })?;
+    Ok((engine, store, shutdown))
+}
+
+impl Backend {
+    async fn open(settings: &Settings, target: Target) -> Result<Self, Failure> {
+        if let Some(base) = target.server {
+            let key = target
+                .key
+                .ok_or_else(|| Failure::usage("--server needs --key (or MNEMO_KEY)"))?;
+            return Ok(Backend::Remote {
+                base: base.trim_end_matches('/').to_string(),
+                key,
+                http: reqwest::Client::builder()
+                    .timeout(Duration::from_secs(300))
+                    .build()
+                    .map_err(|e| Failure::other(e.to_string()))?,
+            });
+        }
+        let name = target.user.ok_or_else(|| {
+            Failure::usage("embedded memory commands need --user NAME (or use --server and --key)")
+        })?;
+        let (engine, store, shutdown) = open_embedded(settings).await?;
+        let user = store
+            .user_by_name(&name)
+            .await?
+            .ok_or_else(|| Failure::usage(format!("no user named {name} (see mnemo user list)")))?;
+        Ok(Backend::Embedded {
+            engine,
+            store,
+            user: user.id,
+            shutdown,
+        })
+    }
+
+    /// Sends a request to the server and returns its JSON (or text) body.
+    async fn remote(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<RemoteBody>,
+    ) -> Result<String, Failure> {
+        let Backend::Remote { base, key, http } = self else {
+            return Err(Failure::other("not a remote backend"));
+        };
+        let mut request = http
+            .request(method, format!("{base}{path}"))
+            .bearer_auth(key);
+        match body {
+            Some(RemoteBody::Json(value)) => request = request.json(&value),
+            Some(RemoteBody::Text(text)) => {
+                request = request
+                    .header("content-type", "application/x-ndjson")
+                    .body(text)
+            }
+            None => {}
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|e| Failure::other(format!("cannot reach {base}: {e}")))?;
+        let status = response.status();
+        let text = response
+            .text()
+            .await
+            .map_err(|e| Failure::other(e.to_string()))?;
+        if status.is_success() {
+            return Ok(text);
+        }
+        let message = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|body| body["error"]["message"].as_str().map(str::to_string))
+            .unwrap_or(text);
+        if status.is_client_error() {
+            Err(Failure::usage(format!("{status}: {message}")))
+        } else {
+            Err(Failure::other(format!("{status}: {message}")))
+        }
+    }
+
+    async fn close(self) {
+        if let Backend::Embedded {
+            engine,
+            store,
+            shutdown,
+            ..
+        } = self
+        {
+            if let Err(error) = engine.indexer().catch_up().await {
+                tracing::warn!(%error, "indexing before exit failed");
+            }
+            let _ = engine.indexer().vector().flush().await;
+            shutdown.cancel();
+            store.close().await;
+        }
+    }
+}
+
+enum RemoteBody {
+    Json(Value),
+    Text(String),
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Result<Value, Failure> {
+    serde_json::to_value(value).map_err(|e| Failure::other(e.to_string()))
+}
+
+fn parse_json(text: &str) -> Result<Value, Failure> {
+    serde_json::from_str(text).map_err(|e| Failure::other(format!("unexpected response: {e}")))
+}
+
+fn print_memories(memories: &[Value]) {
+    for memory in memories {
+        println!(
+            "{}  {:<10} {}  {}",
+            memory["id"].as_str().unwrap_or("-"),
+            memory["kind"].as_str().unwrap_or("-"),
+            memory["importance"],
+            memory["content"].as_str().unwrap_or("").replace('\n', " ")
+        );
+    }
+}
+
+pub async fn run(
+    settings: &Settings,
+    target: Target,
+    command: MemoryCommand,
+) -> Result<(), Failure> {
+    let backend = Backend::open(settings, target).await?;
+    let result = execute(&backend, command).await;
+    backend.close().await;
+    result
+}
+
+async fn execute(backend: &Backend, command: MemoryCommand) -> Result<(), Failure> {
+    use reqwest::Method;
+    match command {
+        MemoryCommand::Add {
+            content,
+            kind,
+            importance,
+        } => {
+            let kind = parse_kind(&kind)?;
+            let memory = match backend {
+                Backend::Remote { .. } => parse_json(
+                    &backend
+                        .remote(
+                            Method::POST,
+                            "/v1/memories",
+                            Some(RemoteBody::Json(
+                                json!({ "content": content, "kind": kind, "importance": importance }),
+                            )),
+                        )
+                        .await?,
+                )?,
+                Backend::Embedded { engine, user, .. } => {
+                    if !(1..=5).contains(&importance) {
+                        return Err(Failure::usage("--importance must be between 1 and 5"));
+                    }
+                    let written = engine
+                        .add(*user, vec![NewMemory::from_user(kind, content, importance)])
+                        .await
+                        .map_err(memory_failure)?;
+                    to_json(&written.first())?
+                }
+            };
+            println!("{}", memory["id"].as_str().unwrap_or("-"));
+        }
+        MemoryCommand::Search {
+            query,
+            k,
+            mode,
+            include_archived,
+            json,
+        } => {
+            let mode = parse_mode(&mode)?;
+            let response = match backend {
+                Backend::Remote { .. } => parse_json(
+                    &backend
+                        .remote(
+                            Method::POST,
+                            "/v1/memories/search",
+                            Some(RemoteBody::Json(json!({
+                                "query": query, "k": k, "mode": mode_name(mode),
+                                "include_archived": include_archived,
+                            }))),
+                        )
+                        .await?,
+                )?,
+                Backend::Embedded { engine, user, .. } => {
+                    let request = RecallRequest {
+                        query,
+                        k: Some(k),
+                        include_archived,
+                        mode,
+                        decay: true,
+                        ..RecallRequest::default()
+                    };
+                    to_json(
+                        &engine
+                            .recall(*user, request)
+                            .await
+                            .map_err(memory_failure)?,
+                    )?
+                }
+            };
+            if json {
+                println!("{response}");
+            } else {
+                for result in response["results"].as_array().into_iter().flatten() {
+                    let memory = &result["memory"];
+                    println!(
+                        "{:.4}  {:<10} {}",
+                        result["score"].as_f64().unwrap_or(0.0),
+                        memory["kind"].as_str().unwrap_or("-"),
+                        memory["content"].as_str().unwrap_or("").replace('\n', " ")
+                    );
+                }
+            }
+        }
+        MemoryCommand::List {
+            limit,
+            kinds,
+            include_archived,
+            json,
+        } => {
+            let memories = match backend {
+                Backend::Remote { .. } => {
+                    let mut path =
+                        format!("/v1/memories?limit={limit}&include_archived={include_archived}");
+                    if let Some(kinds) = &kinds {
+                        path.push_str(&format!("&kinds={kinds}"));
+                    }
+                    parse_json(&backend.remote(Method::GET, &path, None).await?)?["memories"]
+                        .clone()
+                }
+                Backend::Embedded { engine, user, .. } => {
+                    let kinds = kinds
+                        .as_deref()
+                        .map(|text| {
+                            text.split(',')
+                                .map(|kind| parse_kind(kind.trim()))
+                                .collect()
+                        })
+                        .transpose()?;
+                    let filter = MemoryFilter {
+                        kinds,
+                        include_archived,
+                        ..MemoryFilter::default()
+                    };
+                    to_json(
+                        &engine
+                            .list(*user, &filter, limit.clamp(1, 10_000), None)
+                            .await
+                            .map_err(memory_failure)?,
+                    )?
+                }
+            };
+            if json {
+                println!("{memories}");
+            } else {
+                print_memories(memories.as_array().map(Vec::as_slice).unwrap_or_default());
+            }
+        }
+        MemoryCommand::Export { output } => {
+            let lines = match backend {
+                Backend::Remote { .. } => {
+                    backend
+                        .remote(Method::GET, "/v1/memories/export", None)
+                        .await?
+                }
+                Backend::Embedded { engine, user, .. } => {
+                    let mut text = String::new();
+                    for memory in engine.export(*user).await.map_err(memory_failure)? {
+                        let line = serde_json::to_string(&PortableMemory::from(&memory))
+                            .map_err(|e| Failure::other(e.to_string()))?;
+                        text.push_str(&line);
+                        text.push('\n');
+                    }
+                    text
+                }
+            };
+            match output {
+                Some(path) => std::fs::write(&path, lines)
+                    .map_err(|e| Failure::other(format!("writing {}: {e}", path.display())))?,
+                None => std::io::stdout()
+                    .write_all(lines.as_bytes())
+                    .map_err(|e| Failure::other(e.to_string()))?,
+            }
+        }
+        MemoryCommand::Import { path } => {
+            let mut text = String::new();
+            if path.as_os_str() == "-" {
+                std::io::stdin()
+                    .read_to_string(&mut text)
+                    .map_err(|e| Failure::usage(format!("reading stdin: {e}")))?;
+            } else {
+                text = std::fs::read_to_string(&path)
+                    .map_err(|e| Failure::usage(format!("reading {}: {e}", path.display())))?;
+            }
+            let report = match backend {
+                Backend::Remote { .. } => parse_json(
+                    &backend
+                        .remote(
+                            Method::POST,
+                            "/v1/memories/import",
+                            Some(RemoteBody::Text(text)),
+                        )
+                        .await?,
+                )?,
+                Backend::Embedded { engine, user, .. } => {
+                    to_json(&engine.import(*user, &text).await.map_err(memory_failure)?)?
+                }
+            };
+            println!("{report}");
+            if report["errors"]
+                .as_array()
+                .is_some_and(|errors| !errors.is_empty())
+            {
+                return Err(Failure::usage(
+                    "some lines could not be imported (see errors above)",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn mode_name(mode: RecallMode) -> &'static str {
+    match mode {
+        RecallMode::Hybrid => "hybrid",
+        RecallMode::Vector => "vector",
+        RecallMode::Keyword => "keyword",
+    }
+}
+
+/// `mnemo reindex`: rebuilds both local indexes from SQL without re-embedding.
+pub async fn reindex(settings: &Settings) -> Result<(), Failure> {
+    let (engine, store, shutdown) = open_embedded(settings).await?;
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "reindexing {bar:40} {pos}/{len} memories ({per_sec}, eta {eta})",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let started = std::time::Instant::now();
+    let result = engine
+        .indexer()
+        .rebuild(|done, total| {
+            bar.set_length(total);
+            bar.set_position(done);
+        })
+        .await;
+    bar.finish_and_clear();
+    shutdown.cancel();
+    store.close().await;
+    let count = result.map_err(|error| Failure::other(error.to_string()))?;
+    eprintln!(
+        "reindexed {count} memories in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
