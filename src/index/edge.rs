@@ -45,7 +45,9 @@ pub struct EdgeVectorIndex {
 }
 
 struct Inner {
-    shard: EdgeShard,
+    /// Dropped by hand (see `Drop for Inner`): the engine flushes in its destructor and panics
+    /// when that fails.
+    shard: std::mem::ManuallyDrop<EdgeShard>,
     dimension: usize,
     path: PathBuf,
     write_gate: Mutex<()>,
@@ -180,6 +182,21 @@ fn required_indexes() -> Vec<(&'static str, PayloadFieldSchema)> {
     ]
 }
 
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let _optimize = gate(&self.optimize_gate);
+        let _write = gate(&self.write_gate);
+        // A failing final flush (e.g. the directory was removed) must not panic in a destructor.
+        let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: `shard` is never used again after this point.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.shard) }
+        }));
+        if dropped.is_err() {
+            tracing::error!(path = %self.path.display(), "the vector shard's final flush failed");
+        }
+    }
+}
+
 impl Inner {
     fn update(&self, op: UpdateOperation, context: &str) -> Result<(), IndexError> {
         let _gate = gate(&self.write_gate);
@@ -260,7 +277,7 @@ impl EdgeVectorIndex {
             other => engine_err("open edge shard", other),
         })?;
         let inner = Inner {
-            shard,
+            shard: std::mem::ManuallyDrop::new(shard),
             dimension,
             path,
             write_gate: Mutex::new(()),
@@ -297,7 +314,7 @@ impl EdgeVectorIndex {
 #[async_trait]
 impl VectorIndex for EdgeVectorIndex {
     fn name(&self) -> &'static str {
-        "edge"
+        "qdrant-edge"
     }
 
     async fn upsert(&self, points: Vec<VectorPoint>) -> Result<(), IndexError> {
@@ -524,7 +541,7 @@ mod tests {
     async fn edge_conformance() {
         let dir = tempfile::tempdir().expect("tempdir");
         let index = EdgeVectorIndex::open(dir.path(), DIM).await.expect("open");
-        assert_eq!(index.name(), "edge");
+        assert_eq!(index.name(), "qdrant-edge");
         run_conformance(&index).await;
     }
 

@@ -98,7 +98,7 @@ impl VectorFilter {
 /// `[-1, 1]`, highest first.
 #[async_trait]
 pub trait VectorIndex: Send + Sync {
-    /// Short backend name for logs and metrics (`"edge"`, `"qdrant"`).
+    /// Short backend name for logs and metrics (`"qdrant-edge"`, `"qdrant"`).
     fn name(&self) -> &'static str;
     /// Inserts or replaces points; idempotent by id.
     async fn upsert(&self, points: Vec<VectorPoint>) -> Result<(), IndexError>;
