@@ -28,6 +28,78 @@ pub struct Settings {
     pub embedder: EmbedderSettings,
     pub qdrant: QdrantSettings,
     pub memory: MemorySettings,
+    pub llm: LlmSettings,
+    pub chat: ChatSettings,
+}
+
+/// The language model endpoint (any OpenAI-compatible API) and per-role models.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct LlmSettings {
+    /// e.g. `https://api.openai.com/v1` or `http://127.0.0.1:11434/v1`; unset = no LLM.
+    pub base_url: Option<String>,
+    pub api_key: Option<SecretString>,
+    /// The default model for every role.
+    pub model: Option<String>,
+    pub timeout_secs: u64,
+    pub max_retries: u32,
+    pub retry_backoff_ms: u64,
+    pub max_structured_output_retries: u32,
+    /// Per role (`chat`, `research`, `summarization`, `compression`, `final_report`, `memory`).
+    pub roles: std::collections::HashMap<String, RoleSettings>,
+    /// Dollars per million tokens, by model name.
+    pub prices: std::collections::HashMap<String, crate::llm::chat::Price>,
+}
+
+impl Default for LlmSettings {
+    fn default() -> Self {
+        Self {
+            base_url: None,
+            api_key: None,
+            model: None,
+            timeout_secs: 120,
+            max_retries: 3,
+            retry_backoff_ms: 500,
+            max_structured_output_retries: 3,
+            roles: Default::default(),
+            prices: Default::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(default)]
+pub struct RoleSettings {
+    pub model: Option<String>,
+    pub max_tokens: Option<u32>,
+}
+
+/// Limits of one chat turn.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct ChatSettings {
+    /// Tool calls allowed in one turn before the turn is stopped.
+    pub max_tool_calls: usize,
+    /// Completion tokens allowed in one turn, summed over model calls.
+    pub max_turn_tokens: u64,
+    /// Token budget (approximate) of the recent messages put in the prompt.
+    pub history_tokens: usize,
+    /// Memories recalled automatically at the start of a turn.
+    pub auto_recall: usize,
+    /// How often streamed text is flushed into `message_delta` events, in milliseconds.
+    pub delta_interval_ms: u64,
+}
+
+impl Default for ChatSettings {
+    fn default() -> Self {
+        Self {
+            max_tool_calls: 8,
+            max_turn_tokens: 16_000,
+            history_tokens: 3_000,
+            auto_recall: 5,
+            delta_interval_ms: 30,
+        }
+    }
 }
 
 /// Which embedder turns text into vectors.
@@ -131,8 +203,6 @@ pub struct ServerSettings {
     pub abandon_run_after_secs: u64,
     /// How long shutdown waits for runs to write their final events.
     pub shutdown_grace_secs: u64,
-    /// Delay between the words of the placeholder echo reply, in milliseconds.
-    pub echo_word_delay_ms: u64,
 }
 
 impl Default for ServerSettings {
@@ -144,7 +214,6 @@ impl Default for ServerSettings {
             keep_alive_secs: 15,
             abandon_run_after_secs: 300,
             shutdown_grace_secs: 10,
-            echo_word_delay_ms: 20,
         }
     }
 }

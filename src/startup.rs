@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::jwt::JwtVerifier;
 use crate::auth::{Authenticator, DEV_USER};
 use crate::config::Settings;
+use crate::llm::roles::Models;
 use crate::memory::{MemoryEngine, MemoryError};
 use crate::runs::RunHub;
 use crate::store::{self, Store, UserKind};
@@ -27,6 +28,8 @@ pub struct AppState {
     pub auth: Arc<Authenticator>,
     pub runs: Arc<RunHub>,
     pub memory: Arc<MemoryEngine>,
+    /// Per-role language models; empty when no LLM is configured.
+    pub models: Models,
     /// Cancelled to begin shutdown.
     pub shutdown: CancellationToken,
     /// Cancelled once runs have recorded their end; open event streams then close.
@@ -110,6 +113,7 @@ pub async fn build_state(
         settings.memory.clone(),
         shutdown.child_token(),
     );
+    let models = Models::from_settings(&settings.llm);
     let recovered = runs.recover_interrupted().await?;
     if recovered > 0 {
         tracing::warn!(recovered, "marked runs interrupted by the previous process");
@@ -120,6 +124,7 @@ pub async fn build_state(
         auth,
         runs,
         memory,
+        models,
         shutdown,
         streams_stop: CancellationToken::new(),
         metrics: metrics_handle(),

@@ -8,7 +8,17 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
+use support::fake_llm::{FakeLlm, Reply};
 use support::{Backend, Home, ReceivedEvent, TestApp};
+
+/// A fake LLM whose every answer is `words` words streamed slowly.
+async fn slow_llm(words: usize, delay_ms: u64) -> (FakeLlm, String) {
+    let llm = FakeLlm::start().await;
+    let text: Vec<String> = (0..words).map(|index| format!("word{index}")).collect();
+    let text = text.join(" ");
+    llm.set_default(Reply::slow_text(&text, 6, delay_ms));
+    (llm, text)
+}
 
 const SECRET: &str = "test-secret-0123456789abcdef-0123456789";
 const AUDIENCE: &str = "mnemo-test";
@@ -273,11 +283,11 @@ fn reply_text(events: &[ReceivedEvent]) -> String {
 
 async fn a_cut_stream_resumes_with_every_event_exactly_once(backend: Backend) {
     let home = Home::new(backend).await;
-    let app = TestApp::spawn_with(&home, &[("MNEMO__SERVER__ECHO_WORD_DELAY_MS", "15")]).await;
+    let (llm, reply) = slow_llm(40, 15).await;
+    let app = TestApp::spawn_with_llm(&home, &llm, &[]).await;
     let key = app.user_key("alice").await;
     let thread = app.create_thread(&key, "resume").await;
-    let content: Vec<String> = (0..40).map(|index| format!("word{index}")).collect();
-    let content = content.join(" ");
+    let content = "tell me forty words";
     let response = app
         .client
         .post(app.url(&format!(
@@ -323,7 +333,7 @@ async fn a_cut_stream_resumes_with_every_event_exactly_once(backend: Backend) {
         reply_text(&received),
         complete.data["content"].as_str().unwrap()
     );
-    assert!(reply_text(&received).ends_with(&content));
+    assert_eq!(reply_text(&received), reply);
     // `?after=` resumes the same way as the header, and a finished run replays in full.
     let (status, _) = app
         .call(
@@ -359,13 +369,14 @@ async fn resume_postgres() {
 
 async fn a_stream_resumes_across_a_server_restart(backend: Backend) {
     let home = Home::new(backend).await;
-    let slow = [("MNEMO__SERVER__ECHO_WORD_DELAY_MS", "200")];
-    let app = TestApp::spawn_with(&home, &slow).await;
+    let (llm, _) = slow_llm(100, 200).await;
+    let app = TestApp::spawn_with_llm(&home, &llm, &[]).await;
     let key = app.user_key("alice").await;
     let thread = app.create_thread(&key, "restart").await;
     let thread_id = thread["id"].as_str().unwrap().to_string();
-    let words: Vec<String> = (0..100).map(|index| format!("w{index}")).collect();
-    let run = app.post_message(&key, &thread_id, &words.join(" ")).await;
+    let run = app
+        .post_message(&key, &thread_id, "a long answer please")
+        .await;
     let run_id = run["id"].as_str().unwrap().to_string();
     let mut reader = app.events(&key, &run_id, None).await;
     let mut received = Vec::new();
@@ -381,7 +392,7 @@ async fn a_stream_resumes_across_a_server_restart(backend: Backend) {
     assert_eq!(received.last().unwrap().event, "done");
     assert_eq!(received.last().unwrap().data["status"], "interrupted");
     let cut_at = 3; // a client that only saw the first three events reconnects later
-    let app = TestApp::spawn_with(&home, &slow).await;
+    let app = TestApp::spawn_with_llm(&home, &llm, &[]).await;
     let rest = app
         .events(&key, &run_id, Some(cut_at))
         .await
@@ -461,12 +472,12 @@ async fn runs_left_running_by_a_crash_are_closed_at_start_and_stay_resumable() {
 #[tokio::test]
 async fn cancel_stops_a_run_and_a_second_cancel_conflicts() {
     let home = Home::new(Backend::Sqlite).await;
-    let app = TestApp::spawn_with(&home, &[("MNEMO__SERVER__ECHO_WORD_DELAY_MS", "200")]).await;
+    let (llm, _) = slow_llm(200, 200).await;
+    let app = TestApp::spawn_with_llm(&home, &llm, &[]).await;
     let key = app.user_key("alice").await;
     let thread = app.create_thread(&key, "cancel").await;
-    let words: Vec<String> = (0..200).map(|index| format!("w{index}")).collect();
     let run = app
-        .post_message(&key, thread["id"].as_str().unwrap(), &words.join(" "))
+        .post_message(&key, thread["id"].as_str().unwrap(), "go on and on")
         .await;
     let run_id = run["id"].as_str().unwrap().to_string();
     let mut reader = app.events(&key, &run_id, None).await;
@@ -736,19 +747,17 @@ async fn dev_mode_serves_a_local_user_and_is_refused_off_loopback() {
 #[tokio::test]
 async fn a_run_nobody_follows_is_cancelled_after_the_grace_period() {
     let home = Home::new(Backend::Sqlite).await;
-    let app = TestApp::spawn_with(
+    let (llm, _) = slow_llm(100, 100).await;
+    let app = TestApp::spawn_with_llm(
         &home,
-        &[
-            ("MNEMO__SERVER__ECHO_WORD_DELAY_MS", "100"),
-            ("MNEMO__SERVER__ABANDON_RUN_AFTER_SECS", "1"),
-        ],
+        &llm,
+        &[("MNEMO__SERVER__ABANDON_RUN_AFTER_SECS", "1")],
     )
     .await;
     let key = app.user_key("alice").await;
     let thread = app.create_thread(&key, "abandoned").await;
-    let words: Vec<String> = (0..100).map(|index| format!("w{index}")).collect();
     let run = app
-        .post_message(&key, thread["id"].as_str().unwrap(), &words.join(" "))
+        .post_message(&key, thread["id"].as_str().unwrap(), "talk for a while")
         .await;
     let run_id = run["id"].as_str().unwrap().to_string();
     let mut status = Value::Null;

@@ -1,4 +1,3 @@
-//! Agents that execute runs. For now the chat turn is answered by `echo`, a placeholder until
-//! the model-backed chat agent lands; it exercises the real run, event log and SSE machinery.
+//! What executes runs: the chat turn (`chat`), with deep research to come.
 
-pub mod echo;
+pub mod chat;

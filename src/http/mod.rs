@@ -32,7 +32,7 @@ use error::ApiError;
 #[openapi(
     info(title = "mnemo", description = "A research assistant that remembers. Authenticate with `Authorization: Bearer <api key or JWT>`."),
     paths(
-        root, health,
+        root, health, models,
         threads::create_thread, threads::list_threads, threads::get_thread,
         threads::delete_thread, threads::post_message,
         runs::get_run, runs::run_events, runs::cancel_run,
@@ -88,6 +88,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/runs/{id}", get(runs::get_run))
         .route("/v1/runs/{id}/events", get(runs::run_events))
         .route("/v1/runs/{id}/cancel", post(runs::cancel_run))
+        .route("/v1/models", get(models))
         .route("/v1/memories/search", post(memories::search))
         .route(
             "/v1/memories",
@@ -206,7 +207,11 @@ async fn health(State(state): State<AppState>) -> Response {
             "vector_index": { "status": indexes["status"], "backend": memory.vector_backend },
             "keyword_index": { "status": indexes["status"], "backend": "tantivy" },
             "indexes": indexes,
-            "llm": { "status": "not_configured" },
+            "llm": if state.models.configured() {
+                json!({ "status": "ok", "models": state.models.list() })
+            } else {
+                json!({ "status": "not_configured" })
+            },
             "runs": { "status": "ok", "active": state.runs.active() },
             "auth": {
                 "status": "ok",
@@ -222,6 +227,27 @@ async fn health(State(state): State<AppState>) -> Response {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, Json(body)).into_response()
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+struct ModelsInfo {
+    /// False when no LLM endpoint is configured (chat then answers from memory alone).
+    llm_configured: bool,
+    models: Vec<crate::llm::roles::ModelInfo>,
+    embedder: String,
+    embedding_dimension: usize,
+}
+
+#[utoipa::path(get, path = "/v1/models", tag = "service",
+    responses((status = 200, body = ModelsInfo)), security(("bearer" = [])))]
+async fn models(State(state): State<AppState>, _user: crate::auth::AuthUser) -> Json<ModelsInfo> {
+    let memory = state.memory.status();
+    Json(ModelsInfo {
+        llm_configured: state.models.configured(),
+        models: state.models.list(),
+        embedder: memory.embedder_model,
+        embedding_dimension: memory.dimension,
+    })
 }
 
 async fn metrics_text(State(state): State<AppState>) -> Response {

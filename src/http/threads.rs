@@ -1,8 +1,6 @@
 //! Threads and messages (working memory): create, list, get with messages, delete, and posting
 //! a message, which starts a chat run and streams its events.
 
-use std::time::Duration;
-
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -12,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiBytes, ApiJson, ApiPath, ApiQuery};
 use super::sse::run_event_response;
-use crate::agent::echo::run_echo_turn;
+use crate::agent::chat::{ChatDeps, run_chat_turn};
 use crate::auth::AuthUser;
 use crate::startup::AppState;
 use crate::store::{Message, Role, Run, RunKind, Thread, ThreadId};
@@ -171,17 +169,21 @@ pub async fn post_message(
         )));
     }
     state.store.get_thread(user.user_id, thread).await?;
-    let store = state.store.clone();
-    let delay = Duration::from_millis(state.settings.server.echo_word_delay_ms);
     let user_id = user.user_id;
     let message = state
         .store
         .append_message(user_id, thread, Role::User, &content, None)
         .await?;
+    let deps = ChatDeps {
+        store: state.store.clone(),
+        memory: state.memory.clone(),
+        models: state.models.clone(),
+        settings: state.settings.chat.clone(),
+    };
     let run = state
         .runs
         .start(user_id, Some(thread), RunKind::Chat, move |context| {
-            run_echo_turn(context, store, message.id, content, delay)
+            run_chat_turn(context, deps, message)
         })
         .await?;
     if body.stream {

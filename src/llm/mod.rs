@@ -1,3 +1,8 @@
-//! Model-facing components: the text embedders (local candle BERT and OpenAI-compatible).
+//! Model-facing components: the `ChatModel` seam and its OpenAI-compatible implementation,
+//! per-role models from configuration, prompts, and the text embedders.
 
+pub mod chat;
 pub mod embed;
+pub mod openai;
+pub mod prompts;
+pub mod roles;

@@ -370,6 +370,19 @@ pub trait Store: MemoryStore + Send + Sync + 'static {
         run: Option<RunId>,
     ) -> StoreResult<Message>;
     async fn list_messages(&self, user: UserId, thread: ThreadId) -> StoreResult<Vec<Message>>;
+    /// The rolling summary of a thread and the last message it covers.
+    async fn thread_summary(
+        &self,
+        user: UserId,
+        thread: ThreadId,
+    ) -> StoreResult<Option<(String, MessageId)>>;
+    async fn set_thread_summary(
+        &self,
+        user: UserId,
+        thread: ThreadId,
+        summary: &str,
+        covered_until: MessageId,
+    ) -> StoreResult<()>;
 
     // --- runs and their event log ---------------------------------------------------------
     async fn create_run(

@@ -339,6 +339,52 @@ macro_rules! sql_store {
                 Ok(found.iter().map(rows::message).collect::<Result<_, _>>()?)
             }
 
+            async fn thread_summary(
+                &self,
+                user: UserId,
+                thread: ThreadId,
+            ) -> StoreResult<Option<(String, MessageId)>> {
+                use sqlx::Row as _;
+                let row = sqlx::query(
+                    "SELECT summary, covered_until FROM thread_summaries \
+                     WHERE thread_id = $1 AND user_id = $2",
+                )
+                .bind(thread.as_uuid())
+                .bind(user.as_uuid())
+                .fetch_optional(&self.pool)
+                .await?;
+                match row {
+                    Some(row) => Ok(Some((
+                        row.try_get("summary")?,
+                        MessageId::from_uuid(row.try_get("covered_until")?),
+                    ))),
+                    None => Ok(None),
+                }
+            }
+
+            async fn set_thread_summary(
+                &self,
+                user: UserId,
+                thread: ThreadId,
+                summary: &str,
+                covered_until: MessageId,
+            ) -> StoreResult<()> {
+                self.get_thread(user, thread).await?;
+                sqlx::query(
+                    "INSERT INTO thread_summaries (thread_id, user_id, summary, covered_until, updated_at) \
+                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (thread_id) DO UPDATE \
+                     SET summary = $3, covered_until = $4, updated_at = $5",
+                )
+                .bind(thread.as_uuid())
+                .bind(user.as_uuid())
+                .bind(summary)
+                .bind(covered_until.as_uuid())
+                .bind(now())
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
             async fn create_run(
                 &self,
                 user: UserId,

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod fake_llm;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -76,7 +78,6 @@ pub fn test_settings(home: &Home, env: &[(&str, &str)]) -> Settings {
     let mut vars: Vec<(String, String)> = vec![
         ("MNEMO__SERVER__ADDR".into(), "127.0.0.1:0".into()),
         ("MNEMO__DATABASE__URL".into(), home.database_url.clone()),
-        ("MNEMO__SERVER__ECHO_WORD_DELAY_MS".into(), "5".into()),
         ("MNEMO__EMBEDDER__MODEL_DIR".into(), model_dir()),
     ];
     for (key, value) in env {
@@ -97,6 +98,19 @@ impl TestApp {
 
     pub async fn spawn_with(home: &Home, env: &[(&str, &str)]) -> Self {
         Self::spawn_settings(test_settings(home, env)).await
+    }
+
+    /// A test app whose LLM is `llm`, with extra environment.
+    pub async fn spawn_with_llm(
+        home: &Home,
+        llm: &fake_llm::FakeLlm,
+        env: &[(&str, &str)],
+    ) -> Self {
+        let mut vars = llm.env();
+        vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let borrowed: Vec<(&str, &str)> =
+            vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        Self::spawn_with(home, &borrowed).await
     }
 
     pub async fn spawn_settings(settings: Settings) -> Self {
@@ -268,5 +282,24 @@ impl SseReader {
             events.push(event);
         }
         events
+    }
+}
+
+impl TestApp {
+    /// `stop`, then waits until the memory engine's indexer (which owns the vector shard) has
+    /// been dropped. The shard flushes into the data directory when it is dropped, and the
+    /// background tasks holding it can outlive `stop`; a test that drops its `Home` right after
+    /// `stop` would otherwise delete the directory under that last flush.
+    pub async fn stop_and_release(self) {
+        let indexer = std::sync::Arc::downgrade(self.state.memory.indexer());
+        self.stop().await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while indexer.strong_count() > 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the memory indexer is still alive 20 s after shutdown"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 }

@@ -1,0 +1,579 @@
+//! The chat turn: working memory (recent messages within a token budget, a rolling summary of
+//! older ones, recalled memories quoted as data) plus the tools `recall_memory`, `remember` and
+//! `forget`, in a tool-calling loop whose every step is an event in the run log. Streamed text
+//! is coalesced into `message_delta` events every `chat.delta_interval_ms`.
+//!
+//! Without a chat model the turn still answers: it lists what it recalls and says plainly that
+//! no model is configured.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::config::ChatSettings;
+use crate::llm::chat::{
+    ChatMessage, ChatRequest, ChatRole, LlmError, RoleModel, ToolCall, ToolSpec, Usage,
+};
+use crate::llm::prompts::{prompt, quote, render};
+use crate::llm::roles::Models;
+use crate::memory::recall::Recalled;
+use crate::memory::{MemoryEngine, RecallRequest};
+use crate::runs::{EventType, RunContext, RunErrorType, RunFailure};
+use crate::store::{
+    MemoryKind, MemorySource, Message, NewMemory, Role, Store, ThreadId, Trust, UserId,
+};
+
+/// What a chat turn needs.
+#[derive(Clone)]
+pub struct ChatDeps {
+    pub store: Arc<dyn Store>,
+    pub memory: Arc<MemoryEngine>,
+    pub models: Models,
+    pub settings: ChatSettings,
+}
+
+fn llm_failure(error: LlmError) -> RunFailure {
+    RunFailure::Failed {
+        error_type: RunErrorType::Llm,
+        retryable: error.retryable(),
+        message: error.message,
+    }
+}
+
+fn failure(error_type: RunErrorType, message: impl Into<String>) -> RunFailure {
+    RunFailure::Failed {
+        error_type,
+        message: message.into(),
+        retryable: false,
+    }
+}
+
+/// Rough token count (4 characters a token), enough for budgets.
+fn estimate_tokens(text: &str) -> usize {
+    text.chars().count().div_ceil(4) + 4
+}
+
+/// One turn answering `message` in the run's thread.
+pub async fn run_chat_turn(
+    context: Arc<RunContext>,
+    deps: ChatDeps,
+    message: Message,
+) -> Result<(), RunFailure> {
+    let user = context.user;
+    let thread = context
+        .thread_id()
+        .ok_or_else(|| failure(RunErrorType::Validation, "a chat turn needs a thread"))?;
+    let chat_model = deps.models.role("chat").cloned();
+    context
+        .emit(
+            EventType::SessionStart,
+            json!({
+                "thread_id": thread, "kind": "chat", "user_message_id": message.id,
+                "model": chat_model.as_ref().map(|role| role.model.model().to_string()),
+            }),
+        )
+        .await?;
+    let recalled = recall(&deps, user, &message.content, deps.settings.auto_recall).await?;
+    context
+        .emit(
+            EventType::MemoryRecalled,
+            json!({ "query": message.content, "memories": recalled_json(&recalled) }),
+        )
+        .await?;
+    let (reply, usage) = match chat_model {
+        None => (
+            reply_without_model(&context, &recalled).await?,
+            Usage::default(),
+        ),
+        Some(model) => {
+            let messages = working_memory(&deps, user, thread, &message, &recalled).await?;
+            tool_loop(&context, &deps, &model, messages, &message).await?
+        }
+    };
+    let stored = deps
+        .store
+        .append_message(user, thread, Role::Assistant, &reply, Some(context.run.id))
+        .await?;
+    context
+        .emit(
+            EventType::MessageComplete,
+            json!({ "message_id": stored.id, "content": reply, "usage": usage }),
+        )
+        .await?;
+    Ok(())
+}
+
+async fn recall(
+    deps: &ChatDeps,
+    user: UserId,
+    query: &str,
+    k: usize,
+) -> Result<Vec<Recalled>, RunFailure> {
+    if k == 0 || query.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    let request = RecallRequest {
+        query: query.to_string(),
+        k: Some(k.min(deps.memory.settings().max_k)),
+        decay: true,
+        ..RecallRequest::default()
+    };
+    match deps.memory.recall(user, request).await {
+        Ok(response) => Ok(response.results),
+        Err(error) => Err(failure(
+            RunErrorType::Tool,
+            format!("recall failed: {error}"),
+        )),
+    }
+}
+
+fn recalled_json(recalled: &[Recalled]) -> Value {
+    recalled
+        .iter()
+        .map(|result| {
+            json!({
+                "id": result.memory.id, "kind": result.memory.kind, "content": result.memory.content,
+                "source": result.memory.source, "created_at": result.memory.created_at,
+                "score": result.score,
+            })
+        })
+        .collect()
+}
+
+/// Memories as quoted data with provenance, for prompts.
+fn memories_as_data(recalled: &[Recalled]) -> String {
+    if recalled.is_empty() {
+        return "(nothing recalled)".into();
+    }
+    recalled
+        .iter()
+        .map(|result| {
+            let memory = &result.memory;
+            format!(
+                "[memory {} | {} | from {} | {}]\n{}",
+                memory.id,
+                memory.kind,
+                memory.source,
+                memory.created_at.format("%Y-%m-%d"),
+                quote(&memory.content)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+async fn reply_without_model(
+    context: &RunContext,
+    recalled: &[Recalled],
+) -> Result<String, RunFailure> {
+    let mut reply = String::from(
+        "No language model is configured on this server, so I cannot compose an answer. ",
+    );
+    if recalled.is_empty() {
+        reply.push_str("I have nothing remembered that matches your message.");
+    } else {
+        reply.push_str("Here is what I remember that may be relevant:\n");
+        for result in recalled {
+            reply.push_str(&format!(
+                "- {} ({})\n",
+                result.memory.content.replace('\n', " "),
+                result.memory.created_at.format("%Y-%m-%d")
+            ));
+        }
+    }
+    for piece in reply.split_inclusive('\n') {
+        context
+            .emit(EventType::MessageDelta, json!({ "content": piece }))
+            .await?;
+    }
+    Ok(reply.trim_end().to_string())
+}
+
+/// System prompt + rolling summary + recent messages within the token budget.
+async fn working_memory(
+    deps: &ChatDeps,
+    user: UserId,
+    thread: ThreadId,
+    current: &Message,
+    recalled: &[Recalled],
+) -> Result<Vec<ChatMessage>, RunFailure> {
+    let history = deps.store.list_messages(user, thread).await?;
+    let mut recent: Vec<&Message> = Vec::new();
+    let mut budget = deps.settings.history_tokens;
+    for message in history.iter().rev() {
+        if message.id == current.id {
+            continue;
+        }
+        let cost = estimate_tokens(&message.content);
+        if cost > budget {
+            break;
+        }
+        budget -= cost;
+        recent.push(message);
+    }
+    recent.reverse();
+    let older: Vec<&Message> = match recent.first() {
+        Some(first) => history.iter().filter(|m| m.id < first.id).collect(),
+        None => history.iter().filter(|m| m.id != current.id).collect(),
+    };
+    let summary = summarize_older(deps, user, thread, &older).await?;
+    let system = render(
+        prompt("chat_system").unwrap_or_default(),
+        &[
+            ("today", &chrono::Utc::now().format("%Y-%m-%d").to_string()),
+            ("profile", "(no profile yet)"),
+            (
+                "summary",
+                &summary
+                    .map(|text| quote(&text))
+                    .unwrap_or_else(|| "(none)".into()),
+            ),
+            ("memories", &memories_as_data(recalled)),
+        ],
+    );
+    let mut messages = vec![ChatMessage::system(system)];
+    for message in recent {
+        messages.push(match message.role {
+            Role::Assistant => ChatMessage::assistant(&message.content),
+            _ => ChatMessage::user(&message.content),
+        });
+    }
+    messages.push(ChatMessage::user(&current.content));
+    Ok(messages)
+}
+
+/// The stored rolling summary, brought up to date when older messages fell out of the budget
+/// since it was made (with the summarization model; without one, the old summary is kept).
+async fn summarize_older(
+    deps: &ChatDeps,
+    user: UserId,
+    thread: ThreadId,
+    older: &[&Message],
+) -> Result<Option<String>, RunFailure> {
+    let existing = deps.store.thread_summary(user, thread).await?;
+    let Some(last) = older.last() else {
+        return Ok(existing.map(|(summary, _)| summary));
+    };
+    let covered = existing.as_ref().map(|(_, until)| *until);
+    if covered.is_some_and(|until| until >= last.id) {
+        return Ok(existing.map(|(summary, _)| summary));
+    }
+    let Some(model) = deps.models.role("summarization") else {
+        return Ok(existing.map(|(summary, _)| summary));
+    };
+    let new: Vec<String> = older
+        .iter()
+        .filter(|message| covered.is_none_or(|until| message.id > until))
+        .map(|message| format!("{}: {}", message.role.as_str(), message.content))
+        .collect();
+    let previous = existing
+        .as_ref()
+        .map(|(summary, _)| summary.clone())
+        .unwrap_or_else(|| "(none)".into());
+    let text = render(
+        prompt("summarize_thread").unwrap_or_default(),
+        &[
+            ("previous", &quote(&previous)),
+            ("messages", &quote(&new.join("\n"))),
+        ],
+    );
+    let mut request = ChatRequest::new(vec![ChatMessage::user(text)]);
+    request.max_tokens = Some(model.max_tokens);
+    match model.model.complete(&request).await {
+        Ok(response) if !response.content.trim().is_empty() => {
+            deps.store
+                .set_thread_summary(user, thread, response.content.trim(), last.id)
+                .await?;
+            Ok(Some(response.content.trim().to_string()))
+        }
+        Ok(_) => Ok(existing.map(|(summary, _)| summary)),
+        Err(error) => {
+            tracing::warn!(error = %error.message, "summarising the thread failed; using the old summary");
+            Ok(existing.map(|(summary, _)| summary))
+        }
+    }
+}
+
+fn tool_specs() -> Vec<ToolSpec> {
+    let kinds: Vec<&str> = MemoryKind::ALL.iter().map(|kind| kind.as_str()).collect();
+    vec![
+        ToolSpec {
+            name: "recall_memory".into(),
+            description: "Search what you remember about this user across all sessions.".into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "query": { "type": "string", "description": "What to look for" },
+                    "k": { "type": "integer", "minimum": 1, "maximum": 20 },
+                    "kinds": { "type": "array", "items": { "type": "string", "enum": kinds } },
+                },
+                "required": ["query"],
+            }),
+        },
+        ToolSpec {
+            name: "remember".into(),
+            description: "Store a short, self-contained statement about the user for later.".into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "content": { "type": "string" },
+                    "kind": { "type": "string", "enum": ["preference", "fact", "event"] },
+                    "importance": { "type": "integer", "minimum": 1, "maximum": 5 },
+                },
+                "required": ["content"],
+            }),
+        },
+        ToolSpec {
+            name: "forget".into(),
+            description: "Delete memories matching a description, when the user asks you to forget something.".into(),
+            parameters: json!({
+                "type": "object",
+                "properties": { "query": { "type": "string" } },
+                "required": ["query"],
+            }),
+        },
+    ]
+}
+
+/// Calls the model, runs the tools it asks for, and repeats until it answers in text.
+async fn tool_loop(
+    context: &RunContext,
+    deps: &ChatDeps,
+    model: &RoleModel,
+    mut messages: Vec<ChatMessage>,
+    user_message: &Message,
+) -> Result<(String, Usage), RunFailure> {
+    let mut total = Usage::default();
+    let mut tool_calls = 0usize;
+    loop {
+        let mut request = ChatRequest::new(messages.clone());
+        request.tools = tool_specs();
+        request.max_tokens = Some(model.max_tokens);
+        let response = stream_with_deltas(context, deps, model, &request).await?;
+        total.add(&response.usage);
+        context
+            .emit(
+                EventType::Usage,
+                json!({ "model": response.model, "step": "chat", "usage": response.usage, "total": total }),
+            )
+            .await?;
+        if total.completion_tokens > deps.settings.max_turn_tokens {
+            return Err(failure(
+                RunErrorType::Llm,
+                format!(
+                    "the turn used more than {} completion tokens and was stopped",
+                    deps.settings.max_turn_tokens
+                ),
+            ));
+        }
+        if response.tool_calls.is_empty() {
+            return Ok((response.content, total));
+        }
+        tool_calls += response.tool_calls.len();
+        if tool_calls > deps.settings.max_tool_calls {
+            return Err(failure(
+                RunErrorType::Llm,
+                format!(
+                    "the model kept calling tools; the turn was stopped after {} tool calls",
+                    deps.settings.max_tool_calls
+                ),
+            ));
+        }
+        messages.push(ChatMessage {
+            role: ChatRole::Assistant,
+            content: response.content.clone(),
+            tool_calls: response.tool_calls.clone(),
+            tool_call_id: None,
+        });
+        // Parallel tool calls run concurrently; their events and results keep the model's order.
+        for call in &response.tool_calls {
+            context
+                .emit(
+                    EventType::ToolCall,
+                    json!({ "id": call.id, "name": call.name, "arguments": parse_arguments(call) }),
+                )
+                .await?;
+        }
+        let results = futures::future::join_all(
+            response
+                .tool_calls
+                .iter()
+                .map(|call| run_tool(deps, context.user, user_message, call)),
+        )
+        .await;
+        for (call, result) in response.tool_calls.iter().zip(results) {
+            let (ok, content) = match result {
+                Ok(content) => (true, content),
+                Err(message) => (false, json!({ "error": message })),
+            };
+            context
+                .emit(
+                    EventType::ToolResult,
+                    json!({ "id": call.id, "name": call.name, "ok": ok, "result": content }),
+                )
+                .await?;
+            messages.push(ChatMessage::tool_result(&call.id, content.to_string()));
+        }
+    }
+}
+
+fn parse_arguments(call: &ToolCall) -> Value {
+    serde_json::from_str(&call.arguments).unwrap_or_else(|_| json!({ "raw": call.arguments }))
+}
+
+/// Streams one model call, turning text deltas into `message_delta` events every interval.
+async fn stream_with_deltas(
+    context: &RunContext,
+    deps: &ChatDeps,
+    model: &RoleModel,
+    request: &ChatRequest,
+) -> Result<crate::llm::chat::ChatResponse, RunFailure> {
+    let (sender, receiver) = mpsc::unbounded_channel::<String>();
+    let interval = Duration::from_millis(deps.settings.delta_interval_ms.max(1));
+    let call = async move {
+        let sink = |text: &str| {
+            let _ = sender.send(text.to_string());
+        };
+        let result = model.model.stream(request, &sink).await;
+        drop(sender);
+        result
+    };
+    let (result, flushed) = tokio::join!(call, coalesce(context, receiver, interval));
+    flushed?;
+    result.map_err(llm_failure)
+}
+
+async fn coalesce(
+    context: &RunContext,
+    mut receiver: mpsc::UnboundedReceiver<String>,
+    interval: Duration,
+) -> Result<(), RunFailure> {
+    let mut buffer = String::new();
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            received = receiver.recv() => match received {
+                Some(text) => buffer.push_str(&text),
+                None => break,
+            },
+            _ = ticker.tick() => {
+                if !buffer.is_empty() {
+                    let content = std::mem::take(&mut buffer);
+                    context.emit(EventType::MessageDelta, json!({ "content": content })).await?;
+                }
+            }
+        }
+    }
+    if !buffer.is_empty() {
+        context
+            .emit(EventType::MessageDelta, json!({ "content": buffer }))
+            .await?;
+    }
+    Ok(())
+}
+
+/// Runs one tool for `user`; errors are returned to the model as data, not raised.
+async fn run_tool(
+    deps: &ChatDeps,
+    user: UserId,
+    user_message: &Message,
+    call: &ToolCall,
+) -> Result<Value, String> {
+    let arguments: Value = serde_json::from_str(&call.arguments)
+        .map_err(|error| format!("arguments are not valid JSON: {error}"))?;
+    match call.name.as_str() {
+        "recall_memory" => {
+            let query = arguments["query"]
+                .as_str()
+                .filter(|query| !query.trim().is_empty())
+                .ok_or("recall_memory needs a non-empty query")?;
+            let kinds = arguments["kinds"].as_array().map(|kinds| {
+                kinds
+                    .iter()
+                    .filter_map(|kind| kind.as_str().and_then(MemoryKind::parse))
+                    .collect()
+            });
+            let request = RecallRequest {
+                query: query.to_string(),
+                k: Some(arguments["k"].as_u64().unwrap_or(5).clamp(1, 20) as usize),
+                kinds,
+                decay: true,
+                ..RecallRequest::default()
+            };
+            let response = deps
+                .memory
+                .recall(user, request)
+                .await
+                .map_err(|error| error.to_string())?;
+            Ok(json!({ "memories": recalled_json(&response.results) }))
+        }
+        "remember" => {
+            let content = arguments["content"]
+                .as_str()
+                .map(str::trim)
+                .filter(|content| !content.is_empty())
+                .ok_or("remember needs content")?;
+            let kind = arguments["kind"]
+                .as_str()
+                .and_then(MemoryKind::parse)
+                .unwrap_or(MemoryKind::Fact);
+            let importance = arguments["importance"].as_u64().unwrap_or(3).clamp(1, 5) as u8;
+            let memory = NewMemory {
+                kind,
+                content: content.to_string(),
+                source: MemorySource::Assistant,
+                trust: Trust::Assistant,
+                importance,
+                thread_id: Some(user_message.thread_id),
+                source_refs: vec![user_message.id.to_string()],
+                created_at: None,
+                supersedes: None,
+            };
+            let written = deps
+                .memory
+                .add(user, vec![memory])
+                .await
+                .map_err(|error| error.to_string())?;
+            Ok(json!({ "remembered": written.first().map(|memory| memory.id) }))
+        }
+        "forget" => {
+            let query = arguments["query"]
+                .as_str()
+                .filter(|query| !query.trim().is_empty())
+                .ok_or("forget needs a query")?;
+            let request = RecallRequest {
+                query: query.to_string(),
+                k: Some(5),
+                decay: false,
+                ..RecallRequest::default()
+            };
+            let response = deps
+                .memory
+                .recall(user, request)
+                .await
+                .map_err(|error| error.to_string())?;
+            // Only clear matches: found by both signals, or very close in meaning.
+            let mut forgotten = Vec::new();
+            for result in response.results {
+                let strong = result.signals.bm25_rank.is_some()
+                    && result.signals.vector_rank.is_some()
+                    || result
+                        .signals
+                        .vector_score
+                        .is_some_and(|score| score >= 0.7);
+                if strong {
+                    deps.memory
+                        .delete(user, result.memory.id)
+                        .await
+                        .map_err(|error| error.to_string())?;
+                    forgotten.push(result.memory.content);
+                }
+            }
+            Ok(json!({ "forgotten": forgotten }))
+        }
+        other => Err(format!("unknown tool {other:?}")),
+    }
+}

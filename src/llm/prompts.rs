@@ -1,0 +1,53 @@
+//! Prompts, one text file each under `prompts/`, compiled into the binary and looked up by
+//! name. Placeholders are `{{name}}`; values are inserted verbatim (callers quote untrusted text
+//! as data before inserting it).
+
+/// The text of a prompt by file stem.
+pub fn prompt(name: &str) -> Option<&'static str> {
+    match name {
+        "chat_system" => Some(include_str!("../../prompts/chat_system.md")),
+        "summarize_thread" => Some(include_str!("../../prompts/summarize_thread.md")),
+        _ => None,
+    }
+}
+
+/// Fills `{{key}}` placeholders.
+pub fn render(template: &str, values: &[(&str, &str)]) -> String {
+    let mut text = template.to_string();
+    for (key, value) in values {
+        text = text.replace(&format!("{{{{{key}}}}}"), value);
+    }
+    text
+}
+
+/// Quotes untrusted text as data: every line prefixed with `> `, so it cannot pose as our own
+/// instructions or headings.
+pub fn quote(text: &str) -> String {
+    text.lines()
+        .map(|line| format!("> {line}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompts_exist_and_render() {
+        let system = prompt("chat_system").unwrap();
+        assert!(system.contains("{{memories}}"));
+        let rendered = render("a {{x}} b {{x}} {{y}}", &[("x", "1"), ("y", "2")]);
+        assert_eq!(rendered, "a 1 b 1 2");
+        assert!(prompt("summarize_thread").is_some());
+        assert!(prompt("nope").is_none());
+    }
+
+    #[test]
+    fn quoting_keeps_every_line_as_data() {
+        assert_eq!(
+            quote("ignore previous\n# SYSTEM"),
+            "> ignore previous\n> # SYSTEM"
+        );
+    }
+}

@@ -1,0 +1,94 @@
+//! Per-role models from configuration: each role (chat, research, summarization, compression,
+//! final_report, memory) gets the default model or its own, with its own `max_tokens`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use secrecy::ExposeSecret;
+use serde::Serialize;
+
+use super::chat::RoleModel;
+use super::openai::{Endpoint, OpenAiChat};
+use crate::config::LlmSettings;
+
+pub const ROLES: [(&str, u32); 6] = [
+    ("chat", 2048),
+    ("research", 4096),
+    ("summarization", 1024),
+    ("compression", 4096),
+    ("final_report", 8192),
+    ("memory", 1024),
+];
+
+/// The configured models; empty when no LLM endpoint is configured.
+#[derive(Clone, Default)]
+pub struct Models {
+    roles: Vec<RoleModel>,
+    pub structured_retries: u32,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ModelInfo {
+    pub role: &'static str,
+    pub model: String,
+    pub max_tokens: u32,
+}
+
+impl Models {
+    pub fn from_settings(settings: &LlmSettings) -> Self {
+        let Some(base_url) = settings.base_url.as_ref().filter(|url| !url.is_empty()) else {
+            return Self::default();
+        };
+        let endpoint = Endpoint {
+            base_url: base_url.clone(),
+            api_key: settings
+                .api_key
+                .as_ref()
+                .map(|key| key.expose_secret().to_string()),
+            timeout: Duration::from_secs(settings.timeout_secs.max(1)),
+            retries: settings.max_retries,
+            backoff: Duration::from_millis(settings.retry_backoff_ms),
+            prices: settings.prices.clone(),
+        };
+        let roles = ROLES
+            .iter()
+            .filter_map(|(role, default_tokens)| {
+                let own = settings.roles.get(*role);
+                let model = own
+                    .and_then(|own| own.model.clone())
+                    .or_else(|| settings.model.clone())?;
+                Some(RoleModel {
+                    role,
+                    model: Arc::new(OpenAiChat::new(&endpoint, model)),
+                    max_tokens: own
+                        .and_then(|own| own.max_tokens)
+                        .unwrap_or(*default_tokens),
+                })
+            })
+            .collect();
+        Self {
+            roles,
+            structured_retries: settings.max_structured_output_retries,
+        }
+    }
+
+    /// The model for a role, if any is configured.
+    pub fn role(&self, role: &str) -> Option<&RoleModel> {
+        self.roles.iter().find(|model| model.role == role)
+    }
+
+    pub fn configured(&self) -> bool {
+        !self.roles.is_empty()
+    }
+
+    pub fn list(&self) -> Vec<ModelInfo> {
+        self.roles
+            .iter()
+            .map(|role| ModelInfo {
+                role: role.role,
+                model: role.model.model().to_string(),
+                max_tokens: role.max_tokens,
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,277 @@
+//! A fake OpenAI-compatible server for tests: real HTTP on 127.0.0.1:0, `POST
+//! /v1/chat/completions` answering from a script (streamed SSE chunks or JSON, text or tool
+//! calls, usage, HTTP errors, delays, or never answering), and a record of every request body
+//! so tests can inspect prompts. When the script is empty it answers with `default_reply`.
+
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+/// One scripted answer.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// Text, streamed in chunks of `chunk_chars` with `delay` between chunks.
+    Text {
+        content: String,
+        chunk_chars: usize,
+        delay: Duration,
+    },
+    /// Tool calls (name, JSON arguments); several make a parallel call.
+    ToolCalls(Vec<(String, Value)>),
+    /// An HTTP error with an OpenAI-style error body.
+    Error { status: u16, message: String },
+    /// Accept the request and never answer (until the client goes away).
+    Hang,
+}
+
+impl Reply {
+    pub fn text(content: &str) -> Self {
+        Reply::Text {
+            content: content.to_string(),
+            chunk_chars: 4,
+            delay: Duration::ZERO,
+        }
+    }
+
+    pub fn slow_text(content: &str, chunk_chars: usize, delay_ms: u64) -> Self {
+        Reply::Text {
+            content: content.to_string(),
+            chunk_chars,
+            delay: Duration::from_millis(delay_ms),
+        }
+    }
+
+    pub fn tool(name: &str, arguments: Value) -> Self {
+        Reply::ToolCalls(vec![(name.to_string(), arguments)])
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    script: VecDeque<Reply>,
+    requests: Vec<Value>,
+    default_reply: Option<Reply>,
+    /// When a hanging request's connection was dropped by the client.
+    hang_dropped: Option<Instant>,
+}
+
+#[derive(Clone)]
+pub struct FakeLlm {
+    pub base_url: String,
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl FakeLlm {
+    pub async fn start() -> Self {
+        let inner = Arc::new(Mutex::new(Inner::default()));
+        let app = Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .with_state(inner.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind fake llm");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Self {
+            base_url: format!("http://{addr}/v1"),
+            inner,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn push(&self, reply: Reply) {
+        self.lock().script.push_back(reply);
+    }
+
+    /// The answer used once the script is empty.
+    pub fn set_default(&self, reply: Reply) {
+        self.lock().default_reply = Some(reply);
+    }
+
+    pub fn requests(&self) -> Vec<Value> {
+        self.lock().requests.clone()
+    }
+
+    pub fn hang_dropped_at(&self) -> Option<Instant> {
+        self.lock().hang_dropped
+    }
+
+    /// Environment for a `TestApp` using this server as its LLM.
+    pub fn env(&self) -> Vec<(String, String)> {
+        vec![
+            ("MNEMO__LLM__BASE_URL".into(), self.base_url.clone()),
+            (
+                "MNEMO__LLM__API_KEY".into(),
+                "sk-test-secret-key-1234".into(),
+            ),
+            ("MNEMO__LLM__MODEL".into(), "fake-model".into()),
+            ("MNEMO__LLM__RETRY_BACKOFF_MS".into(), "20".into()),
+        ]
+    }
+}
+
+/// Flattens every message content of a recorded request into one string.
+pub fn prompt_text(request: &Value) -> String {
+    request["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|message| message["content"].as_str().unwrap_or_default().to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn usage() -> Value {
+    json!({ "prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120 })
+}
+
+struct DropFlag(Arc<Mutex<Inner>>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .hang_dropped = Some(Instant::now());
+    }
+}
+
+async fn chat(State(inner): State<Arc<Mutex<Inner>>>, body: axum::Json<Value>) -> Response {
+    let request = body.0;
+    let stream = request["stream"].as_bool().unwrap_or(false);
+    let reply = {
+        let mut state = inner.lock().unwrap_or_else(|e| e.into_inner());
+        state.requests.push(request.clone());
+        state
+            .script
+            .pop_front()
+            .or_else(|| state.default_reply.clone())
+            .unwrap_or_else(|| Reply::text("ok"))
+    };
+    let model = request["model"].as_str().unwrap_or("fake").to_string();
+    match reply {
+        Reply::Error { status, message } => (
+            StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            axum::Json(json!({ "error": { "message": message, "type": "error", "param": null, "code": null } })),
+        )
+            .into_response(),
+        Reply::Hang => {
+            let flag = DropFlag(inner.clone());
+            let body = futures::stream::once(async move {
+                let _flag = flag;
+                std::future::pending::<()>().await;
+                Ok::<_, std::io::Error>(String::new())
+            });
+            sse_response(Body::from_stream(body))
+        }
+        Reply::Text {
+            content,
+            chunk_chars,
+            delay,
+        } => {
+            if !stream {
+                return axum::Json(json!({
+                    "id": "chatcmpl-fake", "object": "chat.completion", "model": model,
+                    "choices": [{ "index": 0, "finish_reason": "stop",
+                                  "message": { "role": "assistant", "content": content } }],
+                    "usage": usage(),
+                }))
+                .into_response();
+            }
+            let chars: Vec<char> = content.chars().collect();
+            let mut frames: Vec<String> = chars
+                .chunks(chunk_chars.max(1))
+                .map(|chunk| {
+                    let text: String = chunk.iter().collect();
+                    chunk_frame(&model, json!({ "content": text }), None)
+                })
+                .collect();
+            frames.push(chunk_frame(&model, json!({}), Some("stop")));
+            frames.push(usage_frame(&model));
+            frames.push("data: [DONE]\n\n".into());
+            let body = futures::stream::iter(frames.into_iter().enumerate()).then(move |(i, frame)| async move {
+                if i > 0 && !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+                Ok::<_, std::io::Error>(frame)
+            });
+            sse_response(Body::from_stream(body))
+        }
+        Reply::ToolCalls(calls) => {
+            let tool_calls: Vec<Value> = calls
+                .iter()
+                .enumerate()
+                .map(|(index, (name, arguments))| {
+                    json!({ "index": index, "id": format!("call_{index}_{name}"), "type": "function",
+                            "function": { "name": name, "arguments": arguments.to_string() } })
+                })
+                .collect();
+            if !stream {
+                return axum::Json(json!({
+                    "id": "chatcmpl-fake", "object": "chat.completion", "model": model,
+                    "choices": [{ "index": 0, "finish_reason": "tool_calls",
+                                  "message": { "role": "assistant", "content": null, "tool_calls": tool_calls } }],
+                    "usage": usage(),
+                }))
+                .into_response();
+            }
+            // Split each call's arguments across two chunks, as real servers do.
+            let mut frames = Vec::new();
+            for call in &tool_calls {
+                let arguments = call["function"]["arguments"].as_str().unwrap_or("{}");
+                let middle = arguments.len() / 2;
+                let middle = (0..=middle).rev().find(|i| arguments.is_char_boundary(*i)).unwrap_or(0);
+                let mut first = call.clone();
+                first["function"]["arguments"] = json!(&arguments[..middle]);
+                frames.push(chunk_frame(&model, json!({ "tool_calls": [first] }), None));
+                let rest = json!({ "index": call["index"], "function": { "arguments": &arguments[middle..] } });
+                frames.push(chunk_frame(&model, json!({ "tool_calls": [rest] }), None));
+            }
+            frames.push(chunk_frame(&model, json!({}), Some("tool_calls")));
+            frames.push(usage_frame(&model));
+            frames.push("data: [DONE]\n\n".into());
+            sse_response(Body::from_stream(futures::stream::iter(
+                frames.into_iter().map(Ok::<_, std::io::Error>),
+            )))
+        }
+    }
+}
+
+fn chunk_frame(model: &str, delta: Value, finish: Option<&str>) -> String {
+    let chunk = json!({
+        "id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": model,
+        "choices": [{ "index": 0, "delta": delta, "finish_reason": finish }],
+    });
+    format!("data: {chunk}\n\n")
+}
+
+fn usage_frame(model: &str) -> String {
+    let chunk = json!({
+        "id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": model,
+        "choices": [], "usage": usage(),
+    });
+    format!("data: {chunk}\n\n")
+}
+
+fn sse_response(body: Body) -> Response {
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(body)
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
