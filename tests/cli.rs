@@ -110,3 +110,30 @@ fn user_commands_manage_keys_that_the_server_accepts() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn chat_runs_an_embedded_server_and_streams_answers_to_the_terminal() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let mut chat = mnemo(dir.path())
+        .arg("chat")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = chat.stdin.take().unwrap();
+    stdin
+        .write_all(b"what do you remember about me?\n/quit\n")
+        .unwrap();
+    drop(stdin);
+    let output = chat.wait_with_output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        stdout.contains("No language model is configured"),
+        "{stdout}"
+    );
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("embedded server on 127.0.0.1:"), "{stderr}");
+}

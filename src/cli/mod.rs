@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod chat;
 mod memory;
 
 use clap::{Parser, Subcommand};
@@ -50,6 +51,16 @@ enum Command {
         target: memory::Target,
         #[command(subcommand)]
         command: memory::MemoryCommand,
+    },
+    /// Chat in the terminal with a running server (--server, --key) or an embedded one.
+    Chat {
+        #[arg(long, env = "MNEMO_SERVER")]
+        server: Option<String>,
+        #[arg(long, env = "MNEMO_KEY", hide_env_values = true)]
+        key: Option<String>,
+        /// Continue an existing thread.
+        #[arg(long)]
+        thread: Option<String>,
     },
     /// Rebuild the vector and keyword indexes from SQL (no re-embedding). Stop the server first.
     Reindex,
@@ -167,6 +178,22 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Memory { target, command } => {
             let settings = load_quiet(&overrides)?;
             memory::run(&settings, target, command).await
+        }
+        Command::Chat {
+            server,
+            key,
+            thread,
+        } => {
+            let settings = load_quiet(&overrides)?;
+            chat::run(
+                settings,
+                chat::ChatOptions {
+                    server,
+                    key,
+                    thread,
+                },
+            )
+            .await
         }
         Command::Reindex => {
             let settings = load_quiet(&overrides)?;

@@ -1,0 +1,201 @@
+//! `mnemo chat`: an interactive terminal client. It talks to a running server (`--server URL
+//! --key KEY`) or starts an embedded one on the data directory (loopback only, as the local
+//! dev user), streams each answer as it is written, and shows tool calls as they happen.
+//! A line `/quit` (or end of input) leaves; `/new` starts a new thread.
+
+use std::io::{BufRead, Write};
+use std::time::Duration;
+
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::Failure;
+use crate::config::Settings;
+
+pub struct ChatOptions {
+    pub server: Option<String>,
+    pub key: Option<String>,
+    pub thread: Option<String>,
+}
+
+struct Client {
+    base: String,
+    key: Option<String>,
+    http: reqwest::Client,
+}
+
+impl Client {
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let request = self.http.request(method, format!("{}{path}", self.base));
+        match &self.key {
+            Some(key) => request.bearer_auth(key),
+            None => request,
+        }
+    }
+
+    async fn new_thread(&self) -> Result<String, Failure> {
+        let response = self
+            .request(reqwest::Method::POST, "/v1/threads")
+            .json(&json!({ "title": "terminal chat" }))
+            .send()
+            .await
+            .map_err(|e| Failure::other(format!("cannot reach {}: {e}", self.base)))?;
+        let status = response.status();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        if !status.is_success() {
+            return Err(Failure::usage(format!(
+                "{status}: {}",
+                body["error"]["message"]
+                    .as_str()
+                    .unwrap_or("request failed")
+            )));
+        }
+        body["id"]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| Failure::other("the server returned no thread id"))
+    }
+
+    /// Posts one message and prints the streamed answer.
+    async fn say(&self, thread: &str, content: &str, out: &mut impl Write) -> Result<(), Failure> {
+        let response = self
+            .request(
+                reqwest::Method::POST,
+                &format!("/v1/threads/{thread}/messages"),
+            )
+            .json(&json!({ "content": content }))
+            .send()
+            .await
+            .map_err(|e| Failure::other(format!("cannot reach {}: {e}", self.base)))?;
+        if !response.status().is_success() {
+            let status = response.status();
+            let body: Value = response.json().await.unwrap_or(Value::Null);
+            return Err(Failure::usage(format!(
+                "{status}: {}",
+                body["error"]["message"]
+                    .as_str()
+                    .unwrap_or("request failed")
+            )));
+        }
+        let mut events = response.bytes_stream().eventsource();
+        while let Some(event) = events.next().await {
+            let event = event.map_err(|e| Failure::other(format!("stream broke: {e}")))?;
+            let data: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
+            let _ = match event.event.as_str() {
+                "message_delta" => write!(out, "{}", data["content"].as_str().unwrap_or("")),
+                "tool_call" => writeln!(
+                    out,
+                    "\n  [{} {}]",
+                    data["name"].as_str().unwrap_or("tool"),
+                    data["arguments"]
+                ),
+                "memory_recalled" => {
+                    let count = data["memories"].as_array().map(Vec::len).unwrap_or(0);
+                    if count > 0 {
+                        writeln!(out, "  [recalled {count} memories]")
+                    } else {
+                        Ok(())
+                    }
+                }
+                "error" => writeln!(
+                    out,
+                    "\n  [error ({}): {}]",
+                    data["error_type"].as_str().unwrap_or("?"),
+                    data["message"].as_str().unwrap_or("")
+                ),
+                "done" => {
+                    let _ = writeln!(out);
+                    break;
+                }
+                _ => Ok(()),
+            };
+            let _ = out.flush();
+        }
+        Ok(())
+    }
+}
+
+pub async fn run(settings: Settings, options: ChatOptions) -> Result<(), Failure> {
+    let embedded_stop = CancellationToken::new();
+    let client = match options.server {
+        Some(server) => Client {
+            base: server.trim_end_matches('/').to_string(),
+            key: Some(
+                options
+                    .key
+                    .ok_or_else(|| Failure::usage("--server needs --key (or MNEMO_KEY)"))?,
+            ),
+            http: http_client()?,
+        },
+        None => {
+            let mut settings = settings;
+            settings.server.addr = "127.0.0.1:0".into();
+            settings.server.dev = true;
+            let listener = crate::startup::bind(&settings).await?;
+            let addr = listener
+                .local_addr()
+                .map_err(|e| Failure::other(e.to_string()))?;
+            let state = crate::startup::build_state(settings, embedded_stop.clone()).await?;
+            tokio::spawn(async move {
+                if let Err(error) = crate::startup::serve(listener, state).await {
+                    tracing::error!(%error, "embedded server failed");
+                }
+            });
+            eprintln!("(embedded server on {addr}, as the local user \"dev\")");
+            Client {
+                base: format!("http://{addr}"),
+                key: None,
+                http: http_client()?,
+            }
+        }
+    };
+    let mut thread = match options.thread {
+        Some(thread) => thread,
+        None => client.new_thread().await?,
+    };
+    eprintln!("thread {thread}; type a message, /new for a new thread, /quit to leave");
+    let (lines_tx, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin();
+        for line in stdin.lock().lines() {
+            let Ok(line) = line else { break };
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut out = std::io::stdout();
+    loop {
+        let _ = write!(out, "> ");
+        let _ = out.flush();
+        let Some(line) = lines.recv().await else {
+            break;
+        };
+        let line = line.trim();
+        match line {
+            "" => continue,
+            "/quit" | "/exit" => break,
+            "/new" => {
+                thread = client.new_thread().await?;
+                eprintln!("thread {thread}");
+            }
+            message => {
+                if let Err(failure) = client.say(&thread, message, &mut out).await {
+                    eprintln!("error: {}", failure.message);
+                }
+            }
+        }
+    }
+    embedded_stop.cancel();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    Ok(())
+}
+
+fn http_client() -> Result<reqwest::Client, Failure> {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|e| Failure::other(e.to_string()))
+}
