@@ -455,3 +455,53 @@ async fn malformed_json_is_repaired_or_asked_for_again() {
     assert_eq!(error.kind, LlmErrorKind::BadResponse);
     assert!(error.message.contains("importance is missing"));
 }
+
+#[tokio::test]
+async fn older_turns_are_folded_into_a_rolling_summary_by_the_summarization_model() {
+    let home = Home::new(Backend::Sqlite).await;
+    let llm = FakeLlm::start().await;
+    let app = TestApp::spawn_with_llm(
+        &home,
+        &llm,
+        &[
+            ("MNEMO__CHAT__HISTORY_TOKENS", "20"),
+            ("MNEMO__CHAT__AUTO_RECALL", "0"),
+        ],
+    )
+    .await;
+    let key = app.user_key("alice").await;
+    let thread = thread_id(&app, &key).await;
+    let first = "I am planning a trip to Lisbon in May and I want to visit every bakery that sells pasteis de nata";
+    llm.push(Reply::text("ok"));
+    turn(&app, &key, &thread, first).await;
+    llm.push(Reply::text(
+        "SUMMARY: the user plans a Lisbon trip in May, bakeries.",
+    ));
+    llm.push(Reply::text("Sure."));
+    let events = turn(&app, &key, &thread, "What should I pack?").await;
+    assert_eq!(events.last().unwrap().data["status"], "completed");
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 3);
+    let summarize = &requests[1];
+    assert_eq!(summarize["stream"], false);
+    assert!(prompt_text(summarize).contains("> user: I am planning a trip to Lisbon"));
+    let chat = &requests[2];
+    let system = chat["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.contains("> SUMMARY: the user plans a Lisbon trip in May, bakeries."),
+        "{system}"
+    );
+    let history: Vec<&str> = chat["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .skip(1)
+        .map(|message| message["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        history,
+        ["ok", "What should I pack?"],
+        "the old turn is only in the summary"
+    );
+    app.stop().await;
+}
