@@ -172,6 +172,8 @@ pub struct MemorySettings {
     /// …unused for this many days (0 disables the job).
     pub archive_after_days: u64,
     pub decay_interval_secs: u64,
+    /// Background memory-writer workers in this process.
+    pub writer_workers: usize,
 }
 
 impl Default for MemorySettings {
@@ -187,6 +189,7 @@ impl Default for MemorySettings {
             archive_max_importance: 2,
             archive_after_days: 90,
             decay_interval_secs: 3600,
+            writer_workers: 2,
         }
     }
 }

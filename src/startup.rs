@@ -16,6 +16,7 @@ use crate::auth::jwt::JwtVerifier;
 use crate::auth::{Authenticator, DEV_USER};
 use crate::config::Settings;
 use crate::llm::roles::Models;
+use crate::memory::writer::MemoryWriter;
 use crate::memory::{MemoryEngine, MemoryError};
 use crate::runs::RunHub;
 use crate::store::{self, Store, UserKind};
@@ -30,6 +31,7 @@ pub struct AppState {
     pub memory: Arc<MemoryEngine>,
     /// Per-role language models; empty when no LLM is configured.
     pub models: Models,
+    pub writer: Arc<MemoryWriter>,
     /// Cancelled to begin shutdown.
     pub shutdown: CancellationToken,
     /// Cancelled once runs have recorded their end; open event streams then close.
@@ -114,6 +116,8 @@ pub async fn build_state(
         shutdown.child_token(),
     );
     let models = Models::from_settings(&settings.llm);
+    let writer = MemoryWriter::new(store.clone(), memory.clone(), models.clone());
+    writer.spawn(settings.memory.writer_workers, shutdown.child_token());
     let recovered = runs.recover_interrupted().await?;
     if recovered > 0 {
         tracing::warn!(recovered, "marked runs interrupted by the previous process");
@@ -125,6 +129,7 @@ pub async fn build_state(
         runs,
         memory,
         models,
+        writer,
         shutdown,
         streams_stop: CancellationToken::new(),
         metrics: metrics_handle(),

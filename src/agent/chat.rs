@@ -19,11 +19,10 @@ use crate::llm::chat::{
 use crate::llm::prompts::{prompt, quote, render};
 use crate::llm::roles::Models;
 use crate::memory::recall::Recalled;
+use crate::memory::writer::{MemoryWriter, RememberJob};
 use crate::memory::{MemoryEngine, RecallRequest};
 use crate::runs::{EventType, RunContext, RunErrorType, RunFailure};
-use crate::store::{
-    MemoryKind, MemorySource, Message, NewMemory, Role, Store, ThreadId, Trust, UserId,
-};
+use crate::store::{MemoryKind, Message, Role, Store, ThreadId, UserId};
 
 /// What a chat turn needs.
 #[derive(Clone)]
@@ -31,6 +30,7 @@ pub struct ChatDeps {
     pub store: Arc<dyn Store>,
     pub memory: Arc<MemoryEngine>,
     pub models: Models,
+    pub writer: Arc<MemoryWriter>,
     pub settings: ChatSettings,
 }
 
@@ -521,23 +521,19 @@ async fn run_tool(
                 .and_then(MemoryKind::parse)
                 .unwrap_or(MemoryKind::Fact);
             let importance = arguments["importance"].as_u64().unwrap_or(3).clamp(1, 5) as u8;
-            let memory = NewMemory {
-                kind,
+            let job = RememberJob {
                 content: content.to_string(),
-                source: MemorySource::Assistant,
-                trust: Trust::Assistant,
+                kind,
                 importance,
                 thread_id: Some(user_message.thread_id),
-                source_refs: vec![user_message.id.to_string()],
-                created_at: None,
-                supersedes: None,
+                source_message_id: Some(user_message.id),
             };
-            let written = deps
-                .memory
-                .add(user, vec![memory])
+            let key = format!("remember:{}:{}", user_message.id, call.id);
+            deps.writer
+                .enqueue_remember(user, &key, &job)
                 .await
                 .map_err(|error| error.to_string())?;
-            Ok(json!({ "remembered": written.first().map(|memory| memory.id) }))
+            Ok(json!({ "queued": true, "content": content }))
         }
         "forget" => {
             let query = arguments["query"]

@@ -213,6 +213,7 @@ async fn health(State(state): State<AppState>) -> Response {
                 json!({ "status": "not_configured" })
             },
             "runs": { "status": "ok", "active": state.runs.active() },
+            "memory_writer": state.writer.health().await,
             "auth": {
                 "status": "ok",
                 "api_keys": true,
@@ -251,6 +252,7 @@ async fn models(State(state): State<AppState>, _user: crate::auth::AuthUser) -> 
 }
 
 async fn metrics_text(State(state): State<AppState>) -> Response {
+    let _ = state.writer.health().await;
     if let Ok(lag) = state.memory.indexer().lag().await {
         metrics::gauge!("mnemo_index_lag", "index" => "vector").set(lag.vector_lag() as f64);
         metrics::gauge!("mnemo_index_lag", "index" => "keyword").set(lag.keyword_lag() as f64);

@@ -12,6 +12,7 @@ use super::extract::{ApiBytes, ApiJson, ApiPath, ApiQuery};
 use super::sse::run_event_response;
 use crate::agent::chat::{ChatDeps, run_chat_turn};
 use crate::auth::AuthUser;
+use crate::memory::writer::TurnJob;
 use crate::startup::AppState;
 use crate::store::{Message, Role, Run, RunKind, Thread, ThreadId};
 
@@ -178,14 +179,23 @@ pub async fn post_message(
         store: state.store.clone(),
         memory: state.memory.clone(),
         models: state.models.clone(),
+        writer: state.writer.clone(),
         settings: state.settings.chat.clone(),
     };
+    let message_id = message.id;
     let run = state
         .runs
         .start(user_id, Some(thread), RunKind::Chat, move |context| {
             run_chat_turn(context, deps, message)
         })
         .await?;
+    // What the turn teaches is written in the background, once the turn's stream has ended.
+    let job = TurnJob {
+        thread_id: thread,
+        user_message_id: message_id,
+        run_id: Some(run.id),
+    };
+    state.writer.enqueue_turn(user_id, &job).await?;
     if body.stream {
         Ok(run_event_response(&state, user_id, run.id, 0))
     } else {

@@ -7,6 +7,8 @@ pub fn prompt(name: &str) -> Option<&'static str> {
     match name {
         "chat_system" => Some(include_str!("../../prompts/chat_system.md")),
         "summarize_thread" => Some(include_str!("../../prompts/summarize_thread.md")),
+        "extract_memories" => Some(include_str!("../../prompts/extract_memories.md")),
+        "consolidate_memory" => Some(include_str!("../../prompts/consolidate_memory.md")),
         _ => None,
     }
 }

@@ -3,7 +3,9 @@
 //! the owner's `UserId`.
 
 pub mod decay;
+pub mod extract;
 pub mod recall;
+pub mod writer;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -280,6 +282,15 @@ impl MemoryEngine {
             .collect())
     }
 
+    /// One text's vector with the current model.
+    pub async fn embed_one(&self, text: &str) -> MemoryResult<Embedded> {
+        self.embed(&[text.to_string()])
+            .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| MemoryError::Embed(EmbedError::Internal("no vector returned".into())))
+    }
+
     fn check_content(content: &str) -> MemoryResult<()> {
         if content.trim().is_empty() {
             return Err(MemoryError::BadRequest(
@@ -325,21 +336,47 @@ impl MemoryEngine {
         user: UserId,
         request: RecallRequest,
     ) -> MemoryResult<RecallResponse> {
+        self.recall_with(user, request, &self.settings, Utc::now(), true)
+            .await
+    }
+
+    /// `recall` replayed at a fixed clock `now`, ranked with `settings` instead of the
+    /// engine's, and recording no access. Evaluations use it: decay is computed against the
+    /// dataset's timeline (and not disturbed by the evaluation's own reads), one index can be
+    /// ranked with several fusion constants, and reruns give the same results.
+    pub async fn recall_at(
+        &self,
+        user: UserId,
+        request: RecallRequest,
+        settings: &MemorySettings,
+        now: DateTime<Utc>,
+    ) -> MemoryResult<RecallResponse> {
+        self.recall_with(user, request, settings, now, false).await
+    }
+
+    async fn recall_with(
+        &self,
+        user: UserId,
+        request: RecallRequest,
+        settings: &MemorySettings,
+        now: DateTime<Utc>,
+        record_access: bool,
+    ) -> MemoryResult<RecallResponse> {
         let started = Instant::now();
         let query = request.query.trim();
         if query.is_empty() {
             return Err(MemoryError::BadRequest("query must not be empty".into()));
         }
-        let k = request.k.unwrap_or(self.settings.default_k);
-        if k == 0 || k > self.settings.max_k {
+        let k = request.k.unwrap_or(settings.default_k);
+        if k == 0 || k > settings.max_k {
             return Err(MemoryError::BadRequest(format!(
                 "k must be between 1 and {}",
-                self.settings.max_k
+                settings.max_k
             )));
         }
         let candidates = request
             .candidates
-            .unwrap_or(self.settings.candidates)
+            .unwrap_or(settings.candidates)
             .max(k)
             .min(1000);
         let filter = VectorFilter {
@@ -408,13 +445,13 @@ impl MemoryEngine {
             &vector_hits,
             &keyword_hits,
             memories,
-            &self.settings,
+            settings,
             request.decay,
-            Utc::now(),
+            now,
             k,
         );
         let recalled: Vec<MemoryId> = results.iter().map(|r| r.memory.id).collect();
-        if !recalled.is_empty() {
+        if record_access && !recalled.is_empty() {
             let _ = self.access.send((user, recalled, crate::store::now()));
         }
         let total_ms = started.elapsed().as_secs_f64() * 1000.0;

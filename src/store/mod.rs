@@ -8,6 +8,7 @@ mod ids;
 mod memory;
 mod postgres;
 mod sql;
+mod sql_jobs;
 mod sql_memory;
 mod sqlite;
 #[cfg(test)]
@@ -19,7 +20,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
 
-pub use ids::{MemoryId, MessageId, RunId, ThreadId, UserId};
+pub use ids::{JobId, MemoryId, MessageId, RunId, ThreadId, UserId};
 pub use memory::{
     Embedded, LogEntry, LogOp, Memory, MemoryFilter, MemoryKind, MemoryPatch, MemorySource,
     MemoryVersion, NewMemory, OwnedMemory, Trust, vector_from_bytes, vector_to_bytes,
@@ -326,12 +327,77 @@ pub trait MemoryStore: Send + Sync + 'static {
         limit: i64,
     ) -> StoreResult<Vec<OwnedMemory>>;
     async fn count_memories_not_embedded_by(&self, model: &str) -> StoreResult<i64>;
+    /// Writes `new` as superseding `old` in one transaction: the old memory gets `invalid_at`
+    /// (and stays in history), the new one links back through `supersedes`.
+    async fn supersede_memory(
+        &self,
+        user: UserId,
+        old: MemoryId,
+        new: NewMemory,
+        embedded: Embedded,
+    ) -> StoreResult<Memory>;
+    /// Deletes the memories made from one thread only; returns their ids.
+    async fn delete_thread_memories(
+        &self,
+        user: UserId,
+        thread: ThreadId,
+    ) -> StoreResult<Vec<MemoryId>>;
     /// Replaces a memory's vector (re-embedding after a model change).
     async fn set_embedding(&self, id: MemoryId, embedded: &Embedded) -> StoreResult<()>;
 }
 
+/// A claimed background job.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub id: JobId,
+    pub user: UserId,
+    pub kind: String,
+    pub key: String,
+    pub payload: serde_json::Value,
+    pub attempts: i64,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Queue depth and age, for `/health` and `/metrics`.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct QueueStats {
+    pub queued: i64,
+    pub running: i64,
+    pub failed: i64,
+    /// Age of the oldest job waiting to run, in seconds.
+    pub oldest_queued_secs: f64,
+}
+
+/// The durable job queue. Jobs are idempotent by `key` and carry their owner's `UserId`.
 #[async_trait]
-pub trait Store: MemoryStore + Send + Sync + 'static {
+pub trait JobStore: Send + Sync + 'static {
+    /// Queues a job; false when a job with this key already exists. A job with `after_run`
+    /// is not claimed while that run is still running (the turn's stream ends first).
+    async fn enqueue_job(
+        &self,
+        user: UserId,
+        kind: &str,
+        key: &str,
+        payload: &serde_json::Value,
+        after_run: Option<RunId>,
+    ) -> StoreResult<bool>;
+    /// Claims the oldest ready job (or one whose lease expired) for `lease`.
+    async fn claim_job(&self, lease: chrono::Duration) -> StoreResult<Option<Job>>;
+    async fn complete_job(&self, id: JobId) -> StoreResult<()>;
+    /// Records a failure: retried at `retry_at`, or failed for good when `None`.
+    async fn fail_job(
+        &self,
+        id: JobId,
+        error: &str,
+        retry_at: Option<DateTime<Utc>>,
+    ) -> StoreResult<()>;
+    async fn queue_stats(&self) -> StoreResult<QueueStats>;
+    /// The status of the job with this key (`queued`, `running`, `done`, `failed`).
+    async fn job_status(&self, key: &str) -> StoreResult<Option<String>>;
+}
+
+#[async_trait]
+pub trait Store: MemoryStore + JobStore + Send + Sync + 'static {
     /// "sqlite" or "postgres".
     fn backend(&self) -> &'static str;
     /// A cheap round trip, for `/health`.

@@ -6,6 +6,7 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::{Pool, Postgres};
 
 use super::sql::sql_store;
+use super::sql_jobs::sql_job_store;
 use super::sql_memory::sql_memory_store;
 use super::*;
 
@@ -34,4 +35,10 @@ sql_memory_store!(
     Postgres,
     sqlx::postgres::PgRow,
     "SELECT pg_advisory_xact_lock(727362)"
+);
+
+sql_job_store!(
+    PostgresStore,
+    sqlx::postgres::PgRow,
+    "FOR UPDATE SKIP LOCKED"
 );

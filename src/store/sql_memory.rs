@@ -639,6 +639,87 @@ macro_rules! sql_memory_store {
                     .await?)
             }
 
+            async fn supersede_memory(
+                &self,
+                user: UserId,
+                old: MemoryId,
+                new: NewMemory,
+                embedded: Embedded,
+            ) -> StoreResult<Memory> {
+                validate_importance(new.importance)?;
+                let mut tx = self.pool.begin().await?;
+                sqlx::query("UPDATE memories SET version = version WHERE id = $1 AND user_id = $2")
+                    .bind(old.as_uuid())
+                    .bind(user.as_uuid())
+                    .execute(&mut *tx)
+                    .await?;
+                let mut previous = memory_in_tx(&mut tx, user, old).await?;
+                let at = now();
+                let memory = Memory {
+                    id: MemoryId::new(),
+                    kind: new.kind,
+                    content: new.content,
+                    source: new.source,
+                    trust: new.trust,
+                    importance: new.importance,
+                    thread_id: new.thread_id,
+                    source_refs: new.source_refs,
+                    valid_from: new.created_at.map(|time| time.trunc_subsecs(6)).unwrap_or(at),
+                    invalid_at: None,
+                    supersedes: Some(old),
+                    created_at: new.created_at.map(|time| time.trunc_subsecs(6)).unwrap_or(at),
+                    updated_at: at,
+                    last_accessed_at: None,
+                    access_count: 0,
+                    archived_at: None,
+                    version: 1,
+                    embedding_model: embedded.model,
+                    embedding: embedded.vector,
+                };
+                write_memory_row(&mut tx, user, &memory).await?;
+                log_change(&mut tx, user, &memory, "created", LogOp::Upsert).await?;
+                if previous.invalid_at.is_none() {
+                    previous.invalid_at = Some(at);
+                    previous.version += 1;
+                    previous.updated_at = at;
+                    write_memory_row(&mut tx, user, &previous).await?;
+                    log_change(&mut tx, user, &previous, "superseded", LogOp::Upsert).await?;
+                }
+                tx.commit().await?;
+                Ok(memory)
+            }
+
+            async fn delete_thread_memories(
+                &self,
+                user: UserId,
+                thread: ThreadId,
+            ) -> StoreResult<Vec<MemoryId>> {
+                use sqlx::Row as _;
+                let mut tx = self.pool.begin().await?;
+                sqlx::query($log_lock).execute(&mut *tx).await?;
+                let rows = sqlx::query("SELECT id FROM memories WHERE user_id = $1 AND thread_id = $2")
+                    .bind(user.as_uuid())
+                    .bind(thread.as_uuid())
+                    .fetch_all(&mut *tx)
+                    .await?;
+                let mut ids = Vec::with_capacity(rows.len());
+                for row in rows {
+                    let id = MemoryId::from_uuid(row.try_get("id")?);
+                    sqlx::query("DELETE FROM memories WHERE id = $1")
+                        .bind(id.as_uuid())
+                        .execute(&mut *tx)
+                        .await?;
+                    sqlx::query("DELETE FROM memory_versions WHERE memory_id = $1")
+                        .bind(id.as_uuid())
+                        .execute(&mut *tx)
+                        .await?;
+                    append_log(&mut tx, user, Some(id), LogOp::Delete).await?;
+                    ids.push(id);
+                }
+                tx.commit().await?;
+                Ok(ids)
+            }
+
             async fn set_embedding(&self, id: MemoryId, embedded: &Embedded) -> StoreResult<()> {
                 use sqlx::Row as _;
                 let mut tx = self.pool.begin().await?;

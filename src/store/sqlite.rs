@@ -7,6 +7,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Pool, Sqlite};
 
 use super::sql::sql_store;
+use super::sql_jobs::sql_job_store;
 use super::sql_memory::sql_memory_store;
 use super::*;
 
@@ -43,3 +44,5 @@ sql_memory_store!(
     sqlx::sqlite::SqliteRow,
     "UPDATE index_watermarks SET seq = seq WHERE name = ''"
 );
+
+sql_job_store!(SqliteStore, sqlx::sqlite::SqliteRow, "");

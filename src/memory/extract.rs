@@ -1,0 +1,272 @@
+//! Rule-based memory candidates from what the user wrote, in English and Chinese ("remember
+//! that…", "from now on…", "my … is …", "I prefer…", 记住, 以后, 我喜欢, 我的…是…), and the
+//! lexical tests consolidation uses (duplicate, same subject with a new value). Pure; no I/O.
+
+use crate::store::MemoryKind;
+
+/// A statement worth remembering, before consolidation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    pub kind: MemoryKind,
+    pub content: String,
+    pub importance: u8,
+}
+
+fn candidate(kind: MemoryKind, content: &str, importance: u8) -> Option<Candidate> {
+    let content = content
+        .trim()
+        .trim_matches(|c: char| c == ',' || c == ':' || c == '：' || c == '，')
+        .trim();
+    if content.chars().count() < 3 {
+        return None;
+    }
+    let mut chars = content.chars();
+    let content = match chars.next() {
+        Some(first) => first.to_uppercase().collect::<String>() + chars.as_str(),
+        None => return None,
+    };
+    Some(Candidate {
+        kind,
+        content,
+        importance,
+    })
+}
+
+/// Splits text into sentences on `.!?;。！？；` and newlines.
+fn sentences(text: &str) -> Vec<&str> {
+    text.split(['.', '!', '?', ';', '\n', '。', '！', '？', '；'])
+        .map(str::trim)
+        .filter(|sentence| !sentence.is_empty())
+        .collect()
+}
+
+/// Strips a leading phrase (ASCII case-insensitive), returning the rest.
+fn after_prefix<'a>(sentence: &'a str, prefixes: &[&str]) -> Option<&'a str> {
+    let lower = sentence.to_lowercase();
+    prefixes.iter().find_map(|prefix| {
+        lower
+            .find(prefix)
+            .filter(|at| {
+                *at == 0 || lower[..*at].trim().is_empty() || lower[..*at].trim_end().ends_with(',')
+            })
+            .map(|at| &sentence[at + prefix.len()..])
+    })
+}
+
+/// Candidates from the user's own words. Assistant text is never passed here.
+pub fn rule_candidates(user_text: &str) -> Vec<Candidate> {
+    let mut found = Vec::new();
+    for sentence in sentences(user_text) {
+        let lower = sentence.to_lowercase();
+        let item = if let Some(rest) = after_prefix(
+            sentence,
+            &[
+                "please remember that ",
+                "remember that ",
+                "please remember ",
+                "remember: ",
+                "remember ",
+            ],
+        ) {
+            candidate(MemoryKind::Fact, rest, 4)
+        } else if let Some(rest) = after_prefix(sentence, &["from now on, ", "from now on "]) {
+            candidate(MemoryKind::Preference, &format!("From now on, {rest}"), 4)
+        } else if lower.starts_with("i prefer ")
+            || lower.starts_with("i like ")
+            || lower.starts_with("i love ")
+            || lower.starts_with("i hate ")
+            || lower.starts_with("i don't like ")
+            || lower.starts_with("i do not like ")
+        {
+            candidate(MemoryKind::Preference, sentence, 3)
+        } else if lower.starts_with("my ") && lower.contains(" is ") {
+            candidate(MemoryKind::Fact, sentence, 3)
+        } else if let Some(at) = sentence.find("记住") {
+            let rest = &sentence[at + "记住".len()..];
+            candidate(
+                MemoryKind::Fact,
+                rest.trim_start_matches(['，', ',', '：', ':']),
+                4,
+            )
+        } else if sentence.starts_with("以后") || sentence.starts_with("从现在起") {
+            candidate(MemoryKind::Preference, sentence, 4)
+        } else if sentence.starts_with("我喜欢")
+            || sentence.starts_with("我不喜欢")
+            || sentence.starts_with("我爱")
+            || sentence.starts_with("我讨厌")
+            || sentence.starts_with("我更喜欢")
+        {
+            candidate(MemoryKind::Preference, sentence, 3)
+        } else if sentence.starts_with("我的") && sentence.contains('是') {
+            candidate(MemoryKind::Fact, sentence, 3)
+        } else {
+            None
+        };
+        found.extend(item);
+    }
+    found.dedup_by(|a, b| a.content == b.content);
+    found
+}
+
+/// Lowercased word tokens; CJK characters count one each.
+pub fn tokens(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut word = String::new();
+    for c in text.chars() {
+        if c.is_alphanumeric() && !is_cjk(c) {
+            word.extend(c.to_lowercase());
+        } else {
+            if !word.is_empty() {
+                out.push(std::mem::take(&mut word));
+            }
+            if is_cjk(c) {
+                out.push(c.to_string());
+            }
+        }
+    }
+    if !word.is_empty() {
+        out.push(word);
+    }
+    out
+}
+
+fn is_cjk(c: char) -> bool {
+    matches!(c as u32, 0x4E00..=0x9FFF | 0x3400..=0x4DBF | 0xF900..=0xFAFF)
+}
+
+/// Same statement: equal token sequences (case, spacing and punctuation aside).
+pub fn same_statement(a: &str, b: &str) -> bool {
+    tokens(a) == tokens(b)
+}
+
+/// Same subject with a new value: most words shared, but not all — e.g. "I use PostgreSQL 16
+/// at work" and "I use PostgreSQL 17 at work", or "My dentist is Dr. Wu" and "My dentist is
+/// Dr. Lee". Returns false for equal statements.
+pub fn same_subject_new_value(old: &str, new: &str) -> bool {
+    let old_tokens = tokens(old);
+    let new_tokens = tokens(new);
+    if old_tokens == new_tokens || old_tokens.is_empty() || new_tokens.is_empty() {
+        return false;
+    }
+    let old_set: std::collections::HashSet<&String> = old_tokens.iter().collect();
+    let new_set: std::collections::HashSet<&String> = new_tokens.iter().collect();
+    let shared = old_set.intersection(&new_set).count();
+    let union = old_set.union(&new_set).count();
+    let jaccard = shared as f64 / union as f64;
+    // The shared part must start the statement (the subject), and something must change.
+    let common_prefix = old_tokens
+        .iter()
+        .zip(&new_tokens)
+        .take_while(|(a, b)| a == b)
+        .count();
+    jaccard >= 0.5 && common_prefix >= 2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn contents(text: &str) -> Vec<(MemoryKind, String)> {
+        rule_candidates(text)
+            .into_iter()
+            .map(|c| (c.kind, c.content))
+            .collect()
+    }
+
+    #[test]
+    fn english_triggers() {
+        let cases: Vec<(&str, Vec<(MemoryKind, &str)>)> = vec![
+            (
+                "Hi! Remember that I use PostgreSQL 16 at work.",
+                vec![(MemoryKind::Fact, "I use PostgreSQL 16 at work")],
+            ),
+            (
+                "From now on, answer in French please",
+                vec![(
+                    MemoryKind::Preference,
+                    "From now on, answer in French please",
+                )],
+            ),
+            (
+                "My daughter's name is Priya. I prefer tea over coffee!",
+                vec![
+                    (MemoryKind::Fact, "My daughter's name is Priya"),
+                    (MemoryKind::Preference, "I prefer tea over coffee"),
+                ],
+            ),
+            ("What is the weather like?", vec![]),
+            ("I went to the store", vec![]),
+        ];
+        for (text, expected) in cases {
+            let expected: Vec<(MemoryKind, String)> = expected
+                .into_iter()
+                .map(|(kind, content)| (kind, content.to_string()))
+                .collect();
+            assert_eq!(contents(text), expected, "{text}");
+        }
+    }
+
+    #[test]
+    fn chinese_triggers() {
+        let cases: Vec<(&str, Vec<(MemoryKind, &str)>)> = vec![
+            (
+                "请记住，我在公司用PostgreSQL 16。",
+                vec![(MemoryKind::Fact, "我在公司用PostgreSQL 16")],
+            ),
+            (
+                "以后请用中文回答我",
+                vec![(MemoryKind::Preference, "以后请用中文回答我")],
+            ),
+            (
+                "我喜欢周末去爬山",
+                vec![(MemoryKind::Preference, "我喜欢周末去爬山")],
+            ),
+            (
+                "我的猫叫咪咪，我的生日是五月三日",
+                vec![(MemoryKind::Fact, "我的猫叫咪咪，我的生日是五月三日")],
+            ),
+            (
+                "我的生日是五月三日",
+                vec![(MemoryKind::Fact, "我的生日是五月三日")],
+            ),
+            ("今天天气怎么样？", vec![]),
+        ];
+        for (text, expected) in cases {
+            let expected: Vec<(MemoryKind, String)> = expected
+                .into_iter()
+                .map(|(kind, content)| (kind, content.to_string()))
+                .collect();
+            assert_eq!(contents(text), expected, "{text}");
+        }
+    }
+
+    #[test]
+    fn duplicates_and_contradictions() {
+        assert!(same_statement(
+            "I use PostgreSQL 16 at work",
+            "i use  PostgreSQL 16 at work!"
+        ));
+        assert!(!same_statement(
+            "I use PostgreSQL 16 at work",
+            "I use PostgreSQL 17 at work"
+        ));
+        let cases = [
+            (
+                "I use PostgreSQL 16 at work",
+                "I use PostgreSQL 17 at work",
+                true,
+            ),
+            ("My dentist is Dr. Wu", "My dentist is Dr. Lee", true),
+            (
+                "I use PostgreSQL 16 at work",
+                "I use PostgreSQL 16 at work",
+                false,
+            ),
+            ("I like tea", "My dog is called Rex", false),
+            ("I prefer tea over coffee", "I prefer coffee over tea", true),
+        ];
+        for (old, new, expected) in cases {
+            assert_eq!(same_subject_new_value(old, new), expected, "{old} -> {new}");
+        }
+    }
+}

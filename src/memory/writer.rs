@@ -1,0 +1,456 @@
+//! The background memory writer: workers claim jobs from the durable SQL queue (one per
+//! finished turn, per explicit `remember`), turn them into memories, and consolidate each
+//! candidate against what the user already has — a duplicate is a no-op that bumps access, a
+//! contradiction supersedes the old memory (which stays in history), anything else is added.
+//! Jobs survive restarts, are retried with backoff, are idempotent (keyed by source message)
+//! and carry their owner's `UserId` end to end.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::extract::{Candidate, rule_candidates, same_statement, same_subject_new_value};
+use super::recall::RecallMode;
+use super::{MemoryEngine, RecallRequest};
+use crate::llm::chat::{ChatMessage, ChatRequest, complete_json};
+use crate::llm::prompts::{prompt, quote, render};
+use crate::llm::roles::Models;
+use crate::store::{
+    Job, MemoryId, MemoryKind, MemorySource, MessageId, NewMemory, Role, Store, ThreadId, Trust,
+    UserId,
+};
+
+const MAX_ATTEMPTS: i64 = 5;
+const LEASE_SECS: i64 = 120;
+
+/// Payload of a `turn` job.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+pub struct TurnJob {
+    pub thread_id: ThreadId,
+    pub user_message_id: MessageId,
+    /// The run that answered; its assistant message (if any) is found by run id.
+    pub run_id: Option<crate::store::RunId>,
+}
+
+/// Payload of a `remember` job (the `remember` tool).
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+pub struct RememberJob {
+    pub content: String,
+    pub kind: MemoryKind,
+    pub importance: u8,
+    pub thread_id: Option<ThreadId>,
+    pub source_message_id: Option<MessageId>,
+}
+
+/// What consolidation did with a candidate.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Added(MemoryId),
+    Duplicate(MemoryId),
+    Superseded { old: MemoryId, new: MemoryId },
+}
+
+pub struct MemoryWriter {
+    store: Arc<dyn Store>,
+    memory: Arc<MemoryEngine>,
+    models: Models,
+    wake: Notify,
+}
+
+impl MemoryWriter {
+    pub fn new(store: Arc<dyn Store>, memory: Arc<MemoryEngine>, models: Models) -> Arc<Self> {
+        Arc::new(Self {
+            store,
+            memory,
+            models,
+            wake: Notify::new(),
+        })
+    }
+
+    /// Wakes the workers (after an enqueue or when a run ends).
+    pub fn notify(&self) {
+        self.wake.notify_waiters();
+    }
+
+    /// Queues the memory work of a finished turn; runs once `run` has ended.
+    pub async fn enqueue_turn(&self, user: UserId, job: &TurnJob) -> crate::store::StoreResult<()> {
+        let run = job.run_id;
+        let key = format!("turn:{}", job.user_message_id);
+        let payload = serde_json::to_value(job).unwrap_or(Value::Null);
+        self.store
+            .enqueue_job(user, "turn", &key, &payload, run)
+            .await?;
+        self.notify();
+        Ok(())
+    }
+
+    pub async fn enqueue_remember(
+        &self,
+        user: UserId,
+        key: &str,
+        job: &RememberJob,
+    ) -> crate::store::StoreResult<()> {
+        let payload = serde_json::to_value(job).unwrap_or(Value::Null);
+        self.store
+            .enqueue_job(user, "remember", key, &payload, None)
+            .await?;
+        self.notify();
+        Ok(())
+    }
+
+    /// Starts `workers` loops that run until `shutdown` (0 leaves jobs queued).
+    pub fn spawn(self: &Arc<Self>, workers: usize, shutdown: CancellationToken) {
+        for _ in 0..workers {
+            let writer = self.clone();
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                loop {
+                    let worked = match writer.work_one().await {
+                        Ok(worked) => worked,
+                        Err(error) => {
+                            tracing::warn!(%error, "memory writer could not claim a job");
+                            false
+                        }
+                    };
+                    if worked {
+                        continue;
+                    }
+                    tokio::select! {
+                        _ = writer.wake.notified() => {}
+                        _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                        _ = shutdown.cancelled() => return,
+                    }
+                }
+            });
+        }
+    }
+
+    /// Claims and processes one job; false when none was ready.
+    pub async fn work_one(&self) -> crate::store::StoreResult<bool> {
+        let Some(job) = self
+            .store
+            .claim_job(chrono::Duration::seconds(LEASE_SECS))
+            .await?
+        else {
+            return Ok(false);
+        };
+        let started = Instant::now();
+        let result = self.process(&job).await;
+        match result {
+            Ok(outcomes) => {
+                self.store.complete_job(job.id).await?;
+                metrics::counter!("mnemo_writer_jobs_total", "status" => "done").increment(1);
+                tracing::debug!(kind = %job.kind, outcomes = outcomes.len(), "memory job done");
+            }
+            Err(error) => {
+                let retry = (job.attempts < MAX_ATTEMPTS).then(|| {
+                    crate::store::now() + chrono::Duration::seconds(2i64.pow(job.attempts as u32))
+                });
+                tracing::warn!(kind = %job.kind, attempts = job.attempts, %error, "memory job failed");
+                metrics::counter!("mnemo_writer_jobs_total", "status" => "failed").increment(1);
+                self.store.fail_job(job.id, &error, retry).await?;
+            }
+        }
+        let latency = (crate::store::now() - job.created_at)
+            .num_milliseconds()
+            .max(0) as f64;
+        metrics::histogram!("mnemo_writer_job_latency_seconds").record(latency / 1000.0);
+        metrics::histogram!("mnemo_writer_job_duration_seconds")
+            .record(started.elapsed().as_secs_f64());
+        Ok(true)
+    }
+
+    async fn process(&self, job: &Job) -> Result<Vec<Outcome>, String> {
+        match job.kind.as_str() {
+            "turn" => {
+                let payload: TurnJob =
+                    serde_json::from_value(job.payload.clone()).map_err(|e| e.to_string())?;
+                self.process_turn(job.user, &payload).await
+            }
+            "remember" => {
+                let payload: RememberJob =
+                    serde_json::from_value(job.payload.clone()).map_err(|e| e.to_string())?;
+                let mut memory =
+                    NewMemory::from_user(payload.kind, payload.content, payload.importance);
+                memory.thread_id = payload.thread_id;
+                memory.source_refs = payload
+                    .source_message_id
+                    .map(|id| vec![id.to_string()])
+                    .unwrap_or_default();
+                Ok(vec![self.consolidate(job.user, memory).await?])
+            }
+            other => Err(format!("unknown job kind {other:?}")),
+        }
+    }
+
+    async fn process_turn(&self, user: UserId, job: &TurnJob) -> Result<Vec<Outcome>, String> {
+        let messages = self
+            .store
+            .list_messages(user, job.thread_id)
+            .await
+            .map_err(|e| e.to_string())?;
+        let Some(user_message) = messages.iter().find(|m| m.id == job.user_message_id) else {
+            // The thread or message was deleted since: nothing to remember.
+            return Ok(Vec::new());
+        };
+        let assistant = job.run_id.and_then(|run| {
+            messages
+                .iter()
+                .find(|m| m.role == Role::Assistant && m.run_id == Some(run))
+        });
+        let mut outcomes = Vec::new();
+        // Every message is also a `turn` memory, so past conversation is searchable.
+        let mut turns = vec![(user_message, MemorySource::User, Trust::User)];
+        if let Some(reply) = assistant {
+            turns.push((reply, MemorySource::Assistant, Trust::Assistant));
+        }
+        let turn_memories: Vec<NewMemory> = turns
+            .iter()
+            .map(|(message, source, trust)| NewMemory {
+                kind: MemoryKind::Turn,
+                content: format!(
+                    "{}: {}",
+                    if message.role == Role::User {
+                        "User"
+                    } else {
+                        "Assistant"
+                    },
+                    message.content
+                ),
+                source: *source,
+                trust: *trust,
+                importance: 2,
+                thread_id: Some(job.thread_id),
+                source_refs: vec![message.id.to_string()],
+                created_at: Some(message.created_at),
+                supersedes: None,
+            })
+            .filter(|memory| memory.content.chars().count() <= super::MAX_MEMORY_CHARS)
+            .collect();
+        for memory in self
+            .memory
+            .add(user, turn_memories)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            outcomes.push(Outcome::Added(memory.id));
+        }
+        // Candidates come from the user's words only; the assistant's reply is context.
+        let candidates = match self.models.role("memory") {
+            Some(_) => {
+                self.llm_candidates(&user_message.content, assistant.map(|m| m.content.as_str()))
+                    .await?
+            }
+            None => rule_candidates(&user_message.content),
+        };
+        for candidate in candidates {
+            let memory = NewMemory {
+                kind: candidate.kind,
+                content: candidate.content,
+                source: MemorySource::User,
+                trust: Trust::User,
+                importance: candidate.importance.clamp(1, 5),
+                thread_id: Some(job.thread_id),
+                source_refs: vec![user_message.id.to_string()],
+                created_at: Some(user_message.created_at),
+                supersedes: None,
+            };
+            outcomes.push(self.consolidate(user, memory).await?);
+        }
+        Ok(outcomes)
+    }
+
+    async fn llm_candidates(
+        &self,
+        user_text: &str,
+        reply: Option<&str>,
+    ) -> Result<Vec<Candidate>, String> {
+        let Some(role) = self.models.role("memory") else {
+            return Ok(Vec::new());
+        };
+        let text = render(
+            prompt("extract_memories").unwrap_or_default(),
+            &[
+                ("user", &quote(user_text)),
+                ("assistant", &quote(reply.unwrap_or("(no reply)"))),
+            ],
+        );
+        let mut request = ChatRequest::new(vec![ChatMessage::user(text)]);
+        request.max_tokens = Some(role.max_tokens);
+        let (items, _) = complete_json(
+            role.model.as_ref(),
+            request,
+            self.models.structured_retries,
+            |value| {
+                let items = value["memories"]
+                    .as_array()
+                    .ok_or_else(|| "expected {\"memories\": [...]}".to_string())?;
+                let mut out = Vec::new();
+                for item in items {
+                    if item["should_remember"].as_bool() == Some(false) {
+                        continue;
+                    }
+                    let kind = item["kind"]
+                        .as_str()
+                        .and_then(MemoryKind::parse)
+                        .filter(|kind| {
+                            matches!(
+                                kind,
+                                MemoryKind::Fact | MemoryKind::Preference | MemoryKind::Event
+                            )
+                        })
+                        .ok_or_else(|| format!("bad kind in {item}"))?;
+                    let content = item["content"]
+                        .as_str()
+                        .map(str::trim)
+                        .filter(|content| !content.is_empty())
+                        .ok_or_else(|| format!("missing content in {item}"))?;
+                    let importance = item["importance"].as_u64().unwrap_or(3).clamp(1, 5) as u8;
+                    out.push(Candidate {
+                        kind,
+                        content: content.to_string(),
+                        importance,
+                    });
+                }
+                Ok(out)
+            },
+        )
+        .await
+        .map_err(|error| error.message)?;
+        Ok(items)
+    }
+
+    /// Adds, skips or supersedes one candidate against the user's similar memories.
+    pub async fn consolidate(&self, user: UserId, memory: NewMemory) -> Result<Outcome, String> {
+        let request = RecallRequest {
+            query: memory.content.clone(),
+            k: Some(5),
+            kinds: Some(vec![
+                MemoryKind::Fact,
+                MemoryKind::Preference,
+                MemoryKind::Event,
+                MemoryKind::Conclusion,
+            ]),
+            mode: RecallMode::Hybrid,
+            decay: false,
+            ..RecallRequest::default()
+        };
+        let similar = self
+            .memory
+            .recall(user, request)
+            .await
+            .map_err(|e| e.to_string())?
+            .results;
+        if let Some(duplicate) = similar.iter().find(|r| {
+            same_statement(&r.memory.content, &memory.content)
+                || r.signals.vector_score.is_some_and(|score| score >= 0.985)
+        }) {
+            let _ = self
+                .store
+                .record_access(user, &[duplicate.memory.id], crate::store::now())
+                .await;
+            return Ok(Outcome::Duplicate(duplicate.memory.id));
+        }
+        let contradicted = match self.models.role("memory") {
+            Some(_) if !similar.is_empty() => self.llm_contradiction(&memory, &similar).await?,
+            _ => similar
+                .iter()
+                .find(|r| {
+                    r.memory.kind == memory.kind
+                        && r.signals.vector_score.is_some_and(|score| score >= 0.6)
+                        && same_subject_new_value(&r.memory.content, &memory.content)
+                })
+                .map(|r| r.memory.id),
+        };
+        let embedded = self
+            .memory
+            .embed_one(&memory.content)
+            .await
+            .map_err(|e| e.to_string())?;
+        match contradicted {
+            Some(old) => {
+                let new = self
+                    .store
+                    .supersede_memory(user, old, memory, embedded)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                self.memory.indexer().notify();
+                Ok(Outcome::Superseded { old, new: new.id })
+            }
+            None => {
+                let written = self
+                    .store
+                    .insert_memories(user, vec![(memory, embedded)])
+                    .await
+                    .map_err(|e| e.to_string())?;
+                self.memory.indexer().notify();
+                written
+                    .first()
+                    .map(|memory| Outcome::Added(memory.id))
+                    .ok_or_else(|| "memory was not written".to_string())
+            }
+        }
+    }
+
+    async fn llm_contradiction(
+        &self,
+        memory: &NewMemory,
+        similar: &[super::recall::Recalled],
+    ) -> Result<Option<MemoryId>, String> {
+        let Some(role) = self.models.role("memory") else {
+            return Ok(None);
+        };
+        let existing = similar
+            .iter()
+            .map(|r| format!("[{}]\n{}", r.memory.id, quote(&r.memory.content)))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let text = render(
+            prompt("consolidate_memory").unwrap_or_default(),
+            &[("new", &quote(&memory.content)), ("existing", &existing)],
+        );
+        let ids: Vec<MemoryId> = similar.iter().map(|r| r.memory.id).collect();
+        let mut request = ChatRequest::new(vec![ChatMessage::user(text)]);
+        request.max_tokens = Some(role.max_tokens);
+        let (target, _) = complete_json(
+            role.model.as_ref(),
+            request,
+            self.models.structured_retries,
+            |value| match value["action"].as_str() {
+                Some("supersede") => {
+                    let id: MemoryId = value["target_id"]
+                        .as_str()
+                        .and_then(|id| id.parse().ok())
+                        .ok_or_else(|| "supersede needs target_id".to_string())?;
+                    if ids.contains(&id) {
+                        Ok(Some(id))
+                    } else {
+                        Err(format!(
+                            "target_id {id} is not one of the existing memories"
+                        ))
+                    }
+                }
+                Some("add") | Some("noop") => Ok(None),
+                _ => Err("action must be add, noop or supersede".to_string()),
+            },
+        )
+        .await
+        .map_err(|error| error.message)?;
+        Ok(target)
+    }
+
+    pub async fn health(&self) -> Value {
+        match self.store.queue_stats().await {
+            Ok(stats) => {
+                metrics::gauge!("mnemo_writer_queue_depth").set(stats.queued as f64);
+                json!({ "status": "ok", "queued": stats.queued, "running": stats.running,
+                        "failed": stats.failed, "oldest_queued_secs": stats.oldest_queued_secs })
+            }
+            Err(error) => json!({ "status": "down", "error": error.to_string() }),
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! The job-queue SQL shared by both backends, expanded per backend by `sql_job_store!`.
+//! `$skip_locked` is `FOR UPDATE SKIP LOCKED` on PostgreSQL (replicas claim different jobs
+//! without waiting) and empty on SQLite, whose single writer makes the claim atomic.
+
+macro_rules! sql_job_store {
+    ($store:ty, $row:ty, $skip_locked:literal) => {
+        fn job_row(row: &$row) -> Result<Job, sqlx::Error> {
+            use sqlx::Row as _;
+            let payload: sqlx::types::Json<serde_json::Value> = row.try_get("payload")?;
+            Ok(Job {
+                id: JobId::from_uuid(row.try_get("id")?),
+                user: UserId::from_trusted(row.try_get("user_id")?),
+                kind: row.try_get("kind")?,
+                key: row.try_get("key")?,
+                payload: payload.0,
+                attempts: row.try_get("attempts")?,
+                created_at: row.try_get("created_at")?,
+            })
+        }
+
+        #[async_trait::async_trait]
+        impl crate::store::JobStore for $store {
+            async fn enqueue_job(
+                &self,
+                user: UserId,
+                kind: &str,
+                key: &str,
+                payload: &serde_json::Value,
+                after_run: Option<RunId>,
+            ) -> StoreResult<bool> {
+                let at = now();
+                let done = sqlx::query(
+                    "INSERT INTO jobs (id, user_id, kind, run_id, key, payload, status, attempts, run_after, created_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, 'queued', 0, $7, $7) ON CONFLICT (key) DO NOTHING",
+                )
+                .bind(JobId::new().as_uuid())
+                .bind(user.as_uuid())
+                .bind(kind)
+                .bind(after_run.map(|run| run.as_uuid()))
+                .bind(key)
+                .bind(sqlx::types::Json(payload))
+                .bind(at)
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn claim_job(&self, lease: chrono::Duration) -> StoreResult<Option<Job>> {
+                let at = now();
+                let sql = concat!(
+                    "UPDATE jobs SET status = 'running', attempts = attempts + 1, locked_until = $1 \
+                     WHERE id = (SELECT id FROM jobs WHERE ((status = 'queued' AND run_after <= $2) \
+                     OR (status = 'running' AND locked_until < $2)) AND NOT EXISTS (SELECT 1 FROM runs r \
+                     WHERE r.id = jobs.run_id AND r.status = 'running') ORDER BY run_after LIMIT 1 ",
+                    $skip_locked,
+                    ") RETURNING id, user_id, kind, key, payload, attempts, created_at"
+                );
+                let row = sqlx::query(sql)
+                    .bind(at + lease)
+                    .bind(at)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                Ok(row.as_ref().map(job_row).transpose()?)
+            }
+
+            async fn complete_job(&self, id: JobId) -> StoreResult<()> {
+                sqlx::query(
+                    "UPDATE jobs SET status = 'done', finished_at = $1, locked_until = NULL WHERE id = $2",
+                )
+                .bind(now())
+                .bind(id.as_uuid())
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn fail_job(
+                &self,
+                id: JobId,
+                error: &str,
+                retry_at: Option<DateTime<Utc>>,
+            ) -> StoreResult<()> {
+                let (status, run_after, finished) = match retry_at {
+                    Some(at) => ("queued", at, None),
+                    None => ("failed", now(), Some(now())),
+                };
+                sqlx::query(
+                    "UPDATE jobs SET status = $1, run_after = $2, finished_at = $3, last_error = $4, \
+                     locked_until = NULL WHERE id = $5",
+                )
+                .bind(status)
+                .bind(run_after)
+                .bind(finished)
+                .bind(error)
+                .bind(id.as_uuid())
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn queue_stats(&self) -> StoreResult<QueueStats> {
+                use sqlx::Row as _;
+                let rows = sqlx::query(
+                    "SELECT status, COUNT(*) AS n, MIN(created_at) AS oldest FROM jobs \
+                     WHERE status IN ('queued', 'running', 'failed') GROUP BY status",
+                )
+                .fetch_all(&self.pool)
+                .await?;
+                let mut stats = QueueStats::default();
+                for row in rows {
+                    let status: String = row.try_get("status")?;
+                    let count: i64 = row.try_get("n")?;
+                    match status.as_str() {
+                        "queued" => {
+                            stats.queued = count;
+                            let oldest: Option<DateTime<Utc>> = row.try_get("oldest")?;
+                            stats.oldest_queued_secs = oldest
+                                .map(|oldest| (now() - oldest).num_milliseconds().max(0) as f64 / 1000.0)
+                                .unwrap_or(0.0);
+                        }
+                        "running" => stats.running = count,
+                        _ => stats.failed = count,
+                    }
+                }
+                Ok(stats)
+            }
+
+            async fn job_status(&self, key: &str) -> StoreResult<Option<String>> {
+                Ok(sqlx::query_scalar("SELECT status FROM jobs WHERE key = $1")
+                    .bind(key)
+                    .fetch_optional(&self.pool)
+                    .await?)
+            }
+        }
+    };
+}
+
+pub(crate) use sql_job_store;

@@ -1,0 +1,286 @@
+//! The background memory writer: rule and LLM extraction, deduplication, contradictions that
+//! supersede, durable jobs, and per-user isolation of the jobs' results.
+
+mod support;
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use support::fake_llm::{FakeLlm, Reply};
+use support::{Backend, Home, TestApp};
+
+/// Posts a message and waits until its turn's memory job has run.
+async fn say(app: &TestApp, key: &str, thread: &str, content: &str) {
+    let run = app.post_message(key, thread, content).await;
+    let run_id = run["id"].as_str().unwrap();
+    app.events(key, run_id, None).await.collect().await;
+    wait_for_jobs(app).await;
+}
+
+async fn wait_for_jobs(app: &TestApp) {
+    for _ in 0..300 {
+        let stats = app.state.store.queue_stats().await.unwrap();
+        if stats.queued == 0 && stats.running == 0 {
+            assert!(
+                app.state
+                    .memory
+                    .wait_recallable(Duration::from_secs(10))
+                    .await
+                    .unwrap()
+            );
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("memory jobs did not finish");
+}
+
+async fn memories(app: &TestApp, key: &str, query: &str) -> Vec<Value> {
+    let (status, body) = app
+        .call(
+            Method::GET,
+            &format!("/v1/memories?limit=500{query}"),
+            Some(key),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["memories"].as_array().unwrap().clone()
+}
+
+fn contents(memories: &[Value]) -> Vec<&str> {
+    memories
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect()
+}
+
+async fn thread(app: &TestApp, key: &str) -> String {
+    app.create_thread(key, "t").await["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test]
+async fn rules_remember_dedupe_and_supersede_without_an_llm() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let key = app.user_key("alice").await;
+    let thread = thread(&app, &key).await;
+    for _ in 0..3 {
+        say(
+            &app,
+            &key,
+            &thread,
+            "Remember that I use PostgreSQL 16 at work.",
+        )
+        .await;
+    }
+    let facts = memories(&app, &key, "&kinds=fact").await;
+    assert_eq!(
+        contents(&facts),
+        ["I use PostgreSQL 16 at work"],
+        "said three times, stored once"
+    );
+    assert_eq!(facts[0]["source"], "user");
+    assert_eq!(facts[0]["trust"], "user");
+    let old_id = facts[0]["id"].as_str().unwrap().to_string();
+    // Every message is also a searchable turn memory.
+    let turns = memories(&app, &key, "&kinds=turn").await;
+    assert!(contents(&turns).contains(&"User: Remember that I use PostgreSQL 16 at work."));
+    assert!(
+        turns
+            .iter()
+            .any(|turn| turn["source"] == "assistant" && turn["trust"] == "assistant")
+    );
+
+    say(
+        &app,
+        &key,
+        &thread,
+        "Remember that I use PostgreSQL 17 at work.",
+    )
+    .await;
+    let facts = memories(&app, &key, "&kinds=fact").await;
+    assert_eq!(contents(&facts), ["I use PostgreSQL 17 at work"]);
+    assert_eq!(facts[0]["supersedes"], old_id.as_str());
+    let (_, old) = app
+        .call(
+            Method::GET,
+            &format!("/v1/memories/{old_id}"),
+            Some(&key),
+            None,
+        )
+        .await;
+    assert!(old["memory"]["invalid_at"].is_string(), "{old}");
+    let changes: Vec<&str> = old["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["change"].as_str().unwrap())
+        .collect();
+    assert_eq!(changes, ["created", "superseded"]);
+    let (_, found) = app
+        .call(
+            Method::POST,
+            "/v1/memories/search",
+            Some(&key),
+            Some(
+                json!({ "query": "which PostgreSQL version do I use at work", "kinds": ["fact"] }),
+            ),
+        )
+        .await;
+    assert_eq!(
+        found["results"][0]["memory"]["content"],
+        "I use PostgreSQL 17 at work"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn chinese_rules_produce_memories() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let key = app.user_key("li").await;
+    let thread = thread(&app, &key).await;
+    say(
+        &app,
+        &key,
+        &thread,
+        "请记住，我在公司用PostgreSQL 16。以后请用中文回答我。",
+    )
+    .await;
+    let facts = memories(&app, &key, "&kinds=fact").await;
+    assert_eq!(contents(&facts), ["我在公司用PostgreSQL 16"]);
+    let preferences = memories(&app, &key, "&kinds=preference").await;
+    assert_eq!(contents(&preferences), ["以后请用中文回答我"]);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn the_llm_extracts_and_decides_contradictions() {
+    let home = Home::new(Backend::Sqlite).await;
+    let llm = FakeLlm::start().await;
+    let app = TestApp::spawn_with_llm(&home, &llm, &[]).await;
+    let key = app.user_key("alice").await;
+    let thread = thread(&app, &key).await;
+    llm.push(Reply::text("Noted."));
+    llm.push(Reply::text(
+        r#"{"memories": [{"should_remember": true, "kind": "fact", "content": "The user uses PostgreSQL 16 at work", "importance": 3}]}"#,
+    ));
+    say(
+        &app,
+        &key,
+        &thread,
+        "remember that I use PostgreSQL 16 at work",
+    )
+    .await;
+    let facts = memories(&app, &key, "&kinds=fact").await;
+    assert_eq!(contents(&facts), ["The user uses PostgreSQL 16 at work"]);
+    let old_id = facts[0]["id"].as_str().unwrap().to_string();
+    llm.push(Reply::text("Good to know."));
+    llm.push(Reply::text(
+        r#"{"memories": [{"should_remember": true, "kind": "fact", "content": "The user uses PostgreSQL 17 at work", "importance": 3}, {"should_remember": false, "kind": "fact", "content": "small talk", "importance": 1}]}"#,
+    ));
+    llm.push(Reply::text(&format!(
+        r#"{{"action": "supersede", "target_id": "{old_id}"}}"#
+    )));
+    say(&app, &key, &thread, "we moved to PostgreSQL 17").await;
+    let facts = memories(&app, &key, "&kinds=fact").await;
+    assert_eq!(contents(&facts), ["The user uses PostgreSQL 17 at work"]);
+    assert_eq!(facts[0]["supersedes"], old_id.as_str());
+    let prompts: Vec<String> = llm
+        .requests()
+        .iter()
+        .map(support::fake_llm::prompt_text)
+        .collect();
+    let extraction = prompts
+        .iter()
+        .find(|p| {
+            p.contains("Decide what is worth remembering")
+                && p.contains("> we moved to PostgreSQL 17")
+        })
+        .expect("the extraction prompt quotes the user's words");
+    assert!(extraction.contains("> Good to know."));
+    let consolidation = prompts
+        .iter()
+        .rfind(|p| p.contains("A new statement about the user"))
+        .expect("a consolidation prompt");
+    assert!(consolidation.contains(&old_id), "{consolidation}");
+    assert!(consolidation.contains("> The user uses PostgreSQL 17 at work"));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn queued_jobs_survive_a_restart_and_run_once() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn_with(&home, &[("MNEMO__MEMORY__WRITER_WORKERS", "0")]).await;
+    let key = app.user_key("alice").await;
+    let thread = thread(&app, &key).await;
+    for content in ["My locker code is 4471.", "I prefer window seats."] {
+        let run = app.post_message(&key, &thread, content).await;
+        app.events(&key, run["id"].as_str().unwrap(), None)
+            .await
+            .collect()
+            .await;
+    }
+    assert_eq!(app.state.store.queue_stats().await.unwrap().queued, 2);
+    app.stop().await;
+    let app = TestApp::spawn(&home).await;
+    wait_for_jobs(&app).await;
+    let mut found = contents(&memories(&app, &key, "&kinds=fact,preference").await)
+        .into_iter()
+        .map(str::to_string)
+        .collect::<Vec<_>>();
+    found.sort();
+    assert_eq!(found, ["I prefer window seats", "My locker code is 4471"]);
+    let (_, health) = app.call(Method::GET, "/health", None, None).await;
+    assert_eq!(health["components"]["memory_writer"]["queued"], 0);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn jobs_of_concurrent_users_land_under_their_own_user() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let mut users = Vec::new();
+    for index in 0..20 {
+        let key = app.user_key(&format!("user{index}")).await;
+        let thread = thread(&app, &key).await;
+        users.push((index, key, thread));
+    }
+    let posts = users.iter().map(|(index, key, thread)| {
+        let app = &app;
+        async move {
+            let content = format!("Remember that my badge number is B-{index:03}-canary.");
+            let run = app.post_message(key, thread, &content).await;
+            app.events(key, run["id"].as_str().unwrap(), None)
+                .await
+                .collect()
+                .await;
+        }
+    });
+    futures::future::join_all(posts).await;
+    wait_for_jobs(&app).await;
+    for (index, key, _) in &users {
+        let all = memories(&app, key, "").await;
+        assert!(!all.is_empty());
+        for memory in &all {
+            let content = memory["content"].as_str().unwrap();
+            if content.contains("-canary") {
+                assert!(
+                    content.contains(&format!("B-{index:03}-canary")),
+                    "user{index} got {content}"
+                );
+            }
+        }
+        let facts = memories(&app, key, "&kinds=fact").await;
+        assert_eq!(
+            contents(&facts),
+            [format!("My badge number is B-{index:03}-canary")]
+        );
+    }
+    app.stop().await;
+}
