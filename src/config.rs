@@ -174,6 +174,8 @@ pub struct MemorySettings {
     pub decay_interval_secs: u64,
     /// Background memory-writer workers in this process.
     pub writer_workers: usize,
+    /// The user profile is rebuilt at most once per this many seconds.
+    pub profile_interval_secs: u64,
 }
 
 impl Default for MemorySettings {
@@ -190,6 +192,7 @@ impl Default for MemorySettings {
             archive_after_days: 90,
             decay_interval_secs: 3600,
             writer_workers: 2,
+            profile_interval_secs: 600,
         }
     }
 }

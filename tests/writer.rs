@@ -87,13 +87,14 @@ async fn rules_remember_dedupe_and_supersede_without_an_llm() {
     assert_eq!(facts[0]["source"], "user");
     assert_eq!(facts[0]["trust"], "user");
     let old_id = facts[0]["id"].as_str().unwrap().to_string();
-    // Every message is also a searchable turn memory.
+    // The user's messages are also searchable turn memories; without a chat model the
+    // assistant's replies only list memories and are not kept.
     let turns = memories(&app, &key, "&kinds=turn").await;
     assert!(contents(&turns).contains(&"User: Remember that I use PostgreSQL 16 at work."));
     assert!(
         turns
             .iter()
-            .any(|turn| turn["source"] == "assistant" && turn["trust"] == "assistant")
+            .all(|turn| turn["source"] == "user" && turn["trust"] == "user")
     );
 
     say(
@@ -191,6 +192,14 @@ async fn the_llm_extracts_and_decides_contradictions() {
     let facts = memories(&app, &key, "&kinds=fact").await;
     assert_eq!(contents(&facts), ["The user uses PostgreSQL 17 at work"]);
     assert_eq!(facts[0]["supersedes"], old_id.as_str());
+    let turns = memories(&app, &key, "&kinds=turn").await;
+    assert!(
+        turns
+            .iter()
+            .any(|turn| turn["content"] == "Assistant: Good to know."
+                && turn["trust"] == "assistant"),
+        "with a model, replies are turn memories at assistant trust"
+    );
     let prompts: Vec<String> = llm
         .requests()
         .iter()
@@ -282,5 +291,142 @@ async fn jobs_of_concurrent_users_land_under_their_own_user() {
             [format!("My badge number is B-{index:03}-canary")]
         );
     }
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn the_profile_is_rebuilt_from_preferences_and_facts_and_the_agent_sees_it() {
+    let home = Home::new(Backend::Sqlite).await;
+    let llm = FakeLlm::start().await;
+    llm.set_default(Reply::text("ok"));
+    let app = TestApp::spawn_with(&home, &[("MNEMO__MEMORY__PROFILE_INTERVAL_SECS", "1")]).await;
+    let key = app.user_key("alice").await;
+    let thread = thread(&app, &key).await;
+    say(&app, &key, &thread, "I prefer answers with code examples.").await;
+    wait_for_jobs(&app).await;
+    let profiles = memories(&app, &key, "&kinds=profile").await;
+    assert_eq!(profiles.len(), 1);
+    assert!(
+        profiles[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("I prefer answers with code examples")
+    );
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    say(&app, &key, &thread, "My team's platform is Kubernetes.").await;
+    wait_for_jobs(&app).await;
+    let profiles = memories(&app, &key, "&kinds=profile").await;
+    assert_eq!(profiles.len(), 1, "the profile is rebuilt, not appended");
+    let content = profiles[0]["content"].as_str().unwrap();
+    assert!(
+        content.contains("My team's platform is Kubernetes") && content.contains("code examples"),
+        "{content}"
+    );
+    let facts = memories(&app, &key, "&kinds=fact").await;
+    let refs = profiles[0]["source_refs"].as_array().unwrap();
+    assert!(
+        refs.iter().any(|r| r == &facts[0]["id"]),
+        "the profile points at its sources"
+    );
+    app.stop().await;
+
+    // The chat agent always sees the profile.
+    let app = TestApp::spawn_with_llm(&home, &llm, &[]).await;
+    let run = app.post_message(&key, &thread, "hello again").await;
+    app.events(&key, run["id"].as_str().unwrap(), None)
+        .await
+        .collect()
+        .await;
+    let system = llm.requests()[0]["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        system.contains("> Facts:") || system.contains("> - My team's platform is Kubernetes"),
+        "{system}"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn forgetting_by_description_and_with_a_thread() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let key = app.user_key("alice").await;
+    let first = thread(&app, &key).await;
+    say(&app, &key, &first, "My home address is 12 Elm Street.").await;
+    say(&app, &key, &first, "I prefer green tea.").await;
+    let second = thread(&app, &key).await;
+    say(&app, &key, &second, "I prefer aisle seats on flights.").await;
+    let (status, body) = app
+        .call(
+            Method::POST,
+            "/v1/memories/forget",
+            Some(&key),
+            Some(json!({ "query": "my home address" })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let forgotten: Vec<&str> = body["forgotten"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert!(
+        forgotten.contains(&"My home address is 12 Elm Street"),
+        "{forgotten:?}"
+    );
+    assert!(
+        !forgotten.iter().any(|c| c.contains("aisle")),
+        "{forgotten:?}"
+    );
+    wait_for_jobs(&app).await;
+    let (_, found) = app
+        .call(
+            Method::POST,
+            "/v1/memories/search",
+            Some(&key),
+            Some(json!({ "query": "Elm Street", "mode": "keyword" })),
+        )
+        .await;
+    assert!(
+        found["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| !r["memory"]["content"]
+                .as_str()
+                .unwrap()
+                .contains("12 Elm Street")
+                || r["memory"]["kind"] == "turn"),
+        "{found}"
+    );
+    // Deleting a thread can take the memories made from it along.
+    let (status, _) = app
+        .call(
+            Method::DELETE,
+            &format!("/v1/threads/{second}?forget_memories=true"),
+            Some(&key),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let all = memories(&app, &key, "&include_archived=true").await;
+    assert!(
+        all.iter()
+            .all(|m| !m["content"].as_str().unwrap().contains("aisle")),
+        "{all:?}"
+    );
+    assert!(
+        all.iter()
+            .all(|m| !m["content"].as_str().unwrap().contains("Elm")),
+        "the address is gone from facts, turns and the profile: {all:?}"
+    );
+    assert!(
+        all.iter()
+            .any(|m| m["content"].as_str().unwrap() == "I prefer green tea"),
+        "unrelated memories stay: {all:?}"
+    );
     app.stop().await;
 }

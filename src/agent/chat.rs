@@ -219,11 +219,22 @@ async fn working_memory(
         None => history.iter().filter(|m| m.id != current.id).collect(),
     };
     let summary = summarize_older(deps, user, thread, &older).await?;
+    let profile = match deps.memory.profile(user).await {
+        Ok(Some(profile)) => format!(
+            "=== What you know about the user (profile, data) ===\n{}",
+            quote(&profile.content)
+        ),
+        Ok(None) => "(no profile yet)".to_string(),
+        Err(error) => {
+            tracing::warn!(%error, "loading the user profile failed");
+            "(no profile yet)".to_string()
+        }
+    };
     let system = render(
         prompt("chat_system").unwrap_or_default(),
         &[
             ("today", &chrono::Utc::now().format("%Y-%m-%d").to_string()),
-            ("profile", "(no profile yet)"),
+            ("profile", &profile),
             (
                 "summary",
                 &summary
@@ -540,35 +551,13 @@ async fn run_tool(
                 .as_str()
                 .filter(|query| !query.trim().is_empty())
                 .ok_or("forget needs a query")?;
-            let request = RecallRequest {
-                query: query.to_string(),
-                k: Some(5),
-                decay: false,
-                ..RecallRequest::default()
-            };
-            let response = deps
+            let forgotten = deps
                 .memory
-                .recall(user, request)
+                .forget(user, query)
                 .await
                 .map_err(|error| error.to_string())?;
-            // Only clear matches: found by both signals, or very close in meaning.
-            let mut forgotten = Vec::new();
-            for result in response.results {
-                let strong = result.signals.bm25_rank.is_some()
-                    && result.signals.vector_rank.is_some()
-                    || result
-                        .signals
-                        .vector_score
-                        .is_some_and(|score| score >= 0.7);
-                if strong {
-                    deps.memory
-                        .delete(user, result.memory.id)
-                        .await
-                        .map_err(|error| error.to_string())?;
-                    forgotten.push(result.memory.content);
-                }
-            }
-            Ok(json!({ "forgotten": forgotten }))
+            let contents: Vec<String> = forgotten.into_iter().map(|m| m.content).collect();
+            Ok(json!({ "forgotten": contents }))
         }
         other => Err(format!("unknown tool {other:?}")),
     }

@@ -93,6 +93,33 @@ pub struct PatchBody {
     pub archived: Option<bool>,
 }
 
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForgetBody {
+    /// A description of what to forget, e.g. "my old address".
+    pub query: String,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Forgotten {
+    pub forgotten: Vec<Memory>,
+}
+
+#[utoipa::path(post, path = "/v1/memories/forget", tag = "memories", request_body = ForgetBody,
+    responses((status = 200, body = Forgotten), (status = 400, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn forget(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiJson(body): ApiJson<ForgetBody>,
+) -> ApiResult<Json<Forgotten>> {
+    if body.query.trim().is_empty() {
+        return Err(ApiError::bad_request("query must not be empty"));
+    }
+    let forgotten = engine(&state).forget(user.user_id, body.query.trim()).await?;
+    Ok(Json(Forgotten { forgotten }))
+}
+
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 pub struct ConfirmQuery {
     /// Must be `true`: deleting every memory cannot be undone.

@@ -38,6 +38,7 @@ use error::ApiError;
         runs::get_run, runs::run_events, runs::cancel_run,
         memories::search, memories::list, memories::add, memories::get, memories::patch,
         memories::delete, memories::delete_all, memories::export, memories::import,
+        memories::forget,
     ),
     components(schemas(error::ErrorBody, error::ErrorDetail)),
     modifiers(&BearerAuth),
@@ -97,6 +98,7 @@ pub fn router(state: AppState) -> Router {
                 .delete(memories::delete_all),
         )
         .route("/v1/memories/export", get(memories::export))
+        .route("/v1/memories/forget", post(memories::forget))
         .route("/v1/memories/import", post(memories::import))
         .route(
             "/v1/memories/{id}",

@@ -133,15 +133,28 @@ pub async fn get_thread(
     Ok(Json(ThreadWithMessages { thread, messages }))
 }
 
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct DeleteThreadQuery {
+    /// Also delete the memories made from this thread only (default false).
+    #[serde(default)]
+    pub forget_memories: bool,
+}
+
 #[utoipa::path(delete, path = "/v1/threads/{id}", tag = "threads",
-    params(("id" = String, Path, format = Uuid)),
+    params(("id" = String, Path, format = Uuid), DeleteThreadQuery),
     responses((status = 204), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn delete_thread(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(id): ApiPath<ThreadId>,
+    ApiQuery(query): ApiQuery<DeleteThreadQuery>,
 ) -> ApiResult<StatusCode> {
+    state.store.get_thread(user.user_id, id).await?;
+    if query.forget_memories {
+        state.store.delete_thread_memories(user.user_id, id).await?;
+        state.memory.indexer().notify();
+    }
     state.store.delete_thread(user.user_id, id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

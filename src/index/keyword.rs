@@ -163,6 +163,25 @@ pub fn mnemo_analyzer() -> Result<TextAnalyzer, IndexError> {
 }
 
 /// Runs `text` through `analyzer` and returns the token texts in order.
+/// Splits hyphen-, slash- and underscore-joined compounds (`zq7-kestrel-4471`, `555-0142`,
+/// `room_101`) so every part is its own term, in documents and queries alike.
+pub fn split_compounds(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    chars
+        .iter()
+        .enumerate()
+        .map(|(index, c)| {
+            let joins = matches!(c, '-' | '/' | '_')
+                && index > 0
+                && chars[index - 1].is_alphanumeric()
+                && chars
+                    .get(index + 1)
+                    .is_some_and(|next| next.is_alphanumeric());
+            if joins { ' ' } else { *c }
+        })
+        .collect()
+}
+
 pub fn analyze(analyzer: &mut TextAnalyzer, text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut stream = analyzer.token_stream(text);
@@ -295,7 +314,7 @@ impl KeywordIndex {
                             .add_document(doc!(
                                 f.id => id,
                                 f.user_id => d.user_id.as_uuid().to_string(),
-                                f.content => d.content.as_str(),
+                                f.content => split_compounds(&d.content),
                                 f.kind => d.kind.as_str(),
                                 f.created_at_ms => d.created_at_ms,
                                 f.archived => d.archived,
@@ -368,7 +387,9 @@ impl KeywordIndex {
         }
         let f = self.inner.fields;
         let mut analyzer = self.inner.analyzer.clone();
-        let words: BTreeSet<String> = analyze(&mut analyzer, query).into_iter().collect();
+        let words: BTreeSet<String> = analyze(&mut analyzer, &split_compounds(query))
+            .into_iter()
+            .collect();
         if words.is_empty() {
             return Ok(Vec::new());
         }

@@ -9,6 +9,7 @@ pub fn prompt(name: &str) -> Option<&'static str> {
         "summarize_thread" => Some(include_str!("../../prompts/summarize_thread.md")),
         "extract_memories" => Some(include_str!("../../prompts/extract_memories.md")),
         "consolidate_memory" => Some(include_str!("../../prompts/consolidate_memory.md")),
+        "build_profile" => Some(include_str!("../../prompts/build_profile.md")),
         _ => None,
     }
 }

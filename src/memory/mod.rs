@@ -282,6 +282,48 @@ impl MemoryEngine {
             .collect())
     }
 
+    /// Deletes the memories that clearly match `query` (found by both signals, or very close
+    /// in meaning) and returns them. Used by the `forget` tool and API.
+    pub async fn forget(&self, user: UserId, query: &str) -> MemoryResult<Vec<Memory>> {
+        let request = RecallRequest {
+            query: query.to_string(),
+            k: Some(10),
+            decay: false,
+            include_archived: true,
+            ..RecallRequest::default()
+        };
+        let mut forgotten = Vec::new();
+        for result in self.recall(user, request).await?.results {
+            let signals = &result.signals;
+            let strong = (signals.bm25_rank.is_some() && signals.vector_score.is_some_and(|s| s >= 0.5))
+                || signals.vector_score.is_some_and(|score| score >= 0.7);
+            if strong && result.memory.kind != MemoryKind::Profile {
+                self.store.delete_memory(user, result.memory.id).await?;
+                forgotten.push(result.memory);
+            }
+        }
+        // A profile distilled from a forgotten memory goes too; the writer rebuilds it.
+        if let Some(profile) = self.profile(user).await? {
+            let derived = forgotten
+                .iter()
+                .any(|memory| profile.source_refs.contains(&memory.id.to_string()));
+            if derived {
+                self.store.delete_memory(user, profile.id).await?;
+            }
+        }
+        self.indexer.notify();
+        Ok(forgotten)
+    }
+
+    /// The user's current profile text, if one has been built.
+    pub async fn profile(&self, user: UserId) -> MemoryResult<Option<Memory>> {
+        let filter = MemoryFilter {
+            kinds: Some(vec![MemoryKind::Profile]),
+            ..MemoryFilter::default()
+        };
+        Ok(self.store.list_memories(user, &filter, 1, None).await?.into_iter().next())
+    }
+
     /// One text's vector with the current model.
     pub async fn embed_one(&self, text: &str) -> MemoryResult<Embedded> {
         self.embed(&[text.to_string()])

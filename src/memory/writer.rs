@@ -165,6 +165,18 @@ impl MemoryWriter {
     }
 
     async fn process(&self, job: &Job) -> Result<Vec<Outcome>, String> {
+        let outcomes = self.process_kind(job).await?;
+        let learned = job.kind != "profile"
+            && outcomes
+                .iter()
+                .any(|outcome| !matches!(outcome, Outcome::Duplicate(_)));
+        if learned {
+            self.schedule_profile(job.user).await?;
+        }
+        Ok(outcomes)
+    }
+
+    async fn process_kind(&self, job: &Job) -> Result<Vec<Outcome>, String> {
         match job.kind.as_str() {
             "turn" => {
                 let payload: TurnJob =
@@ -183,8 +195,89 @@ impl MemoryWriter {
                     .unwrap_or_default();
                 Ok(vec![self.consolidate(job.user, memory).await?])
             }
+            "profile" => self.build_profile(job.user).await.map(|_| Vec::new()),
             other => Err(format!("unknown job kind {other:?}")),
         }
+    }
+
+    /// Queues a profile rebuild, at most one per `profile_interval_secs` for a user.
+    async fn schedule_profile(&self, user: UserId) -> Result<(), String> {
+        let interval = self.memory.settings().profile_interval_secs.max(1) as i64;
+        let bucket = crate::store::now().timestamp() / interval;
+        self.store
+            .enqueue_job(user, "profile", &format!("profile:{user}:{bucket}"), &json!({}), None)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// Rebuilds (never appends to) the user's profile from their preferences and facts.
+    pub async fn build_profile(&self, user: UserId) -> Result<Option<MemoryId>, String> {
+        let filter = crate::store::MemoryFilter {
+            kinds: Some(vec![MemoryKind::Preference, MemoryKind::Fact]),
+            ..Default::default()
+        };
+        let mut sources = self
+            .store
+            .list_memories(user, &filter, 200, None)
+            .await
+            .map_err(|e| e.to_string())?;
+        sources.sort_by(|a, b| b.importance.cmp(&a.importance).then(b.id.cmp(&a.id)));
+        sources.truncate(30);
+        let existing = self.memory.profile(user).await.map_err(|e| e.to_string())?;
+        if sources.is_empty() {
+            return Ok(existing.map(|profile| profile.id));
+        }
+        let content = match self.models.role("memory") {
+            Some(role) => {
+                let listed = sources
+                    .iter()
+                    .map(|m| format!("[{} | {}]\n{}", m.kind, m.created_at.format("%Y-%m-%d"), quote(&m.content)))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                let text = render(prompt("build_profile").unwrap_or_default(), &[("memories", &listed)]);
+                let mut request = ChatRequest::new(vec![ChatMessage::user(text)]);
+                request.max_tokens = Some(role.max_tokens);
+                let response = role.model.complete(&request).await.map_err(|e| e.message)?;
+                response.content.trim().to_string()
+            }
+            None => {
+                let mut lines = Vec::new();
+                for kind in [MemoryKind::Preference, MemoryKind::Fact] {
+                    let items: Vec<String> = sources
+                        .iter()
+                        .filter(|m| m.kind == kind)
+                        .take(8)
+                        .map(|m| format!("- {}", m.content.replace('\n', " ")))
+                        .collect();
+                    if !items.is_empty() {
+                        lines.push(if kind == MemoryKind::Preference { "Preferences:" } else { "Facts:" }.to_string());
+                        lines.extend(items);
+                    }
+                }
+                lines.join("\n")
+            }
+        };
+        if content.is_empty() {
+            return Ok(existing.map(|profile| profile.id));
+        }
+        let trust = sources.iter().fold(Trust::Assistant, |trust, m| trust.min(m.trust));
+        let profile = NewMemory {
+            kind: MemoryKind::Profile,
+            content,
+            source: MemorySource::Assistant,
+            trust,
+            importance: 5,
+            thread_id: None,
+            source_refs: sources.iter().map(|m| m.id.to_string()).collect(),
+            created_at: None,
+            supersedes: existing.as_ref().map(|profile| profile.id),
+        };
+        let written = self.memory.add(user, vec![profile]).await.map_err(|e| e.to_string())?;
+        if let Some(old) = existing {
+            self.memory.delete(user, old.id).await.map_err(|e| e.to_string())?;
+        }
+        Ok(written.first().map(|memory| memory.id))
     }
 
     async fn process_turn(&self, user: UserId, job: &TurnJob) -> Result<Vec<Outcome>, String> {
@@ -205,7 +298,8 @@ impl MemoryWriter {
         let mut outcomes = Vec::new();
         // Every message is also a `turn` memory, so past conversation is searchable.
         let mut turns = vec![(user_message, MemorySource::User, Trust::User)];
-        if let Some(reply) = assistant {
+        // Without a chat model the reply only lists memories: nothing new to keep.
+        if let Some(reply) = assistant.filter(|_| self.models.role("chat").is_some()) {
             turns.push((reply, MemorySource::Assistant, Trust::Assistant));
         }
         let turn_memories: Vec<NewMemory> = turns
