@@ -10,13 +10,15 @@
 //! - `llm`       embedders (local candle BERT, OpenAI-compatible)
 //! - `memory`    episodic memory: writes, hybrid recall (RRF + decay), export/import, decay job
 //! - `runs`      durable runs: the run-event log, live following, cancellation
-//! - `agent`     what executes runs (the placeholder echo turn for now)
+//! - `agent`     what executes runs: the chat turn (tool loop over memory tools)
 //! - `store`     the `Store` trait (SQL source of truth), SQLite and PostgreSQL implementations
 //! - `cli`       the `mnemo` command line (thin `main.rs` calls it)
+//! - `bench_write` `mnemo bench write`: end of turn → recallable latency, writer throughput
 //! - `testing`   helpers shared by unit and integration tests (fresh databases)
 
 pub mod agent;
 pub mod auth;
+pub mod bench_write;
 pub mod cli;
 pub mod config;
 pub mod http;

@@ -430,3 +430,29 @@ async fn forgetting_by_description_and_with_a_thread() {
     );
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_changed_value_supersedes_even_when_the_vectors_are_nearly_identical() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let key = app.user_key("alice").await;
+    let thread = thread(&app, &key).await;
+    say(
+        &app,
+        &key,
+        &thread,
+        "Remember that my locker code is bench00001x.",
+    )
+    .await;
+    say(
+        &app,
+        &key,
+        &thread,
+        "Remember that my locker code is bench00002x.",
+    )
+    .await;
+    let facts = memories(&app, &key, "&kinds=fact").await;
+    assert_eq!(contents(&facts), ["My locker code is bench00002x"]);
+    assert!(facts[0]["supersedes"].is_string());
+    app.stop().await;
+}

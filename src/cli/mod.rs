@@ -62,8 +62,29 @@ enum Command {
         #[arg(long)]
         thread: Option<String>,
     },
+    /// Benchmarks that print numbers.
+    Bench {
+        #[command(subcommand)]
+        command: BenchCommand,
+    },
     /// Rebuild the vector and keyword indexes from SQL (no re-embedding). Stop the server first.
     Reindex,
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// Time from the end of a turn to its memory being recallable, and writer throughput.
+    Write {
+        #[arg(long, default_value_t = 100)]
+        turns: usize,
+        #[arg(long, default_value_t = 500)]
+        jobs: usize,
+        /// An OpenAI-compatible endpoint for the LLM path (chat and extraction).
+        #[arg(long)]
+        llm_url: Option<String>,
+        #[arg(long)]
+        llm_model: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -194,6 +215,28 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 },
             )
             .await
+        }
+        Command::Bench {
+            command:
+                BenchCommand::Write {
+                    turns,
+                    jobs,
+                    llm_url,
+                    llm_model,
+                },
+        } => {
+            let settings = load_quiet(&overrides)?;
+            let options = crate::bench_write::WriteBenchOptions {
+                data_dir: settings.data_dir.join("bench-write"),
+                model_dir: Some(settings.embedder.model_dir.clone()),
+                turns,
+                jobs,
+                llm_url,
+                llm_model,
+            };
+            crate::bench_write::run_write_bench(options, &mut std::io::stdout())
+                .await
+                .map_err(|error| Failure::other(format!("{error:#}")))
         }
         Command::Reindex => {
             let settings = load_quiet(&overrides)?;

@@ -205,7 +205,13 @@ impl MemoryWriter {
         let interval = self.memory.settings().profile_interval_secs.max(1) as i64;
         let bucket = crate::store::now().timestamp() / interval;
         self.store
-            .enqueue_job(user, "profile", &format!("profile:{user}:{bucket}"), &json!({}), None)
+            .enqueue_job(
+                user,
+                "profile",
+                &format!("profile:{user}:{bucket}"),
+                &json!({}),
+                None,
+            )
             .await
             .map_err(|e| e.to_string())?;
         Ok(())
@@ -232,10 +238,20 @@ impl MemoryWriter {
             Some(role) => {
                 let listed = sources
                     .iter()
-                    .map(|m| format!("[{} | {}]\n{}", m.kind, m.created_at.format("%Y-%m-%d"), quote(&m.content)))
+                    .map(|m| {
+                        format!(
+                            "[{} | {}]\n{}",
+                            m.kind,
+                            m.created_at.format("%Y-%m-%d"),
+                            quote(&m.content)
+                        )
+                    })
                     .collect::<Vec<_>>()
                     .join("\n");
-                let text = render(prompt("build_profile").unwrap_or_default(), &[("memories", &listed)]);
+                let text = render(
+                    prompt("build_profile").unwrap_or_default(),
+                    &[("memories", &listed)],
+                );
                 let mut request = ChatRequest::new(vec![ChatMessage::user(text)]);
                 request.max_tokens = Some(role.max_tokens);
                 let response = role.model.complete(&request).await.map_err(|e| e.message)?;
@@ -251,7 +267,14 @@ impl MemoryWriter {
                         .map(|m| format!("- {}", m.content.replace('\n', " ")))
                         .collect();
                     if !items.is_empty() {
-                        lines.push(if kind == MemoryKind::Preference { "Preferences:" } else { "Facts:" }.to_string());
+                        lines.push(
+                            if kind == MemoryKind::Preference {
+                                "Preferences:"
+                            } else {
+                                "Facts:"
+                            }
+                            .to_string(),
+                        );
                         lines.extend(items);
                     }
                 }
@@ -261,7 +284,9 @@ impl MemoryWriter {
         if content.is_empty() {
             return Ok(existing.map(|profile| profile.id));
         }
-        let trust = sources.iter().fold(Trust::Assistant, |trust, m| trust.min(m.trust));
+        let trust = sources
+            .iter()
+            .fold(Trust::Assistant, |trust, m| trust.min(m.trust));
         let profile = NewMemory {
             kind: MemoryKind::Profile,
             content,
@@ -273,9 +298,16 @@ impl MemoryWriter {
             created_at: None,
             supersedes: existing.as_ref().map(|profile| profile.id),
         };
-        let written = self.memory.add(user, vec![profile]).await.map_err(|e| e.to_string())?;
+        let written = self
+            .memory
+            .add(user, vec![profile])
+            .await
+            .map_err(|e| e.to_string())?;
         if let Some(old) = existing {
-            self.memory.delete(user, old.id).await.map_err(|e| e.to_string())?;
+            self.memory
+                .delete(user, old.id)
+                .await
+                .map_err(|e| e.to_string())?;
         }
         Ok(written.first().map(|memory| memory.id))
     }
@@ -439,9 +471,12 @@ impl MemoryWriter {
             .await
             .map_err(|e| e.to_string())?
             .results;
+        // Near-identical vectors are duplicates only when no value changed: "my code is 4471"
+        // and "my code is 4472" embed almost alike but say different things.
         if let Some(duplicate) = similar.iter().find(|r| {
             same_statement(&r.memory.content, &memory.content)
-                || r.signals.vector_score.is_some_and(|score| score >= 0.985)
+                || (r.signals.vector_score.is_some_and(|score| score >= 0.985)
+                    && !same_subject_new_value(&r.memory.content, &memory.content))
         }) {
             let _ = self
                 .store

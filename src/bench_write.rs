@@ -1,0 +1,197 @@
+//! `mnemo bench write`: how long from the end of a chat turn until what it taught is
+//! recallable, and how many memory jobs per second the writer drains. Runs the real server
+//! in-process on a scratch data directory; with `--llm-url` the turn and the extraction go
+//! to that OpenAI-compatible endpoint (a real one, or the fake server `cargo bench --bench
+//! write` starts with a fixed latency).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Overrides, Settings};
+use crate::memory::RecallRequest;
+use crate::memory::recall::RecallMode;
+use crate::store::UserKind;
+
+pub struct WriteBenchOptions {
+    pub data_dir: PathBuf,
+    pub model_dir: Option<PathBuf>,
+    pub turns: usize,
+    pub jobs: usize,
+    /// An OpenAI-compatible endpoint for the LLM path.
+    pub llm_url: Option<String>,
+    pub llm_model: Option<String>,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+/// Runs the benchmark and writes a markdown table to `out`.
+pub async fn run_write_bench(
+    options: WriteBenchOptions,
+    out: &mut dyn std::io::Write,
+) -> anyhow::Result<()> {
+    if options.data_dir.exists() {
+        std::fs::remove_dir_all(&options.data_dir).context("clearing the bench data dir")?;
+    }
+    let mut env: Vec<(String, String)> = vec![
+        ("MNEMO__SERVER__ADDR".into(), "127.0.0.1:0".into()),
+        ("MNEMO__LOG__LEVEL".into(), "warn".into()),
+    ];
+    if let Some(dir) = &options.model_dir {
+        env.push((
+            "MNEMO__EMBEDDER__MODEL_DIR".into(),
+            dir.display().to_string(),
+        ));
+    }
+    if let Some(url) = &options.llm_url {
+        env.push(("MNEMO__LLM__BASE_URL".into(), url.clone()));
+        env.push((
+            "MNEMO__LLM__MODEL".into(),
+            options.llm_model.clone().unwrap_or_else(|| "bench".into()),
+        ));
+    }
+    let overrides = Overrides {
+        data_dir: Some(options.data_dir.clone()),
+        ..Overrides::default()
+    };
+    let settings = Settings::load_from(&overrides, env)?;
+    let shutdown = CancellationToken::new();
+    let state = crate::startup::build_state(settings, shutdown.clone()).await?;
+    let user = state.store.create_user("bench", UserKind::Key).await?;
+    let thread = state.store.create_thread(user.id, "bench").await?;
+
+    // End of turn → recallable.
+    let mut latencies = Vec::with_capacity(options.turns);
+    let mut turn_times = Vec::with_capacity(options.turns);
+    for index in 0..options.turns {
+        let token = format!("bench{index:05}x");
+        let content = format!("Remember that my locker code is {token}.");
+        let message = state
+            .store
+            .append_message(user.id, thread.id, crate::store::Role::User, &content, None)
+            .await?;
+        let deps = crate::agent::chat::ChatDeps {
+            store: state.store.clone(),
+            memory: state.memory.clone(),
+            models: state.models.clone(),
+            writer: state.writer.clone(),
+            settings: state.settings.chat.clone(),
+        };
+        let message_id = message.id;
+        let started = Instant::now();
+        let run = state
+            .runs
+            .start(
+                user.id,
+                Some(thread.id),
+                crate::store::RunKind::Chat,
+                move |context| crate::agent::chat::run_chat_turn(context, deps, message),
+            )
+            .await?;
+        let job = crate::memory::writer::TurnJob {
+            thread_id: thread.id,
+            user_message_id: message_id,
+            run_id: Some(run.id),
+        };
+        state.writer.enqueue_turn(user.id, &job).await?;
+        // The turn ends when its run is no longer running.
+        loop {
+            let current = state.store.get_run(user.id, run.id).await?;
+            if current.status.is_terminal() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let ended = Instant::now();
+        turn_times.push((ended - started).as_secs_f64() * 1000.0);
+        let deadline = ended + Duration::from_secs(30);
+        loop {
+            let request = RecallRequest {
+                query: token.clone(),
+                k: Some(3),
+                mode: RecallMode::Keyword,
+                kinds: Some(vec![crate::store::MemoryKind::Fact]),
+                decay: false,
+                ..RecallRequest::default()
+            };
+            let found = state.memory.recall(user.id, request).await?;
+            if found
+                .results
+                .iter()
+                .any(|result| result.memory.content.contains(&token))
+            {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("turn {index} was not recallable within 30 s");
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        latencies.push(ended.elapsed().as_secs_f64() * 1000.0);
+    }
+    latencies.sort_by(f64::total_cmp);
+    turn_times.sort_by(f64::total_cmp);
+
+    // Throughput: queue `jobs` remember jobs at once and time the drain.
+    let started = Instant::now();
+    for index in 0..options.jobs {
+        let job = crate::memory::writer::RememberJob {
+            content: format!("Throughput fact number {index} about project tern{index}"),
+            kind: crate::store::MemoryKind::Fact,
+            importance: 3,
+            thread_id: None,
+            source_message_id: None,
+        };
+        state
+            .writer
+            .enqueue_remember(user.id, &format!("bench:{index}"), &job)
+            .await?;
+    }
+    loop {
+        let stats = state.store.queue_stats().await?;
+        if stats.queued == 0 && stats.running == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let drain = started.elapsed().as_secs_f64();
+    shutdown.cancel();
+
+    let path = if options.llm_url.is_some() {
+        "LLM (chat + extraction through the endpoint)"
+    } else {
+        "no LLM (rule extraction)"
+    };
+    writeln!(out, "| measure ({path}) | value |")?;
+    writeln!(out, "|---|---|")?;
+    writeln!(out, "| turns | {} |", options.turns)?;
+    writeln!(
+        out,
+        "| turn duration p50 / p95 | {:.1} ms / {:.1} ms |",
+        percentile(&turn_times, 0.5),
+        percentile(&turn_times, 0.95)
+    )?;
+    writeln!(
+        out,
+        "| end of turn → recallable p50 / p95 / max | {:.1} ms / {:.1} ms / {:.1} ms |",
+        percentile(&latencies, 0.5),
+        percentile(&latencies, 0.95),
+        latencies.last().copied().unwrap_or(0.0)
+    )?;
+    writeln!(
+        out,
+        "| writer throughput | {:.1} jobs/s ({} remember jobs in {:.2} s) |",
+        options.jobs as f64 / drain.max(1e-9),
+        options.jobs,
+        drain
+    )?;
+    Ok(())
+}
