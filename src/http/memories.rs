@@ -116,7 +116,9 @@ pub async fn forget(
     if body.query.trim().is_empty() {
         return Err(ApiError::bad_request("query must not be empty"));
     }
-    let forgotten = engine(&state).forget(user.user_id, body.query.trim()).await?;
+    let forgotten = engine(&state)
+        .forget(user.user_id, body.query.trim())
+        .await?;
     Ok(Json(Forgotten { forgotten }))
 }
 

@@ -295,7 +295,8 @@ impl MemoryEngine {
         let mut forgotten = Vec::new();
         for result in self.recall(user, request).await?.results {
             let signals = &result.signals;
-            let strong = (signals.bm25_rank.is_some() && signals.vector_score.is_some_and(|s| s >= 0.5))
+            let strong = (signals.bm25_rank.is_some()
+                && signals.vector_score.is_some_and(|s| s >= 0.5))
                 || signals.vector_score.is_some_and(|score| score >= 0.7);
             if strong && result.memory.kind != MemoryKind::Profile {
                 self.store.delete_memory(user, result.memory.id).await?;
@@ -321,7 +322,12 @@ impl MemoryEngine {
             kinds: Some(vec![MemoryKind::Profile]),
             ..MemoryFilter::default()
         };
-        Ok(self.store.list_memories(user, &filter, 1, None).await?.into_iter().next())
+        Ok(self
+            .store
+            .list_memories(user, &filter, 1, None)
+            .await?
+            .into_iter()
+            .next())
     }
 
     /// One text's vector with the current model.
