@@ -108,8 +108,8 @@ pub async fn build_state(
         (abandon > 0).then(|| Duration::from_secs(abandon)),
     );
     let memory = MemoryEngine::open(&settings, store.clone(), shutdown.child_token()).await?;
-    spawn_reembedding(memory.clone());
-    crate::memory::decay::spawn(
+    memory.track(spawn_reembedding(memory.clone(), shutdown.child_token()));
+    let decay = crate::memory::decay::spawn(
         store.clone(),
         memory.indexer().clone(),
         settings.memory.clone(),
@@ -117,7 +117,10 @@ pub async fn build_state(
     );
     let models = Models::from_settings(&settings.llm);
     let writer = MemoryWriter::new(store.clone(), memory.clone(), models.clone());
-    writer.spawn(settings.memory.writer_workers, shutdown.child_token());
+    memory.track(decay);
+    for worker in writer.spawn(settings.memory.writer_workers, shutdown.child_token()) {
+        memory.track(worker);
+    }
     let recovered = runs.recover_interrupted().await?;
     if recovered > 0 {
         tracing::warn!(recovered, "marked runs interrupted by the previous process");
@@ -140,19 +143,26 @@ pub async fn build_state(
 
 /// Re-embeds, in the background, memories made by another embedding model than the current
 /// one, logging progress.
-fn spawn_reembedding(memory: Arc<MemoryEngine>) {
+fn spawn_reembedding(
+    memory: Arc<MemoryEngine>,
+    shutdown: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let progress = |done: u64, total: u64| {
             if done == total || done % 1024 < 64 {
                 tracing::info!(done, total, "re-embedding memories for the current model");
             }
         };
-        match memory.reembed_stale(progress).await {
+        let outcome = tokio::select! {
+            outcome = memory.reembed_stale(progress) => outcome,
+            _ = shutdown.cancelled() => return,
+        };
+        match outcome {
             Ok(0) => {}
             Ok(count) => tracing::info!(count, "re-embedding finished"),
             Err(error) => tracing::error!(%error, "re-embedding failed"),
         }
-    });
+    })
 }
 
 /// Binds the configured address (a port of 0 picks a free one).
@@ -177,6 +187,7 @@ pub async fn serve(listener: TcpListener, state: AppState) -> Result<(), Startup
     axum::serve(listener, app)
         .with_graceful_shutdown(signal)
         .await?;
+    state.memory.join_background(grace).await;
     state.store.close().await;
     Ok(())
 }

@@ -12,6 +12,10 @@ use serde_json::json;
 use support::fake_llm::{FakeLlm, Reply, prompt_text};
 use support::{Backend, Home, ReceivedEvent, TestApp};
 
+/// These tests count the requests the chat turn makes; the memory writer's own model calls
+/// (extraction, profile) are tested in `tests/writer.rs`.
+const NO_WRITER: (&str, &str) = ("MNEMO__MEMORY__WRITER_WORKERS", "0");
+
 async fn turn(app: &TestApp, key: &str, thread: &str, content: &str) -> Vec<ReceivedEvent> {
     let run = app.post_message(key, thread, content).await;
     app.events(key, run["id"].as_str().unwrap(), None)
@@ -40,7 +44,7 @@ async fn a_streamed_answer_arrives_as_ordered_deltas_and_is_stored() {
         5,
         10,
     ));
-    let app = TestApp::spawn_with_llm(&home, &llm, &[]).await;
+    let app = TestApp::spawn_with_llm(&home, &llm, &[NO_WRITER]).await;
     let key = app.user_key("alice").await;
     let thread = thread_id(&app, &key).await;
     let events = turn(&app, &key, &thread, "Why is Rust safe?").await;
@@ -98,7 +102,8 @@ async fn a_streamed_answer_arrives_as_ordered_deltas_and_is_stored() {
 async fn a_recall_tool_round_trip_puts_the_memory_in_the_next_prompt() {
     let home = Home::new(Backend::Sqlite).await;
     let llm = FakeLlm::start().await;
-    let app = TestApp::spawn_with_llm(&home, &llm, &[("MNEMO__CHAT__AUTO_RECALL", "0")]).await;
+    let app =
+        TestApp::spawn_with_llm(&home, &llm, &[NO_WRITER, ("MNEMO__CHAT__AUTO_RECALL", "0")]).await;
     let key = app.user_key("alice").await;
     let (status, _) = app
         .call(
@@ -168,7 +173,7 @@ async fn a_recall_tool_round_trip_puts_the_memory_in_the_next_prompt() {
 async fn a_429_is_retried_and_auto_recalled_memories_are_quoted_data() {
     let home = Home::new(Backend::Sqlite).await;
     let llm = FakeLlm::start().await;
-    let app = TestApp::spawn_with_llm(&home, &llm, &[]).await;
+    let app = TestApp::spawn_with_llm(&home, &llm, &[NO_WRITER]).await;
     let key = app.user_key("alice").await;
     app.call(
         Method::POST,
@@ -211,7 +216,12 @@ async fn a_model_that_calls_tools_forever_is_stopped_with_an_error_event() {
     let home = Home::new(Backend::Sqlite).await;
     let llm = FakeLlm::start().await;
     llm.set_default(Reply::tool("recall_memory", json!({ "query": "again" })));
-    let app = TestApp::spawn_with_llm(&home, &llm, &[("MNEMO__CHAT__MAX_TOOL_CALLS", "3")]).await;
+    let app = TestApp::spawn_with_llm(
+        &home,
+        &llm,
+        &[NO_WRITER, ("MNEMO__CHAT__MAX_TOOL_CALLS", "3")],
+    )
+    .await;
     let key = app.user_key("alice").await;
     let thread = thread_id(&app, &key).await;
     let events = turn(&app, &key, &thread, "loop please").await;
@@ -245,7 +255,7 @@ async fn an_unrecoverable_model_error_is_reported_without_the_key() {
         status: 401,
         message: "Incorrect API key provided: sk-test-secret-key-1234".into(),
     });
-    let app = TestApp::spawn_with_llm(&home, &llm, &[]).await;
+    let app = TestApp::spawn_with_llm(&home, &llm, &[NO_WRITER]).await;
     let key = app.user_key("alice").await;
     let thread = thread_id(&app, &key).await;
     let events = turn(&app, &key, &thread, "hello").await;
@@ -266,7 +276,7 @@ async fn cancelling_a_turn_closes_the_upstream_request_within_a_second() {
     let home = Home::new(Backend::Sqlite).await;
     let llm = FakeLlm::start().await;
     llm.push(Reply::Hang);
-    let app = TestApp::spawn_with_llm(&home, &llm, &[]).await;
+    let app = TestApp::spawn_with_llm(&home, &llm, &[NO_WRITER]).await;
     let key = app.user_key("alice").await;
     let thread = thread_id(&app, &key).await;
     let run = app.post_message(&key, &thread, "think hard").await;
@@ -343,7 +353,7 @@ async fn prompts_for_one_user_never_contain_another_users_memories_or_messages()
     let home = Home::new(Backend::Sqlite).await;
     let llm = FakeLlm::start().await;
     llm.set_default(Reply::text("noted"));
-    let app = TestApp::spawn_with_llm(&home, &llm, &[]).await;
+    let app = TestApp::spawn_with_llm(&home, &llm, &[NO_WRITER]).await;
     let users = ["ann", "ben", "cat", "dan"];
     let mut keys = Vec::new();
     for name in users {
@@ -464,6 +474,7 @@ async fn older_turns_are_folded_into_a_rolling_summary_by_the_summarization_mode
         &home,
         &llm,
         &[
+            NO_WRITER,
             ("MNEMO__CHAT__HISTORY_TOKENS", "20"),
             ("MNEMO__CHAT__AUTO_RECALL", "0"),
         ],

@@ -228,6 +228,7 @@ impl Backend {
             }
             let _ = engine.indexer().vector().flush().await;
             shutdown.cancel();
+            engine.join_background(Duration::from_secs(10)).await;
             store.close().await;
         }
     }
@@ -491,6 +492,7 @@ pub async fn reindex(settings: &Settings) -> Result<(), Failure> {
         .await;
     bar.finish_and_clear();
     shutdown.cancel();
+    engine.join_background(Duration::from_secs(10)).await;
     store.close().await;
     let count = result.map_err(|error| Failure::other(error.to_string()))?;
     eprintln!(

@@ -151,6 +151,9 @@ pub struct MemoryEngine {
     indexer: Arc<Indexer>,
     settings: MemorySettings,
     access: mpsc::UnboundedSender<(UserId, Vec<MemoryId>, DateTime<Utc>)>,
+    /// Background tasks that hold parts of the engine; joined at shutdown so the indexes are
+    /// flushed and released before the process (or a restart in the same process) goes on.
+    background: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 /// What `/health` shows of the memory engine.
@@ -239,16 +242,44 @@ impl MemoryEngine {
         )
         .await?;
         indexer.catch_up().await?;
-        indexer.spawn(shutdown.clone());
+        let follower = indexer.spawn(shutdown.clone());
         let (access, receiver) = mpsc::unbounded_channel();
-        tokio::spawn(record_accesses(store.clone(), receiver, shutdown));
+        let recorder = tokio::spawn(record_accesses(store.clone(), receiver, shutdown));
         Ok(Arc::new(Self {
             store,
             embedder,
             indexer,
             settings,
             access,
+            background: std::sync::Mutex::new(vec![follower, recorder]),
         }))
+    }
+
+    /// Adds a background task to be joined at shutdown.
+    pub fn track(&self, task: tokio::task::JoinHandle<()>) {
+        self.background
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(task);
+    }
+
+    /// Waits (up to `limit`) for the background tasks, which end once their shutdown token is
+    /// cancelled; tasks still running after that are aborted.
+    pub async fn join_background(&self, limit: Duration) {
+        let tasks: Vec<_> = std::mem::take(
+            &mut *self
+                .background
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+        let deadline = tokio::time::Instant::now() + limit;
+        for mut task in tasks {
+            if tokio::time::timeout_at(deadline, &mut task).await.is_err() {
+                tracing::warn!("a background task did not stop in time; aborting it");
+                task.abort();
+                let _ = task.await;
+            }
+        }
     }
 
     pub fn indexer(&self) -> &Arc<Indexer> {

@@ -103,11 +103,16 @@ impl MemoryWriter {
     }
 
     /// Starts `workers` loops that run until `shutdown` (0 leaves jobs queued).
-    pub fn spawn(self: &Arc<Self>, workers: usize, shutdown: CancellationToken) {
+    pub fn spawn(
+        self: &Arc<Self>,
+        workers: usize,
+        shutdown: CancellationToken,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut handles = Vec::with_capacity(workers);
         for _ in 0..workers {
             let writer = self.clone();
             let shutdown = shutdown.clone();
-            tokio::spawn(async move {
+            handles.push(tokio::spawn(async move {
                 loop {
                     let worked = match writer.work_one().await {
                         Ok(worked) => worked,
@@ -125,8 +130,9 @@ impl MemoryWriter {
                         _ = shutdown.cancelled() => return,
                     }
                 }
-            });
+            }));
         }
+        handles
     }
 
     /// Claims and processes one job; false when none was ready.
