@@ -13,14 +13,18 @@
 //! - `agent`     what executes runs: the chat turn (tool loop over memory tools)
 //! - `store`     the `Store` trait (SQL source of truth), SQLite and PostgreSQL implementations
 //! - `cli`       the `mnemo` command line (thin `main.rs` calls it)
+//! - `bench`     `mnemo bench recall`: ingest, reindex, recall-latency and index-lag benchmark at scale
+//! - `eval`      `mnemo eval locomo`: memory-quality evaluation (evidence recall@k, NDCG@k) on LoCoMo / LongMemEval
 //! - `bench_write` `mnemo bench write`: end of turn → recallable latency, writer throughput
 //! - `testing`   helpers shared by unit and integration tests (fresh databases)
 
 pub mod agent;
 pub mod auth;
+pub mod bench;
 pub mod bench_write;
 pub mod cli;
 pub mod config;
+pub mod eval;
 pub mod http;
 pub mod index;
 pub mod llm;

@@ -67,12 +67,55 @@ enum Command {
         #[command(subcommand)]
         command: BenchCommand,
     },
+    /// Memory-quality evaluation on public benchmarks.
+    Eval {
+        #[command(subcommand)]
+        command: EvalCommand,
+    },
     /// Rebuild the vector and keyword indexes from SQL (no re-embedding). Stop the server first.
     Reindex,
 }
 
 #[derive(Debug, Subcommand)]
+enum EvalCommand {
+    /// Evidence recall@k and NDCG@k on LoCoMo (the data file is read from PATH, never copied).
+    Locomo(EvalArgs),
+    /// The same on a LongMemEval-format file.
+    Longmemeval(EvalArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct EvalArgs {
+    /// The dataset JSON file.
+    #[arg(long)]
+    data: PathBuf,
+    /// Results directory (results.json, results.md, recall.svg).
+    #[arg(long, default_value = "eval/results/latest")]
+    out: PathBuf,
+    /// Only these memory units / retrieval variants (e.g. dated,hybrid).
+    #[arg(long, value_delimiter = ',')]
+    variants: Option<Vec<String>>,
+    /// Only the first N conversations.
+    #[arg(long)]
+    limit_conversations: Option<usize>,
+}
+
+#[derive(Debug, Subcommand)]
 enum BenchCommand {
+    /// Recall latency, ingest, reindex and index lag at scale on the embedded defaults.
+    Recall {
+        #[arg(long, default_value_t = 1_000_000)]
+        total: usize,
+        #[arg(long, default_value_t = 100_000)]
+        user_memories: usize,
+        #[arg(long, default_value_t = 1000)]
+        users: usize,
+        #[arg(long, default_value_t = 1000)]
+        queries: usize,
+        /// Skip building HNSW (faster, slower searches).
+        #[arg(long)]
+        no_optimize: bool,
+    },
     /// Time from the end of a turn to its memory being recallable, and writer throughput.
     Write {
         #[arg(long, default_value_t = 100)]
@@ -236,6 +279,56 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             };
             crate::bench_write::run_write_bench(options, &mut std::io::stdout())
                 .await
+                .map_err(|error| Failure::other(format!("{error:#}")))
+        }
+        Command::Bench {
+            command:
+                BenchCommand::Recall {
+                    total,
+                    user_memories,
+                    users,
+                    queries,
+                    no_optimize,
+                },
+        } => {
+            let settings = load_quiet(&overrides)?;
+            let options = crate::bench::RecallBenchOptions {
+                data_dir: settings.data_dir.join("bench-recall"),
+                total,
+                user_memories,
+                users,
+                queries,
+                model_dir: Some(settings.embedder.model_dir.clone()),
+                reindex_memories: user_memories.min(100_000),
+                optimize: !no_optimize,
+                ..crate::bench::RecallBenchOptions::default()
+            };
+            crate::bench::run_recall_bench(options, &mut std::io::stdout())
+                .await
+                .map_err(|error| Failure::other(format!("{error:#}")))
+        }
+        Command::Eval { command } => {
+            let settings = load_quiet(&overrides)?;
+            let (args, longmemeval) = match command {
+                EvalCommand::Locomo(args) => (args, false),
+                EvalCommand::Longmemeval(args) => (args, true),
+            };
+            if !args.data.exists() {
+                return Err(Failure::usage(format!(
+                    "no dataset at {}",
+                    args.data.display()
+                )));
+            }
+            let mut options = crate::eval::EvalOptions::new(args.data, args.out, settings);
+            options.variants = args.variants;
+            options.limit_conversations = args.limit_conversations;
+            let summary = if longmemeval {
+                crate::eval::run_longmemeval(options).await
+            } else {
+                crate::eval::run_locomo(options).await
+            };
+            summary
+                .map(|_| ())
                 .map_err(|error| Failure::other(format!("{error:#}")))
         }
         Command::Reindex => {

@@ -1,0 +1,1500 @@
+//! `mnemo bench recall`: a scale benchmark of the embedded stack (SQLite + Qdrant Edge +
+//! tantivy in one data directory), printed as one markdown table.
+//!
+//! It builds a synthetic corpus — sentences drawn from a fixed Zipf vocabulary with a seeded
+//! xorshift PRNG, each with a precomputed bag-of-words unit vector — and measures, in order:
+//! ingest and query embedding with the real local model (if there is one), `Indexer::rebuild`
+//! of a one-user store (the `mnemo reindex` path), SQL ingest and index catch-up of the full
+//! corpus, recall latency for the big user before, during and after the HNSW optimisation, and
+//! the lag from a committed write to recallable.
+//!
+//! Recall runs through `MemoryEngine::recall` with the synthetic embedder, which computes the
+//! same vectors as the corpus in microseconds; every latency is the call's wall time minus the
+//! query-embedding time the engine reports. Real query-embedding cost is measured on its own.
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use async_trait::async_trait;
+use chrono::Utc;
+use indicatif::{ProgressBar, ProgressStyle};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{EmbedderSettings, MemorySettings};
+use crate::index::edge::EdgeVectorIndex;
+use crate::index::indexer::{Indexer, VectorWatermark};
+use crate::index::keyword::KeywordIndex;
+use crate::index::vector::VectorIndex;
+use crate::llm::embed::{EmbedError, Embedder, LocalEmbedder};
+use crate::memory::recall::RecallMode;
+use crate::memory::{MemoryEngine, RecallRequest};
+use crate::store::{
+    Embedded, MemoryKind, MemorySource, NewMemory, SqliteStore, Store, Trust, UserId, UserKind,
+};
+
+/// Vector dimension of the synthetic corpus (that of all-MiniLM-L6-v2).
+pub const DIMENSION: usize = 384;
+const MODEL_ID: &str = "bench-synthetic-384";
+const SEED: u64 = 0x6d6e_656d_6f5f_6265;
+/// Words in the vocabulary: the English list below, then generated pseudo-words.
+const VOCABULARY: usize = 20_000;
+/// Zipf–Mandelbrot offset: the most frequent word is ~0.7% of all words, as for content words.
+const ZIPF_OFFSET: f64 = 20.0;
+/// Rows per `insert_memories` call (one transaction).
+const SQL_BATCH: usize = 2000;
+/// The corpus is written in this many rounds over all users, so users' memories interleave.
+const ROUNDS: usize = 10;
+/// Memories per `MemoryEngine::add` call in the model ingest.
+const MODEL_BATCH: usize = 16;
+const RECALL_K: usize = 10;
+const WARMUP_QUERIES: usize = 10;
+/// Recall samples taken while the optimisation runs are this far apart.
+const SAMPLE_EVERY: Duration = Duration::from_millis(250);
+
+/// What `run_recall_bench` does; `Default` is the full-size run.
+#[derive(Debug, Clone)]
+pub struct RecallBenchOptions {
+    /// Scratch directory; must be empty or absent. Removed content at the end unless `keep_data`.
+    pub data_dir: PathBuf,
+    /// Memories in the corpus.
+    pub total: usize,
+    /// How many of them belong to the one big user whose recall is measured.
+    pub user_memories: usize,
+    /// Users, the big one included; the others share the rest evenly.
+    pub users: usize,
+    /// Recall queries per measured series.
+    pub queries: usize,
+    /// Local model for the ingest and query-embedding timings; `None` (or a directory without
+    /// `config.json`) skips them.
+    pub model_dir: Option<PathBuf>,
+    /// Memories embedded and added through `MemoryEngine::add` with the model.
+    pub model_memories: usize,
+    /// Memories in the separate store rebuilt by `Indexer::rebuild` (0 skips).
+    pub reindex_memories: usize,
+    /// Sequential single writes timed from commit to recallable.
+    pub lag_writes: usize,
+    /// Build HNSW (`VectorIndex::optimize`) and measure recall during and after it.
+    pub optimize: bool,
+    /// Leave the generated stores in `data_dir`.
+    pub keep_data: bool,
+}
+
+impl Default for RecallBenchOptions {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("bench-data"),
+            total: 1_000_000,
+            user_memories: 100_000,
+            users: 1000,
+            queries: 1000,
+            model_dir: Some(EmbedderSettings::default().model_dir),
+            model_memories: 2000,
+            reindex_memories: 100_000,
+            lag_writes: 200,
+            optimize: true,
+            keep_data: false,
+        }
+    }
+}
+
+impl RecallBenchOptions {
+    fn validate(&self) -> anyhow::Result<()> {
+        if self.users == 0 || self.user_memories == 0 || self.queries == 0 {
+            bail!("users, user memories and queries must be positive");
+        }
+        if self.user_memories > self.total {
+            bail!(
+                "the big user's memories ({}) exceed the total ({})",
+                self.user_memories,
+                self.total
+            );
+        }
+        if self.users == 1 && self.total > self.user_memories {
+            bail!("with one user, the total must equal the big user's memories");
+        }
+        Ok(())
+    }
+
+    /// Memories of user `index` (0 is the big user).
+    fn share(&self, index: usize) -> usize {
+        if index == 0 {
+            return self.user_memories;
+        }
+        let others = self.users - 1;
+        let rest = self.total - self.user_memories;
+        rest / others + usize::from(index - 1 < rest % others)
+    }
+}
+
+/// Runs the benchmark and writes its markdown report to `out` (rows appear as they are
+/// measured); progress bars go to stderr.
+pub async fn run_recall_bench(
+    options: RecallBenchOptions,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    options.validate()?;
+    let created_dir = prepare_dir(&options.data_dir)?;
+    let corpus = Arc::new(
+        tokio::task::spawn_blocking(|| Corpus::new(SEED))
+            .await
+            .context("building the vocabulary")?,
+    );
+    let shutdown = CancellationToken::new();
+    let mut bench = Bench {
+        rng: Rng::new(SEED ^ 0x5eed),
+        corpus,
+        out,
+        started: Instant::now(),
+        notes: Vec::new(),
+        options,
+    };
+    let result = bench.run(&shutdown).await;
+    shutdown.cancel();
+    // After an error, give the indexer followers a moment to see the cancellation and flush.
+    if result.is_err() {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let options = bench.options;
+    let cleanup = if options.keep_data {
+        writeln!(bench.out, "\nData kept in {}.", options.data_dir.display()).map_err(Into::into)
+    } else {
+        remove_contents(&options.data_dir, created_dir)
+    };
+    // The benchmark's own error matters more than a failed cleanup.
+    result.and(cleanup)
+}
+
+struct Bench<'a> {
+    options: RecallBenchOptions,
+    corpus: Arc<Corpus>,
+    rng: Rng,
+    out: &'a mut dyn Write,
+    started: Instant,
+    notes: Vec<String>,
+}
+
+/// The main corpus's moving parts.
+struct MainStack {
+    store: Arc<dyn Store>,
+    stop: CancellationToken,
+    users: Vec<UserId>,
+    vector: Arc<dyn VectorIndex>,
+    engine: Arc<MemoryEngine>,
+}
+
+impl Bench<'_> {
+    async fn run(&mut self, shutdown: &CancellationToken) -> anyhow::Result<()> {
+        self.header()?;
+        let stack = self.main_ingest(shutdown).await?;
+        self.model_phase(shutdown).await?;
+        self.reindex_phase().await?;
+        self.recall_rows(&stack, "4 recall, plain index (no HNSW)")
+            .await?;
+        if self.options.optimize {
+            self.optimize_phase(&stack).await?;
+            self.recall_rows(&stack, "4 recall, after optimize").await?;
+        } else {
+            self.notes.push(
+                "HNSW was not built (optimize off): recall ran on plain (brute-force) segments."
+                    .into(),
+            );
+        }
+        self.lag_phase(&stack).await?;
+        stop_engine(&stack.engine, &stack.stop).await;
+        stack.store.close().await;
+        self.footer()
+    }
+
+    fn row(&mut self, step: &str, what: &str, result: &str, target: &str) -> anyhow::Result<()> {
+        writeln!(self.out, "| {step} | {what} | {result} | {target} |")?;
+        self.out.flush()?;
+        Ok(())
+    }
+
+    fn header(&mut self) -> anyhow::Result<()> {
+        let o = &self.options;
+        let others = o.users - 1;
+        let profile = if cfg!(debug_assertions) {
+            "dev/test profile (mnemo crate unoptimised, dependencies at opt-level 3)"
+        } else {
+            "release profile"
+        };
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let settings = MemorySettings::default();
+        writeln!(self.out, "## mnemo recall benchmark\n")?;
+        let spread = match (o.total - o.user_memories).checked_div(others) {
+            Some(each) => format!("; {others} other users with ~{} each", count(each)),
+            None => String::new(),
+        };
+        writeln!(
+            self.out,
+            "- corpus: {} memories, {} users (big user {}{spread}); synthetic text from a \
+             {}-word Zipf vocabulary, precomputed bag-of-words unit vectors ({DIMENSION}-d), fixed seed",
+            count(o.total),
+            count(o.users),
+            count(o.user_memories),
+            count(VOCABULARY),
+        )?;
+        writeln!(
+            self.out,
+            "- stack: SQLite (WAL) + Qdrant Edge 0.7.2 (default shard config) + tantivy, in {}",
+            o.data_dir.display()
+        )?;
+        let load = load_average().map_or_else(String::new, |load| {
+            format!("; load average at start {load}")
+        });
+        writeln!(self.out, "- build: {profile}; {cpus} CPUs{load}")?;
+        writeln!(
+            self.out,
+            "- recall: `MemoryEngine::recall`, hybrid (vector + BM25 → RRF → decay) unless noted, \
+             k = {RECALL_K}, {} candidates per signal; times are wall time minus query embedding \
+             (synthetic embedder), so they cover both searches, SQL hydration and ranking\n",
+            settings.candidates
+        )?;
+        writeln!(self.out, "| step | what | result | target |")?;
+        writeln!(self.out, "|---|---|---|---|")?;
+        self.out.flush()?;
+        Ok(())
+    }
+
+    fn footer(&mut self) -> anyhow::Result<()> {
+        let mut notes = std::mem::take(&mut self.notes);
+        if let Some(peak) = peak_rss() {
+            notes.push(format!("peak resident memory of the process: {peak}"));
+        }
+        if let Some(load) = load_average() {
+            notes.push(format!("load average at the end: {load}"));
+        }
+        notes.push(format!(
+            "whole benchmark: {}",
+            seconds(self.started.elapsed())
+        ));
+        writeln!(self.out)?;
+        for note in notes {
+            writeln!(self.out, "- {note}")?;
+        }
+        self.out.flush()?;
+        Ok(())
+    }
+
+    // --- 2: the real local model -----------------------------------------------------------
+
+    async fn model_phase(&mut self, shutdown: &CancellationToken) -> anyhow::Result<()> {
+        let step = "2 ingest, local model";
+        let Some(model_dir) = self.options.model_dir.clone() else {
+            self.row(step, "skipped: no model directory given", "–", "")?;
+            return Ok(());
+        };
+        if !model_dir.join("config.json").exists() {
+            let what = format!("skipped: no model in {}", model_dir.display());
+            self.row(step, &what, "–", "")?;
+            return Ok(());
+        }
+        let loading = spinner("loading the model");
+        let started = Instant::now();
+        let embedder = {
+            let dir = model_dir.clone();
+            tokio::task::spawn_blocking(move || LocalEmbedder::load(&dir)).await??
+        };
+        let load_time = started.elapsed();
+        loading.finish_and_clear();
+        let model = embedder.model_id().to_string();
+        let dimension = embedder.dimension();
+        let embedder: Arc<dyn Embedder> = Arc::new(embedder);
+
+        let n = self.options.model_memories;
+        if n > 0 {
+            self.model_ingest(embedder.clone(), dimension, n, shutdown)
+                .await?;
+        }
+        // Query embedding: single short English queries, as recall embeds them.
+        let queries = self.options.queries.clamp(1, 200);
+        for _ in 0..3 {
+            let text = self.corpus.english_text(&mut self.rng, 4, 8);
+            embedder.embed(&[text]).await?;
+        }
+        let bar = progress(queries as u64, "query embedding");
+        let mut samples = Vec::with_capacity(queries);
+        for _ in 0..queries {
+            let text = self.corpus.english_text(&mut self.rng, 4, 8);
+            let started = Instant::now();
+            embedder.embed(&[text]).await?;
+            samples.push(millis(started.elapsed()));
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        let latency = Latency::of(samples, 0.0);
+        self.row(
+            "4 query embedding",
+            &format!("{model}, one 4–8-word query per call, {queries} calls"),
+            &format!("{} (model load {})", latency.short(), seconds(load_time)),
+            "",
+        )?;
+
+        Ok(())
+    }
+
+    async fn model_ingest(
+        &mut self,
+        embedder: Arc<dyn Embedder>,
+        dimension: usize,
+        n: usize,
+        shutdown: &CancellationToken,
+    ) -> anyhow::Result<()> {
+        let step = "2 ingest, local model";
+        let dir = self.options.data_dir.join("model");
+        let store = open_sqlite(&dir).await?;
+        let user = create_users(store.as_ref(), "bench-model", 1).await?[0];
+        let (vector, keyword, watermark) = open_indexes(&dir, dimension).await?;
+        let token = shutdown.child_token();
+        let engine = MemoryEngine::assemble(
+            store.clone(),
+            embedder,
+            vector,
+            keyword,
+            watermark,
+            MemorySettings::default(),
+            u64::MAX,
+            token.clone(),
+        )
+        .await?;
+        let texts: Vec<String> = (0..n)
+            .map(|_| self.corpus.english_text(&mut self.rng, 8, 16))
+            .collect();
+        let bar = progress(n as u64, "embed + insert");
+        let started = Instant::now();
+        for chunk in texts.chunks(MODEL_BATCH) {
+            let memories = chunk
+                .iter()
+                .map(|text| NewMemory::from_user(MemoryKind::Fact, text.clone(), 3))
+                .collect();
+            engine.add(user, memories).await?;
+            bar.inc(chunk.len() as u64);
+        }
+        let elapsed = started.elapsed();
+        bar.finish_and_clear();
+        let indexed = engine.wait_recallable(Duration::from_secs(600)).await?;
+        let all_indexed = started.elapsed();
+        self.row(
+            step,
+            &format!(
+                "`MemoryEngine::add` of {} memories (8–16 English words), batches of \
+                 {MODEL_BATCH}: embed + SQL, indexer running",
+                count(n)
+            ),
+            &format!(
+                "{} → **{}/s**; all recallable after {}{}",
+                seconds(elapsed),
+                rate(n, elapsed),
+                seconds(all_indexed),
+                if indexed { "" } else { " (timed out)" }
+            ),
+            "",
+        )?;
+        stop_engine(&engine, &token).await;
+        store.close().await;
+        Ok(())
+    }
+
+    // --- 3: reindex ------------------------------------------------------------------------
+
+    async fn reindex_phase(&mut self) -> anyhow::Result<()> {
+        let n = self.options.reindex_memories;
+        if n == 0 {
+            self.row("3 reindex", "skipped (0 memories)", "–", "")?;
+            return Ok(());
+        }
+        let dir = self.options.data_dir.join("reindex");
+        let store = open_sqlite(&dir).await?;
+        let user = create_users(store.as_ref(), "bench-reindex", 1).await?[0];
+        let bar = progress(n as u64, "reindex store: insert");
+        let mut left = n;
+        while left > 0 {
+            let batch = left.min(SQL_BATCH);
+            let memories = (0..batch)
+                .map(|_| self.corpus.memory(&mut self.rng))
+                .collect();
+            store.insert_memories(user, memories).await?;
+            left -= batch;
+            bar.inc(batch as u64);
+        }
+        bar.finish_and_clear();
+        let (vector, keyword, watermark) = open_indexes(&dir, DIMENSION).await?;
+        let indexer = Indexer::new(
+            store.clone(),
+            vector.clone(),
+            keyword,
+            watermark,
+            DIMENSION,
+            u64::MAX,
+        )
+        .await?;
+        for (label, what) in [
+            ("into empty indexes", "fresh data directory"),
+            (
+                "over existing indexes",
+                "what `mnemo reindex` does: clear, then rebuild",
+            ),
+        ] {
+            let bar = progress(n as u64, &format!("reindex {label}"));
+            let started = Instant::now();
+            let done = indexer
+                .rebuild(|done, total| {
+                    bar.set_length(total);
+                    bar.set_position(done);
+                })
+                .await?;
+            let elapsed = started.elapsed();
+            bar.finish_and_clear();
+            self.row(
+                "3 reindex",
+                &format!(
+                    "`Indexer::rebuild` of {} memories (one user) {label}: {what}",
+                    count(done as usize)
+                ),
+                &format!("**{}** ({}/s)", seconds(elapsed), rate(n, elapsed)),
+                &verdict("≤ 60 s", elapsed <= Duration::from_secs(60)),
+            )?;
+        }
+        if self.options.optimize {
+            let spin = spinner("reindex: optimize (HNSW)");
+            let started = Instant::now();
+            vector.optimize().await?;
+            let elapsed = started.elapsed();
+            spin.finish_and_clear();
+            self.row(
+                "3 reindex",
+                &format!(
+                    "then `optimize` (HNSW) of those {} points, as the indexer does in the background",
+                    count(n)
+                ),
+                &seconds(elapsed),
+                "",
+            )?;
+        }
+        drop(indexer);
+        store.close().await;
+        Ok(())
+    }
+
+    // --- 1: corpus ingest and catch-up -----------------------------------------------------
+
+    async fn main_ingest(&mut self, shutdown: &CancellationToken) -> anyhow::Result<MainStack> {
+        let dir = self.options.data_dir.clone();
+        let store = open_sqlite(&dir).await?;
+        let users = create_users(store.as_ref(), "bench-user", self.options.users).await?;
+
+        // The plan: ROUNDS passes over all users, each writing its share in batches.
+        let mut plan = Vec::new();
+        for round in 0..ROUNDS {
+            for user in 0..self.options.users {
+                let share = self.options.share(user);
+                let mut left = share * (round + 1) / ROUNDS - share * round / ROUNDS;
+                while left > 0 {
+                    let batch = left.min(SQL_BATCH);
+                    plan.push((user, batch));
+                    left -= batch;
+                }
+            }
+        }
+        let calls = plan.len();
+        let (sender, mut receiver) = tokio::sync::mpsc::channel(8);
+        let producer = {
+            let corpus = self.corpus.clone();
+            let mut rng = Rng::new(self.rng.next_u64());
+            tokio::task::spawn_blocking(move || {
+                for (user, batch) in plan {
+                    let memories: Vec<(NewMemory, Embedded)> =
+                        (0..batch).map(|_| corpus.memory(&mut rng)).collect();
+                    if sender.blocking_send((user, memories)).is_err() {
+                        return;
+                    }
+                }
+            })
+        };
+        let total = self.options.total;
+        let bar = progress(total as u64, "SQL insert");
+        let started = Instant::now();
+        let mut sql_time = Duration::ZERO;
+        while let Some((user, memories)) = receiver.recv().await {
+            let len = memories.len();
+            let call = Instant::now();
+            store.insert_memories(users[user], memories).await?;
+            sql_time += call.elapsed();
+            bar.inc(len as u64);
+        }
+        let wall = started.elapsed();
+        producer.await.context("generating the corpus")?;
+        bar.finish_and_clear();
+        self.row(
+            "1 ingest, precomputed vectors",
+            &format!(
+                "`insert_memories` of {} memories in {} calls (≤ {SQL_BATCH} rows, one user each)",
+                count(total),
+                count(calls)
+            ),
+            &format!(
+                "{} wall → **{}/s**; time inside `insert_memories` {} → {}/s",
+                seconds(wall),
+                rate(total, wall),
+                seconds(sql_time),
+                rate(total, sql_time)
+            ),
+            "",
+        )?;
+
+        let (vector, keyword, watermark) = open_indexes(&dir, DIMENSION).await?;
+        let indexer = Indexer::new(
+            store.clone(),
+            vector.clone(),
+            keyword.clone(),
+            watermark.clone(),
+            DIMENSION,
+            u64::MAX,
+        )
+        .await?;
+        let head = store.memory_log_head().await?;
+        let bar = progress(head.max(0) as u64, "index catch-up");
+        let started = Instant::now();
+        loop {
+            let applied = indexer.step().await?;
+            if applied == 0 {
+                break;
+            }
+            bar.inc(applied as u64);
+        }
+        let elapsed = started.elapsed();
+        bar.finish_and_clear();
+        drop(indexer);
+        self.row(
+            "1 index catch-up",
+            &format!(
+                "`Indexer` steps over {} log entries into Edge + tantivy (batches of 1000, \
+                 flush + commit each)",
+                count(head.max(0) as usize)
+            ),
+            &format!("{} → **{}/s**", seconds(elapsed), rate(total, elapsed)),
+            "",
+        )?;
+        let sizes = format!(
+            "SQLite {}, Edge {}, tantivy {}",
+            bytes(dir_size(&dir.join("mnemo.db")) + wal_size(&dir)),
+            bytes(dir_size(&dir.join(format!("vectors-{DIMENSION}")))),
+            bytes(dir_size(&dir.join("keyword")))
+        );
+        self.row("1 storage", "disk space used after catch-up", &sizes, "")?;
+
+        let embedder: Arc<dyn Embedder> = Arc::new(SyntheticEmbedder(self.corpus.clone()));
+        let stop = shutdown.child_token();
+        let engine = MemoryEngine::assemble(
+            store.clone(),
+            embedder,
+            vector.clone(),
+            keyword,
+            watermark,
+            MemorySettings::default(),
+            // Optimisation is started by the benchmark, never behind its back.
+            u64::MAX,
+            stop.clone(),
+        )
+        .await?;
+        Ok(MainStack {
+            store,
+            stop,
+            users,
+            vector,
+            engine,
+        })
+    }
+
+    // --- 4: recall -------------------------------------------------------------------------
+
+    async fn recall_rows(&mut self, stack: &MainStack, step: &str) -> anyhow::Result<()> {
+        let n = self.options.queries;
+        let quarter = (n / 4).max(1);
+        let big = stack.users[0];
+        let big_count = count(self.options.user_memories);
+        let series = [
+            (
+                big,
+                RecallMode::Hybrid,
+                n,
+                format!("big user ({big_count}), hybrid"),
+            ),
+            (
+                big,
+                RecallMode::Vector,
+                quarter,
+                "big user, vector only".to_string(),
+            ),
+            (
+                big,
+                RecallMode::Keyword,
+                quarter,
+                "big user, BM25 only".to_string(),
+            ),
+        ];
+        for (index, (user, mode, queries, label)) in series.into_iter().enumerate() {
+            let latency = self
+                .recall_series(&stack.engine, user, mode, queries, &label)
+                .await?;
+            let target = if index == 0 {
+                verdict(
+                    "p50 ≤ 5 ms, p99 ≤ 20 ms",
+                    latency.p50 <= 5.0 && latency.p99 <= 20.0,
+                )
+            } else {
+                String::new()
+            };
+            self.row(
+                step,
+                &format!("{label}, {queries} queries"),
+                &latency.long(),
+                &target,
+            )?;
+        }
+        if stack.users.len() > 1 && self.options.share(1) > 0 {
+            let label = format!("small user ({}), hybrid", count(self.options.share(1)));
+            let latency = self
+                .recall_series(
+                    &stack.engine,
+                    stack.users[1],
+                    RecallMode::Hybrid,
+                    quarter,
+                    &label,
+                )
+                .await?;
+            self.row(
+                step,
+                &format!("{label}, {quarter} queries"),
+                &latency.long(),
+                "",
+            )?;
+        }
+        Ok(())
+    }
+
+    async fn recall_series(
+        &mut self,
+        engine: &MemoryEngine,
+        user: UserId,
+        mode: RecallMode,
+        queries: usize,
+        label: &str,
+    ) -> anyhow::Result<Latency> {
+        for _ in 0..WARMUP_QUERIES.min(queries) {
+            let query = self.corpus.query(&mut self.rng);
+            recall_once(engine, user, query, mode).await?;
+        }
+        let bar = progress(queries as u64, label);
+        let mut samples = Vec::with_capacity(queries);
+        let mut results = 0usize;
+        for _ in 0..queries {
+            let query = self.corpus.query(&mut self.rng);
+            let (search_ms, found) = recall_once(engine, user, query, mode).await?;
+            samples.push(search_ms);
+            results += found;
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        Ok(Latency::of(samples, results as f64 / queries as f64))
+    }
+
+    async fn optimize_phase(&mut self, stack: &MainStack) -> anyhow::Result<()> {
+        let big = stack.users[0];
+        let spin = spinner("optimize (HNSW) of the corpus, sampling recall");
+        let started = Instant::now();
+        let mut task = {
+            let vector = stack.vector.clone();
+            tokio::spawn(async move { vector.optimize().await })
+        };
+        let mut ticker = tokio::time::interval(SAMPLE_EVERY);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut samples = Vec::new();
+        let mut results = 0usize;
+        let mut probe: Option<tokio::task::JoinHandle<anyhow::Result<(bool, Duration)>>> = None;
+        let outcome = loop {
+            tokio::select! {
+                joined = &mut task => break joined,
+                _ = ticker.tick() => {
+                    if probe.is_none() && started.elapsed() >= Duration::from_millis(500) {
+                        // One write made while HNSW is being built: when is it recallable?
+                        let memory = self.corpus.memory(&mut self.rng);
+                        stack.store.insert_memories(big, vec![memory]).await?;
+                        let committed = Instant::now();
+                        let engine = stack.engine.clone();
+                        probe = Some(tokio::spawn(async move {
+                            let ok = engine.wait_recallable(Duration::from_secs(4 * 3600)).await?;
+                            Ok::<_, anyhow::Error>((ok, committed.elapsed()))
+                        }));
+                    } else {
+                        let query = self.corpus.query(&mut self.rng);
+                        let (search_ms, found) =
+                            recall_once(&stack.engine, big, query, RecallMode::Hybrid).await?;
+                        samples.push(search_ms);
+                        results += found;
+                        spin.set_message(format!(
+                            "optimize (HNSW) of the corpus, {} recall samples",
+                            samples.len()
+                        ));
+                    }
+                }
+            }
+        };
+        let elapsed = started.elapsed();
+        spin.finish_and_clear();
+        outcome.context("optimize task")??;
+        let points = self.options.total;
+        self.row(
+            "optimize",
+            &format!(
+                "`VectorIndex::optimize` (Edge HNSW build, blocking) over {} points",
+                count(points)
+            ),
+            &format!("**{}**", seconds(elapsed)),
+            "",
+        )?;
+        if !samples.is_empty() {
+            let n = samples.len();
+            let latency = Latency::of(samples, results as f64 / n as f64);
+            self.row(
+                "4 recall, during optimize",
+                &format!(
+                    "big user, hybrid, one query every {} ms while optimize runs, {n} queries",
+                    SAMPLE_EVERY.as_millis()
+                ),
+                &latency.long(),
+                "",
+            )?;
+        }
+        match probe {
+            Some(probe) => {
+                let waited = tokio::time::timeout(Duration::from_secs(600), probe).await;
+                let result = match waited {
+                    Ok(joined) => {
+                        let (ok, lag) = joined.context("lag probe")??;
+                        format!(
+                            "recallable after **{}**{}",
+                            seconds(lag),
+                            if ok { "" } else { " (timed out)" }
+                        )
+                    }
+                    Err(_) => "not recallable 10 min after optimize ended".into(),
+                };
+                self.row(
+                    "5 index lag, during optimize",
+                    "one write committed 0.5 s after optimize started",
+                    &result,
+                    "",
+                )?;
+                self.notes.push(
+                    "Writes during optimize wait for it: the indexer's Edge `flush` takes the \
+                     optimize gate (src/index/edge.rs), so nothing written while HNSW is built \
+                     becomes recallable before the build ends."
+                        .into(),
+                );
+            }
+            None => self
+                .notes
+                .push("optimize ended within 0.5 s, so no write was made during it.".into()),
+        }
+        Ok(())
+    }
+
+    // --- 5: index lag ----------------------------------------------------------------------
+
+    async fn lag_phase(&mut self, stack: &MainStack) -> anyhow::Result<()> {
+        let n = self.options.lag_writes;
+        if n == 0 {
+            return Ok(());
+        }
+        let big = stack.users[0];
+        let bar = progress(n as u64, "index lag");
+        let mut samples = Vec::with_capacity(n);
+        let mut timeouts = 0;
+        for _ in 0..n {
+            let memory = self.corpus.memory(&mut self.rng);
+            stack.store.insert_memories(big, vec![memory]).await?;
+            let committed = Instant::now();
+            stack.engine.indexer().notify();
+            if !stack
+                .engine
+                .wait_recallable(Duration::from_secs(60))
+                .await?
+            {
+                timeouts += 1;
+            }
+            samples.push(millis(committed.elapsed()));
+            bar.inc(1);
+            // Independent writes, not a tight loop.
+            let pause = self.rng.below(20) as u64;
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+        }
+        bar.finish_and_clear();
+        let latency = Latency::of(samples, 0.0);
+        let mut result = format!(
+            "p50 {} / p95 **{}** / max {}",
+            ms_text(latency.p50),
+            ms_text(latency.p95),
+            ms_text(latency.max)
+        );
+        if timeouts > 0 {
+            result.push_str(&format!(" ({timeouts} timed out at 60 s)"));
+        }
+        self.row(
+            "5 index lag",
+            &format!(
+                "`insert_memories` returned → recallable in both indexes, {n} sequential single \
+                 writes (big user), indexer following"
+            ),
+            &result,
+            &verdict("p95 ≤ 1 s", latency.p95 <= 1000.0 && timeouts == 0),
+        )
+    }
+}
+
+/// Stops the engine's background tasks and waits (bounded) until its follower has flushed and
+/// let go of the indexes, so their files can be removed afterwards.
+async fn stop_engine(engine: &Arc<MemoryEngine>, token: &CancellationToken) {
+    token.cancel();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Arc::strong_count(engine.indexer()) > 1 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// One recall; returns the latency without query embedding, and the number of results.
+async fn recall_once(
+    engine: &MemoryEngine,
+    user: UserId,
+    query: String,
+    mode: RecallMode,
+) -> anyhow::Result<(f64, usize)> {
+    let request = RecallRequest {
+        query,
+        k: Some(RECALL_K),
+        mode,
+        decay: true,
+        ..RecallRequest::default()
+    };
+    let started = Instant::now();
+    let response = engine.recall(user, request).await?;
+    let wall = millis(started.elapsed());
+    Ok((
+        (wall - response.timings.embed_ms).max(0.0),
+        response.results.len(),
+    ))
+}
+
+// --- stores and indexes --------------------------------------------------------------------
+
+async fn open_sqlite(dir: &Path) -> anyhow::Result<Arc<dyn Store>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let url = format!("sqlite://{}?mode=rwc", dir.join("mnemo.db").display());
+    Ok(Arc::new(SqliteStore::connect(&url, 4).await?))
+}
+
+async fn create_users(store: &dyn Store, prefix: &str, n: usize) -> anyhow::Result<Vec<UserId>> {
+    let mut users = Vec::with_capacity(n);
+    for index in 0..n {
+        let user = store
+            .create_user(&format!("{prefix}-{index:05}"), UserKind::Key)
+            .await?;
+        users.push(user.id);
+    }
+    Ok(users)
+}
+
+/// The indexes at the places `MemoryEngine::open` uses.
+async fn open_indexes(
+    dir: &Path,
+    dimension: usize,
+) -> anyhow::Result<(Arc<dyn VectorIndex>, KeywordIndex, VectorWatermark)> {
+    let vector_dir = dir.join(format!("vectors-{dimension}"));
+    let vector = EdgeVectorIndex::open(&vector_dir, dimension).await?;
+    let keyword_dir = dir.join("keyword");
+    let keyword = tokio::task::spawn_blocking(move || KeywordIndex::open(Some(&keyword_dir)))
+        .await
+        .context("opening the keyword index")??;
+    Ok((
+        Arc::new(vector),
+        keyword,
+        VectorWatermark::File(vector_dir.join("applied.seq")),
+    ))
+}
+
+/// Creates `dir` or checks that it is empty; true when it was created.
+fn prepare_dir(dir: &Path) -> anyhow::Result<bool> {
+    if dir.exists() {
+        let mut entries =
+            std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
+        if entries.next().is_some() {
+            bail!(
+                "{} is not empty; the benchmark needs an empty or new directory",
+                dir.display()
+            );
+        }
+        Ok(false)
+    } else {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(true)
+    }
+}
+
+/// Removes what the benchmark wrote (the directory was empty before it started).
+fn remove_contents(dir: &Path, created: bool) -> anyhow::Result<()> {
+    if created {
+        return std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()));
+    }
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        }
+        .with_context(|| format!("removing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn dir_size(path: &Path) -> u64 {
+    let Ok(metadata) = std::fs::metadata(path) else {
+        return 0;
+    };
+    if !metadata.is_dir() {
+        return allocated(&metadata);
+    }
+    std::fs::read_dir(path)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|entry| dir_size(&entry.path()))
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Bytes a file really occupies (sparse and preallocated files count what is allocated).
+fn allocated(metadata: &std::fs::Metadata) -> u64 {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        metadata.blocks() * 512
+    }
+    #[cfg(not(unix))]
+    {
+        metadata.len()
+    }
+}
+
+/// The 1-, 5- and 15-minute load averages (Linux only): the machine may be shared.
+fn load_average() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let fields: Vec<&str> = text.split_whitespace().take(3).collect();
+    (fields.len() == 3).then(|| fields.join(" / "))
+}
+
+fn wal_size(dir: &Path) -> u64 {
+    dir_size(&dir.join("mnemo.db-wal"))
+}
+
+/// Peak resident set size (Linux only).
+fn peak_rss() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(bytes(kib * 1024))
+}
+
+// --- the synthetic corpus ------------------------------------------------------------------
+
+/// xorshift64* — tiny, seeded, good enough for synthetic text.
+#[derive(Clone)]
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        // splitmix64 of the seed, so nearby seeds give unrelated streams (and never 0).
+        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        Self((z ^ (z >> 31)) | 1)
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+
+    /// Uniform in `[0, 1)`.
+    fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in `lo..=hi`.
+    fn between(&mut self, lo: usize, hi: usize) -> usize {
+        lo + self.below(hi - lo + 1)
+    }
+}
+
+/// Everyday content words (no stop words); they take the most frequent ranks.
+const ENGLISH: &str = "project paper deadline meeting sister brother mother father friend \
+    coffee tea dinner lunch breakfast book novel article chapter research study experiment \
+    result data model training dataset benchmark python rust database server cloud budget \
+    invoice travel flight hotel train ticket passport visa conference talk slides review \
+    draft proposal grant funding team manager colleague student teacher course lecture exam \
+    garden plant flower tree dog cat bird walk run bike swim gym doctor appointment medicine \
+    allergy peanut gluten vegetarian recipe kitchen oven bread cheese wine beer birthday gift \
+    wedding holiday summer winter spring autumn morning evening weekend monday friday music \
+    piano guitar song concert film movie series podcast news election policy economy market \
+    stock price rent house apartment car bicycle phone laptop keyboard screen camera photo \
+    language german french spanish japanese chinese english learn practice lesson paris \
+    berlin tokyo london york city country river mountain beach lake forest island museum \
+    gallery painting history science physics chemistry biology math statistics algorithm \
+    graph network memory storage index search query vector embedding latency throughput \
+    cache bug release version feature design architecture contract client customer support \
+    email calendar reminder task note list goal habit sleep health diet weight running \
+    marathon yoga meditation therapy family child baby school university degree thesis \
+    advisor professor lab office desk chair window door light energy solar battery \
+    climate weather rain snow storm ocean ship port harbor bridge road map route";
+const CONSONANTS: &[u8] = b"bdfgklmnprstvz";
+const VOWELS: &[u8] = b"aeiou";
+
+/// The vocabulary with one fixed random direction and weight per word. A text's vector is the
+/// normalised weighted sum of its words' directions, so texts sharing words are near each
+/// other, as with a real embedder; rarer words weigh more.
+struct Corpus {
+    words: Vec<String>,
+    english: usize,
+    index: HashMap<String, usize>,
+    directions: Vec<f32>,
+    weights: Vec<f32>,
+}
+
+impl Corpus {
+    fn new(seed: u64) -> Self {
+        let mut rng = Rng::new(seed);
+        let mut seen: HashSet<String> = HashSet::new();
+        let mut words: Vec<String> = Vec::with_capacity(VOCABULARY);
+        for word in ENGLISH.split_whitespace() {
+            if seen.insert(word.to_string()) {
+                words.push(word.to_string());
+            }
+        }
+        let english = words.len();
+        while words.len() < VOCABULARY {
+            let syllables = rng.between(2, 4);
+            let mut word = String::with_capacity(syllables * 2);
+            for _ in 0..syllables {
+                word.push(char::from(CONSONANTS[rng.below(CONSONANTS.len())]));
+                word.push(char::from(VOWELS[rng.below(VOWELS.len())]));
+            }
+            if seen.insert(word.clone()) {
+                words.push(word);
+            }
+        }
+        let directions = (0..VOCABULARY * DIMENSION)
+            .map(|_| (rng.unit() * 2.0 - 1.0) as f32)
+            .collect();
+        let weights = (0..VOCABULARY)
+            .map(|rank| (1.0 + (1.0 + rank as f64 / ZIPF_OFFSET).ln()) as f32)
+            .collect();
+        let index = words
+            .iter()
+            .enumerate()
+            .map(|(rank, word)| (word.clone(), rank))
+            .collect();
+        Self {
+            words,
+            english,
+            index,
+            directions,
+            weights,
+        }
+    }
+
+    /// A word rank from the Zipf–Mandelbrot law over the first `among` words.
+    fn rank(&self, rng: &mut Rng, among: usize) -> usize {
+        let q = ZIPF_OFFSET;
+        let x = q * ((among as f64 + q) / q).powf(rng.unit()) - q;
+        (x as usize).min(among - 1)
+    }
+
+    fn ranks(&self, rng: &mut Rng, min: usize, max: usize, among: usize) -> Vec<usize> {
+        let n = rng.between(min, max);
+        (0..n).map(|_| self.rank(rng, among)).collect()
+    }
+
+    fn text(&self, ranks: &[usize]) -> String {
+        let words: Vec<&str> = ranks
+            .iter()
+            .map(|&rank| self.words[rank].as_str())
+            .collect();
+        words.join(" ")
+    }
+
+    fn vector(&self, ranks: &[usize]) -> Vec<f32> {
+        let mut vector = vec![0f32; DIMENSION];
+        for &rank in ranks {
+            let weight = self.weights[rank];
+            let direction = &self.directions[rank * DIMENSION..(rank + 1) * DIMENSION];
+            for (value, component) in vector.iter_mut().zip(direction) {
+                *value += weight * component;
+            }
+        }
+        normalise(&mut vector);
+        vector
+    }
+
+    /// A memory of 6–14 words with its precomputed vector, made up to a year ago.
+    fn memory(&self, rng: &mut Rng) -> (NewMemory, Embedded) {
+        let ranks = self.ranks(rng, 6, 14, VOCABULARY);
+        let kind = MemoryKind::ALL[rng.below(MemoryKind::ALL.len())];
+        let age = chrono::Duration::seconds(rng.below(365 * 24 * 3600) as i64);
+        let memory = NewMemory {
+            kind,
+            content: self.text(&ranks),
+            source: MemorySource::User,
+            trust: Trust::User,
+            importance: rng.between(1, 5) as u8,
+            thread_id: None,
+            source_refs: Vec::new(),
+            created_at: Some(Utc::now() - age),
+            supersedes: None,
+        };
+        let embedded = Embedded {
+            vector: self.vector(&ranks),
+            model: MODEL_ID.to_string(),
+        };
+        (memory, embedded)
+    }
+
+    /// A recall query of 2–5 words from the same distribution.
+    fn query(&self, rng: &mut Rng) -> String {
+        let ranks = self.ranks(rng, 2, 5, VOCABULARY);
+        self.text(&ranks)
+    }
+
+    /// Text from the English words only (for the real model).
+    fn english_text(&self, rng: &mut Rng, min: usize, max: usize) -> String {
+        let ranks = self.ranks(rng, min, max, self.english);
+        self.text(&ranks)
+    }
+
+    /// The vector of any text: known words as in `vector`, unknown ones ignored; a text with
+    /// no known word gets a direction derived from its hash.
+    fn embed(&self, text: &str) -> Vec<f32> {
+        let ranks: Vec<usize> = text
+            .split_whitespace()
+            .filter_map(|word| self.index.get(word).copied())
+            .collect();
+        if !ranks.is_empty() {
+            return self.vector(&ranks);
+        }
+        // FNV-1a of the text seeds a random direction.
+        let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        });
+        let mut rng = Rng::new(hash);
+        let mut vector: Vec<f32> = (0..DIMENSION)
+            .map(|_| (rng.unit() * 2.0 - 1.0) as f32)
+            .collect();
+        normalise(&mut vector);
+        vector
+    }
+}
+
+fn normalise(vector: &mut [f32]) {
+    let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > f32::EPSILON {
+        vector.iter_mut().for_each(|x| *x /= norm);
+    }
+}
+
+/// Embeds like the corpus, in microseconds, so recall needs no model.
+struct SyntheticEmbedder(Arc<Corpus>);
+
+#[async_trait]
+impl Embedder for SyntheticEmbedder {
+    fn model_id(&self) -> &str {
+        MODEL_ID
+    }
+
+    fn dimension(&self) -> usize {
+        DIMENSION
+    }
+
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Ok(texts.iter().map(|text| self.0.embed(text)).collect())
+    }
+}
+
+// --- numbers -------------------------------------------------------------------------------
+
+struct Latency {
+    n: usize,
+    p50: f64,
+    p95: f64,
+    p99: f64,
+    mean: f64,
+    max: f64,
+    results: f64,
+}
+
+impl Latency {
+    fn of(mut samples: Vec<f64>, results: f64) -> Self {
+        samples.sort_by(f64::total_cmp);
+        let n = samples.len();
+        let at = |p: f64| {
+            if n == 0 {
+                return 0.0;
+            }
+            let rank = ((p / 100.0) * n as f64).ceil() as usize;
+            samples[rank.clamp(1, n) - 1]
+        };
+        Self {
+            n,
+            p50: at(50.0),
+            p95: at(95.0),
+            p99: at(99.0),
+            mean: if n == 0 {
+                0.0
+            } else {
+                samples.iter().sum::<f64>() / n as f64
+            },
+            max: samples.last().copied().unwrap_or(0.0),
+            results,
+        }
+    }
+
+    fn short(&self) -> String {
+        format!(
+            "p50 **{}** / p95 {} (mean {}, n = {})",
+            ms_text(self.p50),
+            ms_text(self.p95),
+            ms_text(self.mean),
+            self.n
+        )
+    }
+
+    fn long(&self) -> String {
+        format!(
+            "p50 **{}** / p95 {} / p99 **{}** (mean {}, max {}; {:.1} results)",
+            ms_text(self.p50),
+            ms_text(self.p95),
+            ms_text(self.p99),
+            ms_text(self.mean),
+            ms_text(self.max),
+            self.results
+        )
+    }
+}
+
+fn millis(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1000.0
+}
+
+fn ms_text(ms: f64) -> String {
+    if ms >= 1000.0 {
+        format!("{:.2} s", ms / 1000.0)
+    } else if ms >= 100.0 {
+        format!("{ms:.0} ms")
+    } else if ms >= 10.0 {
+        format!("{ms:.1} ms")
+    } else {
+        format!("{ms:.2} ms")
+    }
+}
+
+fn seconds(duration: Duration) -> String {
+    let secs = duration.as_secs_f64();
+    if secs >= 120.0 {
+        format!("{secs:.0} s ({:.1} min)", secs / 60.0)
+    } else {
+        format!("{secs:.1} s")
+    }
+}
+
+fn rate(n: usize, duration: Duration) -> String {
+    let secs = duration.as_secs_f64().max(1e-9);
+    count((n as f64 / secs).round() as usize)
+}
+
+/// `1234567` → `1,234,567`.
+fn count(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+fn verdict(target: &str, met: bool) -> String {
+    format!("{target}: {}", if met { "met" } else { "**missed**" })
+}
+
+fn progress(len: u64, message: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{msg:>32} {bar:40} {human_pos}/{human_len} ({per_sec}, eta {eta})",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_message(message.to_string());
+    bar
+}
+
+fn spinner(message: &str) -> ProgressBar {
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.set_message(message.to_string());
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn corpus_is_deterministic_and_vectors_are_unit() {
+        let corpus = Corpus::new(SEED);
+        let again = Corpus::new(SEED);
+        let (mut a, mut b) = (Rng::new(7), Rng::new(7));
+        let (first, first_vector) = corpus.memory(&mut a);
+        let (second, _) = again.memory(&mut b);
+        assert_eq!(first.content, second.content);
+        let norm: f32 = first_vector.vector.iter().map(|x| x * x).sum();
+        assert!((norm - 1.0).abs() < 1e-4, "{norm}");
+        // The embedder reproduces the precomputed vector from the text.
+        let embedded = corpus.embed(&first.content);
+        let dot: f32 = embedded
+            .iter()
+            .zip(&first_vector.vector)
+            .map(|(x, y)| x * y)
+            .sum();
+        assert!(dot > 0.9999, "{dot}");
+        assert_eq!(corpus.embed("zzz qqq").len(), DIMENSION);
+    }
+
+    #[test]
+    fn shares_add_up_and_numbers_format() {
+        let options = RecallBenchOptions {
+            total: 1003,
+            user_memories: 100,
+            users: 10,
+            ..RecallBenchOptions::default()
+        };
+        let sum: usize = (0..options.users).map(|user| options.share(user)).sum();
+        assert_eq!(sum, 1003);
+        assert_eq!(count(1_234_567), "1,234,567");
+        assert_eq!(count(999), "999");
+        let latency = Latency::of((1..=100).map(f64::from).collect(), 10.0);
+        assert_eq!((latency.p50, latency.p95, latency.p99), (50.0, 95.0, 99.0));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tiny_bench_prints_the_table() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data_dir = dir.path().join("bench");
+        let options = RecallBenchOptions {
+            data_dir: data_dir.clone(),
+            total: 2000,
+            user_memories: 500,
+            users: 10,
+            queries: 50,
+            model_dir: None,
+            model_memories: 0,
+            reindex_memories: 1000,
+            lag_writes: 10,
+            optimize: true,
+            keep_data: false,
+        };
+        let mut out = Vec::new();
+        run_recall_bench(options, &mut out).await.expect("bench");
+        let text = String::from_utf8(out).expect("utf-8");
+        for needle in [
+            "| step | what | result | target |",
+            "| 1 ingest, precomputed vectors |",
+            "| 1 index catch-up |",
+            "| 3 reindex |",
+            "| 4 recall, plain index (no HNSW) | big user (500), hybrid",
+            "| 4 recall, after optimize |",
+            "| 5 index lag |",
+            "10.0 results",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+        }
+        assert!(!data_dir.exists(), "the bench left its data behind");
+    }
+
+    /// The full-size run: `cargo test --release --lib bench -- --ignored --nocapture`.
+    /// Scale with MNEMO_BENCH_TOTAL, _USER, _USERS, _QUERIES, _REINDEX, _LAG, _OPTIMIZE=0,
+    /// _MODEL (a directory, or "none"), _DIR (an empty scratch directory).
+    #[tokio::test(flavor = "multi_thread")]
+    #[ignore = "takes minutes to tens of minutes"]
+    async fn full_recall_bench() {
+        let number = |name: &str, default: usize| {
+            std::env::var(format!("MNEMO_BENCH_{name}"))
+                .ok()
+                .map_or(default, |value| value.parse().expect(name))
+        };
+        let defaults = RecallBenchOptions::default();
+        let scratch = tempfile::tempdir().expect("tempdir");
+        let data_dir = std::env::var_os("MNEMO_BENCH_DIR")
+            .map_or_else(|| scratch.path().join("bench"), PathBuf::from);
+        let model_dir = match std::env::var("MNEMO_BENCH_MODEL") {
+            Ok(value) if value == "none" => None,
+            Ok(value) => Some(PathBuf::from(value)),
+            Err(_) => defaults.model_dir.clone(),
+        };
+        let options = RecallBenchOptions {
+            data_dir,
+            total: number("TOTAL", defaults.total),
+            user_memories: number("USER", defaults.user_memories),
+            users: number("USERS", defaults.users),
+            queries: number("QUERIES", defaults.queries),
+            model_dir,
+            model_memories: number("MODEL_MEMORIES", defaults.model_memories),
+            reindex_memories: number("REINDEX", defaults.reindex_memories),
+            lag_writes: number("LAG", defaults.lag_writes),
+            optimize: number("OPTIMIZE", 1) != 0,
+            keep_data: false,
+        };
+        let mut out = std::io::stdout();
+        run_recall_bench(options, &mut out).await.expect("bench");
+    }
+}
