@@ -270,6 +270,13 @@ impl KeywordIndex {
         let writer = index
             .writer_with_num_threads(1, WRITER_MEMORY_BYTES)
             .map_err(|e| tantivy_err("open keyword index writer", e))?;
+        // A process killed in the middle of a commit can leave files that no `meta.json`
+        // references (e.g. a new delete file); replaying the batch would then collide with
+        // them. Remove them before anything is applied.
+        writer
+            .garbage_collect_files()
+            .wait()
+            .map_err(|e| tantivy_err("clean up keyword index files", e))?;
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)

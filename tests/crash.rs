@@ -1,0 +1,1117 @@
+//! Crash safety: the real binary is killed with SIGKILL at a random moment while several users
+//! write, patch and delete memories, and restarted on the same data directory, three times.
+//! Afterwards every acknowledged write is there with its acknowledged content (in-flight ones
+//! may or may not be), deleted memories are gone, nothing unwritten appears, keyword and vector
+//! search find every acknowledged content (and no replaced one), and — opened in-process once
+//! the binary has stopped — SQL, the vector index and the keyword index hold exactly the same
+//! memory ids for every user. The servers' logs must show no panic.
+//!
+//! The run is seeded: `MNEMO_CRASH_SEED=<n>` replays a failing seed (the seed is printed).
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use support::{Backend, Home, TestApp};
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+
+const USERS: usize = 3;
+const WRITERS_PER_USER: usize = 2;
+const CRASHES: usize = 3;
+
+/// The binary with a clean `MNEMO__*` environment (warnings and indexer events on stderr).
+fn mnemo(data_dir: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mnemo"));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("MNEMO__") {
+            command.env_remove(key);
+        }
+    }
+    command
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env("MNEMO__LOG__LEVEL", "warn,mnemo::index::indexer=info")
+        // Optimise the vector index often, so some kills land during an optimisation.
+        .env("MNEMO__QDRANT__OPTIMIZE_AFTER_UPSERTS", "25")
+        .env("MNEMO__EMBEDDER__MODEL_DIR", support::model_dir())
+        .kill_on_drop(true);
+    command
+}
+
+async fn add_user(data_dir: &Path, name: &str) -> String {
+    let output = mnemo(data_dir)
+        .args(["user", "add", name])
+        .stderr(Stdio::null())
+        .output()
+        .await
+        .expect("run mnemo user add");
+    assert!(output.status.success(), "user add {name}: {output:?}");
+    String::from_utf8(output.stdout)
+        .expect("utf-8 key")
+        .trim()
+        .to_string()
+}
+
+/// A running `mnemo serve`.
+struct Server {
+    child: Child,
+    base: String,
+    _stdout: Lines<BufReader<ChildStdout>>,
+}
+
+async fn start_server(data_dir: &Path, log: &Path) -> Server {
+    let log_file = std::fs::File::create(log).expect("server log file");
+    let mut child = mnemo(data_dir)
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log_file))
+        .spawn()
+        .expect("spawn mnemo serve");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "mnemo serve did not start within 30 s; log:\n{}",
+                read_log(log)
+            )
+        })
+        .expect("read stdout");
+    let Some(first) = first else {
+        let status = child.wait().await.expect("wait");
+        panic!(
+            "mnemo serve exited before listening ({status}); log:\n{}",
+            read_log(log)
+        );
+    };
+    let base = first
+        .strip_prefix("mnemo listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {first}"))
+        .to_string();
+    Server {
+        child,
+        base,
+        _stdout: lines,
+    }
+}
+
+fn read_log(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// What a memory may look like in the end: `None` is "deleted". One possibility means every
+/// write to it was acknowledged; more mean a write was in flight at a crash.
+#[derive(Debug, Clone)]
+struct Tracked {
+    possible: Vec<Option<String>>,
+    /// Unique tokens of acknowledged contents this memory no longer has.
+    replaced_tokens: Vec<String>,
+}
+
+impl Tracked {
+    fn certain_content(&self) -> Option<&str> {
+        match self.possible.as_slice() {
+            [Some(content)] => Some(content),
+            _ => None,
+        }
+    }
+}
+
+/// One writer's view of its own memories (writers never touch each other's memories, so each
+/// memory has at most one request in flight).
+struct Writer {
+    user: usize,
+    name: String,
+    key: String,
+    rng: StdRng,
+    counter: u64,
+    memories: HashMap<String, Tracked>,
+    /// Ids in creation order, for picking.
+    order: Vec<String>,
+    /// Contents of POSTs that were not acknowledged (they may or may not exist).
+    unacked_posts: HashSet<String>,
+    /// Non-2xx answers (never expected).
+    unexpected: Vec<String>,
+    acked: u64,
+}
+
+fn token(rng: &mut StdRng) -> String {
+    (0..12)
+        .map(|_| char::from(b'a' + rng.random_range(0..26u8)))
+        .collect()
+}
+
+/// The unique token of a content written by `content_for`.
+fn token_of(content: &str) -> &str {
+    content.rsplit(' ').next().expect("token")
+}
+
+impl Writer {
+    fn content(&mut self, round: usize) -> String {
+        self.counter += 1;
+        let token = token(&mut self.rng);
+        format!(
+            "{} noted item {} during round {round} with marker {token}",
+            self.name, self.counter
+        )
+    }
+
+    /// Writes until the server goes away.
+    async fn run(mut self, base: String, round: usize, acks: Arc<AtomicU64>) -> Self {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(15))
+            .build()
+            .expect("client");
+        loop {
+            let certain: Vec<String> = self
+                .order
+                .iter()
+                .filter(|id| self.memories[*id].certain_content().is_some())
+                .cloned()
+                .collect();
+            let roll = self.rng.random_range(0..100);
+            let alive = if certain.is_empty() || roll < 65 {
+                self.post(&client, &base, round).await
+            } else {
+                let id = certain[self.rng.random_range(0..certain.len())].clone();
+                if roll < 85 {
+                    self.patch(&client, &base, round, &id).await
+                } else {
+                    self.delete(&client, &base, &id).await
+                }
+            };
+            match alive {
+                Some(true) => {
+                    self.acked += 1;
+                    acks.fetch_add(1, Ordering::Relaxed);
+                }
+                Some(false) => {}
+                None => return self,
+            }
+        }
+    }
+
+    /// `Some(true)` acknowledged, `Some(false)` refused, `None` when the server is gone.
+    async fn send(
+        &mut self,
+        request: reqwest::RequestBuilder,
+        what: &str,
+    ) -> Option<(StatusCode, Value)> {
+        let response = request.bearer_auth(&self.key).send().await.ok()?;
+        let status = response.status();
+        let text = response.text().await.ok()?;
+        if !status.is_success() {
+            self.unexpected.push(format!("{what}: {status} {text}"));
+        }
+        Some((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
+    }
+
+    async fn post(&mut self, client: &reqwest::Client, base: &str, round: usize) -> Option<bool> {
+        let content = self.content(round);
+        self.unacked_posts.insert(content.clone());
+        let request = client
+            .post(format!("{base}/v1/memories"))
+            .json(&json!({ "content": content, "kind": "fact" }));
+        let (status, body) = self.send(request, "POST /v1/memories").await?;
+        if status != StatusCode::CREATED {
+            return Some(false);
+        }
+        assert_eq!(body["content"], json!(content), "{body}");
+        let id = body["id"].as_str().expect("memory id").to_string();
+        self.unacked_posts.remove(&content);
+        self.order.push(id.clone());
+        self.memories.insert(
+            id,
+            Tracked {
+                possible: vec![Some(content)],
+                replaced_tokens: Vec::new(),
+            },
+        );
+        Some(true)
+    }
+
+    async fn patch(
+        &mut self,
+        client: &reqwest::Client,
+        base: &str,
+        round: usize,
+        id: &str,
+    ) -> Option<bool> {
+        let old = self.memories[id]
+            .certain_content()
+            .expect("certain")
+            .to_string();
+        let new = self.content(round);
+        // Until acknowledged, either content may survive.
+        self.memories.get_mut(id).expect("tracked").possible =
+            vec![Some(old.clone()), Some(new.clone())];
+        let request = client
+            .patch(format!("{base}/v1/memories/{id}"))
+            .json(&json!({ "content": new }));
+        let (status, body) = self.send(request, "PATCH /v1/memories/{id}").await?;
+        if status != StatusCode::OK {
+            return Some(false);
+        }
+        assert_eq!(body["content"], json!(new), "{body}");
+        let tracked = self.memories.get_mut(id).expect("tracked");
+        tracked.possible = vec![Some(new)];
+        tracked.replaced_tokens.push(token_of(&old).to_string());
+        Some(true)
+    }
+
+    async fn delete(&mut self, client: &reqwest::Client, base: &str, id: &str) -> Option<bool> {
+        let old = self.memories[id].certain_content().map(str::to_string);
+        self.memories.get_mut(id).expect("tracked").possible = vec![old, None];
+        let request = client.delete(format!("{base}/v1/memories/{id}"));
+        let (status, _) = self.send(request, "DELETE /v1/memories/{id}").await?;
+        if status != StatusCode::NO_CONTENT {
+            return Some(false);
+        }
+        self.memories.get_mut(id).expect("tracked").possible = vec![None];
+        Some(true)
+    }
+}
+
+/// Every memory of a user (archived and superseded too), id → content, via the HTTP API.
+async fn list_all(client: &reqwest::Client, base: &str, key: &str) -> HashMap<String, String> {
+    let mut all = HashMap::new();
+    let mut before: Option<String> = None;
+    loop {
+        let mut url =
+            format!("{base}/v1/memories?include_archived=true&include_invalid=true&limit=500");
+        if let Some(before) = &before {
+            url.push_str(&format!("&before={before}"));
+        }
+        let response = client.get(url).bearer_auth(key).send().await.expect("list");
+        assert_eq!(response.status(), StatusCode::OK);
+        let body: Value = response.json().await.expect("list body");
+        for memory in body["memories"].as_array().expect("memories") {
+            let id = memory["id"].as_str().expect("id").to_string();
+            let content = memory["content"].as_str().expect("content").to_string();
+            assert!(all.insert(id, content).is_none(), "a memory listed twice");
+        }
+        match body["next_before"].as_str() {
+            Some(next) => before = Some(next.to_string()),
+            None => return all,
+        }
+    }
+}
+
+/// A search; returns `(id, vector score)` best first.
+async fn search(
+    client: &reqwest::Client,
+    base: &str,
+    key: &str,
+    mode: &str,
+    query: &str,
+) -> Vec<(String, Option<f64>)> {
+    let response = client
+        .post(format!("{base}/v1/memories/search"))
+        .bearer_auth(key)
+        .json(&json!({ "query": query, "mode": mode, "k": 20 }))
+        .send()
+        .await
+        .expect("search");
+    let status = response.status();
+    let body: Value = response.json().await.expect("search body");
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|result| {
+            (
+                result["memory"]["id"].as_str().expect("id").to_string(),
+                result["signals"]["vector_score"].as_f64(),
+            )
+        })
+        .collect()
+}
+
+async fn terminate(mut server: Server, log: &Path) {
+    let pid = server.child.id().expect("pid").to_string();
+    let sent = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .await
+        .expect("kill -TERM");
+    assert!(sent.success());
+    let exit = tokio::time::timeout(Duration::from_secs(20), server.child.wait())
+        .await
+        .unwrap_or_else(|_| panic!("serve did not stop on SIGTERM; log:\n{}", read_log(log)))
+        .expect("wait");
+    assert!(
+        exit.success(),
+        "serve exits 0 on SIGTERM: {exit}; log:\n{}",
+        read_log(log)
+    );
+}
+
+#[test]
+fn acknowledged_writes_survive_sigkill_and_indexes_match_sql() {
+    // `home` is declared first so it is dropped last: the in-process app's background tasks
+    // keep the Qdrant Edge shard open until the runtime is dropped, and the shard flushes
+    // into the data dir when it is dropped.
+    let home: Home;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    home = runtime.block_on(Home::new(Backend::Sqlite));
+    runtime.block_on(crash_and_check(&home));
+    drop(runtime);
+}
+
+async fn crash_and_check(home: &Home) {
+    let started = Instant::now();
+    let seed: u64 = std::env::var("MNEMO_CRASH_SEED")
+        .ok()
+        .and_then(|seed| seed.parse().ok())
+        .unwrap_or_else(rand::random);
+    println!("crash test seed: {seed} (replay with MNEMO_CRASH_SEED={seed})");
+    let mut rng = StdRng::seed_from_u64(seed);
+
+    let data_dir = home.data_dir();
+    let logs = tempfile::tempdir().expect("log dir");
+    let mut log_paths: Vec<PathBuf> = Vec::new();
+
+    let mut names = Vec::new();
+    let mut keys = Vec::new();
+    for user in 0..USERS {
+        let name = format!("crasher{user}");
+        keys.push(add_user(&data_dir, &name).await);
+        names.push(name);
+    }
+    let mut writers: Vec<Writer> = (0..USERS * WRITERS_PER_USER)
+        .map(|index| {
+            let user = index / WRITERS_PER_USER;
+            Writer {
+                user,
+                name: format!("{}w{}", names[user], index % WRITERS_PER_USER),
+                key: keys[user].clone(),
+                rng: StdRng::seed_from_u64(rng.random()),
+                counter: 0,
+                memories: HashMap::new(),
+                order: Vec::new(),
+                unacked_posts: HashSet::new(),
+                unexpected: Vec::new(),
+                acked: 0,
+            }
+        })
+        .collect();
+
+    for round in 0..CRASHES {
+        let log = logs.path().join(format!("serve-{round}.log"));
+        log_paths.push(log.clone());
+        let mut server = start_server(&data_dir, &log).await;
+        let acks = Arc::new(AtomicU64::new(0));
+        let tasks: Vec<_> = writers
+            .drain(..)
+            .map(|writer| tokio::spawn(writer.run(server.base.clone(), round, acks.clone())))
+            .collect();
+        // A random moment, once writes are flowing.
+        let delay = Duration::from_millis(rng.random_range(150..2500));
+        tokio::time::sleep(delay).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while acks.load(Ordering::Relaxed) < 3 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        server.child.start_kill().expect("SIGKILL");
+        let status = server
+            .child
+            .wait()
+            .await
+            .expect("wait for the killed server");
+        assert!(!status.success(), "the server was killed: {status}");
+        for task in tasks {
+            let writer = tokio::time::timeout(Duration::from_secs(20), task)
+                .await
+                .expect("writers notice the crash")
+                .expect("writer task");
+            writers.push(writer);
+        }
+        println!(
+            "round {round}: killed after {delay:?} with {} acknowledged writes",
+            acks.load(Ordering::Relaxed)
+        );
+    }
+
+    // Restart and check what the API shows.
+    let log = logs.path().join("serve-final.log");
+    log_paths.push(log.clone());
+    let server = start_server(&data_dir, &log).await;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(15))
+        .build()
+        .expect("client");
+    let mut listed: Vec<HashMap<String, String>> = Vec::new();
+    for key in &keys {
+        listed.push(list_all(&client, &server.base, key).await);
+    }
+    let mut problems = Vec::new();
+    let mut searched = 0;
+    for writer in &writers {
+        let actual = &listed[writer.user];
+        for (id, tracked) in &writer.memories {
+            let found = actual.get(id).cloned();
+            if !tracked.possible.contains(&found) {
+                problems.push(format!(
+                    "{}: memory {id} is {found:?}, expected one of {:?}",
+                    writer.name, tracked.possible
+                ));
+            }
+        }
+        // Both indexes hold every acknowledged content: its unique token finds it by keyword,
+        // the content itself finds it first by vector; replaced contents find it no more.
+        for id in &writer.order {
+            let tracked = &writer.memories[id];
+            let Some(content) = tracked.certain_content() else {
+                continue;
+            };
+            let token = token_of(content);
+            let hits = search(&client, &server.base, &writer.key, "keyword", token).await;
+            searched += 1;
+            if !hits.iter().any(|(hit, _)| hit == id) {
+                problems.push(format!(
+                    "{}: keyword search for {token:?} misses memory {id} ({content:?}); \
+                     hits {hits:?}",
+                    writer.name
+                ));
+            }
+            let hits = search(&client, &server.base, &writer.key, "vector", content).await;
+            searched += 1;
+            match hits.first() {
+                Some((hit, Some(score))) if hit == id && *score > 0.99 => {}
+                top => problems.push(format!(
+                    "{}: vector search for {content:?} does not find memory {id} first \
+                     (top hit {top:?})",
+                    writer.name
+                )),
+            }
+            for old in &tracked.replaced_tokens {
+                let hits = search(&client, &server.base, &writer.key, "keyword", old).await;
+                searched += 1;
+                if hits.iter().any(|(hit, _)| hit == id) {
+                    problems.push(format!(
+                        "{}: keyword search for the replaced token {old:?} still finds {id}",
+                        writer.name
+                    ));
+                }
+            }
+        }
+    }
+    // Anything else a user has must come from a POST that was in flight at a kill.
+    for (user, actual) in listed.iter().enumerate() {
+        let user_writers: Vec<&Writer> = writers.iter().filter(|w| w.user == user).collect();
+        for (id, content) in actual {
+            let tracked = user_writers.iter().any(|w| w.memories.contains_key(id));
+            let in_flight = user_writers
+                .iter()
+                .any(|w| w.unacked_posts.contains(content));
+            if !tracked && !in_flight {
+                problems.push(format!(
+                    "{}: memory {id} ({content:?}) was never written",
+                    names[user]
+                ));
+            }
+        }
+    }
+    terminate(server, &log).await;
+    // What the binary left behind, kept (with the logs) if the test fails.
+    let evidence = tempfile::Builder::new()
+        .prefix("mnemo-crash-")
+        .tempdir()
+        .expect("evidence dir");
+    copy_dir(&data_dir, &evidence.path().join("data"));
+    copy_dir(logs.path(), &evidence.path().join("logs"));
+
+    // The same data dir in-process: SQL and both indexes hold exactly the same ids.
+    let app = TestApp::spawn(home).await;
+    assert!(
+        app.state
+            .memory
+            .wait_recallable(Duration::from_secs(30))
+            .await
+            .expect("log head"),
+        "the indexer catches up"
+    );
+    let lag = app.state.memory.indexer().lag().await.expect("lag");
+    for (user, name) in names.iter().enumerate() {
+        let user_id = app
+            .state
+            .store
+            .user_by_name(name)
+            .await
+            .expect("user lookup")
+            .expect("user exists")
+            .id;
+        let sql: Vec<String> = app
+            .state
+            .memory
+            .export(user_id)
+            .await
+            .expect("export")
+            .iter()
+            .map(|memory| memory.id.to_string())
+            .collect();
+        let vector: Vec<String> = app
+            .state
+            .memory
+            .indexer()
+            .vector()
+            .ids(user_id)
+            .await
+            .expect("vector ids")
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let keyword: Vec<String> = app
+            .state
+            .memory
+            .indexer()
+            .keyword()
+            .ids_async(user_id)
+            .await
+            .expect("keyword ids")
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let sql_set: HashSet<&String> = sql.iter().collect();
+        let vector_set: HashSet<&String> = vector.iter().collect();
+        let keyword_set: HashSet<&String> = keyword.iter().collect();
+        let listed_set: HashSet<&String> = listed[user].keys().collect();
+        if sql_set != listed_set {
+            problems.push(format!(
+                "{name}: SQL after SIGTERM differs from the API before it: {} vs {}",
+                sql_set.len(),
+                listed_set.len()
+            ));
+        }
+        for (index, ids, set) in [
+            ("vector", &vector, &vector_set),
+            ("keyword", &keyword, &keyword_set),
+        ] {
+            if ids.len() != set.len() {
+                problems.push(format!(
+                    "{name}: the {index} index holds {} documents for {} ids",
+                    ids.len(),
+                    set.len()
+                ));
+            }
+            let missing: Vec<_> = sql_set.difference(set).collect();
+            let extra: Vec<_> = set.difference(&sql_set).collect();
+            if !missing.is_empty() || !extra.is_empty() {
+                problems.push(format!(
+                    "{name}: the {index} index differs from SQL ({} ids): missing {missing:?}, \
+                     extra {extra:?} (lag {lag:?})",
+                    sql_set.len()
+                ));
+            }
+        }
+        println!(
+            "{name}: {} memories in SQL, {} in the vector index, {} in the keyword index",
+            sql.len(),
+            vector.len(),
+            keyword.len()
+        );
+    }
+    app.stop().await;
+
+    for writer in &writers {
+        for unexpected in &writer.unexpected {
+            problems.push(format!("{}: unexpected answer {unexpected}", writer.name));
+        }
+    }
+    for path in &log_paths {
+        let text = read_log(path);
+        for line in text.lines().filter(|line| line.contains("panicked")) {
+            problems.push(format!("{}: {line}", path.display()));
+        }
+        let optimised = text
+            .lines()
+            .filter(|line| line.contains("vector index optimised"))
+            .count();
+        println!("{}: {optimised} vector optimisations", path.display());
+        let warnings = text
+            .lines()
+            .filter(|line| line.contains("WARN") || line.contains("ERROR"))
+            .count();
+        if warnings > 0 {
+            println!("{}: {warnings} warnings/errors:\n{text}", path.display());
+        }
+    }
+    let acked: u64 = writers.iter().map(|w| w.acked).sum();
+    let tracked: usize = writers.iter().map(|w| w.memories.len()).sum();
+    let in_flight: usize = writers
+        .iter()
+        .map(|w| {
+            w.unacked_posts.len() + w.memories.values().filter(|t| t.possible.len() > 1).count()
+        })
+        .sum();
+    println!(
+        "{acked} acknowledged writes, {tracked} memories tracked, {in_flight} writes in flight \
+         at a kill, {searched} searches, {:?}",
+        started.elapsed()
+    );
+    assert!(acked >= (CRASHES * 3) as u64, "writes were acknowledged");
+    if !problems.is_empty() {
+        problems.push(format!(
+            "the data dir as the binary left it, and its logs, are kept in {}",
+            evidence.keep().display()
+        ));
+    }
+    assert!(
+        problems.is_empty(),
+        "seed {seed}: {} problems:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+}
+
+/// The on-disk state a SIGKILL leaves in the middle of a tantivy commit: the new delete file
+/// (`<segment>.<opstamp>.del`) is written, `meta.json` is not. The indexer then replays the
+/// same batch at the next start, which must succeed (and keep succeeding).
+#[test]
+fn keyword_index_replays_a_commit_killed_after_its_delete_file() {
+    use mnemo::index::keyword::{KeywordDoc, KeywordIndex, KeywordOp};
+    use mnemo::index::vector::VectorFilter;
+    use mnemo::store::{MemoryId, UserKind};
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let user = runtime.block_on(async {
+        let store = mnemo::store::connect(&mnemo::testing::sqlite_url(dir.path()), 1)
+            .await
+            .expect("store");
+        store
+            .create_user("keyword", UserKind::Key)
+            .await
+            .expect("user")
+            .id
+    });
+    let (memory, other) = (MemoryId::new(), MemoryId::new());
+    let doc = |id: MemoryId, content: &str| {
+        KeywordOp::Upsert(KeywordDoc {
+            id,
+            user_id: user,
+            content: content.to_string(),
+            kind: "fact".into(),
+            created_at_ms: 0,
+            archived: false,
+            valid: true,
+        })
+    };
+    let upsert = |content: &str| vec![doc(memory, content)];
+    let live = dir.path().join("live");
+    let crashed = dir.path().join("crashed");
+    KeywordIndex::open(Some(&live))
+        .expect("open")
+        .apply(&[doc(memory, "first version"), doc(other, "unrelated")], 1)
+        .expect("first commit");
+    copy_dir(&live, &crashed);
+    KeywordIndex::open(Some(&live))
+        .expect("reopen")
+        .apply(&upsert("second version"), 2)
+        .expect("second commit");
+    // A SIGKILL after the second commit wrote its files (the new segment, the delete file of
+    // the first segment, the managed-file list) but before `meta.json`.
+    let mut delete_files = 0;
+    for entry in std::fs::read_dir(&live).expect("read dir") {
+        let name = entry.expect("entry").file_name();
+        if name == "meta.json" {
+            continue;
+        }
+        if name.to_string_lossy().ends_with(".del") && !crashed.join(&name).exists() {
+            delete_files += 1;
+        }
+        std::fs::copy(live.join(&name), crashed.join(&name)).expect("copy");
+    }
+    assert_eq!(delete_files, 1, "the second commit wrote one delete file");
+
+    // The next start replays the batch; then the index is as if nothing had happened.
+    let index = KeywordIndex::open(Some(&crashed)).expect("open after the crash");
+    assert_eq!(index.applied_seq(), 1);
+    if let Err(error) = index.apply(&upsert("second version"), 2) {
+        panic!("replaying the interrupted commit fails: {error}");
+    }
+    drop(index);
+    let index = KeywordIndex::open(Some(&crashed)).expect("open after the replay");
+    assert_eq!(index.applied_seq(), 2);
+    let filter = VectorFilter::default();
+    let found = |query: &str| -> Vec<MemoryId> {
+        let hits = index.search(user, query, &filter, 10).expect("search");
+        hits.into_iter().map(|(id, _)| id).collect()
+    };
+    assert_eq!(found("second"), vec![memory]);
+    assert!(found("first").is_empty());
+    assert_eq!(found("unrelated"), vec![other]);
+    let mut ids = index.ids(user).expect("ids");
+    ids.sort();
+    let mut expected = vec![memory, other];
+    expected.sort();
+    assert_eq!(ids, expected);
+}
+
+/// Copies a directory tree.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create dir");
+    for entry in std::fs::read_dir(from).expect("read dir") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).expect("copy");
+        }
+    }
+}
+
+#[test]
+#[ignore]
+fn zz_inspect() {
+    use tantivy::schema::Value as _;
+    let dir = std::env::var("INSPECT_DIR").unwrap();
+    let target = std::env::var("INSPECT_ID").unwrap();
+    let index = tantivy::Index::open_in_dir(&dir).unwrap();
+    let schema = index.schema();
+    let id_field = schema.get_field("id").unwrap();
+    let reader = index.reader().unwrap();
+    let searcher = reader.searcher();
+    for segment in searcher.segment_readers() {
+        let store = segment.get_store_reader(1).unwrap();
+        let alive = segment.alive_bitset();
+        let mut found = Vec::new();
+        for doc in 0..segment.max_doc() {
+            let d: tantivy::TantivyDocument = store.get(doc).unwrap();
+            let id = d.get_first(id_field).unwrap().as_str().unwrap().to_string();
+            let is_alive = alive.map(|a| a.is_alive(doc)).unwrap_or(true);
+            if id == target {
+                found.push((doc, is_alive));
+            }
+        }
+        println!(
+            "segment {:?} max_doc {} alive {} target {:?}",
+            segment.segment_id(),
+            segment.max_doc(),
+            segment.num_docs(),
+            found
+        );
+    }
+}
+
+#[test]
+#[ignore]
+fn zz_keyword_model() {
+    use mnemo::index::keyword::{KeywordDoc, KeywordIndex, KeywordOp};
+    use mnemo::store::{MemoryId, UserKind};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let user = runtime.block_on(async {
+        let store = mnemo::store::connect(&mnemo::testing::sqlite_url(dir.path()), 1)
+            .await
+            .expect("store");
+        store
+            .create_user("keyword", UserKind::Key)
+            .await
+            .expect("user")
+            .id
+    });
+    let mut rng = StdRng::seed_from_u64(
+        std::env::var("SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1),
+    );
+    let mut index = KeywordIndex::open(Some(&dir.path().join("kw"))).unwrap();
+    let mut live: Vec<MemoryId> = Vec::new();
+    let mut seq = 0;
+    for round in 0..3000 {
+        let mut ops = Vec::new();
+        let n = rng.random_range(1..4);
+        let mut touched = HashSet::new();
+        for _ in 0..n {
+            let roll = rng.random_range(0..100);
+            if live.is_empty() || roll < 50 {
+                let id = MemoryId::new();
+                live.push(id);
+                touched.insert(id);
+                ops.push(KeywordOp::Upsert(KeywordDoc {
+                    id,
+                    user_id: user,
+                    content: format!("c {round}"),
+                    kind: "fact".into(),
+                    created_at_ms: 0,
+                    archived: false,
+                    valid: true,
+                }));
+            } else if roll < 80 {
+                let id = live[rng.random_range(0..live.len())];
+                if !touched.insert(id) {
+                    continue;
+                }
+                ops.push(KeywordOp::Upsert(KeywordDoc {
+                    id,
+                    user_id: user,
+                    content: format!("p {round}"),
+                    kind: "fact".into(),
+                    created_at_ms: 0,
+                    archived: false,
+                    valid: true,
+                }));
+            } else {
+                let id = live.swap_remove(rng.random_range(0..live.len()));
+                if !touched.insert(id) {
+                    live.push(id);
+                    continue;
+                }
+                ops.push(KeywordOp::Delete(id));
+            }
+        }
+        seq += 1;
+        index.apply(&ops, seq).unwrap();
+        if rng.random_range(0..20) == 0 {
+            drop(index);
+            index = KeywordIndex::open(Some(&dir.path().join("kw"))).unwrap();
+            assert_eq!(index.applied_seq(), seq);
+        }
+        let ids = index.ids(user).unwrap();
+        let set: HashSet<_> = ids.iter().copied().collect();
+        let expected: HashSet<_> = live.iter().copied().collect();
+        if ids.len() != set.len() || set != expected {
+            panic!(
+                "round {round}: {} docs, {} ids, expected {}",
+                ids.len(),
+                set.len(),
+                expected.len()
+            );
+        }
+    }
+    println!("ok, {} live", live.len());
+}
+
+/// Per batch: (id, `Some(content)` = upsert | `None` = delete).
+type Batches = Vec<Vec<(u128, Option<String>)>>;
+
+fn zz_batches(seed: u64, count: usize, want_states: bool) -> (Batches, Vec<HashSet<u128>>) {
+    // batch i (1-based seq = i+1): list of (id, Some(content)=upsert | None=delete); live set after it
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut live: Vec<u128> = Vec::new();
+    let mut next = 1u128;
+    let mut batches = Vec::new();
+    let mut states = Vec::new();
+    for round in 0..count {
+        let mut ops = Vec::new();
+        let mut touched = HashSet::new();
+        for _ in 0..rng.random_range(1..4) {
+            let roll = rng.random_range(0..100);
+            if live.is_empty() || roll < 50 {
+                let id = next;
+                next += 1;
+                live.push(id);
+                touched.insert(id);
+                ops.push((id, Some(format!("c {round}"))));
+            } else if roll < 80 {
+                let id = live[rng.random_range(0..live.len())];
+                if !touched.insert(id) {
+                    continue;
+                }
+                ops.push((id, Some(format!("p {round}"))));
+            } else {
+                let i = rng.random_range(0..live.len());
+                let id = live[i];
+                if !touched.insert(id) {
+                    continue;
+                }
+                live.swap_remove(i);
+                ops.push((id, None));
+            }
+        }
+        batches.push(ops);
+        if want_states || round + 1 == count {
+            states.push(live.iter().copied().collect());
+        }
+    }
+    (batches, states)
+}
+
+fn zz_user(dir: &Path) -> mnemo::store::UserId {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let store = mnemo::store::connect(&mnemo::testing::sqlite_url(dir), 1)
+            .await
+            .expect("store");
+        match store.user_by_name("kw").await.unwrap() {
+            Some(user) => user.id,
+            None => {
+                store
+                    .create_user("kw", mnemo::store::UserKind::Key)
+                    .await
+                    .expect("user")
+                    .id
+            }
+        }
+    })
+}
+
+fn zz_state_at(batches: &[Vec<(u128, Option<String>)>], upto: usize) -> HashMap<u128, String> {
+    let mut state = HashMap::new();
+    for batch in &batches[..upto] {
+        for (id, content) in batch {
+            match content {
+                Some(c) => {
+                    state.insert(*id, c.clone());
+                }
+                None => {
+                    state.remove(id);
+                }
+            }
+        }
+    }
+    state
+}
+
+fn zz_apply_from(
+    dir: &Path,
+    batches: &[Vec<(u128, Option<String>)>],
+    head: usize,
+    upto: usize,
+) -> i64 {
+    use mnemo::index::keyword::{KeywordDoc, KeywordIndex, KeywordOp};
+    use mnemo::store::MemoryId;
+    let user = zz_user(dir);
+    if std::env::var("ZZ_GC").is_ok() && dir.join("kw").join("meta.json").exists() {
+        let index = tantivy::Index::open_in_dir(dir.join("kw")).unwrap();
+        let writer: tantivy::IndexWriter = index.writer_with_num_threads(1, 15_000_000).unwrap();
+        writer.garbage_collect_files().wait().unwrap();
+    }
+    let index = KeywordIndex::open(Some(&dir.join("kw"))).unwrap();
+    let applied = index.applied_seq();
+    let op = |id: u128, content: Option<&String>| {
+        let id = MemoryId::from_uuid(uuid::Uuid::from_u128(id));
+        match content {
+            Some(c) => KeywordOp::Upsert(KeywordDoc {
+                id,
+                user_id: user,
+                content: c.clone(),
+                kind: "fact".into(),
+                created_at_ms: 0,
+                archived: false,
+                valid: true,
+            }),
+            None => KeywordOp::Delete(id),
+        }
+    };
+    // Catch-up: everything in (applied, head] as one batch of current rows (as the indexer does).
+    if head as i64 > applied {
+        let state = zz_state_at(batches, head);
+        let mut seen = HashSet::new();
+        let mut ops = Vec::new();
+        for batch in &batches[applied as usize..head] {
+            for (id, _) in batch {
+                if seen.insert(*id) {
+                    ops.push(op(*id, state.get(id)));
+                }
+            }
+        }
+        if let Err(e) = index.apply(&ops, head as i64) {
+            panic!("catch-up to {head} (opened at {applied}): {e}");
+        }
+    }
+    for seq in (head.max(applied as usize) + 1)..=upto {
+        let ops: Vec<KeywordOp> = batches[seq - 1]
+            .iter()
+            .map(|(id, c)| op(*id, c.as_ref()))
+            .collect();
+        if let Err(e) = index.apply(&ops, seq as i64) {
+            panic!("apply seq {seq} (opened at {applied}): {e}");
+        }
+    }
+    applied
+}
+
+#[test]
+#[ignore]
+fn zz_kw_child() {
+    let Ok(dir) = std::env::var("ZZ_DIR") else {
+        return;
+    };
+    let seed: u64 = std::env::var("ZZ_SEED").unwrap().parse().unwrap();
+    let head: usize = std::env::var("ZZ_HEAD").unwrap().parse().unwrap();
+    let (batches, _) = zz_batches(seed, 8000, false);
+    zz_apply_from(Path::new(&dir), &batches, head, 8000);
+}
+
+#[test]
+#[ignore]
+fn zz_kw_crash() {
+    let seed: u64 = std::env::var("ZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(7);
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xabc);
+    let exe = std::env::current_exe().unwrap();
+    let mut head = 0usize;
+    for kill in 0..30 {
+        let mut child = std::process::Command::new(&exe)
+            .args(["--exact", "zz_kw_child", "--ignored", "--nocapture"])
+            .env("ZZ_DIR", dir.path())
+            .env("ZZ_SEED", seed.to_string())
+            .env("ZZ_HEAD", head.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(rng.random_range(400..1500)));
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            use std::io::Read;
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            panic!("kill {kill}: child exited early {status}: {err}");
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let index = tantivy::Index::open_in_dir(dir.path().join("kw")).unwrap();
+        let applied: usize = index
+            .load_metas()
+            .unwrap()
+            .payload
+            .map(|p| p.parse().unwrap())
+            .unwrap_or(0);
+        // The log went on a little beyond what the index applied before the kill.
+        head = head.max(applied) + rng.random_range(0..6);
+    }
+    let upto = head + 5;
+    let (batches, states) = zz_batches(seed, upto, false);
+    zz_apply_from(dir.path(), &batches, head, upto);
+    let user = zz_user(dir.path());
+    let index = mnemo::index::keyword::KeywordIndex::open(Some(&dir.path().join("kw"))).unwrap();
+    let ids = index.ids(user).unwrap();
+    let set: HashSet<u128> = ids.iter().map(|id| id.as_uuid().as_u128()).collect();
+    let expected = states.last().unwrap();
+    let extra: Vec<_> = set.difference(expected).collect();
+    let missing: Vec<_> = expected.difference(&set).collect();
+    println!(
+        "seq {upto}: {} docs, {} ids, expected {}; extra {extra:?} missing {missing:?}",
+        ids.len(),
+        set.len(),
+        expected.len()
+    );
+    assert!(extra.is_empty() && missing.is_empty() && ids.len() == set.len());
+}
