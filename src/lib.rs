@@ -9,6 +9,7 @@
 //! - `index`     derived indexes: vector (Qdrant Edge / server), keyword (tantivy), indexer, RRF
 //! - `llm`       embedders (local candle BERT, OpenAI-compatible)
 //! - `memory`    episodic memory: writes, hybrid recall (RRF + decay), export/import, decay job
+//! - `research`  deep research: workflow, search providers, SSRF-safe fetcher, text extraction
 //! - `runs`      durable runs: the run-event log, live following, cancellation
 //! - `agent`     what executes runs: the chat turn (tool loop over memory tools)
 //! - `store`     the `Store` trait (SQL source of truth), SQLite and PostgreSQL implementations
@@ -29,6 +30,7 @@ pub mod http;
 pub mod index;
 pub mod llm;
 pub mod memory;
+pub mod research;
 pub mod runs;
 pub mod startup;
 pub mod store;
