@@ -53,7 +53,7 @@ const MODEL_BATCH: usize = 16;
 const RECALL_K: usize = 10;
 const WARMUP_QUERIES: usize = 10;
 /// Recall samples taken while the optimisation runs are this far apart.
-const SAMPLE_EVERY: Duration = Duration::from_millis(250);
+const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 
 /// What `run_recall_bench` does; `Default` is the full-size run.
 #[derive(Debug, Clone)]

@@ -30,6 +30,7 @@ pub struct Settings {
     pub memory: MemorySettings,
     pub llm: LlmSettings,
     pub chat: ChatSettings,
+    pub research: ResearchSettings,
 }
 
 /// The language model endpoint (any OpenAI-compatible API) and per-role models.
@@ -98,6 +99,104 @@ impl Default for ChatSettings {
             history_tokens: 3_000,
             auto_recall: 5,
             delta_interval_ms: 30,
+        }
+    }
+}
+
+/// Deep research: defaults of the per-request knobs, the server's limits on them, and the
+/// page fetcher's caps.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct ResearchSettings {
+    /// Ask the user a clarifying question first when the query is ambiguous (needs an LLM).
+    pub allow_clarification: bool,
+    /// Supervisor rounds (plan → dispatch → read findings).
+    pub max_researcher_iterations: u32,
+    /// Tool calls (search, fetch, think) per researcher.
+    pub max_react_tool_calls: u32,
+    /// Researchers running at the same time.
+    pub max_concurrent_research_units: u32,
+    /// Search results asked for per query.
+    pub search_results: usize,
+    /// Sources kept for the report after scoring (the weakest are dropped).
+    pub max_sources: usize,
+    /// Sources scoring below this (0–1) are dropped.
+    pub min_source_score: f64,
+    /// Recursive mode: queries per level, levels, and queries researched at once.
+    pub breadth: u32,
+    pub depth: u32,
+    pub concurrency: u32,
+    /// Write the conclusions of a finished report to the user's memory.
+    pub remember_conclusions: bool,
+    /// Upper bounds a request may ask for.
+    pub limits: ResearchLimits,
+    pub fetch: FetchSettings,
+}
+
+impl Default for ResearchSettings {
+    fn default() -> Self {
+        Self {
+            allow_clarification: false,
+            max_researcher_iterations: 3,
+            max_react_tool_calls: 6,
+            max_concurrent_research_units: 3,
+            search_results: 5,
+            max_sources: 12,
+            min_source_score: 0.15,
+            breadth: 3,
+            depth: 2,
+            concurrency: 2,
+            remember_conclusions: true,
+            limits: ResearchLimits::default(),
+            fetch: FetchSettings::default(),
+        }
+    }
+}
+
+/// The largest values a research request may set.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct ResearchLimits {
+    pub max_researcher_iterations: u32,
+    pub max_react_tool_calls: u32,
+    pub max_concurrent_research_units: u32,
+    pub max_sources: usize,
+    pub breadth: u32,
+    pub depth: u32,
+    pub concurrency: u32,
+}
+
+impl Default for ResearchLimits {
+    fn default() -> Self {
+        Self {
+            max_researcher_iterations: 8,
+            max_react_tool_calls: 20,
+            max_concurrent_research_units: 8,
+            max_sources: 40,
+            breadth: 8,
+            depth: 4,
+            concurrency: 8,
+        }
+    }
+}
+
+/// Caps of the page fetcher.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct FetchSettings {
+    /// Largest decompressed body read from a page.
+    pub max_body_bytes: usize,
+    /// Deadline of one fetch, redirects and body included.
+    pub timeout_secs: u64,
+    pub max_redirects: usize,
+}
+
+impl Default for FetchSettings {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 5 * 1024 * 1024,
+            timeout_secs: 20,
+            max_redirects: 5,
         }
     }
 }

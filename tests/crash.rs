@@ -6,7 +6,9 @@
 //! the binary has stopped — SQL, the vector index and the keyword index hold exactly the same
 //! memory ids for every user. The servers' logs must show no panic.
 //!
-//! The run is seeded: `MNEMO_CRASH_SEED=<n>` replays a failing seed (the seed is printed).
+//! The run is seeded (the seed is printed): `MNEMO_CRASH_SEED=<n>` replays the same operations
+//! and kill delays (timing still varies). On failure the data dir and the server logs are kept
+//! and their place is printed.
 
 mod support;
 
@@ -89,8 +91,11 @@ async fn start_server(data_dir: &Path, log: &Path) -> Server {
         .expect("read stdout");
     let Some(first) = first else {
         let status = child.wait().await.expect("wait");
+        let kept = keep_evidence(data_dir, log.parent().expect("log dir"));
         panic!(
-            "mnemo serve exited before listening ({status}); log:\n{}",
+            "mnemo serve exited before listening ({status}); data dir and logs kept in {}; \
+             log:\n{}",
+            kept.display(),
             read_log(log)
         );
     };
@@ -103,6 +108,18 @@ async fn start_server(data_dir: &Path, log: &Path) -> Server {
         base,
         _stdout: lines,
     }
+}
+
+/// Copies the data dir and the logs to a directory that outlives the test; returns it.
+fn keep_evidence(data_dir: &Path, logs: &Path) -> PathBuf {
+    let kept = tempfile::Builder::new()
+        .prefix("mnemo-crash-")
+        .tempdir()
+        .expect("evidence dir")
+        .keep();
+    copy_dir(data_dir, &kept.join("data"));
+    copy_dir(logs, &kept.join("logs"));
+    kept
 }
 
 fn read_log(path: &Path) -> String {
@@ -151,7 +168,7 @@ fn token(rng: &mut StdRng) -> String {
         .collect()
 }
 
-/// The unique token of a content written by `content_for`.
+/// The unique token of a content made by `Writer::content`.
 fn token_of(content: &str) -> &str {
     content.rsplit(' ').next().expect("token")
 }
@@ -201,7 +218,7 @@ impl Writer {
         }
     }
 
-    /// `Some(true)` acknowledged, `Some(false)` refused, `None` when the server is gone.
+    /// Status and body, or `None` when the server is gone (no answer, or a cut-off one).
     async fn send(
         &mut self,
         request: reqwest::RequestBuilder,
@@ -216,6 +233,8 @@ impl Writer {
         Some((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
     }
 
+    /// Each operation answers `Some(true)` when acknowledged, `Some(false)` when refused, and
+    /// `None` when the server is gone.
     async fn post(&mut self, client: &reqwest::Client, base: &str, round: usize) -> Option<bool> {
         let content = self.content(round);
         self.unacked_posts.insert(content.clone());
@@ -775,343 +794,4 @@ fn copy_dir(from: &Path, to: &Path) {
             std::fs::copy(entry.path(), target).expect("copy");
         }
     }
-}
-
-#[test]
-#[ignore]
-fn zz_inspect() {
-    use tantivy::schema::Value as _;
-    let dir = std::env::var("INSPECT_DIR").unwrap();
-    let target = std::env::var("INSPECT_ID").unwrap();
-    let index = tantivy::Index::open_in_dir(&dir).unwrap();
-    let schema = index.schema();
-    let id_field = schema.get_field("id").unwrap();
-    let reader = index.reader().unwrap();
-    let searcher = reader.searcher();
-    for segment in searcher.segment_readers() {
-        let store = segment.get_store_reader(1).unwrap();
-        let alive = segment.alive_bitset();
-        let mut found = Vec::new();
-        for doc in 0..segment.max_doc() {
-            let d: tantivy::TantivyDocument = store.get(doc).unwrap();
-            let id = d.get_first(id_field).unwrap().as_str().unwrap().to_string();
-            let is_alive = alive.map(|a| a.is_alive(doc)).unwrap_or(true);
-            if id == target {
-                found.push((doc, is_alive));
-            }
-        }
-        println!(
-            "segment {:?} max_doc {} alive {} target {:?}",
-            segment.segment_id(),
-            segment.max_doc(),
-            segment.num_docs(),
-            found
-        );
-    }
-}
-
-#[test]
-#[ignore]
-fn zz_keyword_model() {
-    use mnemo::index::keyword::{KeywordDoc, KeywordIndex, KeywordOp};
-    use mnemo::store::{MemoryId, UserKind};
-    let dir = tempfile::tempdir().expect("temp dir");
-    let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let user = runtime.block_on(async {
-        let store = mnemo::store::connect(&mnemo::testing::sqlite_url(dir.path()), 1)
-            .await
-            .expect("store");
-        store
-            .create_user("keyword", UserKind::Key)
-            .await
-            .expect("user")
-            .id
-    });
-    let mut rng = StdRng::seed_from_u64(
-        std::env::var("SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(1),
-    );
-    let mut index = KeywordIndex::open(Some(&dir.path().join("kw"))).unwrap();
-    let mut live: Vec<MemoryId> = Vec::new();
-    let mut seq = 0;
-    for round in 0..3000 {
-        let mut ops = Vec::new();
-        let n = rng.random_range(1..4);
-        let mut touched = HashSet::new();
-        for _ in 0..n {
-            let roll = rng.random_range(0..100);
-            if live.is_empty() || roll < 50 {
-                let id = MemoryId::new();
-                live.push(id);
-                touched.insert(id);
-                ops.push(KeywordOp::Upsert(KeywordDoc {
-                    id,
-                    user_id: user,
-                    content: format!("c {round}"),
-                    kind: "fact".into(),
-                    created_at_ms: 0,
-                    archived: false,
-                    valid: true,
-                }));
-            } else if roll < 80 {
-                let id = live[rng.random_range(0..live.len())];
-                if !touched.insert(id) {
-                    continue;
-                }
-                ops.push(KeywordOp::Upsert(KeywordDoc {
-                    id,
-                    user_id: user,
-                    content: format!("p {round}"),
-                    kind: "fact".into(),
-                    created_at_ms: 0,
-                    archived: false,
-                    valid: true,
-                }));
-            } else {
-                let id = live.swap_remove(rng.random_range(0..live.len()));
-                if !touched.insert(id) {
-                    live.push(id);
-                    continue;
-                }
-                ops.push(KeywordOp::Delete(id));
-            }
-        }
-        seq += 1;
-        index.apply(&ops, seq).unwrap();
-        if rng.random_range(0..20) == 0 {
-            drop(index);
-            index = KeywordIndex::open(Some(&dir.path().join("kw"))).unwrap();
-            assert_eq!(index.applied_seq(), seq);
-        }
-        let ids = index.ids(user).unwrap();
-        let set: HashSet<_> = ids.iter().copied().collect();
-        let expected: HashSet<_> = live.iter().copied().collect();
-        if ids.len() != set.len() || set != expected {
-            panic!(
-                "round {round}: {} docs, {} ids, expected {}",
-                ids.len(),
-                set.len(),
-                expected.len()
-            );
-        }
-    }
-    println!("ok, {} live", live.len());
-}
-
-/// Per batch: (id, `Some(content)` = upsert | `None` = delete).
-type Batches = Vec<Vec<(u128, Option<String>)>>;
-
-fn zz_batches(seed: u64, count: usize, want_states: bool) -> (Batches, Vec<HashSet<u128>>) {
-    // batch i (1-based seq = i+1): list of (id, Some(content)=upsert | None=delete); live set after it
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut live: Vec<u128> = Vec::new();
-    let mut next = 1u128;
-    let mut batches = Vec::new();
-    let mut states = Vec::new();
-    for round in 0..count {
-        let mut ops = Vec::new();
-        let mut touched = HashSet::new();
-        for _ in 0..rng.random_range(1..4) {
-            let roll = rng.random_range(0..100);
-            if live.is_empty() || roll < 50 {
-                let id = next;
-                next += 1;
-                live.push(id);
-                touched.insert(id);
-                ops.push((id, Some(format!("c {round}"))));
-            } else if roll < 80 {
-                let id = live[rng.random_range(0..live.len())];
-                if !touched.insert(id) {
-                    continue;
-                }
-                ops.push((id, Some(format!("p {round}"))));
-            } else {
-                let i = rng.random_range(0..live.len());
-                let id = live[i];
-                if !touched.insert(id) {
-                    continue;
-                }
-                live.swap_remove(i);
-                ops.push((id, None));
-            }
-        }
-        batches.push(ops);
-        if want_states || round + 1 == count {
-            states.push(live.iter().copied().collect());
-        }
-    }
-    (batches, states)
-}
-
-fn zz_user(dir: &Path) -> mnemo::store::UserId {
-    let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    runtime.block_on(async {
-        let store = mnemo::store::connect(&mnemo::testing::sqlite_url(dir), 1)
-            .await
-            .expect("store");
-        match store.user_by_name("kw").await.unwrap() {
-            Some(user) => user.id,
-            None => {
-                store
-                    .create_user("kw", mnemo::store::UserKind::Key)
-                    .await
-                    .expect("user")
-                    .id
-            }
-        }
-    })
-}
-
-fn zz_state_at(batches: &[Vec<(u128, Option<String>)>], upto: usize) -> HashMap<u128, String> {
-    let mut state = HashMap::new();
-    for batch in &batches[..upto] {
-        for (id, content) in batch {
-            match content {
-                Some(c) => {
-                    state.insert(*id, c.clone());
-                }
-                None => {
-                    state.remove(id);
-                }
-            }
-        }
-    }
-    state
-}
-
-fn zz_apply_from(
-    dir: &Path,
-    batches: &[Vec<(u128, Option<String>)>],
-    head: usize,
-    upto: usize,
-) -> i64 {
-    use mnemo::index::keyword::{KeywordDoc, KeywordIndex, KeywordOp};
-    use mnemo::store::MemoryId;
-    let user = zz_user(dir);
-    if std::env::var("ZZ_GC").is_ok() && dir.join("kw").join("meta.json").exists() {
-        let index = tantivy::Index::open_in_dir(dir.join("kw")).unwrap();
-        let writer: tantivy::IndexWriter = index.writer_with_num_threads(1, 15_000_000).unwrap();
-        writer.garbage_collect_files().wait().unwrap();
-    }
-    let index = KeywordIndex::open(Some(&dir.join("kw"))).unwrap();
-    let applied = index.applied_seq();
-    let op = |id: u128, content: Option<&String>| {
-        let id = MemoryId::from_uuid(uuid::Uuid::from_u128(id));
-        match content {
-            Some(c) => KeywordOp::Upsert(KeywordDoc {
-                id,
-                user_id: user,
-                content: c.clone(),
-                kind: "fact".into(),
-                created_at_ms: 0,
-                archived: false,
-                valid: true,
-            }),
-            None => KeywordOp::Delete(id),
-        }
-    };
-    // Catch-up: everything in (applied, head] as one batch of current rows (as the indexer does).
-    if head as i64 > applied {
-        let state = zz_state_at(batches, head);
-        let mut seen = HashSet::new();
-        let mut ops = Vec::new();
-        for batch in &batches[applied as usize..head] {
-            for (id, _) in batch {
-                if seen.insert(*id) {
-                    ops.push(op(*id, state.get(id)));
-                }
-            }
-        }
-        if let Err(e) = index.apply(&ops, head as i64) {
-            panic!("catch-up to {head} (opened at {applied}): {e}");
-        }
-    }
-    for seq in (head.max(applied as usize) + 1)..=upto {
-        let ops: Vec<KeywordOp> = batches[seq - 1]
-            .iter()
-            .map(|(id, c)| op(*id, c.as_ref()))
-            .collect();
-        if let Err(e) = index.apply(&ops, seq as i64) {
-            panic!("apply seq {seq} (opened at {applied}): {e}");
-        }
-    }
-    applied
-}
-
-#[test]
-#[ignore]
-fn zz_kw_child() {
-    let Ok(dir) = std::env::var("ZZ_DIR") else {
-        return;
-    };
-    let seed: u64 = std::env::var("ZZ_SEED").unwrap().parse().unwrap();
-    let head: usize = std::env::var("ZZ_HEAD").unwrap().parse().unwrap();
-    let (batches, _) = zz_batches(seed, 8000, false);
-    zz_apply_from(Path::new(&dir), &batches, head, 8000);
-}
-
-#[test]
-#[ignore]
-fn zz_kw_crash() {
-    let seed: u64 = std::env::var("ZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(7);
-    let dir = tempfile::tempdir().unwrap();
-    let mut rng = StdRng::seed_from_u64(seed ^ 0xabc);
-    let exe = std::env::current_exe().unwrap();
-    let mut head = 0usize;
-    for kill in 0..30 {
-        let mut child = std::process::Command::new(&exe)
-            .args(["--exact", "zz_kw_child", "--ignored", "--nocapture"])
-            .env("ZZ_DIR", dir.path())
-            .env("ZZ_SEED", seed.to_string())
-            .env("ZZ_HEAD", head.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(rng.random_range(400..1500)));
-        if let Some(status) = child.try_wait().unwrap() {
-            let mut err = String::new();
-            use std::io::Read;
-            child
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut err)
-                .unwrap();
-            panic!("kill {kill}: child exited early {status}: {err}");
-        }
-        child.kill().unwrap();
-        child.wait().unwrap();
-        let index = tantivy::Index::open_in_dir(dir.path().join("kw")).unwrap();
-        let applied: usize = index
-            .load_metas()
-            .unwrap()
-            .payload
-            .map(|p| p.parse().unwrap())
-            .unwrap_or(0);
-        // The log went on a little beyond what the index applied before the kill.
-        head = head.max(applied) + rng.random_range(0..6);
-    }
-    let upto = head + 5;
-    let (batches, states) = zz_batches(seed, upto, false);
-    zz_apply_from(dir.path(), &batches, head, upto);
-    let user = zz_user(dir.path());
-    let index = mnemo::index::keyword::KeywordIndex::open(Some(&dir.path().join("kw"))).unwrap();
-    let ids = index.ids(user).unwrap();
-    let set: HashSet<u128> = ids.iter().map(|id| id.as_uuid().as_u128()).collect();
-    let expected = states.last().unwrap();
-    let extra: Vec<_> = set.difference(expected).collect();
-    let missing: Vec<_> = expected.difference(&set).collect();
-    println!(
-        "seq {upto}: {} docs, {} ids, expected {}; extra {extra:?} missing {missing:?}",
-        ids.len(),
-        set.len(),
-        expected.len()
-    );
-    assert!(extra.is_empty() && missing.is_empty() && ids.len() == set.len());
 }

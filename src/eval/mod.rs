@@ -391,7 +391,7 @@ pub async fn run(dataset: &dyn Dataset, options: EvalOptions) -> anyhow::Result<
         conversations: &conversations,
         scratch_root: scratch_root.clone(),
         settings: &options.settings,
-        embedder: Arc::new(QueryCache::new(load_embedder(&options.settings).await?)),
+        embedder: Arc::new(EvalEmbedder::new(load_embedder(&options.settings).await?)),
         plan,
     };
     let mut sink = Sink {
@@ -411,7 +411,6 @@ pub async fn run(dataset: &dyn Dataset, options: EvalOptions) -> anyhow::Result<
 
     // Main pass: every memory unit with every retrieval variant.
     let mut units = Vec::new();
-    let mut stored: BTreeMap<MemoryUnit, Vec<Ingested>> = BTreeMap::new();
     for &unit in &env.plan.units {
         if unit == MemoryUnit::Facts {
             units.push(report::UnitResult {
@@ -428,7 +427,7 @@ pub async fn run(dataset: &dyn Dataset, options: EvalOptions) -> anyhow::Result<
         let bars = indicatif::MultiProgress::new();
         let ingest_bar = bars.add(progress_bar(total_turns, &format!("ingest {}", unit.key())));
         let query_bar = bars.add(progress_bar(
-            (total_questions * env.plan.probes.len()) as u64,
+            (total_questions * (env.plan.probes.len() + env.plan.sweep.len())) as u64,
             &format!("recall {}", unit.key()),
         ));
         let mut memories = 0usize;
@@ -445,7 +444,7 @@ pub async fn run(dataset: &dyn Dataset, options: EvalOptions) -> anyhow::Result<
             recalls += query(
                 &scratch,
                 &ingested,
-                &env.plan.probes,
+                &env.plan.all_probes(),
                 &env,
                 &mut sink,
                 &query_bar,
@@ -454,7 +453,6 @@ pub async fn run(dataset: &dyn Dataset, options: EvalOptions) -> anyhow::Result<
             .with_context(|| format!("querying {} ({})", conversation.id, unit.key()))?;
             query_secs += query_started.elapsed().as_secs_f64();
             scratch.close().await;
-            stored.entry(unit).or_default().push(ingested);
         }
         ingest_bar.finish_and_clear();
         query_bar.finish_and_clear();
@@ -473,31 +471,6 @@ pub async fn run(dataset: &dyn Dataset, options: EvalOptions) -> anyhow::Result<
         });
     }
 
-    // Sweep pass: the RRF constants on the stores of the best memory unit.
-    let best_unit = best_unit(&sink.accumulators);
-    if let (Some(unit), false) = (best_unit, env.plan.sweep.is_empty()) {
-        let bar = progress_bar(
-            (total_questions * env.plan.sweep.len()) as u64,
-            &format!("rrf sweep {}", unit.key()),
-        );
-        let sweep_started = Instant::now();
-        let mut recalls = 0usize;
-        for (index, ingested) in stored.get(&unit).into_iter().flatten().enumerate() {
-            let scratch = env.open(unit, index).await?;
-            recalls += query(&scratch, ingested, &env.plan.sweep, &env, &mut sink, &bar)
-                .await
-                .with_context(|| {
-                    format!("RRF sweep on {} ({})", conversations[index].id, unit.key())
-                })?;
-            scratch.close().await;
-        }
-        bar.finish_and_clear();
-        eprintln!(
-            "rrf sweep on {}: {recalls} recalls in {:.1} s",
-            unit.key(),
-            sweep_started.elapsed().as_secs_f64()
-        );
-    }
     sink.per_question
         .flush()
         .context("writing per_question.jsonl")?;
@@ -533,30 +506,12 @@ pub async fn run(dataset: &dyn Dataset, options: EvalOptions) -> anyhow::Result<
     Ok(summary)
 }
 
-/// The memory unit of the best main run whose memories credit one turn each (by the mean of
-/// R@5 and R@10, as the report ranks runs).
-fn best_unit(accumulators: &BTreeMap<RunKey, Accumulator>) -> Option<MemoryUnit> {
-    accumulators
-        .iter()
-        .filter(|(key, _)| {
-            !key.sweep && (key.unit != MemoryUnit::Window || key.credit == Credit::Centre)
-        })
-        .map(|(key, accumulator)| {
-            let overall = accumulator.aggregate.overall();
-            let headline = match (overall.recall.get(&5), overall.recall.get(&10)) {
-                (Some(r5), Some(r10)) => (r5 + r10) / 2.0,
-                _ => overall.recall.values().next_back().copied().unwrap_or(0.0),
-            };
-            (key.unit, headline)
-        })
-        .max_by(|a, b| a.1.total_cmp(&b.1))
-        .map(|(unit, _)| unit)
-}
-
 // --- the plan of one evaluation -------------------------------------------------------------
 
 /// Importance of turn memories: ordinary (3), so they decay.
 const TURN_IMPORTANCE: u8 = 3;
+/// Memories per `MemoryEngine::add` call during ingestion.
+const ADD_BATCH: usize = 256;
 /// The returned text is measured over this many top results (or fewer if k is smaller).
 const TOKENS_AT: usize = 10;
 const SCRATCH_MARKER: &str = ".mnemo-eval-scratch";
@@ -572,9 +527,9 @@ struct Probe {
 
 struct Plan {
     units: Vec<MemoryUnit>,
-    /// The main pass, for every memory unit.
+    /// The main retrieval variants.
     probes: Vec<Probe>,
-    /// The RRF sweep, for the best memory unit only.
+    /// The RRF sweep (hybrid with other constants).
     sweep: Vec<Probe>,
     ks: Vec<usize>,
     max_k: usize,
@@ -584,6 +539,11 @@ struct Plan {
 }
 
 impl Plan {
+    /// The main retrieval variants, then the sweep.
+    fn all_probes(&self) -> Vec<Probe> {
+        self.probes.iter().chain(&self.sweep).copied().collect()
+    }
+
     fn new(options: &EvalOptions) -> anyhow::Result<Self> {
         let mut ks = options.ks.clone();
         ks.sort_unstable();
@@ -809,7 +769,7 @@ struct Env<'a> {
     conversations: &'a [Conversation],
     scratch_root: PathBuf,
     settings: &'a Settings,
-    embedder: Arc<QueryCache>,
+    embedder: Arc<EvalEmbedder>,
     plan: Plan,
 }
 
@@ -827,34 +787,40 @@ impl Env<'_> {
     }
 }
 
-/// The embedder with a cache of single-text calls (queries): every probe of a question reuses
-/// one query vector instead of embedding the same text a dozen times. The time of the one
-/// real embedding is kept, so latencies still include it.
-struct QueryCache {
+/// The configured embedder, shared by every scratch store, with two changes that leave the
+/// vectors as they are (up to float rounding): a batch is embedded in order of text length (the local model pads each chunk of 32
+/// texts to its longest, and LoCoMo turns vary enough that session-ordered chunks do twice the
+/// work), and single texts — queries — are cached, so the dozen probes of one question embed
+/// it once. The time of that one real embedding is kept: latencies still include it.
+struct EvalEmbedder {
     inner: Arc<dyn Embedder>,
-    cache: std::sync::Mutex<std::collections::HashMap<String, (Vec<f32>, f64)>>,
+    queries: std::sync::Mutex<std::collections::HashMap<String, (Vec<f32>, f64)>>,
 }
 
-impl QueryCache {
+impl EvalEmbedder {
     fn new(inner: Arc<dyn Embedder>) -> Self {
         Self {
             inner,
-            cache: std::sync::Mutex::new(std::collections::HashMap::new()),
+            queries: std::sync::Mutex::new(std::collections::HashMap::new()),
         }
+    }
+
+    fn queries(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, (Vec<f32>, f64)>> {
+        self.queries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// How long the real embedding of `text` took, if it was embedded alone.
     fn embed_ms(&self, text: &str) -> Option<f64> {
-        let cache = self
-            .cache
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        cache.get(text).map(|(_, ms)| *ms)
+        self.queries().get(text).map(|(_, ms)| *ms)
     }
 }
 
 #[async_trait::async_trait]
-impl Embedder for QueryCache {
+impl Embedder for EvalEmbedder {
     fn model_id(&self) -> &str {
         self.inner.model_id()
     }
@@ -868,24 +834,24 @@ impl Embedder for QueryCache {
         texts: &[String],
     ) -> Result<Vec<Vec<f32>>, crate::llm::embed::EmbedError> {
         let [text] = texts else {
-            return self.inner.embed(texts).await;
+            let mut order: Vec<usize> = (0..texts.len()).collect();
+            order.sort_by_key(|&i| (texts[i].len(), i));
+            let sorted: Vec<String> = order.iter().map(|&i| texts[i].clone()).collect();
+            let vectors = self.inner.embed(&sorted).await?;
+            let mut out = vec![Vec::new(); texts.len()];
+            for (vector, &i) in vectors.into_iter().zip(&order) {
+                out[i] = vector;
+            }
+            return Ok(out);
         };
-        if let Some((vector, _)) = self
-            .cache
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(text)
-        {
+        if let Some((vector, _)) = self.queries().get(text) {
             return Ok(vec![vector.clone()]);
         }
         let started = Instant::now();
         let vectors = self.inner.embed(texts).await?;
         let ms = started.elapsed().as_secs_f64() * 1000.0;
         if let Some(vector) = vectors.first() {
-            self.cache
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .insert(text.clone(), (vector.clone(), ms));
+            self.queries().insert(text.clone(), (vector.clone(), ms));
         }
         Ok(vectors)
     }
@@ -975,7 +941,11 @@ async fn ingest(
         )
         .await?;
     let mut memories = 0usize;
-    for session in &conversation.sessions {
+    // Memories are added in batches that span sessions, so the embedder can group texts of
+    // similar length (see `EvalEmbedder`); each memory keeps its own session's thread and date.
+    let mut pending: Vec<NewMemory> = Vec::new();
+    let mut pending_turns = 0u64;
+    for (position, session) in conversation.sessions.iter().enumerate() {
         let title = format!(
             "{} {} ({})",
             conversation.id,
@@ -988,31 +958,41 @@ async fn ingest(
                 .append_message(user.id, thread.id, turn.role, &turn.text, None)
                 .await?;
         }
-        let news: Vec<NewMemory> = unit
-            .memories(session)
-            .into_iter()
-            .map(|(content, refs, turn)| {
-                let (source, trust) = match turn.role {
-                    Role::User => (MemorySource::User, Trust::User),
-                    _ => (MemorySource::Assistant, Trust::Assistant),
-                };
-                NewMemory {
-                    kind: MemoryKind::Turn,
-                    content: truncate_chars(content, MAX_MEMORY_CHARS),
-                    source,
-                    trust,
-                    importance: TURN_IMPORTANCE,
-                    thread_id: Some(thread.id),
-                    source_refs: refs,
-                    created_at: Some(session.date),
-                    supersedes: None,
-                }
-            })
-            .collect();
-        memories += news.len();
-        scratch.engine.add(user.id, news).await?;
-        bar.inc(session.turns.len() as u64);
+        pending.extend(
+            unit.memories(session)
+                .into_iter()
+                .map(|(content, refs, turn)| {
+                    let (source, trust) = match turn.role {
+                        Role::User => (MemorySource::User, Trust::User),
+                        _ => (MemorySource::Assistant, Trust::Assistant),
+                    };
+                    NewMemory {
+                        kind: MemoryKind::Turn,
+                        content: truncate_chars(content, MAX_MEMORY_CHARS),
+                        source,
+                        trust,
+                        importance: TURN_IMPORTANCE,
+                        thread_id: Some(thread.id),
+                        source_refs: refs,
+                        created_at: Some(session.date),
+                        supersedes: None,
+                    }
+                }),
+        );
+        pending_turns += session.turns.len() as u64;
+        let last = position + 1 == conversation.sessions.len();
+        if pending.len() >= ADD_BATCH || (last && !pending.is_empty()) {
+            memories += pending.len();
+            scratch
+                .engine
+                .add(user.id, std::mem::take(&mut pending))
+                .await?;
+        }
+        if pending.is_empty() {
+            bar.inc(std::mem::take(&mut pending_turns));
+        }
     }
+    bar.inc(pending_turns);
     if !scratch
         .engine
         .wait_recallable(Duration::from_secs(600))
@@ -1345,6 +1325,62 @@ mod tests {
         );
     }
 
+    /// Records the batches it sees; a text's vector is `[length, call number]`.
+    #[derive(Default)]
+    struct Recording {
+        batches: std::sync::Mutex<Vec<Vec<String>>>,
+    }
+
+    #[async_trait::async_trait]
+    impl Embedder for Recording {
+        fn model_id(&self) -> &str {
+            "recording"
+        }
+
+        fn dimension(&self) -> usize {
+            2
+        }
+
+        async fn embed(
+            &self,
+            texts: &[String],
+        ) -> Result<Vec<Vec<f32>>, crate::llm::embed::EmbedError> {
+            let mut batches = self.batches.lock().unwrap();
+            batches.push(texts.to_vec());
+            let call = batches.len() as f32;
+            Ok(texts.iter().map(|t| vec![t.len() as f32, call]).collect())
+        }
+    }
+
+    #[tokio::test]
+    async fn the_eval_embedder_sorts_batches_and_caches_queries() {
+        let inner = Arc::new(Recording::default());
+        let embedder = EvalEmbedder::new(inner.clone());
+        let texts: Vec<String> = ["ccc", "a", "bb", "a"]
+            .iter()
+            .map(|t| t.to_string())
+            .collect();
+        let vectors = embedder.embed(&texts).await.unwrap();
+        let lengths: Vec<f32> = vectors.iter().map(|v| v[0]).collect();
+        assert_eq!(
+            lengths,
+            [3.0, 1.0, 2.0, 1.0],
+            "results in the caller's order"
+        );
+        assert_eq!(inner.batches.lock().unwrap()[0], ["a", "a", "bb", "ccc"]);
+        let query = vec!["what did I say?".to_string()];
+        let first = embedder.embed(&query).await.unwrap();
+        let again = embedder.embed(&query).await.unwrap();
+        assert_eq!(first, again);
+        assert_eq!(
+            inner.batches.lock().unwrap().len(),
+            2,
+            "the second query came from the cache"
+        );
+        assert!(embedder.embed_ms("what did I say?").is_some());
+        assert!(embedder.embed_ms("never asked").is_none());
+    }
+
     /// The whole pipeline on the hand-written LongMemEval fixture with the real local model.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn longmemeval_fixture_end_to_end() {
@@ -1401,9 +1437,10 @@ mod tests {
         // "What degree did I graduate with?" finds its turn first by keywords.
         let degree = report.runs.iter().find(|r| r.key == "dated/bm25").unwrap();
         assert!(degree.categories["single-session-user"].recall[&1] == 1.0);
-        // The sweep ran on one memory unit, the best one.
+        // The sweep ran on every memory unit.
         let swept: Vec<&RunResult> = report.runs.iter().filter(|r| r.sweep).collect();
-        assert!(!swept.is_empty() && swept.iter().all(|r| r.rrf_k == Some(10.0)));
+        assert_eq!(swept.len(), 4, "raw, dated, window, window-centre");
+        assert!(swept.iter().all(|r| r.rrf_k == Some(10.0)));
         assert!(report.recommended_rrf_k.is_some());
         assert_eq!(run("dated/hybrid").rrf_k, Some(60.0));
         let lines = std::fs::read_to_string(dir.path().join("results/per_question.jsonl")).unwrap();
@@ -1421,7 +1458,8 @@ mod tests {
     /// The full LoCoMo dev evaluation (minutes). Run it with
     /// `cargo test --lib eval -- --ignored --nocapture`; results go to `eval/results/dev`
     /// (`MNEMO_EVAL_OUT` overrides; `MNEMO_EVAL_VARIANTS=dated,hybrid` and
-    /// `MNEMO_EVAL_LIMIT=2` narrow it down).
+    /// `MNEMO_EVAL_LIMIT=2` narrow it down; `MNEMO_EVAL_RRF_K=10` sets `memory.rrf_k` and
+    /// `MNEMO_EVAL_RRF_SWEEP=3,2,1` the sweep).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     #[ignore = "full LoCoMo dev evaluation; needs ../shared/eval/locomo-dev.json and the model"]
     async fn locomo_dev_full() {
@@ -1437,6 +1475,15 @@ mod tests {
         let mut options = EvalOptions::new(data, out, settings);
         if let Ok(variants) = std::env::var("MNEMO_EVAL_VARIANTS") {
             options.variants = Some(variants.split(',').map(str::to_string).collect());
+        }
+        if let Ok(rrf_k) = std::env::var("MNEMO_EVAL_RRF_K") {
+            options.settings.memory.rrf_k = rrf_k.parse().expect("MNEMO_EVAL_RRF_K");
+        }
+        if let Ok(sweep) = std::env::var("MNEMO_EVAL_RRF_SWEEP") {
+            options.rrf_sweep = sweep
+                .split(',')
+                .map(|k| k.trim().parse().expect("MNEMO_EVAL_RRF_SWEEP"))
+                .collect();
         }
         if let Ok(limit) = std::env::var("MNEMO_EVAL_LIMIT") {
             options.limit_conversations = Some(limit.parse().expect("MNEMO_EVAL_LIMIT"));

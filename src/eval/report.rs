@@ -499,7 +499,7 @@ fn retrieval_label(run: &RunResult) -> String {
 
 // --- the plot -------------------------------------------------------------------------------
 
-const WIDTH: f64 = 1000.0;
+const WIDTH: f64 = 1080.0;
 const HEIGHT: f64 = 540.0;
 const LEFT: f64 = 70.0;
 const TOP: f64 = 50.0;
@@ -679,8 +679,8 @@ pub fn svg(report: &Report) -> String {
             out.push_str(&marker(shape, *mx, *my));
         }
         out.push_str(&marker(shape, legend_x + 17.0, legend_y));
-        let name: String = reference.name.chars().take(52).collect();
-        let ellipsis = if reference.name.chars().count() > 52 {
+        let name: String = reference.name.chars().take(44).collect();
+        let ellipsis = if reference.name.chars().count() > 44 {
             "…"
         } else {
             ""

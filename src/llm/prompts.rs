@@ -10,6 +10,16 @@ pub fn prompt(name: &str) -> Option<&'static str> {
         "extract_memories" => Some(include_str!("../../prompts/extract_memories.md")),
         "consolidate_memory" => Some(include_str!("../../prompts/consolidate_memory.md")),
         "build_profile" => Some(include_str!("../../prompts/build_profile.md")),
+        "research_clarify" => Some(include_str!("../../prompts/research_clarify.md")),
+        "research_brief" => Some(include_str!("../../prompts/research_brief.md")),
+        "research_supervisor" => Some(include_str!("../../prompts/research_supervisor.md")),
+        "research_researcher" => Some(include_str!("../../prompts/research_researcher.md")),
+        "research_compress" => Some(include_str!("../../prompts/research_compress.md")),
+        "research_curate" => Some(include_str!("../../prompts/research_curate.md")),
+        "research_report" => Some(include_str!("../../prompts/research_report.md")),
+        "research_conclusions" => Some(include_str!("../../prompts/research_conclusions.md")),
+        "research_queries" => Some(include_str!("../../prompts/research_queries.md")),
+        "research_learnings" => Some(include_str!("../../prompts/research_learnings.md")),
         _ => None,
     }
 }

@@ -7,9 +7,11 @@
 mod ids;
 mod memory;
 mod postgres;
+mod research;
 mod sql;
 mod sql_jobs;
 mod sql_memory;
+mod sql_research;
 mod sqlite;
 #[cfg(test)]
 mod tests;
@@ -26,6 +28,7 @@ pub use memory::{
     MemoryVersion, NewMemory, OwnedMemory, Trust, vector_from_bytes, vector_to_bytes,
 };
 pub use postgres::PostgresStore;
+pub use research::{NewResearch, ResearchOutcome, ResearchRecord, ResearchStore};
 pub use sqlite::SqliteStore;
 
 /// Errors of the SQL layer.
@@ -397,7 +400,7 @@ pub trait JobStore: Send + Sync + 'static {
 }
 
 #[async_trait]
-pub trait Store: MemoryStore + JobStore + Send + Sync + 'static {
+pub trait Store: MemoryStore + JobStore + ResearchStore + Send + Sync + 'static {
     /// "sqlite" or "postgres".
     fn backend(&self) -> &'static str;
     /// A cheap round trip, for `/health`.

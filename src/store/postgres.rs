@@ -8,6 +8,7 @@ use sqlx::{Pool, Postgres};
 use super::sql::sql_store;
 use super::sql_jobs::sql_job_store;
 use super::sql_memory::sql_memory_store;
+use super::sql_research::sql_research_store;
 use super::*;
 
 pub struct PostgresStore {
@@ -42,3 +43,5 @@ sql_job_store!(
     sqlx::postgres::PgRow,
     "FOR UPDATE SKIP LOCKED"
 );
+
+sql_research_store!(PostgresStore, sqlx::postgres::PgRow);

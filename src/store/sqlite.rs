@@ -9,6 +9,7 @@ use sqlx::{Pool, Sqlite};
 use super::sql::sql_store;
 use super::sql_jobs::sql_job_store;
 use super::sql_memory::sql_memory_store;
+use super::sql_research::sql_research_store;
 use super::*;
 
 pub struct SqliteStore {
@@ -46,3 +47,5 @@ sql_memory_store!(
 );
 
 sql_job_store!(SqliteStore, sqlx::sqlite::SqliteRow, "");
+
+sql_research_store!(SqliteStore, sqlx::sqlite::SqliteRow);

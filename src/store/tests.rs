@@ -44,6 +44,7 @@ conformance!(
     memory_lists_filter_and_paginate,
     archiving_unused_memories_is_deterministic,
     reembedding_finds_other_models,
+    research_records_are_private_and_finish_once,
 );
 
 async fn two_users(store: &Arc<dyn Store>) -> (User, User) {
@@ -298,6 +299,98 @@ async fn runs_finish_once(store: Arc<dyn Store>) {
     assert_eq!(state.error.as_deref(), Some("boom"));
     assert!(state.finished_at.is_some());
     assert!(store.running_runs().await.unwrap().is_empty());
+}
+
+async fn research_records_are_private_and_finish_once(store: Arc<dyn Store>) {
+    let (alice, bob) = two_users(&store).await;
+    let run = store
+        .create_run(alice.id, None, RunKind::Research)
+        .await
+        .unwrap();
+    let new = NewResearch {
+        id: run.id,
+        run_id: run.id,
+        thread_id: None,
+        query: "how do lighthouses work".into(),
+        model: Some("m".into()),
+        config: json!({ "max_researcher_iterations": 2 }),
+    };
+    store.create_research(alice.id, &new).await.unwrap();
+    let running = store.get_research(alice.id, run.id).await.unwrap();
+    assert_eq!(running.status, "running");
+    assert_eq!(running.config["max_researcher_iterations"], 2);
+    assert!(matches!(
+        store.get_research(bob.id, run.id).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(store.list_research(bob.id, 10).await.unwrap().is_empty());
+    let outcome = ResearchOutcome {
+        status: "completed".into(),
+        report: Some("# Lighthouses [1]".into()),
+        sources: json!([{ "n": 1, "url": "https://example.org/l" }]),
+        usage: json!({ "total_tokens": 10 }),
+        stage_timings: json!({ "final_report_generation": 0.5 }),
+        word_count: 2,
+        source_count: 1,
+        duration_ms: Some(1500),
+        error: None,
+    };
+    // Another user's finish changes nothing; a second finish neither.
+    store
+        .finish_research(bob.id, run.id, &outcome)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get_research(alice.id, run.id).await.unwrap().status,
+        "running"
+    );
+    store
+        .finish_research(alice.id, run.id, &outcome)
+        .await
+        .unwrap();
+    let failed = ResearchOutcome {
+        status: "failed".into(),
+        ..ResearchOutcome::default()
+    };
+    store
+        .finish_research(alice.id, run.id, &failed)
+        .await
+        .unwrap();
+    let done = store.get_research(alice.id, run.id).await.unwrap();
+    assert_eq!(done.status, "completed");
+    assert_eq!(done.report.as_deref(), Some("# Lighthouses [1]"));
+    assert_eq!(done.sources[0]["url"], "https://example.org/l");
+    assert_eq!(done.duration_ms, Some(1500));
+    assert!(done.finished_at.is_some());
+    let listed = store.list_research(alice.id, 10).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    // Interrupted ones are closed at start.
+    let second = store
+        .create_run(alice.id, None, RunKind::Research)
+        .await
+        .unwrap();
+    store
+        .create_research(
+            alice.id,
+            &NewResearch {
+                id: second.id,
+                run_id: second.id,
+                ..new.clone()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.interrupt_running_research().await.unwrap(), 1);
+    assert_eq!(
+        store.get_research(alice.id, second.id).await.unwrap().status,
+        "interrupted"
+    );
+    assert!(matches!(
+        store.delete_research(bob.id, run.id).await,
+        Err(StoreError::NotFound(_))
+    ));
+    store.delete_research(alice.id, run.id).await.unwrap();
+    assert_eq!(store.list_research(alice.id, 10).await.unwrap().len(), 1);
 }
 
 async fn timestamps_round_trip_exactly(store: Arc<dyn Store>) {
