@@ -84,6 +84,7 @@ pub async fn run_write_bench(
             models: state.models.clone(),
             writer: state.writer.clone(),
             settings: state.settings.chat.clone(),
+            research: Some(state.research.clone()),
         };
         let message_id = message.id;
         let started = Instant::now();

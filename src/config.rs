@@ -189,6 +189,9 @@ pub struct FetchSettings {
     /// Deadline of one fetch, redirects and body included.
     pub timeout_secs: u64,
     pub max_redirects: usize,
+    /// For tests only: comma-separated `ip:port` pairs the fetcher may reach although they
+    /// are loopback or private. Leave empty in production.
+    pub allow_addrs: String,
 }
 
 impl Default for FetchSettings {
@@ -197,6 +200,7 @@ impl Default for FetchSettings {
             max_body_bytes: 5 * 1024 * 1024,
             timeout_secs: 20,
             max_redirects: 5,
+            allow_addrs: String::new(),
         }
     }
 }

@@ -115,6 +115,23 @@ struct LiveRun {
     notify: watch::Sender<i64>,
     cancel: CancellationToken,
     readers: Arc<AtomicUsize>,
+    input: Arc<RunInput>,
+}
+
+/// Input a run waits for from its user (a plan approval, an answer to a clarifying question).
+struct RunInput {
+    awaiting: std::sync::atomic::AtomicBool,
+    sender: tokio::sync::mpsc::UnboundedSender<Value>,
+    receiver: tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<Value>>,
+}
+
+/// Why input could not be delivered to a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputRefused {
+    /// The run is not executing in this process (finished, or on another replica).
+    NotLive,
+    /// The run is executing but is not waiting for input.
+    NotAwaiting,
 }
 
 /// Runs executing in this process.
@@ -135,9 +152,22 @@ pub struct RunContext {
     next_seq: tokio::sync::Mutex<i64>,
     notify: watch::Sender<i64>,
     cancel: CancellationToken,
+    input: Arc<RunInput>,
 }
 
 impl RunContext {
+    /// Waits for the user's input (`POST /v1/runs/{id}/input`). The caller emits the event
+    /// that asks for it first; cancellation ends the wait with the run.
+    pub async fn wait_input(&self) -> Option<Value> {
+        let mut receiver = self.input.receiver.lock().await;
+        // Input sent while nobody waited is stale.
+        while receiver.try_recv().is_ok() {}
+        self.input.awaiting.store(true, Ordering::SeqCst);
+        let value = receiver.recv().await;
+        self.input.awaiting.store(false, Ordering::SeqCst);
+        value
+    }
+
     /// Appends an event to the log and wakes followers. The payload must be a JSON object; the
     /// common fields `type`, `run_id`, `seq` and `timestamp` are added here.
     pub async fn emit(&self, event: EventType, payload: Value) -> StoreResult<i64> {
@@ -247,12 +277,19 @@ impl RunHub {
         let (notify, _) = watch::channel(0);
         let cancel = self.shutdown.child_token();
         let readers = Arc::new(AtomicUsize::new(0));
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let input = Arc::new(RunInput {
+            awaiting: std::sync::atomic::AtomicBool::new(false),
+            sender,
+            receiver: tokio::sync::Mutex::new(receiver),
+        });
         self.live().insert(
             run.id,
             LiveRun {
                 notify: notify.clone(),
                 cancel: cancel.clone(),
                 readers: readers.clone(),
+                input: input.clone(),
             },
         );
         metrics::counter!("mnemo_runs_started_total", "kind" => kind.as_str()).increment(1);
@@ -264,6 +301,7 @@ impl RunHub {
             next_seq: tokio::sync::Mutex::new(0),
             notify,
             cancel: cancel.clone(),
+            input,
         });
         let hub = self.clone();
         self.tracker.spawn(async move {
@@ -361,6 +399,20 @@ impl RunHub {
             }
             None => false,
         }
+    }
+
+    /// Delivers the user's input to a run that waits for it. The owner check must have been
+    /// done by the caller.
+    pub fn send_input(&self, run: RunId, value: Value) -> Result<(), InputRefused> {
+        let live = self.live();
+        let live = live.get(&run).ok_or(InputRefused::NotLive)?;
+        if !live.input.awaiting.load(Ordering::SeqCst) {
+            return Err(InputRefused::NotAwaiting);
+        }
+        live.input
+            .sender
+            .send(value)
+            .map_err(|_| InputRefused::NotLive)
     }
 
     /// Cancels every run (shutdown) and waits up to `grace` for them to record their end.

@@ -18,6 +18,7 @@ use crate::config::Settings;
 use crate::llm::roles::Models;
 use crate::memory::writer::MemoryWriter;
 use crate::memory::{MemoryEngine, MemoryError};
+use crate::research::ResearchService;
 use crate::runs::RunHub;
 use crate::store::{self, Store, UserKind};
 
@@ -32,6 +33,7 @@ pub struct AppState {
     /// Per-role language models; empty when no LLM is configured.
     pub models: Models,
     pub writer: Arc<MemoryWriter>,
+    pub research: Arc<ResearchService>,
     /// Cancelled to begin shutdown.
     pub shutdown: CancellationToken,
     /// Cancelled once runs have recorded their end; open event streams then close.
@@ -125,8 +127,16 @@ pub async fn build_state(
     if recovered > 0 {
         tracing::warn!(recovered, "marked runs interrupted by the previous process");
     }
+    let interrupted = store.interrupt_running_research().await?;
+    if interrupted > 0 {
+        tracing::warn!(interrupted, "marked researches interrupted by the previous process");
+    }
+    let settings = Arc::new(settings);
+    let research = ResearchService::new(settings.clone(), store.clone(), memory.clone(), runs.clone())
+        .map_err(StartupError::Refused)?;
     Ok(AppState {
-        settings: Arc::new(settings),
+        settings,
+        research,
         store,
         auth,
         runs,

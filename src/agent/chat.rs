@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 use crate::config::ChatSettings;
 use crate::llm::chat::{
@@ -21,6 +20,8 @@ use crate::llm::roles::Models;
 use crate::memory::recall::Recalled;
 use crate::memory::writer::{MemoryWriter, RememberJob};
 use crate::memory::{MemoryEngine, RecallRequest};
+use crate::research::ResearchService;
+use crate::research::request::ResearchRequest;
 use crate::runs::{EventType, RunContext, RunErrorType, RunFailure};
 use crate::store::{MemoryKind, Message, Role, Store, ThreadId, UserId};
 
@@ -32,6 +33,8 @@ pub struct ChatDeps {
     pub models: Models,
     pub writer: Arc<MemoryWriter>,
     pub settings: ChatSettings,
+    /// Deep research, offered to the model as the `deep_research` tool when present.
+    pub research: Option<Arc<ResearchService>>,
 }
 
 fn llm_failure(error: LlmError) -> RunFailure {
@@ -307,9 +310,9 @@ async fn summarize_older(
     }
 }
 
-fn tool_specs() -> Vec<ToolSpec> {
+fn tool_specs(research: bool) -> Vec<ToolSpec> {
     let kinds: Vec<&str> = MemoryKind::ALL.iter().map(|kind| kind.as_str()).collect();
-    vec![
+    let mut tools = vec![
         ToolSpec {
             name: "recall_memory".into(),
             description: "Search what you remember about this user across all sessions.".into(),
@@ -345,12 +348,24 @@ fn tool_specs() -> Vec<ToolSpec> {
                 "required": ["query"],
             }),
         },
-    ]
+    ];
+    if research {
+        tools.push(ToolSpec {
+            name: "deep_research".into(),
+            description: "Research a question in depth (web or the user's documents) and get a cited report. Takes minutes; use it only when the user asks for research.".into(),
+            parameters: json!({
+                "type": "object",
+                "properties": { "query": { "type": "string", "description": "The research question, self-contained" } },
+                "required": ["query"],
+            }),
+        });
+    }
+    tools
 }
 
 /// Calls the model, runs the tools it asks for, and repeats until it answers in text.
 async fn tool_loop(
-    context: &RunContext,
+    context: &Arc<RunContext>,
     deps: &ChatDeps,
     model: &RoleModel,
     mut messages: Vec<ChatMessage>,
@@ -360,7 +375,7 @@ async fn tool_loop(
     let mut tool_calls = 0usize;
     loop {
         let mut request = ChatRequest::new(messages.clone());
-        request.tools = tool_specs();
+        request.tools = tool_specs(deps.research.is_some());
         request.max_tokens = Some(model.max_tokens);
         let response = stream_with_deltas(context, deps, model, &request).await?;
         total.add(&response.usage);
@@ -411,7 +426,7 @@ async fn tool_loop(
             response
                 .tool_calls
                 .iter()
-                .map(|call| run_tool(deps, context.user, user_message, call)),
+                .map(|call| run_tool(context, deps, user_message, call)),
         )
         .await;
         for (call, result) in response.tool_calls.iter().zip(results) {
@@ -441,58 +456,21 @@ async fn stream_with_deltas(
     model: &RoleModel,
     request: &ChatRequest,
 ) -> Result<crate::llm::chat::ChatResponse, RunFailure> {
-    let (sender, receiver) = mpsc::unbounded_channel::<String>();
     let interval = Duration::from_millis(deps.settings.delta_interval_ms.max(1));
-    let call = async move {
-        let sink = |text: &str| {
-            let _ = sender.send(text.to_string());
-        };
-        let result = model.model.stream(request, &sink).await;
-        drop(sender);
-        result
-    };
-    let (result, flushed) = tokio::join!(call, coalesce(context, receiver, interval));
+    let (result, flushed) =
+        super::stream_to_events(context, model, request, interval, EventType::MessageDelta).await;
     flushed?;
     result.map_err(llm_failure)
 }
 
-async fn coalesce(
-    context: &RunContext,
-    mut receiver: mpsc::UnboundedReceiver<String>,
-    interval: Duration,
-) -> Result<(), RunFailure> {
-    let mut buffer = String::new();
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            received = receiver.recv() => match received {
-                Some(text) => buffer.push_str(&text),
-                None => break,
-            },
-            _ = ticker.tick() => {
-                if !buffer.is_empty() {
-                    let content = std::mem::take(&mut buffer);
-                    context.emit(EventType::MessageDelta, json!({ "content": content })).await?;
-                }
-            }
-        }
-    }
-    if !buffer.is_empty() {
-        context
-            .emit(EventType::MessageDelta, json!({ "content": buffer }))
-            .await?;
-    }
-    Ok(())
-}
-
 /// Runs one tool for `user`; errors are returned to the model as data, not raised.
 async fn run_tool(
+    context: &Arc<RunContext>,
     deps: &ChatDeps,
-    user: UserId,
     user_message: &Message,
     call: &ToolCall,
 ) -> Result<Value, String> {
+    let user = context.user;
     let arguments: Value = serde_json::from_str(&call.arguments)
         .map_err(|error| format!("arguments are not valid JSON: {error}"))?;
     match call.name.as_str() {
@@ -558,6 +536,29 @@ async fn run_tool(
                 .map_err(|error| error.to_string())?;
             let contents: Vec<String> = forgotten.into_iter().map(|m| m.content).collect();
             Ok(json!({ "forgotten": contents }))
+        }
+        "deep_research" => {
+            let research = deps
+                .research
+                .as_ref()
+                .ok_or("deep research is not available")?;
+            let query = arguments["query"]
+                .as_str()
+                .filter(|query| !query.trim().is_empty())
+                .ok_or("deep_research needs a query")?;
+            let request = ResearchRequest {
+                query: query.to_string(),
+                thread_id: Some(user_message.thread_id),
+                ..ResearchRequest::default()
+            };
+            match research.run_inside(context.clone(), &request).await {
+                Ok(summary) => Ok(json!({
+                    "research_id": summary.research_id,
+                    "report": summary.report,
+                    "sources": summary.sources,
+                })),
+                Err(RunFailure::Failed { message, .. }) => Err(message),
+            }
         }
         other => Err(format!("unknown tool {other:?}")),
     }

@@ -5,6 +5,7 @@
 pub mod error;
 pub mod extract;
 mod memories;
+mod research;
 mod runs;
 mod sse;
 mod threads;
@@ -39,6 +40,8 @@ use error::ApiError;
         memories::search, memories::list, memories::add, memories::get, memories::patch,
         memories::delete, memories::delete_all, memories::export, memories::import,
         memories::forget,
+        research::stream, research::models, research::history, research::get, research::delete,
+        research::comparison, research::compare, research::test, research::input,
     ),
     components(schemas(error::ErrorBody, error::ErrorDetail)),
     modifiers(&BearerAuth),
@@ -47,6 +50,7 @@ use error::ApiError;
         (name = "threads", description = "Conversations (working memory)"),
         (name = "runs", description = "Chat turns and research jobs, with resumable event streams"),
         (name = "memories", description = "The user's long-term memory: hybrid recall, history, export and import"),
+        (name = "research", description = "Deep research: streamed, cited reports; history and model comparison"),
     )
 )]
 struct ApiDoc;
@@ -89,6 +93,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/runs/{id}", get(runs::get_run))
         .route("/v1/runs/{id}/events", get(runs::run_events))
         .route("/v1/runs/{id}/cancel", post(runs::cancel_run))
+        .route("/v1/runs/{id}/input", post(research::input))
         .route("/v1/models", get(models))
         .route("/v1/memories/search", post(memories::search))
         .route(
@@ -106,6 +111,14 @@ pub fn router(state: AppState) -> Router {
                 .patch(memories::patch)
                 .delete(memories::delete),
         )
+        .route("/models", get(research::models))
+        .route("/research/stream", post(research::stream))
+        .route("/research/history", get(research::history))
+        .route("/research/history/{id}", axum::routing::delete(research::delete))
+        .route("/research/comparison", get(research::comparison))
+        .route("/research/compare", post(research::compare))
+        .route("/research/test", post(research::test))
+        .route("/research/{id}", get(research::get))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body))

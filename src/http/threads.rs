@@ -194,6 +194,7 @@ pub async fn post_message(
         models: state.models.clone(),
         writer: state.writer.clone(),
         settings: state.settings.chat.clone(),
+        research: Some(state.research.clone()),
     };
     let message_id = message.id;
     let run = state

@@ -27,7 +27,7 @@ pub struct Models {
     pub structured_retries: u32,
 }
 
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ModelInfo {
     pub role: &'static str,
     pub model: String,

@@ -1,4 +1,165 @@
 //! Deep research: the workflow (brief → supervisor → parallel researchers → compression →
 //! cited report), search providers, safe page fetching and text extraction.
+//!
+//! `ResearchService` is what the HTTP layer, the chat agent's `deep_research` tool and the CLI
+//! use: it checks a request, resolves its configuration and models, picks the search provider,
+//! and runs the workflow in a run of its own or inside a chat run.
 
 pub mod extract;
+pub mod fetch;
+pub mod request;
+pub mod search;
+pub mod workflow;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::Settings;
+use crate::memory::MemoryEngine;
+use crate::runs::{RunContext, RunFailure, RunHub};
+use crate::store::{Run, RunId, RunKind, Store, StoreError, UserId};
+use fetch::{FetchPolicy, Fetcher};
+use request::{ResearchRequest, ResolvedConfig};
+use workflow::{ResearchDeps, ResearchSummary, run_research};
+
+/// Why a research could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The request is wrong (a client mistake).
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Starts and runs researches.
+pub struct ResearchService {
+    settings: Arc<Settings>,
+    store: Arc<dyn Store>,
+    memory: Arc<MemoryEngine>,
+    runs: Arc<RunHub>,
+    fetcher: Fetcher,
+}
+
+/// A checked request: its configuration and everything it runs with.
+pub struct Prepared {
+    pub config: ResolvedConfig,
+    pub deps: ResearchDeps,
+}
+
+impl ResearchService {
+    pub fn new(
+        settings: Arc<Settings>,
+        store: Arc<dyn Store>,
+        memory: Arc<MemoryEngine>,
+        runs: Arc<RunHub>,
+    ) -> Result<Arc<Self>, String> {
+        let fetch = &settings.research.fetch;
+        let allow = parse_allow(&fetch.allow_addrs)?;
+        let policy = FetchPolicy {
+            max_body_bytes: fetch.max_body_bytes,
+            timeout: Duration::from_secs(fetch.timeout_secs.max(1)),
+            max_redirects: fetch.max_redirects,
+            allow,
+            ..FetchPolicy::default()
+        };
+        let fetcher = Fetcher::new(policy).map_err(|error| error.to_string())?;
+        Ok(Arc::new(Self {
+            settings,
+            store,
+            memory,
+            runs,
+            fetcher,
+        }))
+    }
+
+    /// The search provider used when a request names none.
+    pub fn default_search_api(&self) -> &str {
+        &self.settings.research.search.default_provider
+    }
+
+    /// Checks a request and resolves what it would run with, without running it.
+    pub fn prepare(&self, request: &ResearchRequest) -> Result<Prepared, StartError> {
+        let (config, models) = request
+            .resolve(
+                &self.settings.research,
+                &self.settings.llm,
+                self.default_search_api(),
+            )
+            .map_err(StartError::Invalid)?;
+        let search = search::provider(
+            &config.search_api,
+            &self.settings.research.search,
+            self.memory.clone(),
+        )
+        .map_err(|error| StartError::Invalid(error.to_string()))?;
+        Ok(Prepared {
+            config,
+            deps: ResearchDeps {
+                store: self.store.clone(),
+                memory: self.memory.clone(),
+                models,
+                search,
+                fetcher: self.fetcher.clone(),
+                delta_interval: Duration::from_millis(
+                    self.settings.chat.delta_interval_ms.max(1),
+                ),
+            },
+        })
+    }
+
+    /// Starts a research in a run of its own; its id is the run's id.
+    pub async fn start(
+        &self,
+        user: UserId,
+        request: &ResearchRequest,
+    ) -> Result<(Run, ResolvedConfig), StartError> {
+        let prepared = self.prepare(request)?;
+        if let Some(thread) = prepared.config.thread_id {
+            self.store.get_thread(user, thread).await?;
+        }
+        let config = prepared.config.clone();
+        let run = self
+            .runs
+            .start(user, config.thread_id, RunKind::Research, move |context| {
+                let id = context.run.id;
+                async move {
+                    run_research(context, prepared.deps, prepared.config, id)
+                        .await
+                        .map(|_| ())
+                }
+            })
+            .await?;
+        Ok((run, config))
+    }
+
+    /// Runs a research inside another run (the chat agent's `deep_research` tool); its events
+    /// go to that run's log.
+    pub async fn run_inside(
+        &self,
+        context: Arc<RunContext>,
+        request: &ResearchRequest,
+    ) -> Result<ResearchSummary, RunFailure> {
+        let prepared = self
+            .prepare(request)
+            .map_err(|error| RunFailure::Failed {
+                error_type: crate::runs::RunErrorType::Validation,
+                message: error.to_string(),
+                retryable: false,
+            })?;
+        run_research(context, prepared.deps, prepared.config, RunId::new()).await
+    }
+}
+
+/// `ip:port` pairs the fetcher may reach even though they are private (tests only).
+fn parse_allow(text: &str) -> Result<Vec<SocketAddr>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+        .map(|part| {
+            part.parse::<SocketAddr>()
+                .map_err(|_| format!("research.fetch.allow_addrs: {part:?} is not an ip:port"))
+        })
+        .collect()
+}

@@ -1,0 +1,412 @@
+//! Deep research, with the seed API's routes: start one and stream it, list and read past
+//! researches, compare models, validate a request without running it.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::error::{ApiError, ApiResult, ErrorBody};
+use super::extract::{ApiJson, ApiPath, ApiQuery};
+use super::sse::run_event_response;
+use crate::auth::AuthUser;
+use crate::llm::roles::ModelInfo;
+use crate::research::StartError;
+use crate::research::request::{ResearchRequest, ResolvedConfig};
+use crate::startup::AppState;
+use crate::store::{ResearchRecord, RunId, UserId};
+
+impl From<StartError> for ApiError {
+    fn from(error: StartError) -> Self {
+        match error {
+            StartError::Invalid(message) => ApiError::bad_request(message),
+            StartError::Store(error) => error.into(),
+        }
+    }
+}
+
+/// Models sent per `POST /research/compare`, at most.
+const MAX_COMPARED_MODELS: usize = 4;
+
+#[utoipa::path(post, path = "/research/stream", tag = "research", request_body = ResearchRequest,
+    responses(
+        (status = 200, description = "Server-sent events of the research run (resumable at `/v1/runs/{id}/events`)", content_type = "text/event-stream"),
+        (status = 400, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn stream(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiJson(request): ApiJson<ResearchRequest>,
+) -> ApiResult<Response> {
+    let (run, _) = state.research.start(user.user_id, &request).await?;
+    Ok(run_event_response(&state, user.user_id, run.id, 0))
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ResearchModels {
+    pub llm_configured: bool,
+    /// The server's default model (a request may name another with `model`).
+    pub default_model: Option<String>,
+    pub models: Vec<ModelInfo>,
+    pub search_providers: Vec<&'static str>,
+    pub default_search_api: String,
+}
+
+#[utoipa::path(get, path = "/models", tag = "research",
+    responses((status = 200, body = ResearchModels)), security(("bearer" = [])))]
+pub async fn models(State(state): State<AppState>, _user: AuthUser) -> Json<ResearchModels> {
+    Json(ResearchModels {
+        llm_configured: state.models.configured(),
+        default_model: state.settings.llm.model.clone(),
+        models: state.models.list(),
+        search_providers: crate::research::search::PROVIDERS.to_vec(),
+        default_search_api: state.research.default_search_api().to_string(),
+    })
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct HistoryQuery {
+    /// 1–200, default 50.
+    pub limit: Option<i64>,
+}
+
+/// One research in the history (the report itself is at `GET /research/{id}`).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct HistoryItem {
+    #[schema(value_type = String)]
+    pub id: RunId,
+    #[schema(value_type = String)]
+    pub run_id: RunId,
+    pub query: String,
+    pub model: Option<String>,
+    pub status: String,
+    pub word_count: i64,
+    pub source_count: i64,
+    pub duration_ms: Option<i64>,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct History {
+    pub research: Vec<HistoryItem>,
+}
+
+#[utoipa::path(get, path = "/research/history", tag = "research", params(HistoryQuery),
+    responses((status = 200, body = History), (status = 400, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn history(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiQuery(query): ApiQuery<HistoryQuery>,
+) -> ApiResult<Json<History>> {
+    let limit = query.limit.unwrap_or(50);
+    if !(1..=200).contains(&limit) {
+        return Err(ApiError::bad_request("limit must be between 1 and 200"));
+    }
+    let records = state.store.list_research(user.user_id, limit).await?;
+    Ok(Json(History {
+        research: records
+            .into_iter()
+            .map(|record| HistoryItem {
+                id: record.id,
+                run_id: record.run_id,
+                query: record.query,
+                model: record.model,
+                status: record.status,
+                word_count: record.word_count,
+                source_count: record.source_count,
+                duration_ms: record.duration_ms,
+                created_at: record.created_at,
+            })
+            .collect(),
+    }))
+}
+
+#[utoipa::path(get, path = "/research/{id}", tag = "research",
+    params(("id" = String, Path, format = Uuid)),
+    responses((status = 200, body = ResearchRecord), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn get(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiPath(id): ApiPath<RunId>,
+) -> ApiResult<Json<ResearchRecord>> {
+    Ok(Json(state.store.get_research(user.user_id, id).await?))
+}
+
+#[utoipa::path(delete, path = "/research/history/{id}", tag = "research",
+    params(("id" = String, Path, format = Uuid)),
+    responses((status = 204), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn delete(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiPath(id): ApiPath<RunId>,
+) -> ApiResult<StatusCode> {
+    state.store.delete_research(user.user_id, id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// How one model has done over the user's researches.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ModelStats {
+    pub model: String,
+    pub runs: usize,
+    pub completed: usize,
+    pub success_rate: f64,
+    pub mean_duration_seconds: Option<f64>,
+    pub mean_sources: Option<f64>,
+    pub mean_words: Option<f64>,
+    /// Mean seconds per stage over completed researches.
+    pub mean_stage_seconds: BTreeMap<String, f64>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Comparison {
+    pub models: Vec<ModelStats>,
+}
+
+#[utoipa::path(get, path = "/research/comparison", tag = "research",
+    responses((status = 200, body = Comparison)), security(("bearer" = [])))]
+pub async fn comparison(
+    State(state): State<AppState>,
+    user: AuthUser,
+) -> ApiResult<Json<Comparison>> {
+    let records = state.store.list_research(user.user_id, 10_000).await?;
+    Ok(Json(Comparison {
+        models: model_stats(&records),
+    }))
+}
+
+fn mean(values: &[f64]) -> Option<f64> {
+    (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+}
+
+/// Per-model statistics; researches still running are left out.
+pub fn model_stats(records: &[ResearchRecord]) -> Vec<ModelStats> {
+    let mut by_model: BTreeMap<String, Vec<&ResearchRecord>> = BTreeMap::new();
+    for record in records.iter().filter(|r| r.status != "running") {
+        let model = record.model.clone().unwrap_or_else(|| "(no model)".into());
+        by_model.entry(model).or_default().push(record);
+    }
+    by_model
+        .into_iter()
+        .map(|(model, records)| {
+            let completed: Vec<&&ResearchRecord> =
+                records.iter().filter(|r| r.status == "completed").collect();
+            let of = |get: fn(&ResearchRecord) -> f64| -> Option<f64> {
+                mean(&completed.iter().map(|r| get(r)).collect::<Vec<_>>())
+            };
+            let mut stages: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+            for record in &completed {
+                if let Some(timings) = record.stage_timings.as_object() {
+                    for (stage, seconds) in timings {
+                        if let Some(seconds) = seconds.as_f64() {
+                            stages.entry(stage.clone()).or_default().push(seconds);
+                        }
+                    }
+                }
+            }
+            ModelStats {
+                model,
+                runs: records.len(),
+                completed: completed.len(),
+                success_rate: completed.len() as f64 / records.len().max(1) as f64,
+                mean_duration_seconds: of(|r| r.duration_ms.unwrap_or(0) as f64 / 1000.0),
+                mean_sources: of(|r| r.source_count as f64),
+                mean_words: of(|r| r.word_count as f64),
+                mean_stage_seconds: stages
+                    .into_iter()
+                    .filter_map(|(stage, values)| mean(&values).map(|m| (stage, m)))
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub struct CompareBody {
+    /// The models to compare (2–4); every other field is a research request.
+    pub models: Vec<String>,
+    #[serde(flatten)]
+    pub request: ResearchRequest,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct CompareResult {
+    pub model: String,
+    pub research: ResearchRecord,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct CompareResults {
+    pub query: String,
+    pub results: Vec<CompareResult>,
+}
+
+#[utoipa::path(post, path = "/research/compare", tag = "research", request_body = CompareBody,
+    responses((status = 200, body = CompareResults), (status = 400, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn compare(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiJson(body): ApiJson<CompareBody>,
+) -> ApiResult<Json<CompareResults>> {
+    let mut models: Vec<String> = body
+        .models
+        .iter()
+        .map(|m| m.trim().to_string())
+        .filter(|m| !m.is_empty())
+        .collect();
+    models.dedup();
+    if models.len() < 2 || models.len() > MAX_COMPARED_MODELS {
+        return Err(ApiError::bad_request(format!(
+            "models must name 2 to {MAX_COMPARED_MODELS} different models"
+        )));
+    }
+    if !state.models.configured() {
+        return Err(ApiError::bad_request(
+            "comparing models needs an LLM endpoint (llm.base_url)",
+        ));
+    }
+    // Every request is checked before any starts.
+    let requests: Vec<ResearchRequest> = models
+        .iter()
+        .map(|model| ResearchRequest {
+            model: Some(model.clone()),
+            models: Default::default(),
+            ..body.request.clone()
+        })
+        .collect();
+    for request in &requests {
+        state.research.prepare(request)?;
+    }
+    let mut started = Vec::new();
+    for request in &requests {
+        let (run, _) = state.research.start(user.user_id, request).await?;
+        started.push(run.id);
+    }
+    let finished = futures::future::join_all(
+        started
+            .iter()
+            .map(|run| wait_for(&state, user.user_id, *run)),
+    )
+    .await;
+    let mut results = Vec::new();
+    for (model, outcome) in models.into_iter().zip(finished) {
+        results.push(CompareResult {
+            model,
+            research: outcome?,
+        });
+    }
+    Ok(Json(CompareResults {
+        query: body.request.query.trim().to_string(),
+        results,
+    }))
+}
+
+/// Follows a research run to its end (as a reader, so it is not abandoned) and reads its
+/// record.
+async fn wait_for(state: &AppState, user: UserId, run: RunId) -> ApiResult<ResearchRecord> {
+    let events = state
+        .runs
+        .follow(user, run, 0, state.streams_stop.clone());
+    futures::pin_mut!(events);
+    while events.next().await.is_some() {}
+    // The record is written just before the run's end; a cancelled one is marked by a task.
+    for _ in 0..50 {
+        let record = state.store.get_research(user, run).await?;
+        if record.status != "running" {
+            return Ok(record);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    Ok(state.store.get_research(user, run).await?)
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct TestResult {
+    pub valid: bool,
+    /// What is wrong with the request, when it is not valid.
+    pub error: Option<String>,
+    /// What the research would run with.
+    pub config: Option<ResolvedConfig>,
+}
+
+#[utoipa::path(post, path = "/research/test", tag = "research", request_body = ResearchRequest,
+    responses((status = 200, body = TestResult)), security(("bearer" = [])))]
+pub async fn test(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiJson(request): ApiJson<ResearchRequest>,
+) -> ApiResult<Response> {
+    let prepared = state.research.prepare(&request);
+    let result = match prepared {
+        Ok(prepared) => {
+            let thread_ok = match prepared.config.thread_id {
+                Some(thread) => state.store.get_thread(user.user_id, thread).await.is_ok(),
+                None => true,
+            };
+            if thread_ok {
+                TestResult {
+                    valid: true,
+                    error: None,
+                    config: Some(prepared.config),
+                }
+            } else {
+                TestResult {
+                    valid: false,
+                    error: Some("thread_id does not name one of your threads".into()),
+                    config: None,
+                }
+            }
+        }
+        Err(StartError::Invalid(message)) => TestResult {
+            valid: false,
+            error: Some(message),
+            config: None,
+        },
+        Err(StartError::Store(error)) => return Err(error.into()),
+    };
+    Ok((StatusCode::OK, Json(result)).into_response())
+}
+
+/// `POST /v1/runs/{id}/input`: approve or edit a plan, answer a clarifying question.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub struct RunInput {
+    /// `false` rejects the plan (the research ends).
+    pub approve: Option<bool>,
+    /// An edited list of research topics replacing the plan.
+    pub topics: Option<Vec<String>>,
+    /// An answer to a clarifying question.
+    pub content: Option<String>,
+}
+
+#[utoipa::path(post, path = "/v1/runs/{id}/input", tag = "runs",
+    params(("id" = String, Path, format = Uuid)), request_body = RunInput,
+    responses((status = 202), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn input(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiPath(id): ApiPath<RunId>,
+    ApiJson(body): ApiJson<RunInput>,
+) -> ApiResult<StatusCode> {
+    state.store.get_run(user.user_id, id).await?;
+    let value: Value = json!({
+        "approve": body.approve, "topics": body.topics, "content": body.content,
+    });
+    state.runs.send_input(id, value).map_err(|refused| {
+        let message = match refused {
+            crate::runs::InputRefused::NotLive => "the run is not running",
+            crate::runs::InputRefused::NotAwaiting => "the run is not waiting for input",
+        };
+        ApiError::new(crate::store::ErrorKind::Conflict, message)
+    })?;
+    Ok(StatusCode::ACCEPTED)
+}

@@ -1,0 +1,358 @@
+//! A research request as clients send it (the seed API's field names) and the configuration
+//! it resolves to: server defaults filled in, per-request knobs checked against the server's
+//! limits, per-role models chosen. The resolved configuration carries no secret.
+
+use std::collections::BTreeMap;
+
+use secrecy::SecretString;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{LlmSettings, ResearchSettings};
+use crate::llm::roles::{ModelInfo, Models, ROLES};
+use crate::store::ThreadId;
+
+/// Longest accepted query, in characters.
+pub const MAX_QUERY_CHARS: usize = 4_000;
+
+/// `POST /research/stream` (and `/research/test`, `/research/compare`).
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+#[serde(default)]
+pub struct ResearchRequest {
+    /// What to research.
+    pub query: String,
+    /// The model for every role of this research (overrides the server's default model).
+    pub model: Option<String>,
+    /// Per-role models (`research`, `summarization`, `compression`, `final_report`, `memory`).
+    pub models: BTreeMap<String, String>,
+    /// Per-role completion-token caps.
+    pub max_tokens: BTreeMap<String, u32>,
+    /// The user's own provider key, used for this research only; never stored or logged.
+    #[schema(value_type = Option<String>)]
+    pub api_key: Option<SecretString>,
+    /// The search provider: `local`, `tavily`, `brave`, `searxng`, `duckduckgo`.
+    pub search_api: Option<String>,
+    pub allow_clarification: Option<bool>,
+    pub max_researcher_iterations: Option<u32>,
+    pub max_react_tool_calls: Option<u32>,
+    pub max_concurrent_research_units: Option<u32>,
+    /// Sources kept for the report after scoring.
+    pub max_sources: Option<usize>,
+    /// Pause after planning with a `plan_review` event until `POST /v1/runs/{id}/input`.
+    pub plan_review: Option<bool>,
+    /// `supervisor` (default) or `recursive` (breadth/depth).
+    pub mode: Option<String>,
+    pub breadth: Option<u32>,
+    pub depth: Option<u32>,
+    pub concurrency: Option<u32>,
+    /// Attach the research to one of the user's threads.
+    #[schema(value_type = Option<String>)]
+    pub thread_id: Option<ThreadId>,
+    /// Write the report's conclusions to the user's memory (server default when absent).
+    pub remember: Option<bool>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Supervisor,
+    Recursive,
+}
+
+/// What a research runs with, after defaults and limits.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ResolvedConfig {
+    pub query: String,
+    pub mode: Mode,
+    pub allow_clarification: bool,
+    pub max_researcher_iterations: u32,
+    pub max_react_tool_calls: u32,
+    pub max_concurrent_research_units: u32,
+    pub max_sources: usize,
+    pub min_source_score: f64,
+    pub search_results: usize,
+    pub search_api: String,
+    pub plan_review: bool,
+    pub breadth: u32,
+    pub depth: u32,
+    pub concurrency: u32,
+    pub remember: bool,
+    /// The model of each role; empty when no LLM is configured (an extractive digest is
+    /// written instead).
+    pub models: Vec<ModelInfo>,
+    /// Whose provider key the models use: `request`, `server`, or `none`.
+    pub api_key: String,
+    #[schema(value_type = Option<String>)]
+    pub thread_id: Option<ThreadId>,
+}
+
+impl ResolvedConfig {
+    /// The model named in events and history: the final-report model, else any.
+    pub fn headline_model(&self) -> Option<String> {
+        self.models
+            .iter()
+            .find(|model| model.role == "final_report")
+            .or_else(|| self.models.first())
+            .map(|model| model.model.clone())
+    }
+}
+
+/// Roles a research uses (the chat role is not one of them).
+const RESEARCH_ROLES: [&str; 5] = [
+    "research",
+    "summarization",
+    "compression",
+    "final_report",
+    "memory",
+];
+
+fn within(name: &str, value: Option<u32>, default: u32, limit: u32) -> Result<u32, String> {
+    let value = value.unwrap_or(default);
+    if value == 0 {
+        return Err(format!("{name} must be at least 1"));
+    }
+    if value > limit {
+        return Err(format!(
+            "{name} is {value}, above this server's limit of {limit}"
+        ));
+    }
+    Ok(value)
+}
+
+impl ResearchRequest {
+    /// Checks the request and fills in the server's defaults; also builds the models it will
+    /// use (with the request's key when it brings one). Errors are client mistakes.
+    pub fn resolve(
+        &self,
+        settings: &ResearchSettings,
+        llm: &LlmSettings,
+        default_search: &str,
+    ) -> Result<(ResolvedConfig, Models), String> {
+        let query = self.query.trim().to_string();
+        if query.is_empty() {
+            return Err("query must not be empty".into());
+        }
+        if query.chars().count() > MAX_QUERY_CHARS {
+            return Err(format!(
+                "query is longer than {MAX_QUERY_CHARS} characters"
+            ));
+        }
+        let limits = &settings.limits;
+        let mode = match self.mode.as_deref().map(str::trim) {
+            None | Some("") | Some("supervisor") => Mode::Supervisor,
+            Some("recursive") => Mode::Recursive,
+            Some(other) => {
+                return Err(format!(
+                    "mode {other:?} is unknown; use \"supervisor\" or \"recursive\""
+                ));
+            }
+        };
+        for role in self.models.keys().chain(self.max_tokens.keys()) {
+            if !RESEARCH_ROLES.contains(&role.as_str()) {
+                return Err(format!(
+                    "role {role:?} is unknown; roles are {}",
+                    RESEARCH_ROLES.join(", ")
+                ));
+            }
+        }
+        let max_sources = self.max_sources.unwrap_or(settings.max_sources);
+        if max_sources == 0 || max_sources > limits.max_sources {
+            return Err(format!(
+                "max_sources must be between 1 and {}",
+                limits.max_sources
+            ));
+        }
+        let has_endpoint = llm.base_url.as_deref().is_some_and(|url| !url.is_empty());
+        if self.api_key.is_some() && !has_endpoint {
+            return Err(
+                "api_key was given, but this server has no LLM endpoint (llm.base_url) to use it with"
+                    .into(),
+            );
+        }
+        let models = Models::from_settings(&request_llm(llm, self));
+        let config = ResolvedConfig {
+            query,
+            mode,
+            allow_clarification: self
+                .allow_clarification
+                .unwrap_or(settings.allow_clarification),
+            max_researcher_iterations: within(
+                "max_researcher_iterations",
+                self.max_researcher_iterations,
+                settings.max_researcher_iterations,
+                limits.max_researcher_iterations,
+            )?,
+            max_react_tool_calls: within(
+                "max_react_tool_calls",
+                self.max_react_tool_calls,
+                settings.max_react_tool_calls,
+                limits.max_react_tool_calls,
+            )?,
+            max_concurrent_research_units: within(
+                "max_concurrent_research_units",
+                self.max_concurrent_research_units,
+                settings.max_concurrent_research_units,
+                limits.max_concurrent_research_units,
+            )?,
+            max_sources,
+            min_source_score: settings.min_source_score,
+            search_results: settings.search_results.max(1),
+            search_api: self
+                .search_api
+                .as_deref()
+                .map(str::trim)
+                .filter(|name| !name.is_empty())
+                .unwrap_or(default_search)
+                .to_string(),
+            plan_review: self.plan_review.unwrap_or(false),
+            breadth: within("breadth", self.breadth, settings.breadth, limits.breadth)?,
+            depth: within("depth", self.depth, settings.depth, limits.depth)?,
+            concurrency: within(
+                "concurrency",
+                self.concurrency,
+                settings.concurrency,
+                limits.concurrency,
+            )?,
+            remember: self.remember.unwrap_or(settings.remember_conclusions),
+            models: models
+                .list()
+                .into_iter()
+                .filter(|model| RESEARCH_ROLES.contains(&model.role))
+                .collect(),
+            api_key: if !models.configured() {
+                "none"
+            } else if self.api_key.is_some() {
+                "request"
+            } else {
+                "server"
+            }
+            .to_string(),
+            thread_id: self.thread_id,
+        };
+        Ok((config, models))
+    }
+}
+
+/// The LLM settings of one request: its model choices and key over the server's.
+fn request_llm(llm: &LlmSettings, request: &ResearchRequest) -> LlmSettings {
+    let mut llm = llm.clone();
+    if let Some(model) = request.model.as_deref().filter(|m| !m.trim().is_empty()) {
+        llm.model = Some(model.trim().to_string());
+        // One model named for the whole research replaces the per-role defaults.
+        for role in RESEARCH_ROLES {
+            if let Some(own) = llm.roles.get_mut(role) {
+                own.model = None;
+            }
+        }
+    }
+    for (role, model) in &request.models {
+        llm.roles.entry(role.clone()).or_default().model = Some(model.clone());
+    }
+    for (role, tokens) in &request.max_tokens {
+        llm.roles.entry(role.clone()).or_default().max_tokens = Some(*tokens);
+    }
+    if let Some(key) = &request.api_key {
+        llm.api_key = Some(key.clone());
+    }
+    llm
+}
+
+/// Every role name with its default completion-token cap (for `/research/test` output).
+pub fn role_defaults() -> Vec<(&'static str, u32)> {
+    ROLES.to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn llm() -> LlmSettings {
+        LlmSettings {
+            base_url: Some("http://127.0.0.1:9/v1".into()),
+            model: Some("server-model".into()),
+            ..LlmSettings::default()
+        }
+    }
+
+    #[test]
+    fn defaults_fill_in_and_limits_refuse() {
+        let settings = ResearchSettings::default();
+        let request = ResearchRequest {
+            query: "  tides  ".into(),
+            ..ResearchRequest::default()
+        };
+        let (config, models) = request.resolve(&settings, &llm(), "local").unwrap();
+        assert_eq!(config.query, "tides");
+        assert_eq!(config.mode, Mode::Supervisor);
+        assert_eq!(
+            config.max_concurrent_research_units,
+            settings.max_concurrent_research_units
+        );
+        assert_eq!(config.search_api, "local");
+        assert_eq!(config.api_key, "server");
+        assert!(models.configured());
+        assert!(config.models.iter().all(|m| m.model == "server-model"));
+        assert!(!config.models.iter().any(|m| m.role == "chat"));
+
+        let too_many = ResearchRequest {
+            query: "q".into(),
+            max_concurrent_research_units: Some(99),
+            ..ResearchRequest::default()
+        };
+        let error = too_many.resolve(&settings, &llm(), "local").unwrap_err();
+        assert!(error.contains("max_concurrent_research_units is 99"), "{error}");
+        for bad in [
+            ResearchRequest::default(),
+            ResearchRequest {
+                query: "q".into(),
+                mode: Some("sideways".into()),
+                ..ResearchRequest::default()
+            },
+            ResearchRequest {
+                query: "q".into(),
+                depth: Some(0),
+                ..ResearchRequest::default()
+            },
+            ResearchRequest {
+                query: "q".into(),
+                models: BTreeMap::from([("chef".into(), "m".into())]),
+                ..ResearchRequest::default()
+            },
+        ] {
+            assert!(bad.resolve(&settings, &llm(), "local").is_err());
+        }
+    }
+
+    #[test]
+    fn request_models_and_key_override_the_server() {
+        let request = ResearchRequest {
+            query: "q".into(),
+            model: Some("their-model".into()),
+            models: BTreeMap::from([("final_report".into(), "writer".into())]),
+            max_tokens: BTreeMap::from([("compression".into(), 123)]),
+            api_key: Some(SecretString::from("sk-user-own-key")),
+            ..ResearchRequest::default()
+        };
+        let (config, _) = request
+            .resolve(&ResearchSettings::default(), &llm(), "local")
+            .unwrap();
+        let role = |name: &str| config.models.iter().find(|m| m.role == name).unwrap();
+        assert_eq!(role("research").model, "their-model");
+        assert_eq!(role("final_report").model, "writer");
+        assert_eq!(role("compression").max_tokens, 123);
+        assert_eq!(config.api_key, "request");
+        assert_eq!(config.headline_model().as_deref(), Some("writer"));
+        let shown = serde_json::to_string(&config).unwrap();
+        assert!(!shown.contains("sk-user-own-key"));
+
+        // A key without an endpoint to use it with is refused.
+        let error = request
+            .resolve(
+                &ResearchSettings::default(),
+                &LlmSettings::default(),
+                "local",
+            )
+            .unwrap_err();
+        assert!(error.contains("no LLM endpoint"));
+        assert!(!error.contains("sk-user"));
+    }
+}
