@@ -128,9 +128,7 @@ pub struct Fetcher {
 
 impl Fetcher {
     pub fn new(policy: FetchPolicy) -> Result<Self, FetchError> {
-        let resolver = GuardedResolver {
-            allow: policy.allow.iter().map(SocketAddr::ip).collect(),
-        };
+        let resolver = GuardedResolver;
         let client = reqwest::Client::builder()
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
@@ -364,17 +362,16 @@ struct ResolvedToForbidden {
 }
 
 /// Resolves host names with the system resolver and refuses a name when any of its addresses
-/// is forbidden. reqwest asks it for names only, without the port (connections go to the port
-/// of the URL), so allowlisted addresses are matched by IP here.
+/// is forbidden. The test allowlist does not apply here: reqwest asks for the name alone,
+/// without the port, so an exact `ip:port` cannot be matched, and matching the IP alone would
+/// open every port of an allowlisted address to any name that resolves to it. Allowlisted
+/// servers are therefore reached by IP-literal URLs only.
 #[derive(Debug)]
-struct GuardedResolver {
-    allow: Vec<IpAddr>,
-}
+struct GuardedResolver;
 
 impl Resolve for GuardedResolver {
     fn resolve(&self, name: Name) -> Resolving {
         let host = name.as_str().to_string();
-        let allow = self.allow.clone();
         Box::pin(async move {
             // Port 0: the connector replaces it with the port of the URL.
             let addresses: Vec<SocketAddr> =
@@ -382,7 +379,7 @@ impl Resolve for GuardedResolver {
             if let Some(forbidden) = addresses
                 .iter()
                 .map(SocketAddr::ip)
-                .find(|ip| is_forbidden(*ip) && !allow.contains(ip))
+                .find(|ip| is_forbidden(*ip))
             {
                 return Err(Box::new(ResolvedToForbidden {
                     host,
@@ -626,9 +623,8 @@ mod tests {
 
     #[tokio::test]
     async fn the_resolver_refuses_names_of_internal_addresses() {
-        let resolver = GuardedResolver { allow: Vec::new() };
         let name = Name::from_str("localhost").expect("name");
-        let error = match resolver.resolve(name).await {
+        let error = match GuardedResolver.resolve(name).await {
             Ok(addrs) => panic!("localhost resolved to {:?}", addrs.collect::<Vec<_>>()),
             Err(error) => error,
         };
@@ -637,17 +633,16 @@ mod tests {
             "{error}"
         );
 
-        let allowing = GuardedResolver {
-            allow: vec![
-                IpAddr::V4(Ipv4Addr::LOCALHOST),
-                IpAddr::V6(Ipv6Addr::LOCALHOST),
-            ],
-        };
-        let name = Name::from_str("localhost").expect("name");
-        let addrs: Vec<SocketAddr> = allowing.resolve(name).await.expect("allowed").collect();
-        assert!(
-            addrs.iter().all(|addr| addr.ip().is_loopback()),
-            "{addrs:?}"
+        // A public address passes, with port 0 for the connector to replace.
+        let name = Name::from_str("8.8.8.8").expect("name");
+        let addrs: Vec<SocketAddr> = GuardedResolver
+            .resolve(name)
+            .await
+            .expect("public")
+            .collect();
+        assert_eq!(
+            addrs,
+            vec!["8.8.8.8:0".parse::<SocketAddr>().expect("addr")]
         );
     }
 
