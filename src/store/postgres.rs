@@ -6,6 +6,7 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::{Pool, Postgres};
 
 use super::sql::sql_store;
+use super::sql_documents::sql_document_store;
 use super::sql_jobs::sql_job_store;
 use super::sql_memory::sql_memory_store;
 use super::*;
@@ -41,4 +42,10 @@ sql_job_store!(
     PostgresStore,
     sqlx::postgres::PgRow,
     "FOR UPDATE SKIP LOCKED"
+);
+
+sql_document_store!(
+    PostgresStore,
+    sqlx::postgres::PgRow,
+    "memories.source_refs @> jsonb_build_array($3::text)"
 );
