@@ -21,15 +21,41 @@ pub enum ExtractError {
 
 /// Elements whose content is never readable text.
 const SKIPPED: &[&str] = &[
-    "script", "style", "noscript", "template", "svg", "canvas", "iframe", "object", "head",
-    "nav", "footer", "aside", "form", "button", "select", "textarea",
+    "script", "style", "noscript", "template", "svg", "canvas", "iframe", "object", "head", "nav",
+    "footer", "aside", "form", "button", "select", "textarea",
 ];
 
 /// Elements that end a paragraph.
 const BLOCKS: &[&str] = &[
-    "p", "div", "section", "article", "main", "header", "li", "ul", "ol", "dl", "dt", "dd",
-    "h1", "h2", "h3", "h4", "h5", "h6", "blockquote", "pre", "table", "tr", "br", "hr",
-    "figure", "figcaption", "details", "summary", "address",
+    "p",
+    "div",
+    "section",
+    "article",
+    "main",
+    "header",
+    "li",
+    "ul",
+    "ol",
+    "dl",
+    "dt",
+    "dd",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "blockquote",
+    "pre",
+    "table",
+    "tr",
+    "br",
+    "hr",
+    "figure",
+    "figcaption",
+    "details",
+    "summary",
+    "address",
 ];
 
 /// A main region is preferred over the whole body when it holds at least this share of the
@@ -175,7 +201,9 @@ mod tests {
 
     #[test]
     fn html_without_a_main_region_uses_the_body() {
-        let page = html_to_text("<p>alpha</p><div>beta <span>gamma</span></div><table><tr><td>a</td><td>b</td></tr></table>");
+        let page = html_to_text(
+            "<p>alpha</p><div>beta <span>gamma</span></div><table><tr><td>a</td><td>b</td></tr></table>",
+        );
         assert_eq!(page.title, None);
         assert_eq!(page.text, "alpha\n\nbeta gamma\n\na b");
     }

@@ -2,3 +2,4 @@
 //! cited report), search providers, safe page fetching and text extraction.
 
 pub mod extract;
+pub mod search;
