@@ -33,6 +33,45 @@ pub struct Settings {
     pub research: ResearchSettings,
 }
 
+/// Search providers (`research::search`): which one is used by default, their endpoints and
+/// keys. Keys are `SecretString`s, so a settings dump never shows them.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct SearchSettings {
+    /// `local` (the user's own documents), `tavily`, `brave`, `searxng` or `duckduckgo`.
+    pub default_provider: String,
+    /// Hits asked of a provider when the caller gives no number.
+    pub max_results: usize,
+    /// Deadline of one search request, in seconds.
+    pub timeout_secs: u64,
+    pub tavily_api_key: Option<SecretString>,
+    pub tavily_base_url: String,
+    /// `basic` or `advanced` (an advanced search costs two credits).
+    pub tavily_search_depth: String,
+    pub brave_api_key: Option<SecretString>,
+    pub brave_base_url: String,
+    /// The base URL of a SearXNG instance with the JSON format enabled; unset = not available.
+    pub searxng_url: Option<String>,
+    pub duckduckgo_base_url: String,
+}
+
+impl Default for SearchSettings {
+    fn default() -> Self {
+        Self {
+            default_provider: "local".into(),
+            max_results: 5,
+            timeout_secs: 20,
+            tavily_api_key: None,
+            tavily_base_url: "https://api.tavily.com".into(),
+            tavily_search_depth: "basic".into(),
+            brave_api_key: None,
+            brave_base_url: "https://api.search.brave.com".into(),
+            searxng_url: None,
+            duckduckgo_base_url: "https://html.duckduckgo.com".into(),
+        }
+    }
+}
+
 /// The language model endpoint (any OpenAI-compatible API) and per-role models.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default)]
@@ -131,6 +170,7 @@ pub struct ResearchSettings {
     /// Upper bounds a request may ask for.
     pub limits: ResearchLimits,
     pub fetch: FetchSettings,
+    pub search: SearchSettings,
 }
 
 impl Default for ResearchSettings {
@@ -149,6 +189,7 @@ impl Default for ResearchSettings {
             remember_conclusions: true,
             limits: ResearchLimits::default(),
             fetch: FetchSettings::default(),
+            search: SearchSettings::default(),
         }
     }
 }
@@ -480,6 +521,25 @@ impl Settings {
                 self.embedder.provider
             )));
         }
+        let search = &self.research.search;
+        if !crate::research::search::PROVIDERS.contains(&search.default_provider.as_str()) {
+            return Err(ConfigError::Invalid(format!(
+                "research.search.default_provider must be one of {}, not {:?}",
+                crate::research::search::PROVIDERS.join(", "),
+                search.default_provider
+            )));
+        }
+        if search.max_results == 0 || search.timeout_secs == 0 {
+            return Err(ConfigError::Invalid(
+                "research.search.max_results and timeout_secs must be positive".into(),
+            ));
+        }
+        if !matches!(search.tavily_search_depth.as_str(), "basic" | "advanced") {
+            return Err(ConfigError::Invalid(format!(
+                "research.search.tavily_search_depth must be basic or advanced, not {:?}",
+                search.tavily_search_depth
+            )));
+        }
         if self.server.max_body_bytes == 0 {
             return Err(ConfigError::Invalid(
                 "server.max_body_bytes must be positive".into(),
@@ -532,6 +592,39 @@ mod tests {
                 .starts_with("sqlite://data/mnemo.db")
         );
         assert!(!settings.server.dev);
+        let search = &settings.research.search;
+        assert_eq!(search.default_provider, "local");
+        assert_eq!(search.max_results, 5);
+        assert_eq!(search.tavily_base_url, "https://api.tavily.com");
+        assert_eq!(search.brave_base_url, "https://api.search.brave.com");
+        assert_eq!(search.duckduckgo_base_url, "https://html.duckduckgo.com");
+        assert!(search.tavily_api_key.is_none() && search.searxng_url.is_none());
+    }
+
+    #[test]
+    fn search_settings_come_from_the_research_section() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("mnemo.toml");
+        std::fs::write(
+            &file,
+            "[research.search]\ndefault_provider = \"searxng\"\nsearxng_url = \"http://127.0.0.1:8888\"\nmax_results = 8\n",
+        )
+        .unwrap();
+        let overrides = Overrides {
+            config_file: Some(file),
+            ..Overrides::default()
+        };
+        let settings = Settings::load_from(&overrides, env(&[])).unwrap();
+        let search = &settings.research.search;
+        assert_eq!(search.default_provider, "searxng");
+        assert_eq!(search.searxng_url.as_deref(), Some("http://127.0.0.1:8888"));
+        assert_eq!(search.max_results, 8);
+        let unknown = Settings::load_from(
+            &Overrides::default(),
+            env(&[("MNEMO__RESEARCH__SEARCH__DEFAULT_PROVIDER", "bing")]),
+        );
+        let message = unknown.unwrap_err().to_string();
+        assert!(message.contains("tavily, brave"), "{message}");
     }
 
     #[test]
@@ -577,12 +670,28 @@ mod tests {
                 ),
                 ("MNEMO__AUTH__JWT__AUDIENCE", "mnemo"),
                 ("MNEMO__AUTH__JWT__ISSUER", "issuer"),
+                (
+                    "MNEMO__RESEARCH__SEARCH__TAVILY_API_KEY",
+                    "tvly-secret-tavily-key",
+                ),
+                ("MNEMO__RESEARCH__SEARCH__BRAVE_API_KEY", "secret-brave-key"),
             ]),
         )
         .unwrap();
         let dump = format!("{settings:?}");
         assert!(!dump.contains("hunter2"), "{dump}");
         assert!(!dump.contains("abcdef-secret"), "{dump}");
+        assert!(!dump.contains("secret-tavily-key"), "{dump}");
+        assert!(!dump.contains("secret-brave-key"), "{dump}");
+        let search = &settings.research.search;
+        assert_eq!(
+            search
+                .tavily_api_key
+                .as_ref()
+                .map(|key| key.expose_secret().to_string())
+                .as_deref(),
+            Some("tvly-secret-tavily-key")
+        );
     }
 
     #[test]

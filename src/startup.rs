@@ -129,11 +129,19 @@ pub async fn build_state(
     }
     let interrupted = store.interrupt_running_research().await?;
     if interrupted > 0 {
-        tracing::warn!(interrupted, "marked researches interrupted by the previous process");
+        tracing::warn!(
+            interrupted,
+            "marked researches interrupted by the previous process"
+        );
     }
     let settings = Arc::new(settings);
-    let research = ResearchService::new(settings.clone(), store.clone(), memory.clone(), runs.clone())
-        .map_err(StartupError::Refused)?;
+    let research = ResearchService::new(
+        settings.clone(),
+        store.clone(),
+        memory.clone(),
+        runs.clone(),
+    )
+    .map_err(StartupError::Refused)?;
     Ok(AppState {
         settings,
         research,

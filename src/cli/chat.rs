@@ -20,14 +20,14 @@ pub struct ChatOptions {
     pub thread: Option<String>,
 }
 
-struct Client {
+pub(super) struct Client {
     base: String,
     key: Option<String>,
     http: reqwest::Client,
 }
 
 impl Client {
-    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+    pub(super) fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         let request = self.http.request(method, format!("{}{path}", self.base));
         match &self.key {
             Some(key) => request.bearer_auth(key),
@@ -119,38 +119,7 @@ impl Client {
 
 pub async fn run(settings: Settings, options: ChatOptions) -> Result<(), Failure> {
     let embedded_stop = CancellationToken::new();
-    let client = match options.server {
-        Some(server) => Client {
-            base: server.trim_end_matches('/').to_string(),
-            key: Some(
-                options
-                    .key
-                    .ok_or_else(|| Failure::usage("--server needs --key (or MNEMO_KEY)"))?,
-            ),
-            http: http_client()?,
-        },
-        None => {
-            let mut settings = settings;
-            settings.server.addr = "127.0.0.1:0".into();
-            settings.server.dev = true;
-            let listener = crate::startup::bind(&settings).await?;
-            let addr = listener
-                .local_addr()
-                .map_err(|e| Failure::other(e.to_string()))?;
-            let state = crate::startup::build_state(settings, embedded_stop.clone()).await?;
-            tokio::spawn(async move {
-                if let Err(error) = crate::startup::serve(listener, state).await {
-                    tracing::error!(%error, "embedded server failed");
-                }
-            });
-            eprintln!("(embedded server on {addr}, as the local user \"dev\")");
-            Client {
-                base: format!("http://{addr}"),
-                key: None,
-                http: http_client()?,
-            }
-        }
-    };
+    let client = connect(settings, options.server, options.key, &embedded_stop).await?;
     let mut thread = match options.thread {
         Some(thread) => thread,
         None => client.new_thread().await?,
@@ -191,6 +160,44 @@ pub async fn run(settings: Settings, options: ChatOptions) -> Result<(), Failure
     embedded_stop.cancel();
     tokio::time::sleep(Duration::from_millis(100)).await;
     Ok(())
+}
+
+/// A client of the server at `server` (with `key`), or of an embedded server on the data
+/// directory serving the local dev user until `stop` is cancelled.
+pub(super) async fn connect(
+    settings: Settings,
+    server: Option<String>,
+    key: Option<String>,
+    stop: &CancellationToken,
+) -> Result<Client, Failure> {
+    Ok(match server {
+        Some(server) => Client {
+            base: server.trim_end_matches('/').to_string(),
+            key: Some(key.ok_or_else(|| Failure::usage("--server needs --key (or MNEMO_KEY)"))?),
+            http: http_client()?,
+        },
+        None => {
+            let mut settings = settings;
+            settings.server.addr = "127.0.0.1:0".into();
+            settings.server.dev = true;
+            let listener = crate::startup::bind(&settings).await?;
+            let addr = listener
+                .local_addr()
+                .map_err(|e| Failure::other(e.to_string()))?;
+            let state = crate::startup::build_state(settings, stop.clone()).await?;
+            tokio::spawn(async move {
+                if let Err(error) = crate::startup::serve(listener, state).await {
+                    tracing::error!(%error, "embedded server failed");
+                }
+            });
+            eprintln!("(embedded server on {addr}, as the local user \"dev\")");
+            Client {
+                base: format!("http://{addr}"),
+                key: None,
+                http: http_client()?,
+            }
+        }
+    })
 }
 
 fn http_client() -> Result<reqwest::Client, Failure> {

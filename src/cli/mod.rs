@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 mod chat;
 mod memory;
+mod research;
 
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
@@ -62,6 +63,8 @@ enum Command {
         #[arg(long)]
         thread: Option<String>,
     },
+    /// Run one deep research and stream its report (embedded, or --server/--key).
+    Research(research::ResearchArgs),
     /// Benchmarks that print numbers.
     Bench {
         #[command(subcommand)]
@@ -258,6 +261,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 },
             )
             .await
+        }
+        Command::Research(args) => {
+            let settings = load_quiet(&overrides)?;
+            research::run(settings, args).await
         }
         Command::Bench {
             command:

@@ -313,9 +313,7 @@ pub async fn compare(
 /// Follows a research run to its end (as a reader, so it is not abandoned) and reads its
 /// record.
 async fn wait_for(state: &AppState, user: UserId, run: RunId) -> ApiResult<ResearchRecord> {
-    let events = state
-        .runs
-        .follow(user, run, 0, state.streams_stop.clone());
+    let events = state.runs.follow(user, run, 0, state.streams_stop.clone());
     futures::pin_mut!(events);
     while events.next().await.is_some() {}
     // The record is written just before the run's end; a cancelled one is marked by a task.

@@ -34,6 +34,12 @@ pub struct ModelInfo {
     pub max_tokens: u32,
 }
 
+impl std::fmt::Debug for Models {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.list()).finish()
+    }
+}
+
 impl Models {
     pub fn from_settings(settings: &LlmSettings) -> Self {
         let Some(base_url) = settings.base_url.as_ref().filter(|url| !url.is_empty()) else {

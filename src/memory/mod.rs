@@ -286,6 +286,11 @@ impl MemoryEngine {
         &self.indexer
     }
 
+    /// The SQL store the engine writes to (document rows live beside the memories).
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
     pub fn embedder(&self) -> &Arc<dyn Embedder> {
         &self.embedder
     }

@@ -102,9 +102,7 @@ impl ResearchService {
                 models,
                 search,
                 fetcher: self.fetcher.clone(),
-                delta_interval: Duration::from_millis(
-                    self.settings.chat.delta_interval_ms.max(1),
-                ),
+                delta_interval: Duration::from_millis(self.settings.chat.delta_interval_ms.max(1)),
             },
         })
     }
@@ -141,13 +139,11 @@ impl ResearchService {
         context: Arc<RunContext>,
         request: &ResearchRequest,
     ) -> Result<ResearchSummary, RunFailure> {
-        let prepared = self
-            .prepare(request)
-            .map_err(|error| RunFailure::Failed {
-                error_type: crate::runs::RunErrorType::Validation,
-                message: error.to_string(),
-                retryable: false,
-            })?;
+        let prepared = self.prepare(request).map_err(|error| RunFailure::Failed {
+            error_type: crate::runs::RunErrorType::Validation,
+            message: error.to_string(),
+            retryable: false,
+        })?;
         run_research(context, prepared.deps, prepared.config, RunId::new()).await
     }
 }

@@ -16,15 +16,17 @@ pub const MAX_QUERY_CHARS: usize = 4_000;
 
 /// `POST /research/stream` (and `/research/test`, `/research/compare`).
 #[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
-#[serde(default)]
 pub struct ResearchRequest {
     /// What to research.
+    #[serde(default)]
     pub query: String,
     /// The model for every role of this research (overrides the server's default model).
     pub model: Option<String>,
     /// Per-role models (`research`, `summarization`, `compression`, `final_report`, `memory`).
+    #[serde(default)]
     pub models: BTreeMap<String, String>,
     /// Per-role completion-token caps.
+    #[serde(default)]
     pub max_tokens: BTreeMap<String, u32>,
     /// The user's own provider key, used for this research only; never stored or logged.
     #[schema(value_type = Option<String>)]
@@ -132,9 +134,7 @@ impl ResearchRequest {
             return Err("query must not be empty".into());
         }
         if query.chars().count() > MAX_QUERY_CHARS {
-            return Err(format!(
-                "query is longer than {MAX_QUERY_CHARS} characters"
-            ));
+            return Err(format!("query is longer than {MAX_QUERY_CHARS} characters"));
         }
         let limits = &settings.limits;
         let mode = match self.mode.as_deref().map(str::trim) {
@@ -299,7 +299,10 @@ mod tests {
             ..ResearchRequest::default()
         };
         let error = too_many.resolve(&settings, &llm(), "local").unwrap_err();
-        assert!(error.contains("max_concurrent_research_units is 99"), "{error}");
+        assert!(
+            error.contains("max_concurrent_research_units is 99"),
+            "{error}"
+        );
         for bad in [
             ResearchRequest::default(),
             ResearchRequest {

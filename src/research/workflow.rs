@@ -197,9 +197,7 @@ impl Progress {
             }
         };
         payload.insert("research_id".into(), json!(self.research_id));
-        payload
-            .entry("model")
-            .or_insert_with(|| json!(self.model));
+        payload.entry("model").or_insert_with(|| json!(self.model));
         self.context.emit(event, Value::Object(payload)).await?;
         Ok(())
     }
@@ -277,7 +275,6 @@ impl Meter {
 struct Source {
     url: String,
     title: String,
-    snippet: String,
     /// The readable text, once fetched (or returned in full by the provider).
     text: Option<String>,
     relevance: f64,
@@ -290,8 +287,11 @@ struct Source {
 #[derive(Default)]
 struct Sources {
     list: Mutex<Vec<Source>>,
-    fetches: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Result<Arc<FetchedPage>, String>>>>>,
+    fetches: Mutex<HashMap<String, FetchCell>>,
 }
+
+/// One URL's fetch, shared by every researcher asking for it.
+type FetchCell = Arc<tokio::sync::OnceCell<Result<Arc<FetchedPage>, String>>>;
 
 impl Sources {
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Source>> {
@@ -315,7 +315,6 @@ impl Sources {
                     list.push(Source {
                         url: hit.url.clone(),
                         title: hit.title.clone(),
-                        snippet: hit.snippet.clone(),
                         text: hit.content.clone().filter(|text| !text.trim().is_empty()),
                         relevance: 0.0,
                         credibility: 0.0,
@@ -341,7 +340,6 @@ impl Sources {
             None => list.push(Source {
                 url: url.to_string(),
                 title,
-                snippet: String::new(),
                 text: Some(page.text.clone()),
                 relevance: 0.0,
                 credibility: 0.0,
@@ -357,10 +355,7 @@ impl Sources {
             .and_then(|source| source.text.clone())
     }
 
-    fn fetch_cell(
-        &self,
-        url: &str,
-    ) -> Arc<tokio::sync::OnceCell<Result<Arc<FetchedPage>, String>>> {
+    fn fetch_cell(&self, url: &str) -> FetchCell {
         self.fetches
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -384,7 +379,6 @@ impl Sources {
 struct Passage {
     url: String,
     text: String,
-    score: f32,
 }
 
 /// What one researcher (or one query of the recursive mode) brought back.
@@ -487,7 +481,10 @@ impl Research {
             })
             .collect();
         self.progress
-            .stage("final_report_generation", "Scoring sources and writing the report")
+            .stage(
+                "final_report_generation",
+                "Scoring sources and writing the report",
+            )
             .await?;
         let cited = self.score_sources(&brief).await?;
         let report = self.report(&brief, &findings, &cited, &gaps).await?;
@@ -667,18 +664,27 @@ impl Research {
             return Ok(None);
         };
         self.progress
-            .stage("clarification", "Checking whether the request needs clarification")
+            .stage(
+                "clarification",
+                "Checking whether the request needs clarification",
+            )
             .await?;
         let text = render(
             prompt("research_clarify").unwrap_or_default(),
-            &[("memories", memories), ("query", &quote(&self.config.query))],
+            &[
+                ("memories", memories),
+                ("query", &quote(&self.config.query)),
+            ],
         );
         let decision = self
             .json("clarification", role, text, |value| {
                 let need = value["need_clarification"]
                     .as_bool()
                     .ok_or("need_clarification must be true or false")?;
-                Ok((need, value["question"].as_str().unwrap_or("").trim().to_string()))
+                Ok((
+                    need,
+                    value["question"].as_str().unwrap_or("").trim().to_string(),
+                ))
             })
             .await
             .map_err(llm_failure)?;
@@ -697,13 +703,15 @@ impl Research {
                 }),
             )
             .await?;
-        let answer = self
-            .progress
-            .context
-            .wait_input()
-            .await
-            .ok_or_else(|| failure(RunErrorType::Internal, "the run stopped waiting for input"))?;
-        let answer = answer["content"].as_str().unwrap_or_default().trim().to_string();
+        let answer =
+            self.progress.context.wait_input().await.ok_or_else(|| {
+                failure(RunErrorType::Internal, "the run stopped waiting for input")
+            })?;
+        let answer = answer["content"]
+            .as_str()
+            .unwrap_or_default()
+            .trim()
+            .to_string();
         Ok(Some(format!(
             "Asked: {question}\nThe user answered:\n{}",
             quote(&answer)
@@ -774,12 +782,10 @@ impl Research {
                 }),
             )
             .await?;
-        let input = self
-            .progress
-            .context
-            .wait_input()
-            .await
-            .ok_or_else(|| failure(RunErrorType::Internal, "the run stopped waiting for input"))?;
+        let input =
+            self.progress.context.wait_input().await.ok_or_else(|| {
+                failure(RunErrorType::Internal, "the run stopped waiting for input")
+            })?;
         if let Some(edited) = input["topics"].as_array() {
             let edited: Vec<String> = edited
                 .iter()
@@ -939,18 +945,19 @@ impl Research {
     /// returns their findings in the order of `topics`.
     async fn dispatch(&self, topics: Vec<String>, first_index: usize) -> Vec<Findings> {
         let cap = self.config.max_concurrent_research_units.max(1) as usize;
-        let mut found: Vec<(usize, Findings)> = futures::stream::iter(topics.into_iter().enumerate())
-            .map(|(index, topic)| async move {
-                let number = first_index + index + 1;
-                let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
-                self.peak.fetch_max(now, Ordering::SeqCst);
-                let findings = self.researcher(number, topic).await;
-                self.running.fetch_sub(1, Ordering::SeqCst);
-                (index, findings)
-            })
-            .buffer_unordered(cap)
-            .collect()
-            .await;
+        let mut found: Vec<(usize, Findings)> =
+            futures::stream::iter(topics.into_iter().enumerate())
+                .map(|(index, topic)| async move {
+                    let number = first_index + index + 1;
+                    let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+                    self.peak.fetch_max(now, Ordering::SeqCst);
+                    let findings = self.researcher(number, topic).await;
+                    self.running.fetch_sub(1, Ordering::SeqCst);
+                    (index, findings)
+                })
+                .buffer_unordered(cap)
+                .collect()
+                .await;
         found.sort_by_key(|(index, _)| *index);
         found.into_iter().map(|(_, findings)| findings).collect()
     }
@@ -989,7 +996,12 @@ impl Research {
     }
 
     /// The ReAct loop of a researcher with a model: search, fetch, think, then compress.
-    async fn react(&self, number: usize, topic: &str, role: &RoleModel) -> Result<Findings, String> {
+    async fn react(
+        &self,
+        number: usize,
+        topic: &str,
+        role: &RoleModel,
+    ) -> Result<Findings, String> {
         let meta = json!({ "researcher": number, "topic": topic });
         let _ = self
             .progress
@@ -1008,10 +1020,9 @@ impl Research {
         );
         let mut messages = vec![ChatMessage::system(system), ChatMessage::user(topic)];
         let mut calls = 0u32;
-        let mut notes = String::new();
         let mut read: Vec<String> = Vec::new();
         let mut failures: Vec<String> = Vec::new();
-        loop {
+        let notes = loop {
             let mut request = ChatRequest::new(messages.clone());
             let budget_left = calls < self.config.max_react_tool_calls;
             if budget_left {
@@ -1023,8 +1034,7 @@ impl Research {
                 .await
                 .map_err(|error| format!("the research model failed: {}", error.message))?;
             if response.tool_calls.is_empty() || !budget_left {
-                notes = response.content;
-                break;
+                break response.content;
             }
             messages.push(assistant_with_calls(&response));
             for call in &response.tool_calls {
@@ -1037,7 +1047,7 @@ impl Research {
                 };
                 messages.push(ChatMessage::tool_result(&call.id, result));
             }
-        }
+        };
         // A researcher that read nothing and could not fetch anything has failed.
         if read.is_empty() && !failures.is_empty() && notes.trim().is_empty() {
             return Err(failures.join("; "));
@@ -1141,7 +1151,9 @@ impl Research {
                 self.sources.add_hits(&hits);
                 let listed: Vec<Value> = hits
                     .iter()
-                    .map(|hit| json!({ "url": hit.url, "title": hit.title, "snippet": hit.snippet }))
+                    .map(
+                        |hit| json!({ "url": hit.url, "title": hit.title, "snippet": hit.snippet }),
+                    )
                     .collect();
                 let _ = self
                     .progress
@@ -1215,7 +1227,11 @@ impl Research {
         let mut read = Vec::new();
         let mut failures = Vec::new();
         for hit in &hits {
-            if hit.content.as_deref().is_some_and(|text| !text.trim().is_empty()) {
+            if hit
+                .content
+                .as_deref()
+                .is_some_and(|text| !text.trim().is_empty())
+            {
                 read.push(hit.url.clone());
             }
         }
@@ -1260,7 +1276,6 @@ impl Research {
                 candidates.extend(split_passages(&text).into_iter().map(|text| Passage {
                     url: url.clone(),
                     text,
-                    score: 0.0,
                 }));
             }
         }
@@ -1283,10 +1298,7 @@ impl Research {
         let chosen = mmr(query, rest, PASSAGES_PER_TOPIC, 0.7);
         Ok(chosen
             .into_iter()
-            .map(|(index, score)| Passage {
-                score,
-                ..candidates[index].clone()
-            })
+            .map(|(index, _)| candidates[index].clone())
             .collect())
     }
 
@@ -1296,9 +1308,12 @@ impl Research {
         let sources: Vec<String> = read
             .iter()
             .filter_map(|url| {
-                self.sources
-                    .text_of(url)
-                    .map(|text| format!("Source {url}:\n{}", quote(&truncate(&text, SOURCE_EXCERPT_CHARS))))
+                self.sources.text_of(url).map(|text| {
+                    format!(
+                        "Source {url}:\n{}",
+                        quote(&truncate(&text, SOURCE_EXCERPT_CHARS))
+                    )
+                })
             })
             .collect();
         if let Some(role) = self.role("compression") {
@@ -1471,9 +1486,12 @@ impl Research {
         let sources: Vec<String> = urls
             .iter()
             .filter_map(|url| {
-                self.sources
-                    .text_of(url)
-                    .map(|text| format!("Source {url}:\n{}", quote(&truncate(&text, SOURCE_EXCERPT_CHARS))))
+                self.sources.text_of(url).map(|text| {
+                    format!(
+                        "Source {url}:\n{}",
+                        quote(&truncate(&text, SOURCE_EXCERPT_CHARS))
+                    )
+                })
             })
             .collect();
         let text = render(
@@ -1624,7 +1642,10 @@ impl Research {
                     index + 1,
                     source.title,
                     source.url,
-                    quote(&truncate(source.text.as_deref().unwrap_or(""), CURATE_EXCERPT_CHARS))
+                    quote(&truncate(
+                        source.text.as_deref().unwrap_or(""),
+                        CURATE_EXCERPT_CHARS
+                    ))
                 )
             })
             .collect();
@@ -1634,7 +1655,9 @@ impl Research {
         );
         let judged = self
             .json("curate_sources", role, text, |value| {
-                let items = value["sources"].as_array().ok_or("sources must be a list")?;
+                let items = value["sources"]
+                    .as_array()
+                    .ok_or("sources must be a list")?;
                 Ok(items
                     .iter()
                     .filter_map(|item| {
@@ -1660,7 +1683,10 @@ impl Research {
                 self.progress
                     .error(
                         RunErrorType::Llm,
-                        &format!("curating sources failed: {}; using similarity scores", error.message),
+                        &format!(
+                            "curating sources failed: {}; using similarity scores",
+                            error.message
+                        ),
                         error.retryable(),
                         json!({ "stage": "final_report_generation" }),
                     )
@@ -1709,7 +1735,14 @@ impl Research {
                         ("brief", brief),
                         ("findings", &findings_text),
                         ("sources", &sources_text),
-                        ("gaps", &if gaps.is_empty() { "(nothing)".to_string() } else { gaps.join("\n") }),
+                        (
+                            "gaps",
+                            &if gaps.is_empty() {
+                                "(nothing)".to_string()
+                            } else {
+                                gaps.join("\n")
+                            },
+                        ),
                     ],
                 );
                 let mut request = ChatRequest::new(vec![ChatMessage::user(text)]);
@@ -1813,7 +1846,10 @@ impl Research {
                         self.progress
                             .error(
                                 RunErrorType::Llm,
-                                &format!("picking conclusions to remember failed: {}", error.message),
+                                &format!(
+                                    "picking conclusions to remember failed: {}",
+                                    error.message
+                                ),
                                 error.retryable(),
                                 json!({ "stage": "completed" }),
                             )
@@ -2037,7 +2073,8 @@ fn sentences(text: &str) -> Vec<&str> {
     let mut chars = text.char_indices().peekable();
     while let Some((at, c)) = chars.next() {
         let end = matches!(c, '。' | '！' | '？')
-            || (matches!(c, '.' | '!' | '?') && chars.peek().is_none_or(|(_, next)| next.is_whitespace()));
+            || (matches!(c, '.' | '!' | '?')
+                && chars.peek().is_none_or(|(_, next)| next.is_whitespace()));
         if end {
             let stop = at + c.len_utf8();
             out.push(&text[start..stop]);
@@ -2082,7 +2119,10 @@ fn mmr(query: &[f32], items: &[Vec<f32>], k: usize, lambda: f32) -> Vec<(usize, 
                     .iter()
                     .map(|&other| cosine(&items[index], &items[other]))
                     .fold(0.0f32, f32::max);
-                (index, lambda * similarity[index] - (1.0 - lambda) * redundancy)
+                (
+                    index,
+                    lambda * similarity[index] - (1.0 - lambda) * redundancy,
+                )
             })
             .max_by(|a, b| a.1.total_cmp(&b.1));
         match best {
@@ -2266,21 +2306,41 @@ mod tests {
         let long = "First sentence about tides and the moon. ".repeat(30);
         let passages = split_passages(&format!("short\n\n{long}"));
         assert!(passages.len() >= 2);
-        assert!(passages.iter().all(|p| p.chars().count() <= PASSAGE_CHARS + 50));
-        assert_eq!(sentences("一句。两句！ok. end"), vec!["一句。", "两句！", "ok.", " end"]);
+        assert!(
+            passages
+                .iter()
+                .all(|p| p.chars().count() <= PASSAGE_CHARS + 50)
+        );
+        assert_eq!(
+            sentences("一句。两句！ok. end"),
+            vec!["一句。", "两句！", "ok.", " end"]
+        );
 
         let query = [1.0, 0.0];
         let items = vec![vec![1.0, 0.0], vec![0.99, 0.01], vec![0.7, 0.7]];
-        let chosen: Vec<usize> = mmr(&query, &items, 2, 0.5).into_iter().map(|(i, _)| i).collect();
-        assert_eq!(chosen, vec![0, 2], "the near-duplicate of the first is passed over");
+        let chosen: Vec<usize> = mmr(&query, &items, 2, 0.5)
+            .into_iter()
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(
+            chosen,
+            vec![0, 2],
+            "the near-duplicate of the first is passed over"
+        );
     }
 
     #[test]
     fn credibility_prefers_own_documents_and_institutions() {
         let long = "x".repeat(3_000);
         assert!(credibility("doc:1#2", "") > credibility("https://nasa.gov/a", &long));
-        assert!(credibility("https://nasa.gov/a", &long) > credibility("http://blog.example.com/a", &long));
-        assert!(credibility("http://blog.example.com/a", &long) > credibility("http://blog.example.com/a", "tiny"));
+        assert!(
+            credibility("https://nasa.gov/a", &long)
+                > credibility("http://blog.example.com/a", &long)
+        );
+        assert!(
+            credibility("http://blog.example.com/a", &long)
+                > credibility("http://blog.example.com/a", "tiny")
+        );
     }
 
     #[test]
@@ -2289,8 +2349,14 @@ mod tests {
             topic: "tides".into(),
             text: String::new(),
             passages: vec![
-                Passage { url: "http://a".into(), text: "The moon pulls the sea toward it.".into(), score: 0.9 },
-                Passage { url: "http://dropped".into(), text: "Unrelated text.".into(), score: 0.1 },
+                Passage {
+                    url: "http://a".into(),
+                    text: "The moon pulls the sea toward it.".into(),
+                },
+                Passage {
+                    url: "http://dropped".into(),
+                    text: "Unrelated text.".into(),
+                },
             ],
             failed: None,
         }];
@@ -2300,7 +2366,10 @@ mod tests {
         assert!(!report.contains("Unrelated"));
         assert_eq!(citations(&report), BTreeSet::from([1]));
         let conclusions = extractive_conclusions("why tides", &report);
-        assert_eq!(conclusions, vec!["Research on \"why tides\": The moon pulls the sea toward it."]);
+        assert_eq!(
+            conclusions,
+            vec!["Research on \"why tides\": The moon pulls the sea toward it."]
+        );
         assert_eq!(word_count("三个字 and two"), 5);
     }
 }

@@ -58,6 +58,7 @@ uuid_id!(MessageId, "message");
 uuid_id!(RunId, "run");
 uuid_id!(MemoryId, "memory");
 uuid_id!(JobId, "job");
+uuid_id!(DocumentId, "document");
 
 /// The identity of an authenticated user. There is deliberately no public constructor from a
 /// UUID: handlers get one only from the `AuthUser` extractor, and the store builds them from

@@ -4,11 +4,13 @@
 //! Both implementations share their SQL text through the `sql_store!` macro in `sql.rs`; each
 //! has its own migrations under `migrations/{sqlite,postgres}`.
 
+mod document;
 mod ids;
 mod memory;
 mod postgres;
 mod research;
 mod sql;
+mod sql_documents;
 mod sql_jobs;
 mod sql_memory;
 mod sql_research;
@@ -22,7 +24,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
 
-pub use ids::{JobId, MemoryId, MessageId, RunId, ThreadId, UserId};
+pub use document::{Document, NewDocument};
+pub use ids::{DocumentId, JobId, MemoryId, MessageId, RunId, ThreadId, UserId};
 pub use memory::{
     Embedded, LogEntry, LogOp, Memory, MemoryFilter, MemoryKind, MemoryPatch, MemorySource,
     MemoryVersion, NewMemory, OwnedMemory, Trust, vector_from_bytes, vector_to_bytes,
@@ -399,8 +402,30 @@ pub trait JobStore: Send + Sync + 'static {
     async fn job_status(&self, key: &str) -> StoreResult<Option<String>>;
 }
 
+/// The documents a user ingested for local research. A document's text lives in its chunk
+/// memories (kind `document`, `source_refs` = `["doc:<id>", "doc:<id>#<n>"]`), written through
+/// the memory engine; this part keeps the document rows and finds a document's chunks.
 #[async_trait]
-pub trait Store: MemoryStore + JobStore + ResearchStore + Send + Sync + 'static {
+pub trait DocumentStore: Send + Sync + 'static {
+    async fn insert_document(&self, user: UserId, document: NewDocument) -> StoreResult<Document>;
+    /// Newest first, before an optional cursor.
+    async fn list_documents(
+        &self,
+        user: UserId,
+        limit: i64,
+        before: Option<DocumentId>,
+    ) -> StoreResult<Vec<Document>>;
+    async fn get_document(&self, user: UserId, id: DocumentId) -> StoreResult<Document>;
+    /// Deletes the document row (its chunk memories are deleted through the memory engine).
+    async fn delete_document(&self, user: UserId, id: DocumentId) -> StoreResult<()>;
+    /// The ids of the user's memories that are chunks of this document (archived or not).
+    async fn document_chunk_ids(&self, user: UserId, id: DocumentId) -> StoreResult<Vec<MemoryId>>;
+}
+
+#[async_trait]
+pub trait Store:
+    MemoryStore + JobStore + DocumentStore + ResearchStore + Send + Sync + 'static
+{
     /// "sqlite" or "postgres".
     fn backend(&self) -> &'static str;
     /// A cheap round trip, for `/health`.

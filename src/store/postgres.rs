@@ -6,6 +6,7 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::{Pool, Postgres};
 
 use super::sql::sql_store;
+use super::sql_documents::sql_document_store;
 use super::sql_jobs::sql_job_store;
 use super::sql_memory::sql_memory_store;
 use super::sql_research::sql_research_store;
@@ -45,3 +46,9 @@ sql_job_store!(
 );
 
 sql_research_store!(PostgresStore, sqlx::postgres::PgRow);
+
+sql_document_store!(
+    PostgresStore,
+    sqlx::postgres::PgRow,
+    "memories.source_refs @> jsonb_build_array($3::text)"
+);

@@ -7,6 +7,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Pool, Sqlite};
 
 use super::sql::sql_store;
+use super::sql_documents::sql_document_store;
 use super::sql_jobs::sql_job_store;
 use super::sql_memory::sql_memory_store;
 use super::sql_research::sql_research_store;
@@ -49,3 +50,9 @@ sql_memory_store!(
 sql_job_store!(SqliteStore, sqlx::sqlite::SqliteRow, "");
 
 sql_research_store!(SqliteStore, sqlx::sqlite::SqliteRow);
+
+sql_document_store!(
+    SqliteStore,
+    sqlx::sqlite::SqliteRow,
+    "EXISTS (SELECT 1 FROM json_each(memories.source_refs) AS r WHERE r.value = $3)"
+);

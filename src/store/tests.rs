@@ -45,6 +45,7 @@ conformance!(
     archiving_unused_memories_is_deterministic,
     reembedding_finds_other_models,
     research_records_are_private_and_finish_once,
+    documents_are_private_and_find_their_chunks,
 );
 
 async fn two_users(store: &Arc<dyn Store>) -> (User, User) {
@@ -382,7 +383,11 @@ async fn research_records_are_private_and_finish_once(store: Arc<dyn Store>) {
         .unwrap();
     assert_eq!(store.interrupt_running_research().await.unwrap(), 1);
     assert_eq!(
-        store.get_research(alice.id, second.id).await.unwrap().status,
+        store
+            .get_research(alice.id, second.id)
+            .await
+            .unwrap()
+            .status,
         "interrupted"
     );
     assert!(matches!(
@@ -772,4 +777,97 @@ async fn reembedding_finds_other_models(store: Arc<dyn Store>) {
     );
     assert_eq!(store.count_memories().await.unwrap(), 2);
     let _ = written;
+}
+
+fn chunk_of(document: DocumentId, index: usize, content: &str) -> (NewMemory, Embedded) {
+    let mut new = NewMemory::from_user(MemoryKind::Document, content, 4);
+    new.source = MemorySource::Import;
+    new.source_refs = vec![format!("doc:{document}"), format!("doc:{document}#{index}")];
+    (new, embedded(0.5))
+}
+
+async fn documents_are_private_and_find_their_chunks(store: Arc<dyn Store>) {
+    let (alice, bob) = two_users(&store).await;
+    let new = |title: &str| NewDocument {
+        title: title.into(),
+        source: Some(format!("/home/alice/{title}.md")),
+        content_type: "text/markdown".into(),
+        chars: 1234,
+        chunks: 2,
+    };
+    let first = store.insert_document(alice.id, new("first")).await.unwrap();
+    let second = store
+        .insert_document(alice.id, new("second"))
+        .await
+        .unwrap();
+    let bobs = store.insert_document(bob.id, new("bobs")).await.unwrap();
+    assert_eq!(store.get_document(alice.id, first.id).await.unwrap(), first);
+    assert_eq!(first.chars, 1234);
+    assert_eq!(first.source.as_deref(), Some("/home/alice/first.md"));
+
+    // Newest first, paginated with a cursor, and only the owner's.
+    let listed = store.list_documents(alice.id, 10, None).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|d| d.id).collect::<Vec<_>>(),
+        vec![second.id, first.id]
+    );
+    let page = store
+        .list_documents(alice.id, 1, Some(second.id))
+        .await
+        .unwrap();
+    assert_eq!(
+        page.iter().map(|d| d.id).collect::<Vec<_>>(),
+        vec![first.id]
+    );
+    assert_eq!(
+        store.list_documents(bob.id, 10, None).await.unwrap(),
+        vec![bobs.clone()]
+    );
+    assert!(matches!(
+        store.get_document(bob.id, first.id).await,
+        Err(StoreError::NotFound(_))
+    ));
+
+    // Chunks are found by their `doc:<id>` reference, for their owner only.
+    let chunks = store
+        .insert_memories(
+            alice.id,
+            vec![
+                chunk_of(first.id, 0, "first part"),
+                chunk_of(first.id, 1, "second part"),
+                chunk_of(second.id, 0, "another document"),
+            ],
+        )
+        .await
+        .unwrap();
+    let mut noise = NewMemory::from_user(MemoryKind::Fact, "mentions a document", 3);
+    noise.source_refs = vec![format!("doc:{first}#0", first = first.id)];
+    store
+        .insert_memories(alice.id, vec![(noise, embedded(0.1))])
+        .await
+        .unwrap();
+    let found = store.document_chunk_ids(alice.id, first.id).await.unwrap();
+    assert_eq!(found, vec![chunks[0].id, chunks[1].id]);
+    assert!(
+        store
+            .document_chunk_ids(bob.id, first.id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    assert!(matches!(
+        store.delete_document(bob.id, first.id).await,
+        Err(StoreError::NotFound(_))
+    ));
+    store.delete_document(alice.id, first.id).await.unwrap();
+    assert!(matches!(
+        store.get_document(alice.id, first.id).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(matches!(
+        store.delete_document(alice.id, first.id).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert_eq!(store.get_document(bob.id, bobs.id).await.unwrap(), bobs);
 }

@@ -57,13 +57,21 @@ impl Reply {
     }
 }
 
+/// Chooses the reply to a request (by its prompt, say); `None` falls back to the script.
+pub type Handler = Arc<dyn Fn(&Value) -> Option<Reply> + Send + Sync>;
+
 #[derive(Default)]
 struct Inner {
     script: VecDeque<Reply>,
     requests: Vec<Value>,
     default_reply: Option<Reply>,
+    handler: Option<Handler>,
+    /// Waited before every answer.
+    latency: Duration,
     /// When a hanging request's connection was dropped by the client.
     hang_dropped: Option<Instant>,
+    /// How many hanging requests the client has dropped.
+    hangs_dropped: usize,
 }
 
 #[derive(Clone)]
@@ -102,6 +110,20 @@ impl FakeLlm {
     /// The answer used once the script is empty.
     pub fn set_default(&self, reply: Reply) {
         self.lock().default_reply = Some(reply);
+    }
+
+    /// Answers requests by `handler` first; requests it declines go to the script.
+    pub fn set_handler(&self, handler: impl Fn(&Value) -> Option<Reply> + Send + Sync + 'static) {
+        self.lock().handler = Some(Arc::new(handler));
+    }
+
+    /// A fixed delay before every answer (a model's latency).
+    pub fn set_latency(&self, latency: Duration) {
+        self.lock().latency = latency;
+    }
+
+    pub fn hangs_dropped(&self) -> usize {
+        self.lock().hangs_dropped
     }
 
     pub fn requests(&self) -> Vec<Value> {
@@ -149,20 +171,35 @@ impl Drop for DropFlag {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .hang_dropped = Some(Instant::now());
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .hangs_dropped += 1;
     }
 }
 
 async fn chat(State(inner): State<Arc<Mutex<Inner>>>, body: axum::Json<Value>) -> Response {
     let request = body.0;
     let stream = request["stream"].as_bool().unwrap_or(false);
-    let reply = {
+    let (handler, latency) = {
         let mut state = inner.lock().unwrap_or_else(|e| e.into_inner());
         state.requests.push(request.clone());
-        state
-            .script
-            .pop_front()
-            .or_else(|| state.default_reply.clone())
-            .unwrap_or_else(|| Reply::text("ok"))
+        (state.handler.clone(), state.latency)
+    };
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    let handled = handler.and_then(|handler| handler(&request));
+    let reply = match handled {
+        Some(reply) => reply,
+        None => {
+            let mut state = inner.lock().unwrap_or_else(|e| e.into_inner());
+            state
+                .script
+                .pop_front()
+                .or_else(|| state.default_reply.clone())
+                .unwrap_or_else(|| Reply::text("ok"))
+        }
     };
     let model = request["model"].as_str().unwrap_or("fake").to_string();
     match reply {
