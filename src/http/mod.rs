@@ -2,6 +2,7 @@
 //! `/openapi.json`) and one module per resource. Only this module (and the `AuthUser`
 //! extractor) knows axum.
 
+mod documents;
 pub mod error;
 pub mod extract;
 mod memories;
@@ -17,7 +18,7 @@ use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tower_http::catch_panic::CatchPanicLayer;
@@ -39,6 +40,7 @@ use error::ApiError;
         memories::search, memories::list, memories::add, memories::get, memories::patch,
         memories::delete, memories::delete_all, memories::export, memories::import,
         memories::forget,
+        documents::ingest, documents::list, documents::delete,
     ),
     components(schemas(error::ErrorBody, error::ErrorDetail)),
     modifiers(&BearerAuth),
@@ -47,6 +49,7 @@ use error::ApiError;
         (name = "threads", description = "Conversations (working memory)"),
         (name = "runs", description = "Chat turns and research jobs, with resumable event streams"),
         (name = "memories", description = "The user's long-term memory: hybrid recall, history, export and import"),
+        (name = "documents", description = "The user's own documents, searched by local research"),
     )
 )]
 struct ApiDoc;
@@ -106,6 +109,12 @@ pub fn router(state: AppState) -> Router {
                 .patch(memories::patch)
                 .delete(memories::delete),
         )
+        // Documents for local research.
+        .route(
+            "/v1/documents",
+            post(documents::ingest).get(documents::list),
+        )
+        .route("/v1/documents/{id}", delete(documents::delete))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body))
