@@ -137,3 +137,89 @@ fn chat_runs_an_embedded_server_and_streams_answers_to_the_terminal() {
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(stderr.contains("embedded server on 127.0.0.1:"), "{stderr}");
 }
+
+#[test]
+fn ingest_reads_a_directory_and_reports_each_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = dir.path().join("docs");
+    std::fs::create_dir_all(docs.join("nested")).unwrap();
+    std::fs::write(
+        docs.join("otters.md"),
+        "# Otters of Pellwick\n\nThe Pellwick otters crack clams with flat stones.",
+    )
+    .unwrap();
+    std::fs::write(
+        docs.join("nested/page.html"),
+        "<html><head><title>Tide table</title></head><body><p>High tide at Pellwick is at 6.</p></body></html>",
+    )
+    .unwrap();
+    std::fs::write(docs.join("picture.png"), b"\x89PNG").unwrap();
+    let data = dir.path().join("data");
+    let added = mnemo(&data).args(["user", "add", "erin"]).output().unwrap();
+    assert!(added.status.success(), "{added:?}");
+
+    let ingested = mnemo(&data)
+        .args(["ingest", "--user", "erin"])
+        .arg(&docs)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(ingested.stdout).unwrap();
+    let stderr = String::from_utf8(ingested.stderr).unwrap();
+    assert!(ingested.status.success(), "{stdout}\n{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    // Directories are walked in name order: nested/page.html, then otters.md.
+    assert!(
+        lines[0].ends_with("page.html") && lines[0].contains("  1 chunks  "),
+        "{stdout}"
+    );
+    assert!(
+        lines[1].ends_with("otters.md") && lines[1].contains("  1 chunks  "),
+        "{stdout}"
+    );
+    let id = lines[1].split_whitespace().next().unwrap();
+    assert!(uuid::Uuid::parse_str(id).is_ok(), "{id}");
+    assert!(
+        stderr.contains("skipping") && stderr.contains("picture.png"),
+        "{stderr}"
+    );
+
+    // The chunks are in the user's memory as documents, out of default recall.
+    let listed = mnemo(&data)
+        .args(["memory", "list", "--user", "erin", "--kinds", "document"])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8(listed.stdout).unwrap();
+    assert!(listed.contains("crack clams"), "{listed}");
+    assert!(listed.contains("High tide"), "{listed}");
+    let searched = mnemo(&data)
+        .args(["memory", "search", "--user", "erin", "otters clams"])
+        .output()
+        .unwrap();
+    assert!(searched.status.success());
+    assert!(
+        String::from_utf8(searched.stdout)
+            .unwrap()
+            .trim()
+            .is_empty()
+    );
+
+    // Bad usage: a missing path, and no user for an embedded run.
+    let missing = mnemo(&data)
+        .args(["ingest", "--user", "erin", "/nonexistent/file.md"])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+    let no_user = mnemo(&data).arg("ingest").arg(&docs).output().unwrap();
+    assert_eq!(no_user.status.code(), Some(2));
+    let empty = dir.path().join("empty.txt");
+    std::fs::write(&empty, "   ").unwrap();
+    let failed = mnemo(&data)
+        .args(["ingest", "--user", "erin"])
+        .arg(&empty)
+        .output()
+        .unwrap();
+    assert_eq!(failed.status.code(), Some(2));
+    let message = String::from_utf8(failed.stderr).unwrap();
+    assert!(message.contains("empty"), "{message}");
+}

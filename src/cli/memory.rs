@@ -76,7 +76,7 @@ pub enum MemoryCommand {
 }
 
 /// Where memory commands go.
-enum Backend {
+pub(super) enum Backend {
     Remote {
         base: String,
         key: String,
@@ -105,7 +105,7 @@ fn parse_kind(kind: &str) -> Result<MemoryKind, Failure> {
     MemoryKind::parse(kind).ok_or_else(|| Failure::usage(format!("unknown memory kind {kind:?}")))
 }
 
-fn memory_failure(error: crate::memory::MemoryError) -> Failure {
+pub(super) fn memory_failure(error: crate::memory::MemoryError) -> Failure {
     use crate::store::ErrorKind;
     match error.kind() {
         ErrorKind::BadRequest | ErrorKind::NotFound | ErrorKind::Conflict => {
@@ -140,7 +140,7 @@ async fn open_embedded(
 }
 
 impl Backend {
-    async fn open(settings: &Settings, target: Target) -> Result<Self, Failure> {
+    pub(super) async fn open(settings: &Settings, target: Target) -> Result<Self, Failure> {
         if let Some(base) = target.server {
             let key = target
                 .key
@@ -171,7 +171,7 @@ impl Backend {
     }
 
     /// Sends a request to the server and returns its JSON (or text) body.
-    async fn remote(
+    pub(super) async fn remote(
         &self,
         method: reqwest::Method,
         path: &str,
@@ -190,6 +190,10 @@ impl Backend {
                     .header("content-type", "application/x-ndjson")
                     .body(text)
             }
+            Some(RemoteBody::Bytes {
+                content_type,
+                bytes,
+            }) => request = request.header("content-type", content_type).body(bytes),
             None => {}
         }
         let response = request
@@ -215,7 +219,7 @@ impl Backend {
         }
     }
 
-    async fn close(self) {
+    pub(super) async fn close(self) {
         if let Backend::Embedded {
             engine,
             store,
@@ -234,16 +238,20 @@ impl Backend {
     }
 }
 
-enum RemoteBody {
+pub(super) enum RemoteBody {
     Json(Value),
     Text(String),
+    Bytes {
+        content_type: &'static str,
+        bytes: Vec<u8>,
+    },
 }
 
 fn to_json<T: serde::Serialize>(value: &T) -> Result<Value, Failure> {
     serde_json::to_value(value).map_err(|e| Failure::other(e.to_string()))
 }
 
-fn parse_json(text: &str) -> Result<Value, Failure> {
+pub(super) fn parse_json(text: &str) -> Result<Value, Failure> {
     serde_json::from_str(text).map_err(|e| Failure::other(format!("unexpected response: {e}")))
 }
 

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 mod chat;
+mod ingest;
 mod memory;
 mod research;
 
@@ -52,6 +53,15 @@ enum Command {
         target: memory::Target,
         #[command(subcommand)]
         command: memory::MemoryCommand,
+    },
+    /// Add documents (files, or directories recursively: .md .markdown .txt .html .htm .pdf)
+    /// for local research; prints each document's id and chunk count.
+    Ingest {
+        #[command(flatten)]
+        target: memory::Target,
+        /// Files or directories.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
     },
     /// Chat in the terminal with a running server (--server, --key) or an embedded one.
     Chat {
@@ -245,6 +255,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Memory { target, command } => {
             let settings = load_quiet(&overrides)?;
             memory::run(&settings, target, command).await
+        }
+        Command::Ingest { target, paths } => {
+            let settings = load_quiet(&overrides)?;
+            ingest::run(&settings, target, paths).await
         }
         Command::Chat {
             server,

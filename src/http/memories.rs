@@ -30,6 +30,7 @@ pub struct SearchBody {
     pub query: String,
     /// How many memories to return (default 10, at most `memory.max_k`).
     pub k: Option<usize>,
+    /// Without kinds, every kind but `document` (chunks of ingested documents).
     pub kinds: Option<Vec<MemoryKind>>,
     pub since: Option<DateTime<Utc>>,
     pub until: Option<DateTime<Utc>>,
@@ -44,7 +45,7 @@ pub struct SearchBody {
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 pub struct ListQuery {
-    /// Comma-separated kinds, e.g. `fact,preference`.
+    /// Comma-separated kinds, e.g. `fact,preference`; without it, every kind but `document`.
     pub kinds: Option<String>,
     pub since: Option<DateTime<Utc>>,
     pub until: Option<DateTime<Utc>>,

@@ -2,6 +2,7 @@
 //! `/openapi.json`) and one module per resource. Only this module (and the `AuthUser`
 //! extractor) knows axum.
 
+mod documents;
 pub mod error;
 pub mod extract;
 mod memories;
@@ -18,7 +19,7 @@ use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tower_http::catch_panic::CatchPanicLayer;
@@ -42,6 +43,7 @@ use error::ApiError;
         memories::forget,
         research::stream, research::models, research::history, research::get, research::delete,
         research::comparison, research::compare, research::test, research::input,
+        documents::ingest, documents::list, documents::delete,
     ),
     components(schemas(error::ErrorBody, error::ErrorDetail)),
     modifiers(&BearerAuth),
@@ -51,6 +53,7 @@ use error::ApiError;
         (name = "runs", description = "Chat turns and research jobs, with resumable event streams"),
         (name = "memories", description = "The user's long-term memory: hybrid recall, history, export and import"),
         (name = "research", description = "Deep research: streamed, cited reports; history and model comparison"),
+        (name = "documents", description = "The user's own documents, searched by local research"),
     )
 )]
 struct ApiDoc;
@@ -116,12 +119,18 @@ pub fn router(state: AppState) -> Router {
         .route("/research/history", get(research::history))
         .route(
             "/research/history/{id}",
-            axum::routing::delete(research::delete),
+            delete(research::delete),
         )
         .route("/research/comparison", get(research::comparison))
         .route("/research/compare", post(research::compare))
         .route("/research/test", post(research::test))
         .route("/research/{id}", get(research::get))
+        // Documents for local research.
+        .route(
+            "/v1/documents",
+            post(documents::ingest).get(documents::list),
+        )
+        .route("/v1/documents/{id}", delete(documents::delete))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body))

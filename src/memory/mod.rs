@@ -463,11 +463,10 @@ impl MemoryEngine {
             .unwrap_or(settings.candidates)
             .max(k)
             .min(1000);
+        // No kinds asked for means the ordinary ones: document chunks only when asked.
+        let kinds = request.kinds.clone().unwrap_or_else(MemoryKind::ordinary);
         let filter = VectorFilter {
-            kinds: request
-                .kinds
-                .as_ref()
-                .map(|kinds| kinds.iter().map(|kind| kind.as_str().to_string()).collect()),
+            kinds: Some(kinds.iter().map(|kind| kind.as_str().to_string()).collect()),
             since_ms: request.since.map(|time| time.timestamp_millis()),
             // The index filter's upper bound is exclusive; ours is inclusive.
             until_ms: request.until.map(|time| time.timestamp_millis() + 1),
@@ -511,7 +510,7 @@ impl MemoryEngine {
         ids.sort();
         ids.dedup();
         let sql_filter = MemoryFilter {
-            kinds: request.kinds.clone(),
+            kinds: Some(kinds),
             since: request.since,
             until: request.until,
             include_archived: request.include_archived,
@@ -560,6 +559,7 @@ impl MemoryEngine {
         Ok((memory, history))
     }
 
+    /// Newest first. Without kinds in the filter, the ordinary kinds (no document chunks).
     pub async fn list(
         &self,
         user: UserId,
@@ -567,9 +567,13 @@ impl MemoryEngine {
         limit: i64,
         before: Option<MemoryId>,
     ) -> MemoryResult<Vec<Memory>> {
+        let mut filter = filter.clone();
+        if filter.kinds.is_none() {
+            filter.kinds = Some(MemoryKind::ordinary());
+        }
         Ok(self
             .store
-            .list_memories(user, filter, limit, before)
+            .list_memories(user, &filter, limit, before)
             .await?)
     }
 

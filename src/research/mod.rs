@@ -5,6 +5,7 @@
 //! use: it checks a request, resolves its configuration and models, picks the search provider,
 //! and runs the workflow in a run of its own or inside a chat run.
 
+pub mod documents;
 pub mod extract;
 pub mod fetch;
 pub mod request;

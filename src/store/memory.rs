@@ -66,6 +66,19 @@ text_enum!(
     }
 );
 
+impl MemoryKind {
+    /// The kinds that recall and lists cover when no kinds are asked for: every kind but
+    /// `document`. Chunks of ingested documents are found by the `local` search provider, or
+    /// by asking for `document` explicitly, so they never crowd out what the user said.
+    pub fn ordinary() -> Vec<MemoryKind> {
+        Self::ALL
+            .iter()
+            .copied()
+            .filter(|kind| *kind != MemoryKind::Document)
+            .collect()
+    }
+}
+
 impl Trust {
     fn rank(self) -> u8 {
         match self {

@@ -303,3 +303,56 @@ impl TestApp {
         }
     }
 }
+
+/// Documents for local research.
+impl TestApp {
+    /// `POST /v1/documents` with a JSON body; returns status and body.
+    pub async fn ingest_document(&self, token: &str, body: Value) -> (StatusCode, Value) {
+        self.call(Method::POST, "/v1/documents", Some(token), Some(body))
+            .await
+    }
+
+    /// `POST /v1/documents` with a raw body of `content_type` (none when `None`) and a query
+    /// string such as `title=…`; returns status and body.
+    pub async fn upload_document(
+        &self,
+        token: &str,
+        content_type: Option<&str>,
+        bytes: Vec<u8>,
+        query: &str,
+    ) -> (StatusCode, Value) {
+        let mut request = self
+            .client
+            .post(self.url(&format!("/v1/documents?{query}")))
+            .bearer_auth(token)
+            .body(bytes);
+        if let Some(content_type) = content_type {
+            request = request.header("content-type", content_type);
+        }
+        let response = request.send().await.expect("upload request");
+        let status = response.status();
+        let text = response.text().await.expect("body");
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// `GET /v1/documents`; the documents.
+    pub async fn list_documents(&self, token: &str) -> Vec<Value> {
+        let (status, body) = self
+            .call(Method::GET, "/v1/documents", Some(token), None)
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body["documents"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// `DELETE /v1/documents/{id}`; the status.
+    pub async fn delete_document(&self, token: &str, id: &str) -> StatusCode {
+        self.call(
+            Method::DELETE,
+            &format!("/v1/documents/{id}"),
+            Some(token),
+            None,
+        )
+        .await
+        .0
+    }
+}

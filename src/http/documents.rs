@@ -1,0 +1,161 @@
+//! The authenticated user's documents for local research: ingest, list, delete.
+//!
+//! `POST /v1/documents` takes either a JSON body (`Content-Type: application/json`) with the
+//! text inline — `{"content", "title"?, "content_type"?, "source"?}`, where `content_type` is
+//! `text/markdown` (default), `text/plain` or `text/html` — or the raw document as the body,
+//! its type in the `Content-Type` header (`application/pdf`, `text/html`, `text/plain`,
+//! `text/markdown`) and optional `?title=` and `?source=` query parameters.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use serde::{Deserialize, Serialize};
+
+use super::error::{ApiError, ApiResult, ErrorBody};
+use super::extract::{ApiBytes, ApiPath, ApiQuery};
+use crate::auth::AuthUser;
+use crate::research::documents::{self, DocumentError, NewUpload};
+use crate::startup::AppState;
+use crate::store::{Document, DocumentId};
+
+impl From<DocumentError> for ApiError {
+    fn from(error: DocumentError) -> Self {
+        ApiError::new(error.kind(), error.to_string())
+    }
+}
+
+/// A document sent inline as JSON.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IngestBody {
+    /// The document's text.
+    pub content: String,
+    /// Default: the HTML title or the first line of the text.
+    pub title: Option<String>,
+    /// `text/markdown` (default), `text/plain` or `text/html`.
+    pub content_type: Option<String>,
+    /// Where the document came from (a path or URL), kept for the list.
+    pub source: Option<String>,
+}
+
+/// Query parameters of a raw-body upload.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct IngestQuery {
+    pub title: Option<String>,
+    pub source: Option<String>,
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct ListQuery {
+    /// 1–500, default 50.
+    pub limit: Option<i64>,
+    #[param(value_type = Option<String>, format = Uuid)]
+    pub before: Option<DocumentId>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct DocumentList {
+    pub documents: Vec<Document>,
+    #[schema(value_type = Option<String>, format = Uuid)]
+    pub next_before: Option<DocumentId>,
+}
+
+const INLINE_TYPES: &[&str] = &["text/markdown", "text/plain", "text/html"];
+
+#[utoipa::path(post, path = "/v1/documents", tag = "documents", params(IngestQuery),
+    request_body(description = "JSON with the text inline, or the raw document with its Content-Type",
+        content(
+            (IngestBody = "application/json"),
+            ("application/pdf"),
+            ("text/html"),
+            ("text/markdown"),
+            ("text/plain"),
+        )),
+    responses((status = 201, body = Document),
+        (status = 400, description = "Empty, unreadable or unsupported content", body = ErrorBody),
+        (status = 413, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn ingest(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiQuery(query): ApiQuery<IngestQuery>,
+    headers: HeaderMap,
+    ApiBytes(body): ApiBytes,
+) -> ApiResult<(StatusCode, Json<Document>)> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .map(documents::essence)
+        .filter(|value| !value.is_empty())
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "set Content-Type: application/json for an inline document, or the document's own type (application/pdf, text/html, text/markdown, text/plain)",
+            )
+        })?;
+    let upload = if content_type == "application/json" {
+        let inline: IngestBody = serde_json::from_slice(&body)
+            .map_err(|error| ApiError::bad_request(format!("invalid document body: {error}")))?;
+        let kind = inline
+            .content_type
+            .as_deref()
+            .map(documents::essence)
+            .unwrap_or_else(|| "text/markdown".to_string());
+        if !INLINE_TYPES.contains(&kind.as_str()) {
+            return Err(ApiError::bad_request(format!(
+                "content_type must be one of {} (send other types as the raw body)",
+                INLINE_TYPES.join(", ")
+            )));
+        }
+        NewUpload {
+            title: inline.title.or(query.title),
+            source: inline.source.or(query.source),
+            content_type: kind,
+            bytes: inline.content.into_bytes(),
+        }
+    } else {
+        NewUpload {
+            title: query.title,
+            source: query.source,
+            content_type,
+            bytes: body.to_vec(),
+        }
+    };
+    let document = documents::ingest(&state.memory, user.user_id, upload).await?;
+    Ok((StatusCode::CREATED, Json(document)))
+}
+
+#[utoipa::path(get, path = "/v1/documents", tag = "documents", params(ListQuery),
+    responses((status = 200, body = DocumentList), (status = 400, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn list(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> ApiResult<Json<DocumentList>> {
+    let limit = query.limit.unwrap_or(50);
+    if !(1..=500).contains(&limit) {
+        return Err(ApiError::bad_request("limit must be between 1 and 500"));
+    }
+    let documents = documents::list(&state.memory, user.user_id, limit, query.before).await?;
+    let next_before = (documents.len() as i64 == limit)
+        .then(|| documents.last().map(|document| document.id))
+        .flatten();
+    Ok(Json(DocumentList {
+        documents,
+        next_before,
+    }))
+}
+
+#[utoipa::path(delete, path = "/v1/documents/{id}", tag = "documents",
+    params(("id" = String, Path, format = Uuid)),
+    responses((status = 204, description = "The document and its chunks are deleted"),
+        (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn delete(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiPath(id): ApiPath<DocumentId>,
+) -> ApiResult<StatusCode> {
+    documents::delete(&state.memory, user.user_id, id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
