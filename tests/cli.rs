@@ -223,3 +223,94 @@ fn ingest_reads_a_directory_and_reports_each_document() {
     let message = String::from_utf8(failed.stderr).unwrap();
     assert!(message.contains("empty"), "{message}");
 }
+
+#[test]
+fn research_without_a_model_over_local_documents_writes_a_cited_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = dir.path().join("docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    std::fs::write(
+        docs.join("otters.md"),
+        "# Otters of Pellwick\n\nThe Pellwick otters crack clams open with flat stones they keep under their arms.\n\nThey float on their backs in the kelp beds while they eat.",
+    )
+    .unwrap();
+    std::fs::write(
+        docs.join("tides.md"),
+        "# Pellwick harbour\n\nHigh tide at Pellwick harbour comes twice a day, about twelve hours and twenty-five minutes apart.",
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    assert!(
+        mnemo(&data)
+            .args(["user", "add", "erin"])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    let ingested = mnemo(&data)
+        .args(["ingest", "--user", "erin"])
+        .arg(&docs)
+        .output()
+        .unwrap();
+    assert!(ingested.status.success(), "{ingested:?}");
+
+    let researched = mnemo(&data)
+        .args([
+            "research",
+            "--user",
+            "erin",
+            "--search-api",
+            "local",
+            "How do the Pellwick otters open clams?",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(researched.stdout).unwrap();
+    let stderr = String::from_utf8(researched.stderr).unwrap();
+    assert!(researched.status.success(), "{stdout}\n{stderr}");
+    // An extractive digest: the document's own words, cited, with the source listed.
+    let (body, sources) = stdout.split_once("## Sources").expect("a sources section");
+    assert!(
+        body.contains("crack clams open with flat stones"),
+        "{stdout}"
+    );
+    let line = body
+        .lines()
+        .find(|line| line.contains("crack clams"))
+        .unwrap();
+    let cited: usize = line
+        .rsplit('[')
+        .next()
+        .and_then(|rest| rest.trim_end().trim_end_matches(']').parse().ok())
+        .unwrap_or_else(|| panic!("the passage is cited: {line}"));
+    let source = sources
+        .lines()
+        .find(|l| l.starts_with(&format!("[{cited}] ")))
+        .unwrap_or_else(|| panic!("[{cited}] is listed: {sources}"));
+    assert!(source.contains("doc:"), "{source}");
+    assert!(stderr.contains("== completed"), "{stderr}");
+
+    // Another user has no documents: nothing to research.
+    assert!(
+        mnemo(&data)
+            .args(["user", "add", "finn"])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    let other = mnemo(&data)
+        .args([
+            "research",
+            "--user",
+            "finn",
+            "--search-api",
+            "local",
+            "Pellwick otters clams",
+        ])
+        .output()
+        .unwrap();
+    let other_out = String::from_utf8(other.stdout).unwrap();
+    assert!(!other_out.contains("crack clams"), "{other_out}");
+}

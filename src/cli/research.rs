@@ -1,6 +1,7 @@
 //! `mnemo research "question"`: one deep research from the terminal, against a running server
-//! (`--server URL --key KEY`) or an embedded one on the data directory. Progress (stages,
-//! searches, errors) goes to stderr as it happens; the report streams to stdout.
+//! (`--server URL --key KEY`) or embedded on the data directory for a user (`--user NAME`,
+//! default the local dev user). Progress (stages, searches, errors) goes to stderr as it
+//! happens; the report streams to stdout.
 
 use std::io::Write;
 use std::time::Duration;
@@ -12,7 +13,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::Failure;
 use super::chat::connect;
+use crate::auth::DEV_USER;
 use crate::config::Settings;
+use crate::research::request::ResearchRequest;
+use crate::store::UserKind;
 
 #[derive(Debug, clap::Args)]
 pub struct ResearchArgs {
@@ -22,6 +26,10 @@ pub struct ResearchArgs {
     pub server: Option<String>,
     #[arg(long, env = "MNEMO_KEY", hide_env_values = true)]
     pub key: Option<String>,
+    /// Embedded: the user whose memory and documents the research uses (default: the local
+    /// dev user).
+    #[arg(long)]
+    pub user: Option<String>,
     /// Search provider: local (your ingested documents), tavily, brave, searxng, duckduckgo.
     #[arg(long)]
     pub search_api: Option<String>,
@@ -44,8 +52,6 @@ pub struct ResearchArgs {
 }
 
 pub async fn run(settings: Settings, args: ResearchArgs) -> Result<(), Failure> {
-    let stop = CancellationToken::new();
-    let client = connect(settings, args.server.clone(), args.key.clone(), &stop).await?;
     let mut body = json!({ "query": args.query });
     let fields = [
         ("search_api", args.search_api.clone().map(Value::from)),
@@ -65,10 +71,62 @@ pub async fn run(settings: Settings, args: ResearchArgs) -> Result<(), Failure> 
             body[name] = value;
         }
     }
-    let result = stream(&client, &body).await;
+    let stop = CancellationToken::new();
+    let result = if args.server.is_some() {
+        if args.user.is_some() {
+            return Err(Failure::usage(
+                "--user is for embedded research; with --server the key names the user",
+            ));
+        }
+        let client = connect(settings, args.server.clone(), args.key.clone(), &stop).await?;
+        stream(&client, &body).await
+    } else {
+        embedded(settings, args.user.as_deref(), &body, &stop).await
+    };
     stop.cancel();
     tokio::time::sleep(Duration::from_millis(100)).await;
     result
+}
+
+/// Runs the research in this process on the data directory.
+async fn embedded(
+    settings: Settings,
+    user: Option<&str>,
+    body: &Value,
+    stop: &CancellationToken,
+) -> Result<(), Failure> {
+    let request: ResearchRequest =
+        serde_json::from_value(body.clone()).map_err(|e| Failure::usage(e.to_string()))?;
+    let state = crate::startup::build_state(settings, stop.clone()).await?;
+    let user =
+        match user {
+            Some(name) => state.store.user_by_name(name).await?.ok_or_else(|| {
+                Failure::usage(format!("no user named {name} (see mnemo user list)"))
+            })?,
+            None => state.store.ensure_user(DEV_USER, UserKind::Dev).await?,
+        };
+    let (run, _) = state
+        .research
+        .start(user.id, &request)
+        .await
+        .map_err(|error| match error {
+            crate::research::StartError::Invalid(message) => Failure::usage(message),
+            crate::research::StartError::Store(error) => error.into(),
+        })?;
+    let events = state
+        .runs
+        .follow(user.id, run.id, 0, CancellationToken::new());
+    futures::pin_mut!(events);
+    let mut out = std::io::stdout();
+    let mut outcome = None;
+    while let Some(event) = events.next().await {
+        if let Some(status) = show(&event.event_type, &event.data, &mut out) {
+            outcome = Some(status);
+        }
+    }
+    state.runs.shutdown(Duration::from_secs(5)).await;
+    state.memory.join_background(Duration::from_secs(5)).await;
+    finish(outcome, &mut out)
 }
 
 async fn stream(client: &super::chat::Client, body: &Value) -> Result<(), Failure> {
@@ -96,34 +154,44 @@ async fn stream(client: &super::chat::Client, body: &Value) -> Result<(), Failur
     while let Some(event) = events.next().await {
         let event = event.map_err(|e| Failure::other(format!("the stream broke: {e}")))?;
         let data: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
-        let text = |key: &str| data[key].as_str().unwrap_or("").to_string();
-        match event.event.as_str() {
-            "session_start" => eprintln!("research {}", text("research_id")),
-            "stage_update" => eprintln!("== {}: {}", text("stage"), text("content")),
-            "sources_found" => eprintln!("   {}", text("content")),
-            "tool_call" => eprintln!("   {}", text("content")),
-            "error" => eprintln!("   ! {} error: {}", text("error_type"), text("message")),
-            "report_delta" => {
-                let _ = write!(out, "{}", text("content"));
-                let _ = out.flush();
-            }
-            "research_complete" => {
-                let metadata = &data["metadata"];
-                eprintln!(
-                    "\n== done in {:.1} s: {} words, {} sources, {} memories written",
-                    metadata["duration_seconds"].as_f64().unwrap_or(0.0),
-                    metadata["word_count"],
-                    metadata["sources"].as_array().map(Vec::len).unwrap_or(0),
-                    metadata["memories_written"],
-                );
-            }
-            "done" => {
-                outcome = Some(text("status"));
-                break;
-            }
-            _ => {}
+        if let Some(status) = show(&event.event, &data, &mut out) {
+            outcome = Some(status);
+            break;
         }
     }
+    finish(outcome, &mut out)
+}
+
+/// Prints one event (progress to stderr, the report to `out`); returns the run's final
+/// status at `done`.
+fn show(kind: &str, data: &Value, out: &mut impl Write) -> Option<String> {
+    let text = |key: &str| data[key].as_str().unwrap_or("").to_string();
+    match kind {
+        "session_start" => eprintln!("research {}", text("research_id")),
+        "stage_update" => eprintln!("== {}: {}", text("stage"), text("content")),
+        "sources_found" | "tool_call" => eprintln!("   {}", text("content")),
+        "error" => eprintln!("   ! {} error: {}", text("error_type"), text("message")),
+        "report_delta" => {
+            let _ = write!(out, "{}", text("content"));
+            let _ = out.flush();
+        }
+        "research_complete" => {
+            let metadata = &data["metadata"];
+            eprintln!(
+                "\n== done in {:.1} s: {} words, {} sources, {} memories written",
+                metadata["duration_seconds"].as_f64().unwrap_or(0.0),
+                metadata["word_count"],
+                metadata["sources"].as_array().map(Vec::len).unwrap_or(0),
+                metadata["memories_written"],
+            );
+        }
+        "done" => return Some(text("status")),
+        _ => {}
+    }
+    None
+}
+
+fn finish(outcome: Option<String>, out: &mut impl Write) -> Result<(), Failure> {
     let _ = writeln!(out);
     match outcome.as_deref() {
         Some("completed") => Ok(()),

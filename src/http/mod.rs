@@ -117,10 +117,7 @@ pub fn router(state: AppState) -> Router {
         .route("/models", get(research::models))
         .route("/research/stream", post(research::stream))
         .route("/research/history", get(research::history))
-        .route(
-            "/research/history/{id}",
-            delete(research::delete),
-        )
+        .route("/research/history/{id}", delete(research::delete))
         .route("/research/comparison", get(research::comparison))
         .route("/research/compare", post(research::compare))
         .route("/research/test", post(research::test))
