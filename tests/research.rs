@@ -37,7 +37,11 @@ async fn research(app: &TestApp, token: &str, body: Value) -> SseReader {
         .send()
         .await
         .expect("research request");
-    assert_eq!(response.status(), StatusCode::OK);
+    let status = response.status();
+    if status != StatusCode::OK {
+        let body = response.text().await.unwrap_or_default();
+        panic!("POST /research/stream answered {status}: {body}");
+    }
     SseReader::new(response)
 }
 
@@ -623,5 +627,63 @@ async fn research_requests_are_validated_and_the_test_endpoint_resolves_them() {
     );
     let (status, _) = app.call(Method::GET, "/research/history", None, None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
+    app.stop_and_release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_web_page_that_says_remember_this_never_becomes_more_than_web_trust() {
+    let site = ResearchSite::start(Duration::ZERO).await;
+    let home = Home::new(Backend::Sqlite).await;
+    let app = spawn(&home, &site, None).await;
+    let alice = app.user_key("alice").await;
+    let events = research(
+        &app,
+        &alice,
+        json!({ "query": "How should I choose an account password?" }),
+    )
+    .await
+    .collect()
+    .await;
+    assert_eq!(events.last().unwrap().data["status"], "completed");
+    assert!(
+        site.fetched()
+            .iter()
+            .any(|url| url.ends_with("/page/account-tips"))
+    );
+    // Give the memory writer time to act on anything it was (wrongly) handed.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (status, listed) = app
+        .call(
+            Method::GET,
+            "/v1/memories?limit=500&include_invalid=true",
+            Some(&alice),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let memories = listed["memories"].as_array().unwrap();
+    assert!(
+        !memories.is_empty(),
+        "the research's conclusions were written"
+    );
+    for memory in memories {
+        assert_eq!(memory["trust"], "web", "{memory}");
+        assert_eq!(memory["source"], "research", "{memory}");
+        assert_ne!(memory["kind"], "fact", "{memory}");
+    }
+    // Nothing the page said was stored as a fact or preference about the user.
+    let (_, recalled) = app
+        .call(
+            Method::POST,
+            "/v1/memories/search",
+            Some(&alice),
+            Some(json!({ "query": "user's password hunter2", "kinds": ["fact", "preference"] })),
+        )
+        .await;
+    assert_eq!(
+        recalled["results"].as_array().unwrap().len(),
+        0,
+        "{recalled}"
+    );
     app.stop_and_release().await;
 }
