@@ -314,3 +314,79 @@ fn research_without_a_model_over_local_documents_writes_a_cited_report() {
     let other_out = String::from_utf8(other.stdout).unwrap();
     assert!(!other_out.contains("crack clams"), "{other_out}");
 }
+
+#[test]
+fn ingest_sends_files_to_a_running_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let added = mnemo(&data).args(["user", "add", "fay"]).output().unwrap();
+    assert!(added.status.success(), "{added:?}");
+    let key = String::from_utf8(added.stdout).unwrap().trim().to_string();
+    let file = dir.path().join("kilns.txt");
+    std::fs::write(
+        &file,
+        "Pellwick kilns burn driftwood.\n\nThey glow all night.",
+    )
+    .unwrap();
+
+    let mut server = mnemo(&data)
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    let listening = lines.next().unwrap().unwrap();
+    let base = listening
+        .strip_prefix("mnemo listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {listening}"))
+        .to_string();
+
+    let ingested = mnemo(&data)
+        .args(["ingest", "--server", &base, "--key", &key])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(ingested.status.success(), "{ingested:?}");
+    let stdout = String::from_utf8(ingested.stdout).unwrap();
+    assert!(stdout.trim().ends_with("kilns.txt"), "{stdout}");
+    assert!(stdout.contains("  1 chunks  "), "{stdout}");
+    let wrong_key = mnemo(&data)
+        .args(["ingest", "--server", &base, "--key", "mnemo_wrong"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(wrong_key.status.code(), Some(2));
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let documents: serde_json::Value = runtime.block_on(async {
+        reqwest::Client::new()
+            .get(format!("{base}/v1/documents"))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    });
+    let documents = documents["documents"].as_array().unwrap().clone();
+    assert_eq!(documents.len(), 1);
+    assert_eq!(documents[0]["title"], "Pellwick kilns burn driftwood.");
+    assert_eq!(documents[0]["content_type"], "text/plain");
+    assert!(
+        documents[0]["source"]
+            .as_str()
+            .unwrap()
+            .ends_with("kilns.txt"),
+        "{documents:?}"
+    );
+
+    let pid = server.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while server.try_wait().unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "serve did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
