@@ -94,7 +94,10 @@ async fn a_streamed_answer_arrives_as_ordered_deltas_and_is_stored() {
         .iter()
         .map(|tool| tool["function"]["name"].as_str().unwrap())
         .collect();
-    assert_eq!(tools, ["recall_memory", "remember", "forget"]);
+    assert_eq!(
+        tools,
+        ["recall_memory", "remember", "forget", "deep_research"]
+    );
     app.stop().await;
 }
 

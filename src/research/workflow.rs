@@ -2332,7 +2332,7 @@ mod tests {
     #[test]
     fn credibility_prefers_own_documents_and_institutions() {
         let long = "x".repeat(3_000);
-        assert!(credibility("doc:1#2", "") > credibility("https://nasa.gov/a", &long));
+        assert!(credibility("doc:1#2", "") > credibility("https://example.com/a", &long));
         assert!(
             credibility("https://nasa.gov/a", &long)
                 > credibility("http://blog.example.com/a", &long)
