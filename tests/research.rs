@@ -687,3 +687,117 @@ async fn a_web_page_that_says_remember_this_never_becomes_more_than_web_trust() 
     );
     app.stop_and_release().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recursive_mode_goes_a_level_deeper_and_models_can_be_compared() {
+    let site = ResearchSite::start(Duration::ZERO).await;
+    let llm = FakeLlm::start().await;
+    llm.set_handler(|request| {
+        let prompt = prompt_text(request);
+        if prompt.contains("You plan web searches") {
+            return Some(if !prompt.contains("Tides follow") {
+                Reply::text(r#"{"queries": [{"query": "tides moon", "goal": "cause"}, {"query": "lighthouse lens", "goal": "optics"}]}"#)
+            } else {
+                Reply::text(r#"{"queries": [{"query": "harbour tide tables", "goal": "prediction"}]}"#)
+            });
+        }
+        if prompt.contains("You read the sources found for one search") {
+            return Some(Reply::text(
+                r#"{"learnings": ["Tides follow the Moon [http://x]"], "follow_up_questions": ["How are tide tables computed?"]}"#,
+            ));
+        }
+        if prompt.contains("You write the research brief") {
+            return Some(Reply::text(r#"{"brief": "Tides and lighthouses."}"#));
+        }
+        if prompt.contains("You score the sources") {
+            return Some(Reply::text(r#"{"sources": []}"#));
+        }
+        if prompt.contains("You write the final report") {
+            return Some(Reply::text("# Report\n\nTides follow the Moon [1]."));
+        }
+        if prompt.contains("worth remembering from a finished research") {
+            return Some(Reply::text(r#"{"conclusions": []}"#));
+        }
+        None
+    });
+    let home = Home::new(Backend::Sqlite).await;
+    let app = spawn(&home, &site, Some(&llm)).await;
+    let alice = app.user_key("alice").await;
+    let secret = "sk-user-own-key-5f1e";
+    let events = research(
+        &app,
+        &alice,
+        json!({ "query": "tides and lighthouses", "mode": "recursive", "breadth": 2, "depth": 2, "api_key": secret }),
+    )
+    .await
+    .collect()
+    .await;
+    assert_eq!(
+        events.last().unwrap().data["status"],
+        "completed",
+        "{events:?}"
+    );
+    let levels: Vec<&str> = of_type(&events, "thinking")
+        .iter()
+        .filter_map(|e| e.data["content"].as_str())
+        .filter(|c| c.starts_with("Level "))
+        .collect();
+    assert_eq!(levels, ["Level 1: 2 queries", "Level 2: 1 queries"]);
+    let queries = site.queries();
+    assert!(
+        queries.contains(&"harbour tide tables".to_string()),
+        "{queries:?}"
+    );
+    // The user's key was used for this research only and never shows.
+    let all: String = events.iter().map(|e| e.data.to_string()).collect();
+    assert!(!all.contains(secret));
+    let id = events[0].data["research_id"].as_str().unwrap();
+    let (_, record) = app
+        .call(Method::GET, &format!("/research/{id}"), Some(&alice), None)
+        .await;
+    assert!(!record.to_string().contains(secret));
+    assert_eq!(record["config"]["api_key"], "request");
+
+    // Two models side by side on one query.
+    let (status, compared) = app
+        .call(
+            Method::POST,
+            "/research/compare",
+            Some(&alice),
+            Some(json!({ "query": "tides", "models": ["model-a", "model-b"], "mode": "recursive", "depth": 1, "breadth": 1 })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{compared}");
+    let results = compared["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[0]["model"], "model-a");
+    assert_eq!(results[1]["research"]["model"], "model-b");
+    assert!(
+        results
+            .iter()
+            .all(|r| r["research"]["status"] == "completed")
+    );
+    let used: BTreeSet<String> = llm
+        .requests()
+        .iter()
+        .filter_map(|r| r["model"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        used.contains("model-a") && used.contains("model-b"),
+        "{used:?}"
+    );
+    let (_, comparison) = app
+        .call(Method::GET, "/research/comparison", Some(&alice), None)
+        .await;
+    let models: Vec<&str> = comparison["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["model"].as_str())
+        .collect();
+    assert!(
+        models.contains(&"model-a") && models.contains(&"model-b"),
+        "{models:?}"
+    );
+    app.stop_and_release().await;
+}

@@ -78,6 +78,9 @@ pub struct CitedSource {
 /// Passages and compressed findings are cut to these sizes in prompts.
 const SOURCE_EXCERPT_CHARS: usize = 3_000;
 const CURATE_EXCERPT_CHARS: usize = 400;
+/// A source's relevance is judged on its title and this much of its text (the embedding
+/// model reads at most a few hundred tokens anyway).
+const SCORE_EXCERPT_CHARS: usize = 600;
 const PASSAGE_CHARS: usize = 600;
 const PASSAGES_PER_TOPIC: usize = 6;
 /// At most this many passages of one researcher are embedded for the extractive filter.
@@ -1548,7 +1551,7 @@ impl Research {
             format!(
                 "{}\n{}",
                 source.title,
-                truncate(source.text.as_deref().unwrap_or(""), 1_500)
+                truncate(source.text.as_deref().unwrap_or(""), SCORE_EXCERPT_CHARS)
             )
         }));
         match self.deps.memory.embedder().embed(&texts).await {
