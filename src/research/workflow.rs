@@ -1554,7 +1554,17 @@ impl Research {
                 truncate(source.text.as_deref().unwrap_or(""), SCORE_EXCERPT_CHARS)
             )
         }));
-        match self.deps.memory.embedder().embed(&texts).await {
+        // The similarity embedding runs while the model judges the sources.
+        let embedder = self.deps.memory.embedder().clone();
+        let similarity = async move { embedder.embed(&texts).await };
+        let judgement = async {
+            match self.role("research") {
+                Some(role) => Some(self.curate(role, brief, &sources).await),
+                None => None,
+            }
+        };
+        let (similarity, judgement) = tokio::join!(similarity, judgement);
+        match similarity {
             Ok(vectors) => {
                 if let Some((query, rest)) = vectors.split_first() {
                     for (source, vector) in sources.iter_mut().zip(rest) {
@@ -1576,8 +1586,29 @@ impl Research {
         for source in &mut sources {
             source.credibility = credibility(&source.url, source.text.as_deref().unwrap_or(""));
         }
-        if let Some(role) = self.role("research") {
-            self.curate(role, brief, &mut sources).await?;
+        match judgement {
+            None => {}
+            Some(Ok(items)) => {
+                for (id, relevance, credibility) in items {
+                    if let Some(source) = id.checked_sub(1).and_then(|i| sources.get_mut(i)) {
+                        source.relevance = 0.5 * source.relevance + 0.5 * relevance;
+                        source.credibility = 0.5 * source.credibility + 0.5 * credibility;
+                    }
+                }
+            }
+            Some(Err(error)) => {
+                self.progress
+                    .error(
+                        RunErrorType::Llm,
+                        &format!(
+                            "curating sources failed: {}; using similarity scores",
+                            error.message
+                        ),
+                        error.retryable(),
+                        json!({ "stage": "final_report_generation" }),
+                    )
+                    .await?;
+            }
         }
         for source in &mut sources {
             source.score = 0.7 * source.relevance + 0.3 * source.credibility;
@@ -1628,14 +1659,13 @@ impl Research {
         Ok(numbered)
     }
 
-    /// The model's relevance and credibility judgement, blended into the scores. A failure
-    /// is reported and the heuristic scores stand.
+    /// The model's relevance and credibility judgement of each source (1-based ids).
     async fn curate(
         &self,
         role: &RoleModel,
         brief: &str,
-        sources: &mut [Source],
-    ) -> Result<(), RunFailure> {
+        sources: &[Source],
+    ) -> Result<Vec<(usize, f64, f64)>, LlmError> {
         let listed: Vec<String> = sources
             .iter()
             .enumerate()
@@ -1656,47 +1686,22 @@ impl Research {
             prompt("research_curate").unwrap_or_default(),
             &[("brief", brief), ("sources", &listed.join("\n\n"))],
         );
-        let judged = self
-            .json("curate_sources", role, text, |value| {
-                let items = value["sources"]
-                    .as_array()
-                    .ok_or("sources must be a list")?;
-                Ok(items
-                    .iter()
-                    .filter_map(|item| {
-                        Some((
-                            item["id"].as_u64()? as usize,
-                            item["relevance"].as_f64()?.clamp(0.0, 1.0),
-                            item["credibility"].as_f64()?.clamp(0.0, 1.0),
-                        ))
-                    })
-                    .collect::<Vec<_>>())
-            })
-            .await;
-        match judged {
-            Ok(items) => {
-                for (id, relevance, credibility) in items {
-                    if let Some(source) = id.checked_sub(1).and_then(|i| sources.get_mut(i)) {
-                        source.relevance = 0.5 * source.relevance + 0.5 * relevance;
-                        source.credibility = 0.5 * source.credibility + 0.5 * credibility;
-                    }
-                }
-            }
-            Err(error) => {
-                self.progress
-                    .error(
-                        RunErrorType::Llm,
-                        &format!(
-                            "curating sources failed: {}; using similarity scores",
-                            error.message
-                        ),
-                        error.retryable(),
-                        json!({ "stage": "final_report_generation" }),
-                    )
-                    .await?;
-            }
-        }
-        Ok(())
+        self.json("curate_sources", role, text, |value| {
+            let items = value["sources"]
+                .as_array()
+                .ok_or("sources must be a list")?;
+            Ok(items
+                .iter()
+                .filter_map(|item| {
+                    Some((
+                        item["id"].as_u64()? as usize,
+                        item["relevance"].as_f64()?.clamp(0.0, 1.0),
+                        item["credibility"].as_f64()?.clamp(0.0, 1.0),
+                    ))
+                })
+                .collect::<Vec<_>>())
+        })
+        .await
     }
 
     /// Streams the report (`report_delta`), then the list of sources and, when something
