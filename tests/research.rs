@@ -321,7 +321,15 @@ async fn a_failing_fetch_is_reported_and_an_edited_plan_still_completes() {
 /// Routes the fake model's replies by the prompt: the supervisor dispatches `topics`, each
 /// researcher searches, reads the first result and answers; every other step answers in kind.
 fn scripted_model(llm: &FakeLlm, topics: Vec<&'static str>, report: &'static str) {
-    llm.set_handler(move |request| {
+    llm.set_handler(research_script(topics, report));
+}
+
+/// The replies of `scripted_model`, as a handler to combine with others.
+fn research_script(
+    topics: Vec<&'static str>,
+    report: &'static str,
+) -> impl Fn(&Value) -> Option<Reply> + Send + Sync + 'static {
+    move |request: &Value| {
         let prompt = prompt_text(request);
         let tool_results: Vec<&str> = request["messages"]
             .as_array()
@@ -384,7 +392,7 @@ fn scripted_model(llm: &FakeLlm, topics: Vec<&'static str>, report: &'static str
             ));
         }
         None
-    });
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -799,5 +807,81 @@ async fn recursive_mode_goes_a_level_deeper_and_models_can_be_compared() {
         models.contains(&"model-a") && models.contains(&"model-b"),
         "{models:?}"
     );
+    app.stop_and_release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chat_agent_runs_deep_research_as_a_tool_inside_its_turn() {
+    let site = ResearchSite::start(Duration::ZERO).await;
+    let llm = FakeLlm::start().await;
+    let research = research_script(
+        vec!["lighthouse fresnel lens"],
+        "# Lenses\n\nA Fresnel lens concentrates the lamp into a beam [1].",
+    );
+    // The chat model asks for a research, then answers from its result; every other request
+    // belongs to the research.
+    llm.set_handler(move |request| {
+        let is_chat = request["tools"].as_array().is_some_and(|tools| {
+            tools
+                .iter()
+                .any(|t| t["function"]["name"] == "recall_memory")
+        });
+        if !is_chat {
+            return research(request);
+        }
+        let answered = request["messages"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+        Some(if answered {
+            Reply::text("The research says Fresnel lenses concentrate the light.")
+        } else {
+            Reply::tool(
+                "deep_research",
+                json!({ "query": "How do lighthouse lenses work?" }),
+            )
+        })
+    });
+    let home = Home::new(Backend::Sqlite).await;
+    let app = spawn(&home, &site, Some(&llm)).await;
+    let alice = app.user_key("alice").await;
+    let thread = app.create_thread(&alice, "lenses").await;
+    let thread = thread["id"].as_str().unwrap();
+    let run = app
+        .post_message(
+            &alice,
+            thread,
+            "Please research how lighthouse lenses work.",
+        )
+        .await;
+    let events = app
+        .events(&alice, run["id"].as_str().unwrap(), None)
+        .await
+        .collect()
+        .await;
+    assert_eq!(
+        events.last().unwrap().data["status"],
+        "completed",
+        "{events:?}"
+    );
+    let kinds: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
+    let call = kinds.iter().position(|k| *k == "tool_call").unwrap();
+    let report = kinds.iter().position(|k| *k == "report_delta").unwrap();
+    let result = kinds.iter().position(|k| *k == "tool_result").unwrap();
+    let answer = kinds
+        .iter()
+        .rposition(|k| *k == "message_complete")
+        .unwrap();
+    assert!(
+        call < report && report < result && result < answer,
+        "{kinds:?}"
+    );
+    let tool_result = &events[result].data;
+    assert!(tool_result.to_string().contains("Fresnel"), "{tool_result}");
+    // The research is in the user's history, attached to the thread.
+    let (_, history) = app
+        .call(Method::GET, "/research/history", Some(&alice), None)
+        .await;
+    assert_eq!(history["research"].as_array().unwrap().len(), 1);
+    assert_eq!(history["research"][0]["status"], "completed");
     app.stop_and_release().await;
 }
