@@ -111,6 +111,13 @@ struct EvalArgs {
     /// Only the first N conversations.
     #[arg(long)]
     limit_conversations: Option<usize>,
+    /// Also answer every question from the recalled memories and score the answers with an
+    /// LLM judge and token F1 (needs an LLM configured).
+    #[arg(long)]
+    answer: bool,
+    /// The memory unit answered from: raw, dated (default) or window.
+    #[arg(long, default_value = "dated")]
+    answer_unit: String,
 }
 
 #[derive(Debug, Subcommand)]
@@ -343,6 +350,17 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let mut options = crate::eval::EvalOptions::new(args.data, args.out, settings);
             options.variants = args.variants;
             options.limit_conversations = args.limit_conversations;
+            options.answer = args.answer;
+            options.answer_unit = match args.answer_unit.as_str() {
+                "raw" => crate::eval::MemoryUnit::Raw,
+                "dated" => crate::eval::MemoryUnit::Dated,
+                "window" => crate::eval::MemoryUnit::Window,
+                other => {
+                    return Err(Failure::usage(format!(
+                        "--answer-unit {other:?}: use raw, dated or window"
+                    )));
+                }
+            };
             let summary = if longmemeval {
                 crate::eval::run_longmemeval(options).await
             } else {

@@ -27,6 +27,7 @@
 //! Output ([`report`]): `results.json` (everything), `results.md` (tables beside the
 //! dataset's reference points), `recall.svg` (recall@k against k) and `per_question.jsonl`.
 
+pub mod answer;
 pub mod locomo;
 pub mod longmemeval;
 pub mod metrics;
@@ -291,6 +292,13 @@ pub struct EvalOptions {
     /// RRF constants tried for every memory unit (hybrid, no decay), besides
     /// `settings.memory.rrf_k`.
     pub rrf_sweep: Vec<f64>,
+    /// Answer every question from the memories recalled by `answer_unit` with hybrid recall,
+    /// and score the answers with an LLM judge and token F1 (needs an LLM: the `chat` role
+    /// answers, the `memory` role judges).
+    pub answer: bool,
+    pub answer_unit: MemoryUnit,
+    /// Memories given to the answer model.
+    pub answer_k: usize,
 }
 
 impl EvalOptions {
@@ -310,6 +318,9 @@ impl EvalOptions {
             settings,
             candidates: Self::DEFAULT_CANDIDATES,
             rrf_sweep: Self::DEFAULT_RRF_SWEEP.to_vec(),
+            answer: false,
+            answer_unit: MemoryUnit::Dated,
+            answer_k: 10,
         }
     }
 }
@@ -349,6 +360,31 @@ impl EvalSummary {
             ),
         }
     }
+}
+
+/// The answer and judge models for `--answer`; an error when no LLM is configured.
+fn answer_models(
+    options: &EvalOptions,
+) -> anyhow::Result<Option<(answer::AnswerModels, MemoryUnit, usize)>> {
+    if !options.answer {
+        return Ok(None);
+    }
+    let models = crate::llm::roles::Models::from_settings(&options.settings.llm);
+    let (Some(answer), Some(judge)) = (models.role("chat"), models.role("memory")) else {
+        bail!("--answer needs an LLM (llm.base_url and llm.model)");
+    };
+    if options.answer_unit == MemoryUnit::Facts {
+        bail!("--answer-unit must be raw, dated or window");
+    }
+    Ok(Some((
+        answer::AnswerModels {
+            answer: answer.clone(),
+            judge: judge.clone(),
+            structured_retries: models.structured_retries,
+        },
+        options.answer_unit,
+        options.answer_k.max(1),
+    )))
 }
 
 /// `mnemo eval locomo --data PATH`.
@@ -393,6 +429,7 @@ pub async fn run(dataset: &dyn Dataset, options: EvalOptions) -> anyhow::Result<
         settings: &options.settings,
         embedder: Arc::new(EvalEmbedder::new(load_embedder(&options.settings).await?)),
         plan,
+        answers: answer_models(&options)?,
     };
     let mut sink = Sink {
         accumulators: BTreeMap::new(),
@@ -401,6 +438,15 @@ pub async fn run(dataset: &dyn Dataset, options: EvalOptions) -> anyhow::Result<
                 .context("creating per_question.jsonl")?,
         ),
         wordpieces: WordPieces::load(&options.settings),
+        answers: answer::AnswerTally::default(),
+        answers_file: if options.answer {
+            Some(std::io::BufWriter::new(
+                std::fs::File::create(options.out_dir.join("answers.jsonl"))
+                    .context("creating answers.jsonl")?,
+            ))
+        } else {
+            None
+        },
     };
     let total_turns: u64 = conversations
         .iter()
@@ -499,6 +545,17 @@ pub async fn run(dataset: &dyn Dataset, options: EvalOptions) -> anyhow::Result<
         units,
         runs,
     );
+    let mut report = report;
+    if let Some((models, unit, k)) = &env.answers {
+        if let Some(file) = sink.answers_file.as_mut() {
+            file.flush().context("writing answers.jsonl")?;
+        }
+        report.answers = Some(sink.answers.report(
+            format!("{}/{}", unit.key(), Retrieval::Hybrid.key()),
+            *k,
+            models,
+        ));
+    }
     let summary = report::write(report, &options.out_dir)?;
     if let Err(error) = std::fs::remove_dir_all(&scratch_root) {
         tracing::warn!(%error, dir = %scratch_root.display(), "removing the eval scratch directory failed");
@@ -738,6 +795,8 @@ struct Sink {
     accumulators: BTreeMap<RunKey, Accumulator>,
     per_question: std::io::BufWriter<std::fs::File>,
     wordpieces: Option<WordPieces>,
+    answers: answer::AnswerTally,
+    answers_file: Option<std::io::BufWriter<std::fs::File>>,
 }
 
 /// Counts BERT WordPiece tokens with the local embedding model's tokenizer.
@@ -771,6 +830,8 @@ struct Env<'a> {
     settings: &'a Settings,
     embedder: Arc<EvalEmbedder>,
     plan: Plan,
+    /// `--answer`: the models, the memory unit answered from, and how many memories.
+    answers: Option<(answer::AnswerModels, MemoryUnit, usize)>,
 }
 
 impl Env<'_> {
@@ -1058,6 +1119,33 @@ async fn query(
                 };
             recalls += 1;
             bar.inc(1);
+            if let Some((models, answer_unit, answer_k)) = &env.answers
+                && *answer_unit == unit
+                && probe.retrieval == Retrieval::Hybrid
+                && !probe.sweep
+                && !answer::UNSCORED_CATEGORIES.contains(&question.category.as_str())
+            {
+                let given = &response.results[..response.results.len().min(*answer_k)];
+                match answer::answer_and_judge(models, &question.text, &question.answer, given)
+                    .await
+                {
+                    Ok((answer, correct, f1)) => {
+                        sink.answers.add(&question.category, correct, f1);
+                        if let Some(file) = sink.answers_file.as_mut() {
+                            let line = serde_json::json!({
+                                "question": question.id, "category": question.category,
+                                "text": question.text, "gold": question.answer,
+                                "answer": answer, "correct": correct, "f1": f1,
+                            });
+                            writeln!(file, "{line}").context("writing answers.jsonl")?;
+                        }
+                    }
+                    Err(error) => {
+                        sink.answers.failures += 1;
+                        tracing::warn!(question = %question.id, error = %error.message, "answering failed");
+                    }
+                }
+            }
             let results = &response.results;
             let top = &results[..results.len().min(plan.tokens_k)];
             let words: usize = top.iter().map(|r| metrics::words(&r.memory.content)).sum();

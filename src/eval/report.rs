@@ -114,6 +114,8 @@ pub struct Report {
     pub recommended_rrf_k: Option<f64>,
     pub references: Vec<Reference>,
     pub notes: Vec<String>,
+    /// `--answer`: LLM-judge accuracy and token F1 of answers from recalled memories.
+    pub answers: Option<super::answer::AnswerReport>,
 }
 
 /// Facts about the run that the report records.
@@ -227,6 +229,7 @@ impl Report {
             recommended_rrf_k,
             references: dataset.references(),
             notes,
+            answers: None,
         }
     }
 
@@ -447,6 +450,35 @@ pub fn markdown(report: &Report) -> String {
         );
     }
 
+    if let Some(answers) = &report.answers {
+        let _ = writeln!(
+            out,
+            "\n## Answers from recalled memories ({}, top {}; answer model `{}`, judge `{}`)\n",
+            answers.run, answers.k, answers.answer_model, answers.judge_model
+        );
+        out.push_str(
+            "| category | questions | LLM judge (J) % | token F1 % |\n|---|---:|---:|---:|\n",
+        );
+        for (category, scores) in &answers.categories {
+            let _ = writeln!(
+                out,
+                "| {category} | {} | {:.1} | {:.1} |",
+                scores.questions, scores.judge_accuracy, scores.f1
+            );
+        }
+        let _ = writeln!(
+            out,
+            "| **overall** | {} | **{:.1}** | **{:.1}** |",
+            answers.overall.questions, answers.overall.judge_accuracy, answers.overall.f1
+        );
+        if answers.failures > 0 {
+            let _ = writeln!(
+                out,
+                "\n{} questions could not be answered or judged.",
+                answers.failures
+            );
+        }
+    }
     out.push_str("\n## Memory units\n\n");
     out.push_str(
         "| unit | one memory holds | status | memories | ingest s | recall s | recalls |\n",
@@ -850,6 +882,7 @@ mod tests {
                 recall_at_10: 66.2,
             }],
             notes: vec!["conv-x/q2: evidence \"D\" dropped".into()],
+            answers: None,
         }
     }
 

@@ -20,6 +20,8 @@ pub fn prompt(name: &str) -> Option<&'static str> {
         "research_conclusions" => Some(include_str!("../../prompts/research_conclusions.md")),
         "research_queries" => Some(include_str!("../../prompts/research_queries.md")),
         "research_learnings" => Some(include_str!("../../prompts/research_learnings.md")),
+        "eval_answer" => Some(include_str!("../../prompts/eval_answer.md")),
+        "eval_judge" => Some(include_str!("../../prompts/eval_judge.md")),
         _ => None,
     }
 }

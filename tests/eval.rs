@@ -1,0 +1,109 @@
+//! `mnemo eval … --answer` through the binary, with the fake OpenAI server answering and
+//! judging: every question gets an answer from its recalled memories, a verdict and a token F1,
+//! and the report says so per category.
+
+mod support;
+
+use std::process::Command;
+
+use serde_json::Value;
+use support::fake_llm::{FakeLlm, Reply, prompt_text};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_are_generated_judged_and_reported() {
+    let llm = FakeLlm::start().await;
+    llm.set_handler(|request| {
+        let prompt = prompt_text(request);
+        if prompt.contains("You grade an answer") {
+            // The judge accepts exactly the answers that name Lisbon.
+            let answer = prompt
+                .lines()
+                .find_map(|line| line.strip_prefix("Answer to grade: "))
+                .unwrap_or("");
+            let label = if answer.contains("Lisbon") {
+                "CORRECT"
+            } else {
+                "WRONG"
+            };
+            return Some(Reply::text(&format!("{{\"label\": \"{label}\"}}")));
+        }
+        if prompt.contains("using only the memories") {
+            return Some(Reply::text(
+                if prompt.contains("Lisbon") && prompt.contains("live") {
+                    "Lisbon"
+                } else {
+                    "Not mentioned"
+                },
+            ));
+        }
+        None
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("results");
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/longmemeval-mini.json"
+    );
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mnemo"));
+    command
+        .args([
+            "eval",
+            "longmemeval",
+            "--data",
+            fixture,
+            "--answer",
+            "--variants",
+            "dated,hybrid",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .env("MNEMO__EMBEDDER__MODEL_DIR", support::model_dir())
+        .env("MNEMO__LOG__LEVEL", "warn");
+    for (key, value) in llm.env() {
+        command.env(key, value);
+    }
+    let output = tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+
+    let lines: Vec<Value> = std::fs::read_to_string(out.join("answers.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    // Four questions, one an abstention question the adapter skips.
+    assert_eq!(lines.len(), 3, "one answer per question");
+    let lisbon = lines.iter().find(|l| l["gold"] == "Lisbon").unwrap();
+    assert_eq!(lisbon["answer"], "Lisbon");
+    assert_eq!(lisbon["correct"], true);
+    assert_eq!(lisbon["f1"], 1.0);
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let answers = &report["answers"];
+    assert_eq!(answers["run"], "dated/hybrid");
+    assert_eq!(answers["overall"]["questions"], 3);
+    assert_eq!(answers["overall"]["correct"], 1);
+    assert_eq!(answers["overall"]["judge_accuracy"], 33.3);
+    assert_eq!(
+        answers["categories"]["knowledge-update"]["judge_accuracy"],
+        100.0
+    );
+    let markdown = std::fs::read_to_string(out.join("results.md")).unwrap();
+    assert!(
+        markdown.contains("## Answers from recalled memories"),
+        "{markdown}"
+    );
+    // Each answer prompt carried recalled memories as quoted data.
+    let prompts: Vec<String> = llm
+        .requests()
+        .iter()
+        .map(prompt_text)
+        .filter(|p| p.contains("using only the memories"))
+        .collect();
+    assert_eq!(prompts.len(), 3);
+    assert!(prompts.iter().all(|p| p.contains("\n> ")));
+}
