@@ -107,3 +107,89 @@ async fn answers_are_generated_judged_and_reported() {
     assert_eq!(prompts.len(), 3);
     assert!(prompts.iter().all(|p| p.contains("\n> ")));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_facts_unit_is_extracted_by_the_model_with_turn_references() {
+    let llm = FakeLlm::start().await;
+    llm.set_handler(|request| {
+        let prompt = prompt_text(request);
+        if !prompt.contains("You turn one session of a conversation into memories") {
+            return None;
+        }
+        // One fact per turn, restated, plus one fact citing a turn that does not exist.
+        let mut facts: Vec<Value> = prompt
+            .lines()
+            .filter_map(|line| {
+                let rest = line.strip_prefix('[')?;
+                let (id, said) = rest.split_once("] ")?;
+                Some(serde_json::json!({ "content": format!("Fact: {said}"), "turns": [id] }))
+            })
+            .collect();
+        facts.push(serde_json::json!({ "content": "Invented", "turns": ["nowhere:1"] }));
+        Some(Reply::text(
+            &serde_json::json!({ "facts": facts }).to_string(),
+        ))
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("results");
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/longmemeval-mini.json"
+    );
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mnemo"));
+    command
+        .args([
+            "eval",
+            "longmemeval",
+            "--data",
+            fixture,
+            "--variants",
+            "facts,hybrid",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .env("MNEMO__EMBEDDER__MODEL_DIR", support::model_dir())
+        .env("MNEMO__LOG__LEVEL", "warn");
+    for (key, value) in llm.env() {
+        command.env(key, value);
+    }
+    let output = tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let unit = report["units"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["unit"] == "facts")
+        .unwrap();
+    assert_eq!(unit["status"], "ok", "{unit}");
+    let extraction_calls = llm
+        .requests()
+        .iter()
+        .filter(|r| prompt_text(r).contains("You turn one session"))
+        .count();
+    let sessions = report["conversations"].as_u64().unwrap();
+    assert!(extraction_calls as u64 >= sessions);
+    // One fact per non-empty turn survived; the invented one (unknown turn id) did not.
+    let memories = unit["memories"].as_u64().unwrap();
+    assert!(memories > 0);
+    let run = report["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["key"] == "facts/hybrid")
+        .unwrap();
+    assert!(
+        run["overall"]["recall"]["10"].as_f64().unwrap() > 0.5,
+        "{run}"
+    );
+}

@@ -143,6 +143,48 @@ pub async fn answer_and_judge(
     Ok((answer, correct, f1))
 }
 
+/// The facts of one session, each with the ids of the turns it comes from (ids not in the
+/// session are dropped, and a fact left without any is dropped).
+pub async fn extract_facts(
+    model: &RoleModel,
+    retries: u32,
+    date: &str,
+    turns: &[(String, String, String)],
+) -> Result<Vec<(String, Vec<String>)>, LlmError> {
+    let listed: Vec<String> = turns
+        .iter()
+        .map(|(id, speaker, text)| format!("[{id}] {speaker}: {}", text.replace('\n', " ")))
+        .collect();
+    let text = render(
+        prompt("eval_facts").unwrap_or_default(),
+        &[("date", date), ("turns", &listed.join("\n"))],
+    );
+    let mut request = ChatRequest::new(vec![ChatMessage::user(text)]);
+    request.max_tokens = Some(model.max_tokens);
+    request.temperature = Some(0.0);
+    let known: std::collections::BTreeSet<&str> =
+        turns.iter().map(|(id, _, _)| id.as_str()).collect();
+    let (facts, _) = complete_json(model.model.as_ref(), request, retries, |value| {
+        let items = value["facts"].as_array().ok_or("facts must be a list")?;
+        Ok(items
+            .iter()
+            .filter_map(|item| {
+                let content = item["content"].as_str()?.trim().to_string();
+                let refs: Vec<String> = item["turns"]
+                    .as_array()?
+                    .iter()
+                    .filter_map(|id| id.as_str())
+                    .filter(|id| known.contains(id))
+                    .map(str::to_string)
+                    .collect();
+                (!content.is_empty() && !refs.is_empty()).then_some((content, refs))
+            })
+            .collect::<Vec<_>>())
+    })
+    .await?;
+    Ok(facts)
+}
+
 /// Lowercased words without punctuation and the articles a, an, the (the SQuAD / LoCoMo
 /// normalisation).
 fn normalise(text: &str) -> Vec<String> {

@@ -430,6 +430,13 @@ pub async fn run(dataset: &dyn Dataset, options: EvalOptions) -> anyhow::Result<
         embedder: Arc::new(EvalEmbedder::new(load_embedder(&options.settings).await?)),
         plan,
         answers: answer_models(&options)?,
+        facts: {
+            let models = crate::llm::roles::Models::from_settings(&options.settings.llm);
+            models
+                .role("memory")
+                .cloned()
+                .map(|role| (role, models.structured_retries))
+        },
     };
     let mut sink = Sink {
         accumulators: BTreeMap::new(),
@@ -458,7 +465,7 @@ pub async fn run(dataset: &dyn Dataset, options: EvalOptions) -> anyhow::Result<
     // Main pass: every memory unit with every retrieval variant.
     let mut units = Vec::new();
     for &unit in &env.plan.units {
-        if unit == MemoryUnit::Facts {
+        if unit == MemoryUnit::Facts && env.facts.is_none() {
             units.push(report::UnitResult {
                 unit: unit.key().to_string(),
                 description: unit.description().to_string(),
@@ -832,6 +839,8 @@ struct Env<'a> {
     plan: Plan,
     /// `--answer`: the models, the memory unit answered from, and how many memories.
     answers: Option<(answer::AnswerModels, MemoryUnit, usize)>,
+    /// The model extracting the `facts` unit (the `memory` role), when an LLM is configured.
+    facts: Option<(crate::llm::chat::RoleModel, u32)>,
 }
 
 impl Env<'_> {
@@ -1019,27 +1028,53 @@ async fn ingest(
                 .append_message(user.id, thread.id, turn.role, &turn.text, None)
                 .await?;
         }
-        pending.extend(
-            unit.memories(session)
-                .into_iter()
-                .map(|(content, refs, turn)| {
-                    let (source, trust) = match turn.role {
-                        Role::User => (MemorySource::User, Trust::User),
-                        _ => (MemorySource::Assistant, Trust::Assistant),
-                    };
-                    NewMemory {
-                        kind: MemoryKind::Turn,
-                        content: truncate_chars(content, MAX_MEMORY_CHARS),
-                        source,
-                        trust,
-                        importance: TURN_IMPORTANCE,
-                        thread_id: Some(thread.id),
-                        source_refs: refs,
-                        created_at: Some(session.date),
-                        supersedes: None,
-                    }
-                }),
-        );
+        if let (MemoryUnit::Facts, Some((model, retries))) = (unit, &env.facts) {
+            let date = session.date.format("%-d %B %Y").to_string();
+            let turns: Vec<(String, String, String)> = session
+                .turns
+                .iter()
+                .filter(|t| !t.text.trim().is_empty())
+                .map(|t| (t.id.clone(), t.speaker.clone(), t.text.clone()))
+                .collect();
+            let facts = answer::extract_facts(model, *retries, &date, &turns)
+                .await
+                .map_err(|error| {
+                    anyhow::anyhow!("extracting the facts of {}: {}", session.id, error.message)
+                })?;
+            pending.extend(facts.into_iter().map(|(content, refs)| NewMemory {
+                kind: MemoryKind::Fact,
+                content: truncate_chars(format!("[{date}] {content}"), MAX_MEMORY_CHARS),
+                source: MemorySource::User,
+                trust: Trust::User,
+                importance: TURN_IMPORTANCE,
+                thread_id: Some(thread.id),
+                source_refs: refs,
+                created_at: Some(session.date),
+                supersedes: None,
+            }));
+        } else {
+            pending.extend(
+                unit.memories(session)
+                    .into_iter()
+                    .map(|(content, refs, turn)| {
+                        let (source, trust) = match turn.role {
+                            Role::User => (MemorySource::User, Trust::User),
+                            _ => (MemorySource::Assistant, Trust::Assistant),
+                        };
+                        NewMemory {
+                            kind: MemoryKind::Turn,
+                            content: truncate_chars(content, MAX_MEMORY_CHARS),
+                            source,
+                            trust,
+                            importance: TURN_IMPORTANCE,
+                            thread_id: Some(thread.id),
+                            source_refs: refs,
+                            created_at: Some(session.date),
+                            supersedes: None,
+                        }
+                    }),
+            );
+        }
         pending_turns += session.turns.len() as u64;
         let last = position + 1 == conversation.sessions.len();
         if pending.len() >= ADD_BATCH || (last && !pending.is_empty()) {

@@ -22,6 +22,7 @@ pub fn prompt(name: &str) -> Option<&'static str> {
         "research_learnings" => Some(include_str!("../../prompts/research_learnings.md")),
         "eval_answer" => Some(include_str!("../../prompts/eval_answer.md")),
         "eval_judge" => Some(include_str!("../../prompts/eval_judge.md")),
+        "eval_facts" => Some(include_str!("../../prompts/eval_facts.md")),
         _ => None,
     }
 }
