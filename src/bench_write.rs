@@ -1,7 +1,7 @@
 //! `mnemo bench write`: how long from the end of a chat turn until what it taught is
 //! recallable, and how many memory jobs per second the writer drains. Runs the real server
 //! in-process on a scratch data directory; with `--llm-url` the turn and the extraction go
-//! to that OpenAI-compatible endpoint (a real one, or the fake server `cargo bench --bench
+//! to that OpenAI-compatible endpoint (a real one, or the fake server that `cargo bench --bench
 //! write` starts with a fixed latency).
 
 use std::path::PathBuf;
@@ -165,6 +165,17 @@ pub async fn run_write_bench(
     }
     let drain = started.elapsed().as_secs_f64();
     shutdown.cancel();
+    state.runs.shutdown(Duration::from_secs(5)).await;
+    state.memory.join_background(Duration::from_secs(10)).await;
+    // The vector shard flushes when its last owner goes; let that happen inside the runtime.
+    let indexer = std::sync::Arc::downgrade(state.memory.indexer());
+    drop(state);
+    for _ in 0..200 {
+        if indexer.strong_count() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     let path = if options.llm_url.is_some() {
         "LLM (chat + extraction through the endpoint)"

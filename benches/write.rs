@@ -1,0 +1,78 @@
+//! `mnemo bench write` on the LLM path: the chat turn and the memory extraction go to the fake
+//! OpenAI server at a fixed latency (default 300 ms per call), so the numbers show what mnemo
+//! adds around the model. Prints the same table as `mnemo bench write`; asserts nothing.
+//!
+//! `cargo bench --bench write` (needs `scripts/fetch-model`); `MNEMO_BENCH_LLM_MS`,
+//! `MNEMO_BENCH_TURNS` (default 30) and `MNEMO_BENCH_JOBS` (default 100) change the setup.
+
+#[path = "../tests/support/fake_llm.rs"]
+mod fake_llm;
+
+use std::time::Duration;
+
+use fake_llm::{FakeLlm, Reply, prompt_text};
+use serde_json::json;
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The locker code a bench turn mentions (`bench00042x`).
+fn token(text: &str) -> Option<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .find(|word| word.starts_with("bench") && word.len() > 5)
+        .map(str::to_string)
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let model_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/models/all-MiniLM-L6-v2");
+        if !std::path::Path::new(model_dir).join("model.safetensors").exists() {
+            eprintln!("skipped: the embedding model is missing (run scripts/fetch-model)");
+            return;
+        }
+        let latency = env_number("MNEMO_BENCH_LLM_MS", 300);
+        let llm = FakeLlm::start().await;
+        llm.set_latency(Duration::from_millis(latency));
+        llm.set_handler(|request| {
+            let prompt = prompt_text(request);
+            if prompt.contains("Decide what is worth remembering") {
+                let memories: Vec<serde_json::Value> = token(&prompt)
+                    .map(|code| {
+                        json!({ "should_remember": true, "kind": "fact",
+                                "content": format!("The user's locker code is {code}."), "importance": 3 })
+                    })
+                    .into_iter()
+                    .collect();
+                return Some(Reply::text(&json!({ "memories": memories }).to_string()));
+            }
+            if prompt.contains("Existing memories (id, then text)") {
+                return Some(Reply::text(r#"{"action": "add"}"#));
+            }
+            Some(Reply::text("Noted, I will keep that in mind."))
+        });
+        let dir = tempfile::tempdir().expect("temp dir");
+        let options = mnemo::bench_write::WriteBenchOptions {
+            data_dir: dir.path().join("bench-write"),
+            model_dir: Some(model_dir.into()),
+            turns: env_number("MNEMO_BENCH_TURNS", 30) as usize,
+            jobs: env_number("MNEMO_BENCH_JOBS", 100) as usize,
+            llm_url: Some(llm.base_url.clone()),
+            llm_model: Some("fake-model".into()),
+        };
+        println!("fake model latency {latency} ms per call");
+        if let Err(error) =
+            mnemo::bench_write::run_write_bench(options, &mut std::io::stdout()).await
+        {
+            eprintln!("bench failed: {error:#}");
+        }
+    });
+}
