@@ -72,8 +72,16 @@ struct Server {
 }
 
 async fn start_server(data_dir: &Path, log: &Path) -> Server {
+    start_server_with(data_dir, log, &[]).await
+}
+
+async fn start_server_with(data_dir: &Path, log: &Path, env: &[(&str, &str)]) -> Server {
     let log_file = std::fs::File::create(log).expect("server log file");
-    let mut child = mnemo(data_dir)
+    let mut command = mnemo(data_dir);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let mut child = command
         .args(["serve", "--addr", "127.0.0.1:0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log_file))
@@ -794,4 +802,133 @@ fn copy_dir(from: &Path, to: &Path) {
             std::fs::copy(entry.path(), target).expect("copy");
         }
     }
+}
+
+/// Turn jobs queued when the server is killed (SIGKILL, no shutdown at all) all run after the
+/// restart: the memories they write appear, once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_pending_at_a_sigkill_all_run_after_the_restart() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data_dir = dir.path().join("data");
+    let log = dir.path().join("serve.log");
+    let key = add_user(&data_dir, "kim").await;
+    let client = reqwest::Client::new();
+    // No writer workers: every turn's job stays queued.
+    let mut server =
+        start_server_with(&data_dir, &log, &[("MNEMO__MEMORY__WRITER_WORKERS", "0")]).await;
+    let (status, thread) = call(
+        &client,
+        &server.base,
+        &key,
+        "POST",
+        "/v1/threads",
+        json!({ "title": "t" }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{thread}");
+    let thread = thread["id"].as_str().unwrap().to_string();
+    let subjects = [
+        "bike lock code",
+        "garage code",
+        "gym locker number",
+        "desk number",
+        "parking spot",
+        "badge number",
+    ];
+    let codes: Vec<String> = (0..subjects.len()).map(|i| format!("77{i}3")).collect();
+    for (subject, code) in subjects.iter().zip(&codes) {
+        let (status, run) = call(
+            &client,
+            &server.base,
+            &key,
+            "POST",
+            &format!("/v1/threads/{thread}/messages"),
+            json!({ "content": format!("My {subject} is {code}."), "stream": false }),
+        )
+        .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{run}");
+        let run = run["id"].as_str().unwrap().to_string();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (_, state) = call(
+                &client,
+                &server.base,
+                &key,
+                "GET",
+                &format!("/v1/runs/{run}"),
+                Value::Null,
+            )
+            .await;
+            if state["status"] != "running" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the turn ended");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let (_, health) = call(&client, &server.base, &key, "GET", "/health", Value::Null).await;
+    assert_eq!(
+        health["components"]["memory_writer"]["queued"],
+        codes.len(),
+        "{health}"
+    );
+    server.child.kill().await.expect("SIGKILL");
+
+    let server = start_server(&data_dir, &dir.path().join("serve-2.log")).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let found = loop {
+        let (_, listed) = call(
+            &client,
+            &server.base,
+            &key,
+            "GET",
+            "/v1/memories?kinds=fact&limit=100&include_invalid=true",
+            Value::Null,
+        )
+        .await;
+        let contents: Vec<String> = listed["memories"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["content"].as_str().map(str::to_string))
+            .collect();
+        if codes
+            .iter()
+            .all(|code| contents.iter().any(|c| c.contains(code.as_str())))
+        {
+            break contents;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "every queued job ran after the restart: {contents:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for code in &codes {
+        let copies = found.iter().filter(|c| c.contains(code.as_str())).count();
+        assert_eq!(copies, 1, "{code} stored once: {found:?}");
+    }
+    let log_text = read_log(&log) + &read_log(&dir.path().join("serve-2.log"));
+    assert!(!log_text.contains("panicked"), "{log_text}");
+}
+
+async fn call(
+    client: &reqwest::Client,
+    base: &str,
+    key: &str,
+    method: &str,
+    path: &str,
+    body: Value,
+) -> (StatusCode, Value) {
+    let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+    let mut request = client
+        .request(method, format!("{base}{path}"))
+        .bearer_auth(key);
+    if !body.is_null() {
+        request = request.json(&body);
+    }
+    let response = request.send().await.expect("request");
+    let status = response.status();
+    let text = response.text().await.unwrap_or_default();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
