@@ -456,3 +456,78 @@ async fn a_changed_value_supersedes_even_when_the_vectors_are_nearly_identical()
     assert!(facts[0]["supersedes"].is_string());
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_background_import_is_a_job_per_batch_owned_by_its_user() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let alice = app.user_key("alice").await;
+    let bob = app.user_key("bob").await;
+    let lines: String = (0..3)
+        .map(|i| {
+            format!(
+                "{}\n",
+                json!({ "kind": "fact", "content": format!("Imported fact number {i} about herons"),
+                        "source": "import", "trust": "user", "importance": 3 })
+            )
+        })
+        .collect();
+    let post = |token: String, body: String| {
+        let app = &app;
+        async move {
+            let response = app
+                .client
+                .post(app.url("/v1/memories/import?background=true"))
+                .bearer_auth(token)
+                .header("content-type", "application/x-ndjson")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let status = response.status();
+            (status, response.json::<serde_json::Value>().await.unwrap())
+        }
+    };
+    let (status, queued) = post(alice.clone(), lines.clone()).await;
+    assert_eq!(status, reqwest::StatusCode::ACCEPTED, "{queued}");
+    let batches = queued["batches"].as_array().unwrap();
+    assert_eq!(batches.len(), 1);
+    assert_eq!(batches[0]["lines"], 3);
+    let id = batches[0]["id"].as_str().unwrap().to_string();
+    // Another user cannot see the batch.
+    let (status, _) = app
+        .call(
+            Method::GET,
+            &format!("/v1/memories/import/{id}"),
+            Some(&bob),
+            None,
+        )
+        .await;
+    assert_eq!(status, reqwest::StatusCode::NOT_FOUND);
+    wait_for_jobs(&app).await;
+    let (_, state) = app
+        .call(
+            Method::GET,
+            &format!("/v1/memories/import/{id}"),
+            Some(&alice),
+            None,
+        )
+        .await;
+    assert_eq!(state["status"], "done", "{state}");
+    let found = contents(&memories(&app, &alice, "&kinds=fact").await)
+        .into_iter()
+        .filter(|c| c.contains("herons"))
+        .count();
+    assert_eq!(found, 3);
+    // The same upload again is the same job: nothing is imported twice.
+    let (_, again) = post(alice.clone(), lines).await;
+    assert_eq!(again["batches"][0]["id"], id.as_str());
+    wait_for_jobs(&app).await;
+    let found = contents(&memories(&app, &alice, "&kinds=fact").await)
+        .into_iter()
+        .filter(|c| c.contains("herons"))
+        .count();
+    assert_eq!(found, 3);
+    assert!(contents(&memories(&app, &bob, "&kinds=fact").await).is_empty());
+    app.stop().await;
+}

@@ -327,16 +327,60 @@ pub async fn export(State(state): State<AppState>, user: AuthUser) -> ApiResult<
     Ok(response)
 }
 
-#[utoipa::path(post, path = "/v1/memories/import", tag = "memories",
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct ImportQuery {
+    /// Queue the lines as background jobs of 500 lines (durable, retried) and answer 202 at
+    /// once, instead of importing before answering.
+    #[serde(default)]
+    pub background: bool,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ImportQueued {
+    /// Follow each at `GET /v1/memories/import/{id}`.
+    pub batches: Vec<crate::memory::writer::ImportBatch>,
+}
+
+#[utoipa::path(post, path = "/v1/memories/import", tag = "memories", params(ImportQuery),
     request_body(content = String, description = "JSON lines, as exported", content_type = "application/x-ndjson"),
-    responses((status = 200, body = ImportReport), (status = 400, body = ErrorBody)),
+    responses((status = 200, body = ImportReport), (status = 202, body = ImportQueued),
+        (status = 400, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn import(
     State(state): State<AppState>,
     user: AuthUser,
+    ApiQuery(query): ApiQuery<ImportQuery>,
     ApiBytes(body): ApiBytes,
-) -> ApiResult<Json<ImportReport>> {
+) -> ApiResult<Response> {
     let text = std::str::from_utf8(&body)
         .map_err(|_| ApiError::bad_request("the import body must be UTF-8 JSON lines"))?;
-    Ok(Json(engine(&state).import(user.user_id, text).await?))
+    if query.background {
+        let batches = state.writer.enqueue_import(user.user_id, text).await?;
+        return Ok((StatusCode::ACCEPTED, Json(ImportQueued { batches })).into_response());
+    }
+    Ok(Json(engine(&state).import(user.user_id, text).await?).into_response())
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ImportStatus {
+    pub id: String,
+    /// `queued`, `running`, `done` or `failed`.
+    pub status: String,
+}
+
+#[utoipa::path(get, path = "/v1/memories/import/{id}", tag = "memories",
+    params(("id" = String, Path)),
+    responses((status = 200, body = ImportStatus), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn import_status(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<Json<ImportStatus>> {
+    let status = state
+        .writer
+        .import_status(user.user_id, &id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("no such import batch"))?;
+    Ok(Json(ImportStatus { id, status }))
 }

@@ -46,6 +46,30 @@ pub struct RememberJob {
     pub source_message_id: Option<MessageId>,
 }
 
+/// Payload of an `import` job: one batch of an export's JSON lines.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+pub struct ImportJob {
+    pub lines: String,
+    /// The line number of the batch's first line in the whole upload (for messages).
+    pub first_line: usize,
+}
+
+/// One queued import batch.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct ImportBatch {
+    pub id: String,
+    pub first_line: usize,
+    pub lines: usize,
+}
+
+/// Import job keys carry the owner, so a batch id alone never reaches another user's job.
+fn import_key(user: UserId, batch: &str) -> String {
+    format!("import:{user}:{batch}")
+}
+
+/// Lines per import job.
+pub const IMPORT_BATCH_LINES: usize = 500;
+
 /// What consolidation did with a candidate.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
@@ -100,6 +124,49 @@ impl MemoryWriter {
             .await?;
         self.notify();
         Ok(())
+    }
+
+    /// Queues an upload's JSON lines as import jobs of `IMPORT_BATCH_LINES` lines; returns each
+    /// batch's id (a digest of its lines: the same batch uploaded again is the same job).
+    pub async fn enqueue_import(
+        &self,
+        user: UserId,
+        jsonl: &str,
+    ) -> crate::store::StoreResult<Vec<ImportBatch>> {
+        use sha2::Digest as _;
+        let lines: Vec<&str> = jsonl.lines().collect();
+        let mut batches = Vec::new();
+        for (index, chunk) in lines.chunks(IMPORT_BATCH_LINES).enumerate() {
+            let text = chunk.join("\n");
+            if text.trim().is_empty() {
+                continue;
+            }
+            let id = hex::encode(&sha2::Sha256::digest(text.as_bytes())[..12]);
+            let job = ImportJob {
+                lines: text,
+                first_line: index * IMPORT_BATCH_LINES + 1,
+            };
+            let payload = serde_json::to_value(&job).unwrap_or(Value::Null);
+            self.store
+                .enqueue_job(user, "import", &import_key(user, &id), &payload, None)
+                .await?;
+            batches.push(ImportBatch {
+                id,
+                first_line: job.first_line,
+                lines: chunk.len(),
+            });
+        }
+        self.notify();
+        Ok(batches)
+    }
+
+    /// The state of one of the user's import batches (`queued`, `running`, `done`, `failed`).
+    pub async fn import_status(
+        &self,
+        user: UserId,
+        batch: &str,
+    ) -> crate::store::StoreResult<Option<String>> {
+        self.store.job_status(&import_key(user, batch)).await
     }
 
     /// Starts `workers` loops that run until `shutdown` (0 leaves jobs queued).
@@ -202,6 +269,25 @@ impl MemoryWriter {
                 Ok(vec![self.consolidate(job.user, memory).await?])
             }
             "profile" => self.build_profile(job.user).await.map(|_| Vec::new()),
+            "import" => {
+                let payload: ImportJob =
+                    serde_json::from_value(job.payload.clone()).map_err(|e| e.to_string())?;
+                // Import skips contents the user already has, so a retried batch adds nothing
+                // twice.
+                let report = self
+                    .memory
+                    .import(job.user, &payload.lines)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                tracing::info!(
+                    imported = report.imported,
+                    skipped = report.skipped,
+                    invalid = report.errors.len(),
+                    first_line = payload.first_line,
+                    "import batch done"
+                );
+                Ok(Vec::new())
+            }
             other => Err(format!("unknown job kind {other:?}")),
         }
     }
