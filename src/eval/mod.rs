@@ -1405,11 +1405,11 @@ mod tests {
         let mut options = EvalOptions::new("d.json".into(), "out".into(), Settings::default());
         let plan = Plan::new(&options).unwrap();
         // The four retrievals in the main pass; the sweep holds the values other than the
-        // setting (60).
+        // setting (10).
         assert_eq!(plan.probes.len(), 4);
-        assert!(plan.probes.iter().all(|p| !p.sweep && p.rrf_k == 60.0));
+        assert!(plan.probes.iter().all(|p| !p.sweep && p.rrf_k == 10.0));
         let sweep: Vec<f64> = plan.sweep.iter().map(|p| p.rrf_k).collect();
-        assert_eq!(sweep, [20.0, 10.0, 5.0]);
+        assert_eq!(sweep, [60.0, 20.0, 5.0]);
         assert!(
             plan.sweep
                 .iter()
@@ -1523,7 +1523,7 @@ mod tests {
             settings,
         );
         options.ks = vec![1, 3, 10];
-        options.rrf_sweep = vec![10.0];
+        options.rrf_sweep = vec![60.0];
         let summary = run_longmemeval(options).await.unwrap();
         for path in [
             &summary.results_json,
@@ -1563,9 +1563,9 @@ mod tests {
         // The sweep ran on every memory unit.
         let swept: Vec<&RunResult> = report.runs.iter().filter(|r| r.sweep).collect();
         assert_eq!(swept.len(), 4, "raw, dated, window, window-centre");
-        assert!(swept.iter().all(|r| r.rrf_k == Some(10.0)));
+        assert!(swept.iter().all(|r| r.rrf_k == Some(60.0)));
         assert!(report.recommended_rrf_k.is_some());
-        assert_eq!(run("dated/hybrid").rrf_k, Some(60.0));
+        assert_eq!(run("dated/hybrid").rrf_k, Some(10.0));
         let lines = std::fs::read_to_string(dir.path().join("results/per_question.jsonl")).unwrap();
         // 3 questions × 4 retrievals × (raw, dated, window, window-centre).
         assert_eq!(lines.lines().count(), 3 * 4 * 4);

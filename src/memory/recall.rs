@@ -221,7 +221,7 @@ mod tests {
             .unwrap();
         assert_eq!(keyword.signals.bm25_rank, Some(1));
         assert_eq!(keyword.signals.vector_rank, None);
-        assert!((keyword.signals.rrf - 1.0 / 61.0).abs() < 1e-12);
+        assert!((keyword.signals.rrf - 1.0 / 11.0).abs() < 1e-12);
     }
 
     #[test]
