@@ -9,7 +9,8 @@
 //! * `optimize` holds `optimize_gate` (it write-locks the segment holder
 //!   while swapping segments);
 //! * `flush` holds both, so it waits for a running optimisation instead of
-//!   racing it. Searches, counts and scrolls take no gate at all.
+//!   racing it (`flush_if_idle` declines instead of waiting). Searches, counts and
+//!   scrolls take no gate at all.
 //!
 //! Durability: Edge 0.7.2 writes a WAL but never replays it on load, so only
 //! flushed data survives a crash. Call [`VectorIndex::flush`] after batches
@@ -502,6 +503,21 @@ impl VectorIndex for EdgeVectorIndex {
             let _write = gate(&inner.write_gate);
             inner.shard.flush();
             Ok(())
+        })
+        .await
+    }
+
+    async fn flush_if_idle(&self) -> Result<bool, IndexError> {
+        self.blocking(|inner| {
+            let _optimize = match inner.optimize_gate.try_lock() {
+                Ok(guard) => guard,
+                Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+                // An optimisation is running: flushing now would wait for all of it.
+                Err(std::sync::TryLockError::WouldBlock) => return Ok(false),
+            };
+            let _write = gate(&inner.write_gate);
+            inner.shard.flush();
+            Ok(true)
         })
         .await
     }

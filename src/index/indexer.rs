@@ -65,7 +65,11 @@ pub struct Indexer {
     vector: Arc<dyn VectorIndex>,
     keyword: KeywordIndex,
     watermark: VectorWatermark,
+    /// Applied to the vector index (searchable).
     vector_applied: AtomicI64,
+    /// Flushed and recorded in the watermark (survives a crash); behind `vector_applied`
+    /// while an optimisation runs, since flushing would wait for it.
+    vector_durable: AtomicI64,
     dimension: usize,
     wake: Notify,
     /// The lower of both applied seqs; writers wait on it to know a memory is recallable.
@@ -93,6 +97,7 @@ impl Indexer {
             keyword,
             watermark,
             vector_applied: AtomicI64::new(vector_applied),
+            vector_durable: AtomicI64::new(vector_applied),
             dimension,
             wake: Notify::new(),
             applied: watch::channel(applied).0,
@@ -170,8 +175,9 @@ impl Indexer {
         let plan = plan_batch(&entries, &rows);
         if last > vector_from {
             self.apply_vector(&plan).await?;
-            write_watermark(self.store.as_ref(), &self.watermark, last).await?;
+            // Searchable now; durable (and in the watermark) once a flush has gone through.
             self.vector_applied.store(last, Ordering::Release);
+            self.persist_vector().await?;
         }
         if last > keyword_from {
             let ops = keyword_ops(&plan);
@@ -215,7 +221,35 @@ impl Indexer {
                 self.vector.delete_user(user).await?;
             }
         }
+        Ok(())
+    }
+
+    /// `persist_vector`, waiting for a running optimisation if need be (at shutdown).
+    async fn persist_vector_waiting(&self) -> Result<(), IndexerError> {
+        let _step = self.step_lock.lock().await;
+        let applied = self.vector_applied.load(Ordering::Acquire);
         self.vector.flush().await?;
+        if self.vector_durable.load(Ordering::Acquire) < applied {
+            write_watermark(self.store.as_ref(), &self.watermark, applied).await?;
+            self.vector_durable.store(applied, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Flushes the vector index and records what it holds in the watermark — unless an
+    /// optimisation is running: a flush would wait for it (minutes on a large index) and stall
+    /// every write behind it, so the watermark waits instead and the follower retries when the
+    /// log is quiet. A crash meanwhile replays the log from the last recorded seq. The caller
+    /// holds `step_lock`.
+    async fn persist_vector(&self) -> Result<(), IndexerError> {
+        let applied = self.vector_applied.load(Ordering::Acquire);
+        if self.vector_durable.load(Ordering::Acquire) >= applied {
+            return Ok(());
+        }
+        if self.vector.flush_if_idle().await? {
+            write_watermark(self.store.as_ref(), &self.watermark, applied).await?;
+            self.vector_durable.store(applied, Ordering::Release);
+        }
         Ok(())
     }
 
@@ -230,6 +264,13 @@ impl Indexer {
                 match indexer.step().await {
                     Ok(0) => {
                         failures = 0;
+                        let persisted = {
+                            let _step = indexer.step_lock.lock().await;
+                            indexer.persist_vector().await
+                        };
+                        if let Err(error) = persisted {
+                            tracing::warn!(%error, "flushing the vector index failed; retrying");
+                        }
                         indexer.maybe_optimize().await;
                     }
                     Ok(_) => {
@@ -246,7 +287,7 @@ impl Indexer {
                     _ = indexer.wake.notified() => {}
                     _ = tokio::time::sleep(backoff) => {}
                     _ = shutdown.cancelled() => {
-                        if let Err(error) = indexer.vector.flush().await {
+                        if let Err(error) = indexer.persist_vector_waiting().await {
                             tracing::warn!(%error, "flushing the vector index at shutdown failed");
                         }
                         return;
@@ -300,8 +341,10 @@ impl Indexer {
             progress(done, total);
         }
         self.keyword.apply_async(Vec::new(), head).await?;
+        self.vector.flush().await?;
         write_watermark(self.store.as_ref(), &self.watermark, head).await?;
         self.vector_applied.store(head, Ordering::Release);
+        self.vector_durable.store(head, Ordering::Release);
         self.applied.send_replace(self.applied_seq());
         Ok(done)
     }
@@ -433,5 +476,148 @@ async fn write_watermark(
             tokio::fs::rename(&temporary, path).await.map_err(failed)?;
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+    use crate::index::edge::EdgeVectorIndex;
+    use crate::index::vector::{VectorFilter, VectorPoint};
+    use crate::store::{Embedded, MemoryKind, NewMemory, UserKind};
+
+    /// The Edge index, except that `flush_if_idle` declines while `optimizing` is set — what
+    /// the real one does while an HNSW build runs.
+    struct Optimizing {
+        inner: Arc<dyn VectorIndex>,
+        optimizing: AtomicBool,
+    }
+
+    #[async_trait::async_trait]
+    impl VectorIndex for Optimizing {
+        fn name(&self) -> &'static str {
+            "optimizing"
+        }
+        async fn upsert(&self, points: Vec<VectorPoint>) -> Result<(), IndexError> {
+            self.inner.upsert(points).await
+        }
+        async fn delete(&self, ids: &[MemoryId]) -> Result<(), IndexError> {
+            self.inner.delete(ids).await
+        }
+        async fn delete_user(&self, user: UserId) -> Result<(), IndexError> {
+            self.inner.delete_user(user).await
+        }
+        async fn search(
+            &self,
+            user: UserId,
+            vector: &[f32],
+            filter: &VectorFilter,
+            limit: usize,
+        ) -> Result<Vec<(MemoryId, f32)>, IndexError> {
+            self.inner.search(user, vector, filter, limit).await
+        }
+        async fn count(&self, user: UserId) -> Result<u64, IndexError> {
+            self.inner.count(user).await
+        }
+        async fn ids(&self, user: UserId) -> Result<Vec<MemoryId>, IndexError> {
+            self.inner.ids(user).await
+        }
+        async fn clear(&self) -> Result<(), IndexError> {
+            self.inner.clear().await
+        }
+        async fn optimize(&self) -> Result<(), IndexError> {
+            self.inner.optimize().await
+        }
+        async fn flush(&self) -> Result<(), IndexError> {
+            self.inner.flush().await
+        }
+        async fn flush_if_idle(&self) -> Result<bool, IndexError> {
+            if self.optimizing.load(Ordering::SeqCst) {
+                return Ok(false);
+            }
+            self.inner.flush().await.map(|()| true)
+        }
+    }
+
+    #[tokio::test]
+    async fn writes_stay_recallable_while_an_optimisation_holds_the_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::connect(&crate::testing::sqlite_url(dir.path()), 4)
+            .await
+            .unwrap();
+        let user = store.create_user("u", UserKind::Key).await.unwrap();
+        let vector = Arc::new(Optimizing {
+            inner: Arc::new(
+                EdgeVectorIndex::open(&dir.path().join("vectors"), 4)
+                    .await
+                    .unwrap(),
+            ),
+            optimizing: AtomicBool::new(true),
+        });
+        let watermark_file = dir.path().join("applied.seq");
+        let indexer = Indexer::new(
+            store.clone(),
+            vector.clone(),
+            KeywordIndex::open(None).unwrap(),
+            VectorWatermark::File(watermark_file.clone()),
+            4,
+            u64::MAX,
+        )
+        .await
+        .unwrap();
+        let add = |text: &str, direction: f32| {
+            let store = store.clone();
+            let text = text.to_string();
+            async move {
+                let memory = NewMemory::from_user(MemoryKind::Fact, text, 3);
+                let embedded = Embedded {
+                    vector: vec![direction, 1.0, 0.0, 0.0],
+                    model: "test".into(),
+                };
+                store
+                    .insert_memories(user.id, vec![(memory, embedded)])
+                    .await
+                    .unwrap()
+            }
+        };
+        add("the heron nests by the lake", 1.0).await;
+        indexer.catch_up().await.unwrap();
+        // The write is searchable and counted as applied, though nothing could be flushed.
+        let lag = indexer.lag().await.unwrap();
+        assert_eq!(lag.vector_lag(), 0);
+        assert_eq!(vector.count(user.id).await.unwrap(), 1);
+        assert!(
+            !watermark_file.exists(),
+            "the watermark waits for a flush that went through"
+        );
+        // Once the optimisation is over, the quiet loop's persist records it.
+        vector.optimizing.store(false, Ordering::SeqCst);
+        {
+            let _step = indexer.step_lock.lock().await;
+            indexer.persist_vector().await.unwrap();
+        }
+        let head = store.memory_log_head().await.unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&watermark_file).unwrap().trim(),
+            head.to_string()
+        );
+        // A later write during another optimisation: applied, not yet durable; a waiting
+        // persist (shutdown) flushes and records it.
+        vector.optimizing.store(true, Ordering::SeqCst);
+        add("the heron left in October", 0.5).await;
+        indexer.catch_up().await.unwrap();
+        assert_eq!(indexer.lag().await.unwrap().vector_lag(), 0);
+        assert_eq!(
+            std::fs::read_to_string(&watermark_file).unwrap().trim(),
+            head.to_string()
+        );
+        indexer.persist_vector_waiting().await.unwrap();
+        let head = store.memory_log_head().await.unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&watermark_file).unwrap().trim(),
+            head.to_string()
+        );
     }
 }

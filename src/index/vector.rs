@@ -126,6 +126,10 @@ pub trait VectorIndex: Send + Sync {
     async fn optimize(&self) -> Result<(), IndexError>;
     /// Makes every acknowledged write durable.
     async fn flush(&self) -> Result<(), IndexError>;
+    /// Flushes unless that would wait for a running optimisation; true when it flushed.
+    async fn flush_if_idle(&self) -> Result<bool, IndexError> {
+        self.flush().await.map(|()| true)
+    }
 }
 
 /// Upper bound applied to every `limit` (vector and keyword search): larger
