@@ -774,9 +774,11 @@ impl Bench<'_> {
         match probe {
             Some(probe) => {
                 let waited = tokio::time::timeout(Duration::from_secs(600), probe).await;
+                let mut stalled = true;
                 let result = match waited {
                     Ok(joined) => {
                         let (ok, lag) = joined.context("lag probe")??;
+                        stalled = !ok || lag > Duration::from_secs(5);
                         format!(
                             "recallable after **{}**{}",
                             seconds(lag),
@@ -791,12 +793,13 @@ impl Bench<'_> {
                     &result,
                     "",
                 )?;
-                self.notes.push(
-                    "Writes during optimize wait for it: the indexer's Edge `flush` takes the \
-                     optimize gate (src/index/edge.rs), so nothing written while HNSW is built \
-                     becomes recallable before the build ends."
-                        .into(),
-                );
+                self.notes.push(if stalled {
+                    "A write made during optimize waited for it to end.".to_string()
+                } else {
+                    "Writes made during optimize stay recallable: the indexer does not wait for \
+                     the build's flush; the durable watermark catches up after it."
+                        .to_string()
+                });
             }
             None => self
                 .notes
