@@ -10,6 +10,7 @@
 mod fake_llm;
 #[path = "../tests/support/research_site.rs"]
 mod research_site;
+mod support;
 
 use std::time::Duration;
 
@@ -20,14 +21,8 @@ use mnemo::research::request::ResearchRequest;
 use mnemo::store::UserKind;
 use research_site::ResearchSite;
 use serde_json::{Value, json};
+use support::{env_number, model_dir};
 use tokio_util::sync::CancellationToken;
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(default)
-}
 
 /// The supervisor dispatches three topics; each researcher searches, reads one page, answers.
 fn script(llm: &FakeLlm) {
@@ -93,14 +88,9 @@ fn main() {
 async fn bench() {
     let latency = Duration::from_millis(env_number("MNEMO_BENCH_LLM_MS", 1000));
     let runs = env_number("MNEMO_BENCH_RUNS", 3);
-    let model_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/models/all-MiniLM-L6-v2");
-    if !std::path::Path::new(model_dir)
-        .join("model.safetensors")
-        .exists()
-    {
-        eprintln!("skipped: the embedding model is missing (run scripts/fetch-model)");
+    let Some(model_dir) = model_dir() else {
         return;
-    }
+    };
     let llm = FakeLlm::start().await;
     llm.set_latency(latency);
     script(&llm);

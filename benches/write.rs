@@ -7,18 +7,13 @@
 
 #[path = "../tests/support/fake_llm.rs"]
 mod fake_llm;
+mod support;
 
 use std::time::Duration;
 
 use fake_llm::{FakeLlm, Reply, prompt_text};
 use serde_json::json;
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(default)
-}
+use support::{env_number, model_dir};
 
 /// The locker code a bench turn mentions (`bench00042x`).
 fn token(text: &str) -> Option<String> {
@@ -34,11 +29,9 @@ fn main() {
         .build()
         .expect("runtime");
     runtime.block_on(async {
-        let model_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/models/all-MiniLM-L6-v2");
-        if !std::path::Path::new(model_dir).join("model.safetensors").exists() {
-            eprintln!("skipped: the embedding model is missing (run scripts/fetch-model)");
+        let Some(model_dir) = model_dir() else {
             return;
-        }
+        };
         let latency = env_number("MNEMO_BENCH_LLM_MS", 300);
         let llm = FakeLlm::start().await;
         llm.set_latency(Duration::from_millis(latency));

@@ -140,6 +140,7 @@ pub async fn build_state(
         store.clone(),
         memory.clone(),
         runs.clone(),
+        models.clone(),
     )
     .map_err(StartupError::Refused)?;
     Ok(AppState {

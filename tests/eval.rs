@@ -4,10 +4,43 @@
 
 mod support;
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
 use support::fake_llm::{FakeLlm, Reply, prompt_text};
+
+/// Runs `mnemo eval longmemeval` on the fixture with `llm` as the model and `args`; fails the
+/// test unless it succeeds; returns the results directory.
+async fn run_eval(llm: &FakeLlm, dir: &Path, args: &[&str]) -> PathBuf {
+    let out = dir.join("results");
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/longmemeval-mini.json"
+    );
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mnemo"));
+    command
+        .args(["eval", "longmemeval", "--data", fixture])
+        .args(args)
+        .arg("--out")
+        .arg(&out)
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .env("MNEMO__EMBEDDER__MODEL_DIR", support::model_dir())
+        .env("MNEMO__LOG__LEVEL", "warn");
+    for (key, value) in llm.env() {
+        command.env(key, value);
+    }
+    let output = tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    out
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_are_generated_judged_and_reported() {
@@ -39,36 +72,12 @@ async fn answers_are_generated_judged_and_reported() {
         None
     });
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("results");
-    let fixture = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/longmemeval-mini.json"
-    );
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mnemo"));
-    command
-        .args([
-            "eval",
-            "longmemeval",
-            "--data",
-            fixture,
-            "--answer",
-            "--variants",
-            "dated,hybrid",
-        ])
-        .arg("--out")
-        .arg(&out)
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .env("MNEMO__EMBEDDER__MODEL_DIR", support::model_dir())
-        .env("MNEMO__LOG__LEVEL", "warn");
-    for (key, value) in llm.env() {
-        command.env(key, value);
-    }
-    let output = tokio::task::spawn_blocking(move || command.output().unwrap())
-        .await
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
+    let out = run_eval(
+        &llm,
+        dir.path(),
+        &["--answer", "--variants", "dated,hybrid"],
+    )
+    .await;
 
     let lines: Vec<Value> = std::fs::read_to_string(out.join("answers.jsonl"))
         .unwrap()
@@ -131,38 +140,7 @@ async fn the_facts_unit_is_extracted_by_the_model_with_turn_references() {
         ))
     });
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("results");
-    let fixture = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/longmemeval-mini.json"
-    );
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mnemo"));
-    command
-        .args([
-            "eval",
-            "longmemeval",
-            "--data",
-            fixture,
-            "--variants",
-            "facts,hybrid",
-        ])
-        .arg("--out")
-        .arg(&out)
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .env("MNEMO__EMBEDDER__MODEL_DIR", support::model_dir())
-        .env("MNEMO__LOG__LEVEL", "warn");
-    for (key, value) in llm.env() {
-        command.env(key, value);
-    }
-    let output = tokio::task::spawn_blocking(move || command.output().unwrap())
-        .await
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let out = run_eval(&llm, dir.path(), &["--variants", "facts,hybrid"]).await;
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
     let unit = report["units"]

@@ -365,11 +365,11 @@ impl EvalSummary {
 /// The answer and judge models for `--answer`; an error when no LLM is configured.
 fn answer_models(
     options: &EvalOptions,
+    models: &crate::llm::roles::Models,
 ) -> anyhow::Result<Option<(answer::AnswerModels, MemoryUnit, usize)>> {
     if !options.answer {
         return Ok(None);
     }
-    let models = crate::llm::roles::Models::from_settings(&options.settings.llm);
     let (Some(answer), Some(judge)) = (models.role("chat"), models.role("memory")) else {
         bail!("--answer needs an LLM (llm.base_url and llm.model)");
     };
@@ -422,6 +422,7 @@ pub async fn run(dataset: &dyn Dataset, options: EvalOptions) -> anyhow::Result<
         .map(|bytes| hex::encode(sha2::Sha256::digest(&bytes)))
         .unwrap_or_default();
 
+    let models = crate::llm::roles::Models::from_settings(&options.settings.llm);
     let env = Env {
         dataset: dataset.name(),
         conversations: &conversations,
@@ -429,14 +430,11 @@ pub async fn run(dataset: &dyn Dataset, options: EvalOptions) -> anyhow::Result<
         settings: &options.settings,
         embedder: Arc::new(EvalEmbedder::new(load_embedder(&options.settings).await?)),
         plan,
-        answers: answer_models(&options)?,
-        facts: {
-            let models = crate::llm::roles::Models::from_settings(&options.settings.llm);
-            models
-                .role("memory")
-                .cloned()
-                .map(|role| (role, models.structured_retries))
-        },
+        answers: answer_models(&options, &models)?,
+        facts: models
+            .role("memory")
+            .cloned()
+            .map(|role| (role, models.structured_retries)),
     };
     let mut sink = Sink {
         accumulators: BTreeMap::new(),

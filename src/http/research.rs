@@ -283,12 +283,16 @@ pub async fn compare(
             ..body.request.clone()
         })
         .collect();
-    for request in &requests {
-        state.research.prepare(request)?;
-    }
+    let prepared = requests
+        .iter()
+        .map(|request| state.research.prepare(request))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut started = Vec::new();
-    for request in &requests {
-        let (run, _) = state.research.start(user.user_id, request).await?;
+    for prepared in prepared {
+        let (run, _) = state
+            .research
+            .start_prepared(user.user_id, prepared)
+            .await?;
         started.push(run.id);
     }
     let finished = futures::future::join_all(

@@ -265,7 +265,7 @@ pub fn chunk(text: &str) -> Vec<String> {
 }
 
 /// Splits `paragraph` into pieces of at most `max` characters, preferring sentence ends.
-fn split_long<'a>(paragraph: &'a str, max: usize, out: &mut Vec<&'a str>) {
+pub(crate) fn split_long<'a>(paragraph: &'a str, max: usize, out: &mut Vec<&'a str>) {
     let mut rest = paragraph;
     while rest.chars().count() > max {
         let end = split_point(rest, max);

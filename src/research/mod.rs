@@ -12,16 +12,19 @@ pub mod request;
 pub mod search;
 pub mod workflow;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::Settings;
+use crate::llm::roles::Models;
 use crate::memory::MemoryEngine;
 use crate::runs::{RunContext, RunFailure, RunHub};
 use crate::store::{Run, RunId, RunKind, Store, StoreError, UserId};
 use fetch::{FetchPolicy, Fetcher};
 use request::{ResearchRequest, ResolvedConfig};
+use search::SearchProvider;
 use workflow::{ResearchDeps, ResearchSummary, run_research};
 
 /// Why a research could not start.
@@ -41,6 +44,11 @@ pub struct ResearchService {
     memory: Arc<MemoryEngine>,
     runs: Arc<RunHub>,
     fetcher: Fetcher,
+    /// The server's models, used by every request that chooses none of its own.
+    models: Models,
+    /// Every provider, built once: a web provider holds its HTTP client (connection pool);
+    /// one that is not configured holds the reason.
+    providers: HashMap<&'static str, Result<Arc<dyn SearchProvider>, String>>,
 }
 
 /// A checked request: its configuration and everything it runs with.
@@ -55,6 +63,7 @@ impl ResearchService {
         store: Arc<dyn Store>,
         memory: Arc<MemoryEngine>,
         runs: Arc<RunHub>,
+        models: Models,
     ) -> Result<Arc<Self>, String> {
         let fetch = &settings.research.fetch;
         let allow = parse_allow(&fetch.allow_addrs)?;
@@ -66,12 +75,22 @@ impl ResearchService {
             ..FetchPolicy::default()
         };
         let fetcher = Fetcher::new(policy).map_err(|error| error.to_string())?;
+        let providers = search::PROVIDERS
+            .iter()
+            .map(|&name| {
+                let built = search::provider(name, &settings.research.search, memory.clone())
+                    .map_err(|error| error.to_string());
+                (name, built)
+            })
+            .collect();
         Ok(Arc::new(Self {
             settings,
             store,
             memory,
             runs,
             fetcher,
+            models,
+            providers,
         }))
     }
 
@@ -87,14 +106,20 @@ impl ResearchService {
                 &self.settings.research,
                 &self.settings.llm,
                 self.default_search_api(),
+                Some(&self.models),
             )
             .map_err(StartError::Invalid)?;
-        let search = search::provider(
-            &config.search_api,
-            &self.settings.research.search,
-            self.memory.clone(),
-        )
-        .map_err(|error| StartError::Invalid(error.to_string()))?;
+        let search = match self.providers.get(config.search_api.as_str()) {
+            Some(Ok(provider)) => provider.clone(),
+            Some(Err(reason)) => return Err(StartError::Invalid(reason.clone())),
+            // Unknown: the constructor names the valid providers.
+            None => search::provider(
+                &config.search_api,
+                &self.settings.research.search,
+                self.memory.clone(),
+            )
+            .map_err(|error| StartError::Invalid(error.to_string()))?,
+        };
         Ok(Prepared {
             config,
             deps: ResearchDeps {
@@ -114,7 +139,15 @@ impl ResearchService {
         user: UserId,
         request: &ResearchRequest,
     ) -> Result<(Run, ResolvedConfig), StartError> {
-        let prepared = self.prepare(request)?;
+        self.start_prepared(user, self.prepare(request)?).await
+    }
+
+    /// `start` for a request already checked by `prepare`.
+    pub async fn start_prepared(
+        &self,
+        user: UserId,
+        prepared: Prepared,
+    ) -> Result<(Run, ResolvedConfig), StartError> {
         if let Some(thread) = prepared.config.thread_id {
             self.store.get_thread(user, thread).await?;
         }

@@ -123,11 +123,14 @@ fn within(name: &str, value: Option<u32>, default: u32, limit: u32) -> Result<u3
 impl ResearchRequest {
     /// Checks the request and fills in the server's defaults; also builds the models it will
     /// use (with the request's key when it brings one). Errors are client mistakes.
+    /// `server` are the server's models, reused when the request chooses no model, role
+    /// model, token cap or key (otherwise the request's models are built from `llm`).
     pub fn resolve(
         &self,
         settings: &ResearchSettings,
         llm: &LlmSettings,
         default_search: &str,
+        server: Option<&Models>,
     ) -> Result<(ResolvedConfig, Models), String> {
         let query = self.query.trim().to_string();
         if query.is_empty() {
@@ -168,7 +171,14 @@ impl ResearchRequest {
                     .into(),
             );
         }
-        let models = Models::from_settings(&request_llm(llm, self));
+        let overrides = self.model.as_deref().is_some_and(|m| !m.trim().is_empty())
+            || !self.models.is_empty()
+            || !self.max_tokens.is_empty()
+            || self.api_key.is_some();
+        let models = match server {
+            Some(server) if !overrides => server.clone(),
+            _ => Models::from_settings(&request_llm(llm, self)),
+        };
         let config = ResolvedConfig {
             query,
             mode,
@@ -280,7 +290,7 @@ mod tests {
             query: "  tides  ".into(),
             ..ResearchRequest::default()
         };
-        let (config, models) = request.resolve(&settings, &llm(), "local").unwrap();
+        let (config, models) = request.resolve(&settings, &llm(), "local", None).unwrap();
         assert_eq!(config.query, "tides");
         assert_eq!(config.mode, Mode::Supervisor);
         assert_eq!(
@@ -298,7 +308,9 @@ mod tests {
             max_concurrent_research_units: Some(99),
             ..ResearchRequest::default()
         };
-        let error = too_many.resolve(&settings, &llm(), "local").unwrap_err();
+        let error = too_many
+            .resolve(&settings, &llm(), "local", None)
+            .unwrap_err();
         assert!(
             error.contains("max_concurrent_research_units is 99"),
             "{error}"
@@ -321,7 +333,7 @@ mod tests {
                 ..ResearchRequest::default()
             },
         ] {
-            assert!(bad.resolve(&settings, &llm(), "local").is_err());
+            assert!(bad.resolve(&settings, &llm(), "local", None).is_err());
         }
     }
 
@@ -336,7 +348,7 @@ mod tests {
             ..ResearchRequest::default()
         };
         let (config, _) = request
-            .resolve(&ResearchSettings::default(), &llm(), "local")
+            .resolve(&ResearchSettings::default(), &llm(), "local", None)
             .unwrap();
         let role = |name: &str| config.models.iter().find(|m| m.role == name).unwrap();
         assert_eq!(role("research").model, "their-model");
@@ -353,6 +365,7 @@ mod tests {
                 &ResearchSettings::default(),
                 &LlmSettings::default(),
                 "local",
+                None,
             )
             .unwrap_err();
         assert!(error.contains("no LLM endpoint"));

@@ -29,6 +29,7 @@ use crate::llm::chat::{
 };
 use crate::llm::prompts::{prompt, quote, render};
 use crate::llm::roles::Models;
+use crate::memory::recall::cosine;
 use crate::memory::{MemoryEngine, RecallRequest};
 use crate::runs::{EventType, RunContext, RunErrorType, RunFailure};
 use crate::store::{
@@ -2047,7 +2048,8 @@ fn format_hits(hits: &[SearchHit]) -> String {
         .join("\n")
 }
 
-/// Paragraphs, long ones split at sentence ends, of at most about `PASSAGE_CHARS`.
+/// Paragraphs, long ones split at sentence ends (as document chunks are), of at most
+/// `PASSAGE_CHARS`; paragraphs too short to say anything are skipped.
 fn split_passages(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     for paragraph in text.split("\n\n") {
@@ -2055,21 +2057,9 @@ fn split_passages(text: &str) -> Vec<String> {
         if paragraph.chars().count() < 40 {
             continue;
         }
-        let mut current = String::new();
-        for sentence in sentences(&paragraph) {
-            if !current.is_empty()
-                && current.chars().count() + sentence.chars().count() > PASSAGE_CHARS
-            {
-                out.push(std::mem::take(&mut current));
-            }
-            if !current.is_empty() {
-                current.push(' ');
-            }
-            current.push_str(sentence.trim());
-        }
-        if !current.is_empty() {
-            out.push(current);
-        }
+        let mut pieces = Vec::new();
+        super::documents::split_long(&paragraph, PASSAGE_CHARS, &mut pieces);
+        out.extend(pieces.into_iter().map(str::to_string));
     }
     out
 }
@@ -2101,17 +2091,6 @@ fn passages_text(passages: &[Passage]) -> String {
         .map(|passage| format!("- {} [{}]", passage.text, passage.url))
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-    let na: f32 = a.iter().map(|x| x * x).sum::<f32>().sqrt();
-    let nb: f32 = b.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if na == 0.0 || nb == 0.0 {
-        0.0
-    } else {
-        dot / (na * nb)
-    }
 }
 
 /// Maximal marginal relevance: `k` items similar to `query` and unlike each other.
