@@ -31,7 +31,7 @@ use crate::index::keyword::KeywordIndex;
 use crate::index::vector::VectorIndex;
 use crate::llm::embed::{EmbedError, Embedder, LocalEmbedder};
 use crate::memory::recall::RecallMode;
-use crate::memory::{MemoryEngine, RecallRequest};
+use crate::memory::{MemoryEngine, RecallRequest, RecallTimings};
 use crate::store::{
     Embedded, MemoryKind, MemorySource, NewMemory, SqliteStore, Store, Trust, UserId, UserKind,
 };
@@ -241,7 +241,7 @@ impl Bench<'_> {
         )?;
         writeln!(
             self.out,
-            "- stack: SQLite (WAL) + Qdrant Edge 0.7.2 (default shard config) + tantivy, in {}",
+            "- stack: SQLite (WAL) + Qdrant Edge 0.7.2 (default HNSW config, `user_id` as tenant index) + tantivy, in {}",
             o.data_dir.display()
         )?;
         let load = load_average().map_or_else(String::new, |load| {
@@ -692,15 +692,33 @@ impl Bench<'_> {
         }
         let bar = progress(queries as u64, label);
         let mut samples = Vec::with_capacity(queries);
+        let mut stages: [Vec<f64>; 4] = Default::default();
         let mut results = 0usize;
         for _ in 0..queries {
             let query = self.corpus.query(&mut self.rng);
-            let (search_ms, found) = recall_once(engine, user, query, mode).await?;
+            let (search_ms, found, timings) = recall_timed(engine, user, query, mode).await?;
             samples.push(search_ms);
+            for (stage, ms) in stages.iter_mut().zip([
+                timings.vector_ms,
+                timings.keyword_ms,
+                timings.hydrate_ms,
+                timings.rank_ms,
+            ]) {
+                stage.push(ms);
+            }
             results += found;
             bar.inc(1);
         }
         bar.finish_and_clear();
+        let [vector, keyword, hydrate, rank] = stages.map(|stage| Latency::of(stage, 0.0).p50);
+        self.notes.push(format!(
+            "{label}: stage p50s: vector search {}, BM25 search {} (in parallel), SQL \
+             hydration {}, ranking {}",
+            ms_text(vector),
+            ms_text(keyword),
+            ms_text(hydrate),
+            ms_text(rank)
+        ));
         Ok(Latency::of(samples, results as f64 / queries as f64))
     }
 
@@ -877,6 +895,17 @@ async fn recall_once(
     query: String,
     mode: RecallMode,
 ) -> anyhow::Result<(f64, usize)> {
+    let (search_ms, found, _) = recall_timed(engine, user, query, mode).await?;
+    Ok((search_ms, found))
+}
+
+/// [`recall_once`] with the engine's per-stage timings.
+async fn recall_timed(
+    engine: &MemoryEngine,
+    user: UserId,
+    query: String,
+    mode: RecallMode,
+) -> anyhow::Result<(f64, usize, RecallTimings)> {
     let request = RecallRequest {
         query,
         k: Some(RECALL_K),
@@ -890,6 +919,7 @@ async fn recall_once(
     Ok((
         (wall - response.timings.embed_ms).max(0.0),
         response.results.len(),
+        response.timings,
     ))
 }
 

@@ -32,7 +32,8 @@ use qdrant_edge::{
 };
 
 use crate::index::vector::{
-    IndexError, MAX_SEARCH_LIMIT, VectorFilter, VectorIndex, VectorPoint, check_vector, fields,
+    IndexError, KindCondition, MAX_SEARCH_LIMIT, VectorFilter, VectorIndex, VectorPoint,
+    check_vector, fields,
 };
 use crate::store::{MemoryId, UserId};
 
@@ -100,9 +101,16 @@ fn build_filter(user: UserId, filter: Option<&VectorFilter>) -> Result<Filter, I
         fields::USER_ID,
         Match::new_value(ValueVariants::String(user.as_uuid().to_string())),
     )?];
+    let mut must_not = Vec::new();
     if let Some(f) = filter {
-        if let Some(kinds) = &f.kinds {
-            must.push(field_match(fields::KIND, Match::from(kinds.clone()))?);
+        match f.kind_condition() {
+            KindCondition::Any => {}
+            KindCondition::OneOf(kinds) => {
+                must.push(field_match(fields::KIND, Match::from(kinds))?);
+            }
+            KindCondition::NoneOf(kinds) => {
+                must_not.push(field_match(fields::KIND, Match::from(kinds))?);
+            }
         }
         if f.since_ms.is_some() || f.until_ms.is_some() {
             let range = Range {
@@ -127,7 +135,7 @@ fn build_filter(user: UserId, filter: Option<&VectorFilter>) -> Result<Filter, I
         should: None,
         min_should: None,
         must: Some(must),
-        must_not: None,
+        must_not: (!must_not.is_empty()).then_some(must_not),
     })
 }
 
@@ -270,6 +278,10 @@ impl EdgeVectorIndex {
                 DEFAULT_VECTOR_NAME,
                 EdgeVectorParams::builder(dimension, Distance::Cosine).build(),
             )
+            // The default graph (m = 16) over all points; the big tenants also get their own
+            // links (the `user_id` index is a tenant index). Graphs per tenant only
+            // (m = 0, payload_m = 16, as on the server collection) built faster here but
+            // searched a 100k-memory user 2-3x slower (`mnemo bench recall`).
             .build();
         let shard = EdgeShard::load(&path, Some(config)).map_err(|e| match e {
             OperationError::ServiceError { .. } => {

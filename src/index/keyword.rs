@@ -15,32 +15,33 @@
 //! from async code use the `*_async` wrappers, which run on tokio's blocking
 //! pool.
 
-use std::collections::BTreeSet;
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeSet, HashMap};
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tantivy::collector::{Count, DocSetCollector, TopDocs};
+use tantivy::columnar::Column;
 use tantivy::directory::MmapDirectory;
 use tantivy::query::{
     BooleanQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery, TermSetQuery,
 };
 use tantivy::schema::{
-    FAST, Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing,
-    TextOptions, Value,
+    FAST, Field, INDEXED, IndexRecordOption, STRING, Schema, TextFieldIndexing, TextOptions,
 };
 use tantivy::tokenizer::{
     Language, LowerCaser, RemoveLongFilter, Stemmer, StopWordFilter, TextAnalyzer, Token,
     TokenStream, Tokenizer,
 };
 use tantivy::{
-    DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, TantivyError, Term,
+    DocAddress, Index, IndexReader, IndexSettings, IndexWriter, ReloadPolicy, TantivyError, Term,
     doc,
 };
 use tantivy_jieba::{JiebaTokenStream, JiebaTokenizer};
 
-use crate::index::vector::{IndexError, MAX_SEARCH_LIMIT, VectorFilter};
+use crate::index::vector::{IndexError, KindCondition, MAX_SEARCH_LIMIT, VectorFilter};
 use crate::store::{MemoryId, UserId};
 
 /// Name under which the analyzer is registered in the index's tokenizer manager.
@@ -48,6 +49,10 @@ pub const TOKENIZER_NAME: &str = "mnemo";
 
 /// Same restrictions as the vector side.
 pub type KeywordFilter = VectorFilter;
+
+/// Fast-field names of the id's two halves.
+const ID_HI: &str = "id_hi";
+const ID_LO: &str = "id_lo";
 
 /// Total indexing memory budget of the single writer thread.
 const WRITER_MEMORY_BYTES: usize = 32 * 1024 * 1024;
@@ -79,7 +84,12 @@ pub enum KeywordOp {
 
 #[derive(Clone, Copy)]
 struct Fields {
+    /// The memory id as text: the term that deletes and replaces a document.
     id: Field,
+    /// The same id as two fast `u64` columns (high and low half): hits are turned into ids
+    /// from columns instead of decompressing stored documents.
+    id_hi: Field,
+    id_lo: Field,
     user_id: Field,
     content: Field,
     kind: Field,
@@ -97,7 +107,9 @@ fn build_schema() -> (Schema, Fields) {
             .set_index_option(IndexRecordOption::WithFreqs),
     );
     let fields = Fields {
-        id: builder.add_text_field("id", STRING | STORED),
+        id: builder.add_text_field("id", STRING),
+        id_hi: builder.add_u64_field(ID_HI, FAST),
+        id_lo: builder.add_u64_field(ID_LO, FAST),
         user_id: builder.add_text_field("user_id", STRING | FAST),
         content: builder.add_text_field("content", content_options),
         kind: builder.add_text_field("kind", STRING),
@@ -106,6 +118,22 @@ fn build_schema() -> (Schema, Fields) {
         valid: builder.add_bool_field("valid", INDEXED | FAST),
     };
     (builder.build(), fields)
+}
+
+/// Deletes the files of the index in `dir` (the directory itself stays).
+fn remove_index_files(dir: &Path) -> Result<(), IndexError> {
+    let failed = |e: std::io::Error| {
+        IndexError::Unavailable(format!("clear keyword index dir {}: {e}", dir.display()))
+    };
+    for entry in std::fs::read_dir(dir).map_err(failed)? {
+        let path = entry.map_err(failed)?.path();
+        if path.is_dir() {
+            std::fs::remove_dir_all(&path).map_err(failed)?;
+        } else {
+            std::fs::remove_file(&path).map_err(failed)?;
+        }
+    }
+    Ok(())
 }
 
 /// Jieba segmentation that drops whitespace and punctuation tokens: jieba
@@ -259,8 +287,22 @@ impl KeywordIndex {
                         dir.display()
                     ))
                 })?;
-                Index::open_or_create(directory, schema)
-                    .map_err(|e| tantivy_err("open keyword index", e))?
+                match Index::open_or_create(directory.clone(), schema.clone()) {
+                    // An index written by an older mnemo: the index is derived data, so it
+                    // is started afresh (applied seq 0) and the indexer refills it from the
+                    // memory log.
+                    Err(TantivyError::SchemaError(reason)) => {
+                        tracing::warn!(
+                            dir = %dir.display(),
+                            %reason,
+                            "keyword index has another schema; rebuilding it from the memory log"
+                        );
+                        remove_index_files(dir)?;
+                        Index::create(directory, schema, IndexSettings::default())
+                            .map_err(|e| tantivy_err("recreate keyword index", e))?
+                    }
+                    opened => opened.map_err(|e| tantivy_err("open keyword index", e))?,
+                }
             }
         };
         let analyzer = mnemo_analyzer()?;
@@ -315,11 +357,14 @@ impl KeywordIndex {
             for op in ops {
                 match op {
                     KeywordOp::Upsert(d) => {
+                        let (hi, lo) = d.id.as_uuid().as_u64_pair();
                         let id = d.id.as_uuid().to_string();
                         writer.delete_term(Term::from_field_text(f.id, &id));
                         writer
                             .add_document(doc!(
                                 f.id => id,
+                                f.id_hi => hi,
+                                f.id_lo => lo,
                                 f.user_id => d.user_id.as_uuid().to_string(),
                                 f.content => split_compounds(&d.content),
                                 f.kind => d.kind.as_str(),
@@ -412,12 +457,9 @@ impl KeywordIndex {
             .collect();
         let mut clauses: Vec<(Occur, Box<dyn Query>)> =
             vec![(Occur::Must, Box::new(BooleanQuery::new(text)))];
-        for filter_query in self.filter_queries(user, filter) {
+        for (occur, filter_query) in self.filter_queries(user, filter) {
             // Filters must not add to the BM25 score.
-            clauses.push((
-                Occur::Must,
-                Box::new(ConstScoreQuery::new(filter_query, 0.0)),
-            ));
+            clauses.push((occur, Box::new(ConstScoreQuery::new(filter_query, 0.0))));
         }
         let query = BooleanQuery::new(clauses);
         let searcher = self.inner.reader.searcher();
@@ -427,9 +469,12 @@ impl KeywordIndex {
                 &TopDocs::with_limit(limit.min(MAX_SEARCH_LIMIT)).order_by_score(),
             )
             .map_err(|e| tantivy_err("keyword search", e))?;
-        top.into_iter()
-            .map(|(score, addr)| Ok((self.stored_id(&searcher, addr)?, score)))
-            .collect()
+        let ids = self.memory_ids(&searcher, top.iter().map(|(_, addr)| *addr))?;
+        Ok(ids
+            .into_iter()
+            .zip(top)
+            .map(|(id, (score, _))| (id, score))
+            .collect())
     }
 
     /// Number of documents stored for `user`.
@@ -449,9 +494,7 @@ impl KeywordIndex {
             .map_err(|e| tantivy_err("keyword ids", e))?;
         let mut docs: Vec<DocAddress> = docs.into_iter().collect();
         docs.sort();
-        docs.into_iter()
-            .map(|addr| self.stored_id(&searcher, addr))
-            .collect()
+        self.memory_ids(&searcher, docs)
     }
 
     /// [`Self::apply`] on the blocking pool.
@@ -519,13 +562,32 @@ impl KeywordIndex {
         )
     }
 
-    fn filter_queries(&self, user: UserId, filter: &KeywordFilter) -> Vec<Box<dyn Query>> {
+    /// The restrictions every search carries, as `Must` / `MustNot` clauses. Exclusions are
+    /// preferred where they are equivalent: their posting lists are short (archived or
+    /// invalid memories, the few kinds left out), while the matching lists (not archived,
+    /// every ordinary kind) span nearly the whole index.
+    fn filter_queries(&self, user: UserId, filter: &KeywordFilter) -> Vec<(Occur, Box<dyn Query>)> {
         let f = self.inner.fields;
-        let mut out: Vec<Box<dyn Query>> = vec![Box::new(self.user_query(user))];
-        if let Some(kinds) = &filter.kinds {
-            out.push(Box::new(TermSetQuery::new(
-                kinds.iter().map(|k| Term::from_field_text(f.kind, k)),
-            )));
+        let mut out: Vec<(Occur, Box<dyn Query>)> =
+            vec![(Occur::Must, Box::new(self.user_query(user)))];
+        let kind_terms = |kinds: Vec<String>| {
+            kinds
+                .into_iter()
+                .map(move |k| Term::from_field_text(f.kind, &k))
+        };
+        match filter.kind_condition() {
+            KindCondition::Any => {}
+            KindCondition::OneOf(kinds) => {
+                out.push((Occur::Must, Box::new(TermSetQuery::new(kind_terms(kinds)))));
+            }
+            KindCondition::NoneOf(kinds) => {
+                for term in kind_terms(kinds) {
+                    out.push((
+                        Occur::MustNot,
+                        Box::new(TermQuery::new(term, IndexRecordOption::Basic)),
+                    ));
+                }
+            }
         }
         if filter.since_ms.is_some() || filter.until_ms.is_some() {
             let lower = filter.since_ms.map_or(Bound::Unbounded, |ms| {
@@ -534,38 +596,60 @@ impl KeywordIndex {
             let upper = filter.until_ms.map_or(Bound::Unbounded, |ms| {
                 Bound::Excluded(Term::from_field_i64(f.created_at_ms, ms))
             });
-            out.push(Box::new(RangeQuery::new(lower, upper)));
+            out.push((Occur::Must, Box::new(RangeQuery::new(lower, upper))));
         }
         if !filter.include_archived {
-            out.push(Box::new(TermQuery::new(
-                Term::from_field_bool(f.archived, false),
-                IndexRecordOption::Basic,
-            )));
+            out.push((
+                Occur::MustNot,
+                Box::new(TermQuery::new(
+                    Term::from_field_bool(f.archived, true),
+                    IndexRecordOption::Basic,
+                )),
+            ));
         }
         if !filter.include_invalid {
-            out.push(Box::new(TermQuery::new(
-                Term::from_field_bool(f.valid, true),
-                IndexRecordOption::Basic,
-            )));
+            out.push((
+                Occur::MustNot,
+                Box::new(TermQuery::new(
+                    Term::from_field_bool(f.valid, false),
+                    IndexRecordOption::Basic,
+                )),
+            ));
         }
         out
     }
 
-    fn stored_id(
+    /// Memory ids of `addrs`, in order, read from the id columns.
+    fn memory_ids(
         &self,
         searcher: &tantivy::Searcher,
-        addr: DocAddress,
-    ) -> Result<MemoryId, IndexError> {
-        let doc: TantivyDocument = searcher
-            .doc(addr)
-            .map_err(|e| tantivy_err("load stored document", e))?;
-        let raw = doc
-            .get_first(self.inner.fields.id)
-            .and_then(|v| v.as_str())
-            .ok_or_else(|| IndexError::Internal("keyword document without id".into()))?;
-        uuid::Uuid::parse_str(raw)
-            .map(MemoryId::from_uuid)
-            .map_err(|e| IndexError::Internal(format!("stored id {raw:?} is not a uuid: {e}")))
+        addrs: impl IntoIterator<Item = DocAddress>,
+    ) -> Result<Vec<MemoryId>, IndexError> {
+        let mut columns: HashMap<u32, (Column<u64>, Column<u64>)> = HashMap::new();
+        addrs
+            .into_iter()
+            .map(|addr| {
+                let (hi, lo) = match columns.entry(addr.segment_ord) {
+                    Entry::Occupied(entry) => entry.into_mut(),
+                    Entry::Vacant(entry) => {
+                        let fast = searcher.segment_reader(addr.segment_ord).fast_fields();
+                        let column = |name: &str| {
+                            fast.u64(name)
+                                .map_err(|e| tantivy_err("open the id column", e))
+                        };
+                        entry.insert((column(ID_HI)?, column(ID_LO)?))
+                    }
+                };
+                match (hi.first(addr.doc_id), lo.first(addr.doc_id)) {
+                    (Some(hi), Some(lo)) => {
+                        Ok(MemoryId::from_uuid(uuid::Uuid::from_u64_pair(hi, lo)))
+                    }
+                    _ => Err(IndexError::Internal(
+                        "keyword document without an id".into(),
+                    )),
+                }
+            })
+            .collect()
     }
 
     /// The underlying tantivy index (schema inspection, diagnostics).
@@ -721,6 +805,7 @@ mod tests {
             mk("preference", 2000, false, true),
             mk("fact", 3000, true, true),
             mk("event", 4000, false, false),
+            mk("document", 5000, false, true),
         ];
         let ops: Vec<KeywordOp> = docs.iter().cloned().map(KeywordOp::Upsert).collect();
         index.apply(&ops, 7).expect("apply");
@@ -739,14 +824,29 @@ mod tests {
             include_invalid: true,
             ..KeywordFilter::default()
         };
-        assert_eq!(run(KeywordFilter::default()), pick(&[0, 1]));
-        assert_eq!(run(all.clone()), pick(&[0, 1, 2, 3]));
+        assert_eq!(run(KeywordFilter::default()), pick(&[0, 1, 4]));
+        assert_eq!(run(all.clone()), pick(&[0, 1, 2, 3, 4]));
+        // The ordinary kinds (every kind but `document`) are searched as an exclusion.
+        let ordinary = KeywordFilter {
+            kinds: Some(
+                crate::store::MemoryKind::ordinary()
+                    .into_iter()
+                    .map(|kind| kind.as_str().to_string())
+                    .collect(),
+            ),
+            ..KeywordFilter::default()
+        };
+        assert!(matches!(
+            ordinary.kind_condition(),
+            KindCondition::NoneOf(_)
+        ));
+        assert_eq!(run(ordinary), pick(&[0, 1]));
         assert_eq!(
             run(KeywordFilter {
                 include_archived: true,
                 ..KeywordFilter::default()
             }),
-            pick(&[0, 1, 2])
+            pick(&[0, 1, 2, 4])
         );
         assert_eq!(
             run(KeywordFilter {
@@ -839,6 +939,45 @@ mod tests {
             .search(u, "persistent", &KeywordFilter::default(), 10)
             .expect("search");
         assert_eq!(ids(&hits), vec![a]);
+    }
+
+    #[test]
+    fn an_index_with_another_schema_is_started_afresh() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("keyword");
+        {
+            // An index as an older mnemo might have left it: another schema, a recorded seq.
+            std::fs::create_dir_all(&path).expect("mkdir");
+            let mut builder = Schema::builder();
+            let id = builder.add_text_field("id", STRING);
+            let old = Index::create_in_dir(&path, builder.build()).expect("old index");
+            let mut writer: IndexWriter = old.writer(15_000_000).expect("writer");
+            writer.add_document(doc!(id => "x")).expect("add");
+            let mut prepared = writer.prepare_commit().expect("prepare");
+            prepared.set_payload("17");
+            prepared.commit().expect("commit");
+        }
+        let index = KeywordIndex::open(Some(&path)).expect("open despite the old schema");
+        assert_eq!(
+            index.applied_seq(),
+            0,
+            "the log must be replayed from the start"
+        );
+        let (u, a) = (user(), mem());
+        index
+            .apply(&[KeywordOp::Upsert(kdoc(a, u, "rebuilt from the log"))], 1)
+            .expect("apply");
+        let hits = index
+            .search(u, "rebuilt", &KeywordFilter::default(), 10)
+            .expect("search");
+        assert_eq!(ids(&hits), vec![a]);
+        drop(index);
+        assert_eq!(
+            KeywordIndex::open(Some(&path))
+                .expect("reopen")
+                .applied_seq(),
+            1
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@
 
 use async_trait::async_trait;
 
-use crate::store::{MemoryId, UserId};
+use crate::store::{MemoryId, MemoryKind, UserId};
 
 /// Error shared by the index modules (vector backends and the keyword index).
 #[derive(Debug, thiserror::Error)]
@@ -90,6 +90,44 @@ impl VectorFilter {
         }
         matches!((self.since_ms, self.until_ms), (Some(since), Some(until)) if since >= until)
     }
+
+    /// The kind restriction in its cheaper form. Every point has one of the known kinds, so
+    /// "one of these" equals "none of the others"; excluding a short list costs an index
+    /// far less than matching a long one (the default, every kind but `document`, becomes
+    /// a single exclusion).
+    pub fn kind_condition(&self) -> KindCondition {
+        let Some(kinds) = &self.kinds else {
+            return KindCondition::Any;
+        };
+        let known = |kind: &str| MemoryKind::parse(kind).is_some();
+        if !kinds.iter().all(|kind| known(kind)) {
+            return KindCondition::OneOf(kinds.clone());
+        }
+        let others: Vec<String> = MemoryKind::ALL
+            .iter()
+            .map(|kind| kind.as_str())
+            .filter(|kind| !kinds.iter().any(|wanted| wanted == kind))
+            .map(str::to_string)
+            .collect();
+        if others.is_empty() {
+            KindCondition::Any
+        } else if others.len() < kinds.len() {
+            KindCondition::NoneOf(others)
+        } else {
+            KindCondition::OneOf(kinds.clone())
+        }
+    }
+}
+
+/// How a backend restricts kinds (see [`VectorFilter::kind_condition`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KindCondition {
+    /// No restriction.
+    Any,
+    /// The kind is one of these.
+    OneOf(Vec<String>),
+    /// The kind is none of these.
+    NoneOf(Vec<String>),
 }
 
 /// A per-user vector store with cosine similarity.
@@ -330,6 +368,28 @@ pub(crate) mod conformance {
             .await
             .expect("search");
         assert_eq!(sorted(ids_of(&hits)), sorted(vec![a1, a3, a4]));
+        // Every kind but one: backends express this as an exclusion.
+        let all_but_preference = VectorFilter {
+            kinds: Some(
+                MemoryKind::ALL
+                    .iter()
+                    .map(|kind| kind.as_str().to_string())
+                    .filter(|kind| kind != "preference")
+                    .collect(),
+            ),
+            include_archived: true,
+            include_invalid: true,
+            ..VectorFilter::default()
+        };
+        assert!(matches!(
+            all_but_preference.kind_condition(),
+            KindCondition::NoneOf(_)
+        ));
+        let hits = index
+            .search(a, &basis(1), &all_but_preference, 10)
+            .await
+            .expect("search");
+        assert_eq!(sorted(ids_of(&hits)), sorted(vec![a1, a3, a4]));
         let no_kinds = VectorFilter {
             kinds: Some(vec![]),
             ..VectorFilter::default()
@@ -473,6 +533,48 @@ mod tests {
             ..VectorFilter::default()
         };
         assert!(!range.is_unsatisfiable());
+    }
+
+    #[test]
+    fn kind_conditions_take_the_shorter_form() {
+        let of = |kinds: Option<Vec<&str>>| {
+            VectorFilter {
+                kinds: kinds.map(|k| k.into_iter().map(str::to_string).collect()),
+                ..VectorFilter::default()
+            }
+            .kind_condition()
+        };
+        assert_eq!(of(None), KindCondition::Any);
+        assert_eq!(
+            of(Some(vec!["fact"])),
+            KindCondition::OneOf(vec!["fact".into()])
+        );
+        let ordinary: Vec<&str> = MemoryKind::ordinary()
+            .into_iter()
+            .map(MemoryKind::as_str)
+            .collect();
+        assert_eq!(
+            of(Some(ordinary)),
+            KindCondition::NoneOf(vec!["document".into()])
+        );
+        let all: Vec<&str> = MemoryKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(of(Some(all)), KindCondition::Any);
+        // An unknown kind cannot be turned into an exclusion.
+        assert_eq!(
+            of(Some(vec![
+                "fact",
+                "turn",
+                "event",
+                "profile",
+                "conclusion",
+                "nope"
+            ])),
+            KindCondition::OneOf(
+                ["fact", "turn", "event", "profile", "conclusion", "nope"]
+                    .map(String::from)
+                    .to_vec()
+            )
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod writer;
 
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -58,6 +59,10 @@ impl MemoryError {
 
 pub type MemoryResult<T> = Result<T, MemoryError>;
 
+/// Rows read from SQL in the first round of a recall (then doubling): enough for the top k
+/// in the common case, where the best fused hits are the final ones.
+const HYDRATE_CHUNK_MIN: usize = 16;
+
 /// A recall request (`recall_memory(query, k, kinds?, since?, until?)`).
 #[derive(Debug, Clone, Default)]
 pub struct RecallRequest {
@@ -76,7 +81,17 @@ pub struct RecallRequest {
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct RecallTimings {
+    /// Embedding the query.
     pub embed_ms: f64,
+    /// The vector search alone (runs alongside the keyword search).
+    pub vector_ms: f64,
+    /// The BM25 search alone.
+    pub keyword_ms: f64,
+    /// Re-reading the candidates from SQL.
+    pub hydrate_ms: f64,
+    /// Fusion, decay, near-duplicate removal.
+    pub rank_ms: f64,
+    /// Everything but the query embedding.
     pub search_ms: f64,
     pub total_ms: f64,
 }
@@ -473,42 +488,41 @@ impl MemoryEngine {
             include_archived: request.include_archived,
             include_invalid: false,
         };
-        let (vector_hits, keyword_hits, embed_ms) = {
+        let (vector_hits, keyword_hits, embed_ms, vector_ms, keyword_ms) = {
             let use_vector = request.mode != RecallMode::Keyword;
             let use_keyword = request.mode != RecallMode::Vector;
             let keyword = self.indexer.keyword().clone();
             let keyword_search = async {
-                if use_keyword {
-                    keyword
-                        .search_async(user, query.to_string(), filter.clone(), candidates)
-                        .await
-                } else {
-                    Ok(Vec::new())
+                if !use_keyword {
+                    return Ok((Vec::new(), 0.0));
                 }
+                let started = Instant::now();
+                let hits = keyword
+                    .search_async(user, query.to_string(), filter.clone(), candidates)
+                    .await?;
+                Ok::<_, MemoryError>((hits, elapsed_ms(started)))
             };
             let vector_search = async {
                 if !use_vector {
-                    return Ok::<_, MemoryError>((Vec::new(), 0.0));
+                    return Ok::<_, MemoryError>((Vec::new(), 0.0, 0.0));
                 }
                 let embed_started = Instant::now();
                 let embedded = self.embedder.embed(&[query.to_string()]).await?;
-                let embed_ms = embed_started.elapsed().as_secs_f64() * 1000.0;
+                let embed_ms = elapsed_ms(embed_started);
                 let vector = embedded.into_iter().next().unwrap_or_default();
+                let search_started = Instant::now();
                 let hits = self
                     .indexer
                     .vector()
                     .search(user, &vector, &filter, candidates)
                     .await?;
-                Ok((hits, embed_ms))
+                Ok((hits, embed_ms, elapsed_ms(search_started)))
             };
             let (keyword_result, vector_result) = tokio::join!(keyword_search, vector_search);
-            let (vector_hits, embed_ms) = vector_result?;
-            (vector_hits, keyword_result?, embed_ms)
+            let (vector_hits, embed_ms, vector_ms) = vector_result?;
+            let (keyword_hits, keyword_ms) = keyword_result?;
+            (vector_hits, keyword_hits, embed_ms, vector_ms, keyword_ms)
         };
-        let mut ids: Vec<MemoryId> = vector_hits.iter().map(|(id, _)| *id).collect();
-        ids.extend(keyword_hits.iter().map(|(id, _)| *id));
-        ids.sort();
-        ids.dedup();
         let sql_filter = MemoryFilter {
             kinds: Some(kinds),
             since: request.since,
@@ -516,33 +530,51 @@ impl MemoryEngine {
             include_archived: request.include_archived,
             include_invalid: false,
         };
-        // SQL is the truth: hits are re-read for this user and re-checked against the filter.
-        let memories: Vec<Memory> = self
-            .store
-            .memories_by_ids(user, &ids)
-            .await?
-            .into_iter()
-            .filter(|memory| sql_filter.admits(memory))
-            .collect();
-        let results = recall::rank(
-            &vector_hits,
-            &keyword_hits,
-            memories,
+        let fused = recall::fuse(&vector_hits, &keyword_hits, settings.rrf_k);
+        // SQL is the truth: hits are re-read for this user and re-checked against the filter,
+        // in fused order and only as far as they can still change the top k.
+        let select_started = Instant::now();
+        let hydrate_ns = AtomicU64::new(0);
+        let (results, _) = recall::select_reading(
+            &fused,
             settings,
             request.decay,
             now,
             k,
-        );
+            (2 * k).max(HYDRATE_CHUNK_MIN),
+            |ids| {
+                let started = Instant::now();
+                let store = &self.store;
+                let sql_filter = &sql_filter;
+                let hydrate_ns = &hydrate_ns;
+                async move {
+                    let rows = store.memories_by_ids(user, &ids).await?;
+                    hydrate_ns.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    Ok::<_, MemoryError>(
+                        rows.into_iter()
+                            .filter(|memory| sql_filter.admits(memory))
+                            .collect(),
+                    )
+                }
+            },
+        )
+        .await?;
+        let hydrate_ms = hydrate_ns.into_inner() as f64 / 1e6;
+        let rank_ms = elapsed_ms(select_started) - hydrate_ms;
         let recalled: Vec<MemoryId> = results.iter().map(|r| r.memory.id).collect();
         if record_access && !recalled.is_empty() {
             let _ = self.access.send((user, recalled, crate::store::now()));
         }
-        let total_ms = started.elapsed().as_secs_f64() * 1000.0;
+        let total_ms = elapsed_ms(started);
         metrics::histogram!("mnemo_recall_duration_seconds").record(total_ms / 1000.0);
         Ok(RecallResponse {
             results,
             timings: RecallTimings {
                 embed_ms,
+                vector_ms,
+                keyword_ms,
+                hydrate_ms,
+                rank_ms,
                 search_ms: total_ms - embed_ms,
                 total_ms,
             },
@@ -792,6 +824,10 @@ async fn open_embedder(settings: &Settings) -> MemoryResult<Arc<dyn Embedder>> {
         .await
         .map_err(|error| EmbedError::Internal(error.to_string()))??;
     Ok(Arc::new(embedder))
+}
+
+fn elapsed_ms(started: Instant) -> f64 {
+    started.elapsed().as_secs_f64() * 1000.0
 }
 
 /// Writes access stats in the background, merging bursts, so recall never waits on them.

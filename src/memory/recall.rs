@@ -40,54 +40,63 @@ pub struct Recalled {
     pub signals: Signals,
 }
 
-/// Fuses the two hit lists over the hydrated memories (already filtered to the user and the
-/// request's filters), applies decay at `now`, removes near-duplicates, and keeps `k`.
-pub fn rank(
+/// A fused hit before its row is read: its RRF score and where each signal ranked it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    pub id: MemoryId,
+    pub rrf: f64,
+    /// Rank (from 1) and cosine in the vector list.
+    pub vector: Option<(usize, f32)>,
+    /// Rank (from 1) and BM25 score in the keyword list.
+    pub keyword: Option<(usize, f32)>,
+}
+
+/// Fuses the two hit lists by Reciprocal Rank Fusion, best first. Ranks are positions in
+/// the index's lists, so the order is known before any row is read; a hit whose row turns
+/// out to be gone (an index lagging a delete by milliseconds) is dropped later but keeps its
+/// slot.
+pub fn fuse(
     vector_hits: &[(MemoryId, f32)],
     keyword_hits: &[(MemoryId, f32)],
-    memories: Vec<Memory>,
+    rrf_k: f64,
+) -> Vec<Candidate> {
+    let positions = |hits: &[(MemoryId, f32)]| {
+        let mut at: HashMap<MemoryId, (usize, f32)> = HashMap::with_capacity(hits.len());
+        for (index, (id, score)) in hits.iter().enumerate() {
+            at.entry(*id).or_insert((index + 1, *score));
+        }
+        at
+    };
+    let vector_at = positions(vector_hits);
+    let keyword_at = positions(keyword_hits);
+    let vector_ids: Vec<MemoryId> = vector_hits.iter().map(|(id, _)| *id).collect();
+    let keyword_ids: Vec<MemoryId> = keyword_hits.iter().map(|(id, _)| *id).collect();
+    reciprocal_rank_fusion(&[&vector_ids, &keyword_ids], rrf_k)
+        .into_iter()
+        .map(|(id, rrf)| Candidate {
+            id,
+            rrf,
+            vector: vector_at.get(&id).copied(),
+            keyword: keyword_at.get(&id).copied(),
+        })
+        .collect()
+}
+
+/// Scores the candidates whose rows are in `memories` (read for the user and checked
+/// against the request's filters; the others are skipped), applies decay at `now`, removes
+/// near-duplicates and keeps the best `k`.
+pub fn select(
+    candidates: &[Candidate],
+    memories: &HashMap<MemoryId, Memory>,
     settings: &MemorySettings,
     decay: bool,
     now: DateTime<Utc>,
     k: usize,
 ) -> Vec<Recalled> {
-    let mut by_id: HashMap<MemoryId, Memory> = memories
-        .into_iter()
-        .map(|memory| (memory.id, memory))
-        .collect();
-    // Ranks count only hits that survived hydration, so a stale index entry cannot push a
-    // real memory down.
-    let vector_ids: Vec<MemoryId> = vector_hits
+    let mut scored: Vec<(f64, f64, &Candidate, &Memory)> = candidates
         .iter()
-        .map(|(id, _)| *id)
-        .filter(|id| by_id.contains_key(id))
-        .collect();
-    let keyword_ids: Vec<MemoryId> = keyword_hits
-        .iter()
-        .map(|(id, _)| *id)
-        .filter(|id| by_id.contains_key(id))
-        .collect();
-    let vector_info: HashMap<MemoryId, (usize, f32)> = vector_ids
-        .iter()
-        .enumerate()
-        .filter_map(|(rank, id)| {
-            let score = vector_hits.iter().find(|(hit, _)| hit == id)?.1;
-            Some((*id, (rank + 1, score)))
-        })
-        .collect();
-    let keyword_info: HashMap<MemoryId, (usize, f32)> = keyword_ids
-        .iter()
-        .enumerate()
-        .filter_map(|(rank, id)| {
-            let score = keyword_hits.iter().find(|(hit, _)| hit == id)?.1;
-            Some((*id, (rank + 1, score)))
-        })
-        .collect();
-    let fused = reciprocal_rank_fusion(&[&vector_ids, &keyword_ids], settings.rrf_k);
-    let mut scored: Vec<Recalled> = fused
-        .into_iter()
-        .filter_map(|(id, rrf)| {
-            let memory = by_id.remove(&id)?;
+        .filter_map(|candidate| {
+            let memory = memories.get(&candidate.id)?;
             let factor = if decay {
                 decay_factor(
                     memory.importance,
@@ -99,40 +108,97 @@ pub fn rank(
             } else {
                 1.0
             };
-            let vector = vector_info.get(&id);
-            let keyword = keyword_info.get(&id);
-            Some(Recalled {
-                score: rrf * factor,
-                signals: Signals {
-                    vector_rank: vector.map(|(rank, _)| *rank),
-                    vector_score: vector.map(|(_, score)| *score),
-                    bm25_rank: keyword.map(|(rank, _)| *rank),
-                    bm25_score: keyword.map(|(_, score)| *score),
-                    rrf,
-                    decay: factor,
-                },
-                memory,
-            })
+            Some((candidate.rrf * factor, factor, candidate, memory))
         })
         .collect();
-    scored.sort_by(|a, b| {
-        b.score
-            .total_cmp(&a.score)
-            .then_with(|| b.memory.id.cmp(&a.memory.id))
-    });
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| b.3.id.cmp(&a.3.id)));
     let mut kept: Vec<Recalled> = Vec::with_capacity(k);
-    for candidate in scored {
+    for (score, factor, candidate, memory) in scored {
         if kept.len() == k {
             break;
         }
-        let duplicate = kept.iter().any(|chosen| {
-            near_duplicate(&chosen.memory, &candidate.memory, settings.dedupe_cosine)
-        });
+        let duplicate = kept
+            .iter()
+            .any(|chosen| near_duplicate(&chosen.memory, memory, settings.dedupe_cosine));
         if !duplicate {
-            kept.push(candidate);
+            kept.push(Recalled {
+                memory: memory.clone(),
+                score,
+                signals: Signals {
+                    vector_rank: candidate.vector.map(|(rank, _)| rank),
+                    vector_score: candidate.vector.map(|(_, score)| score),
+                    bm25_rank: candidate.keyword.map(|(rank, _)| rank),
+                    bm25_score: candidate.keyword.map(|(_, score)| score),
+                    rrf: candidate.rrf,
+                    decay: factor,
+                },
+            });
         }
     }
     kept
+}
+
+/// True when reading more rows cannot change `kept`: every score is rrf × a decay factor of
+/// at most 1, so a candidate not yet read (candidates are in fused order) scores at most its
+/// rrf, and once that is below the k-th kept score it would sort after everything kept.
+pub fn settled(kept: &[Recalled], k: usize, next_unread: Option<&Candidate>) -> bool {
+    match next_unread {
+        None => true,
+        Some(next) => kept.len() == k && kept.last().is_some_and(|last| next.rrf < last.score),
+    }
+}
+
+/// The top `k` of `fused`, reading rows through `read` in fused order: `first_chunk` ids,
+/// then twice as many each round, until [`settled`]. `read` returns the rows it found for
+/// the ids, already checked for the user and the request's filters; missing ones are
+/// dropped. Returns the results and how many candidates were read.
+pub async fn select_reading<F, Fut, E>(
+    fused: &[Candidate],
+    settings: &MemorySettings,
+    decay: bool,
+    now: DateTime<Utc>,
+    k: usize,
+    first_chunk: usize,
+    mut read: F,
+) -> Result<(Vec<Recalled>, usize), E>
+where
+    F: FnMut(Vec<MemoryId>) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<Memory>, E>>,
+{
+    let mut memories: HashMap<MemoryId, Memory> = HashMap::with_capacity(fused.len());
+    let mut done = 0;
+    let mut chunk = first_chunk.max(1);
+    loop {
+        let kept = select(fused, &memories, settings, decay, now, k);
+        if settled(&kept, k, fused.get(done)) {
+            return Ok((kept, done));
+        }
+        let end = (done + chunk).min(fused.len());
+        let ids = fused[done..end].iter().map(|c| c.id).collect();
+        for memory in read(ids).await? {
+            memories.insert(memory.id, memory);
+        }
+        done = end;
+        chunk *= 2;
+    }
+}
+
+/// [`fuse`] then [`select`] over rows already read (tests and one-shot callers).
+pub fn rank(
+    vector_hits: &[(MemoryId, f32)],
+    keyword_hits: &[(MemoryId, f32)],
+    memories: Vec<Memory>,
+    settings: &MemorySettings,
+    decay: bool,
+    now: DateTime<Utc>,
+    k: usize,
+) -> Vec<Recalled> {
+    let by_id: HashMap<MemoryId, Memory> = memories
+        .into_iter()
+        .map(|memory| (memory.id, memory))
+        .collect();
+    let candidates = fuse(vector_hits, keyword_hits, settings.rrf_k);
+    select(&candidates, &by_id, settings, decay, now, k)
 }
 
 /// Same normalised text, or vectors of one model at least `threshold` similar.
@@ -262,6 +328,88 @@ mod tests {
         assert_eq!(plain[0].memory.content, "old trivia");
     }
 
+    /// Reading rows only while they can matter gives exactly what reading all of them gives,
+    /// whatever the decay factors, duplicates and missing rows.
+    #[tokio::test]
+    async fn reading_in_rounds_equals_reading_everything() {
+        let settings = MemorySettings::default();
+        let now = Utc::now();
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move |below: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % below
+        };
+        let mut fewer_reads = 0;
+        for case in 0..300 {
+            let n = 1 + next(120) as usize;
+            let memories: Vec<Memory> = (0..n)
+                .map(|i| {
+                    let mut m = memory(
+                        &format!("memory {}", next(n as u64 * 2)),
+                        1 + next(5) as u8,
+                        vec![1.0, next(3) as f32],
+                        next(400) as i64,
+                    );
+                    if next(10) == 0 {
+                        m.last_accessed_at = Some(now - chrono::Duration::days(i as i64 % 7));
+                    }
+                    m
+                })
+                .collect();
+            let pick = |count: usize, next: &mut dyn FnMut(u64) -> u64| {
+                let mut hits: Vec<(MemoryId, f32)> = Vec::new();
+                for _ in 0..count {
+                    let m = &memories[next(n as u64) as usize];
+                    if !hits.iter().any(|(id, _)| *id == m.id) {
+                        hits.push((m.id, 1.0));
+                    }
+                }
+                hits
+            };
+            let mut vector_hits = pick(1 + next(60) as usize, &mut next);
+            let keyword_hits = pick(next(60) as usize, &mut next);
+            vector_hits.push((MemoryId::new(), 0.5)); // a row that is gone
+            // Some rows fail the filter.
+            let present: Vec<Memory> = memories.iter().filter(|_| next(12) != 0).cloned().collect();
+            let k = 1 + next(12) as usize;
+            let decay = case % 5 != 0;
+            let everything = rank(
+                &vector_hits,
+                &keyword_hits,
+                present.clone(),
+                &settings,
+                decay,
+                now,
+                k,
+            );
+            let fused = fuse(&vector_hits, &keyword_hits, settings.rrf_k);
+            let rows: HashMap<MemoryId, Memory> = present.into_iter().map(|m| (m.id, m)).collect();
+            let (rounds, read) = select_reading(&fused, &settings, decay, now, k, 4, |ids| {
+                let found: Vec<Memory> =
+                    ids.iter().filter_map(|id| rows.get(id).cloned()).collect();
+                async move { Ok::<_, std::convert::Infallible>(found) }
+            })
+            .await
+            .expect("infallible");
+            let ids = |results: &[Recalled]| -> Vec<(MemoryId, u64)> {
+                results
+                    .iter()
+                    .map(|r| (r.memory.id, r.score.to_bits()))
+                    .collect()
+            };
+            assert_eq!(ids(&rounds), ids(&everything), "case {case}");
+            if read < fused.len() {
+                fewer_reads += 1;
+            }
+        }
+        assert!(
+            fewer_reads > 100,
+            "rounds stopped early in {fewer_reads} cases"
+        );
+    }
+
     #[test]
     fn near_duplicates_and_missing_rows_are_dropped_and_k_is_respected() {
         let settings = MemorySettings::default();
@@ -290,8 +438,8 @@ mod tests {
         assert_eq!(contents, ["I use PostgreSQL", "I like tea"]);
         assert_eq!(
             ranked[0].signals.vector_rank,
-            Some(1),
-            "a stale hit does not take a rank"
+            Some(2),
+            "a stale hit is dropped but keeps its index rank"
         );
         let one = rank(
             &hits,
