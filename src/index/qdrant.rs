@@ -24,8 +24,7 @@ use qdrant_client::qdrant::{
 use qdrant_client::{Payload, Qdrant, QdrantError};
 
 use crate::index::vector::{
-    IndexError, KindCondition, MAX_SEARCH_LIMIT, VectorFilter, VectorIndex, VectorPoint,
-    check_vector, fields,
+    IndexError, MAX_SEARCH_LIMIT, VectorFilter, VectorIndex, VectorPoint, check_vector, fields,
 };
 use crate::store::{MemoryId, UserId};
 
@@ -88,11 +87,8 @@ fn user_condition(user: UserId) -> Condition {
 
 fn build_filter(user: UserId, filter: &VectorFilter) -> Filter {
     let mut must = vec![user_condition(user)];
-    let mut must_not = Vec::new();
-    match filter.kind_condition() {
-        KindCondition::Any => {}
-        KindCondition::OneOf(kinds) => must.push(Condition::matches(fields::KIND, kinds)),
-        KindCondition::NoneOf(kinds) => must_not.push(Condition::matches(fields::KIND, kinds)),
+    if let Some(kinds) = &filter.kinds {
+        must.push(Condition::matches(fields::KIND, kinds.clone()));
     }
     if filter.since_ms.is_some() || filter.until_ms.is_some() {
         must.push(Condition::range(
@@ -111,11 +107,7 @@ fn build_filter(user: UserId, filter: &VectorFilter) -> Filter {
     if !filter.include_invalid {
         must.push(Condition::matches(fields::VALID, true));
     }
-    Filter {
-        must,
-        must_not,
-        ..Filter::default()
-    }
+    Filter::must(must)
 }
 
 fn point_id(id: MemoryId) -> PointId {

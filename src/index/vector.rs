@@ -91,10 +91,10 @@ impl VectorFilter {
         matches!((self.since_ms, self.until_ms), (Some(since), Some(until)) if since >= until)
     }
 
-    /// The kind restriction in its cheaper form. Every point has one of the known kinds, so
-    /// "one of these" equals "none of the others"; excluding a short list costs an index
-    /// far less than matching a long one (the default, every kind but `document`, becomes
-    /// a single exclusion).
+    /// The kind restriction in its shorter form. Every point has one of the known kinds, so
+    /// "one of these" equals "none of the others"; for tantivy, excluding a short list costs
+    /// far less than matching a long one (the default, every kind but `document`, becomes a
+    /// single exclusion).
     pub fn kind_condition(&self) -> KindCondition {
         let Some(kinds) = &self.kinds else {
             return KindCondition::Any;
@@ -368,7 +368,7 @@ pub(crate) mod conformance {
             .await
             .expect("search");
         assert_eq!(sorted(ids_of(&hits)), sorted(vec![a1, a3, a4]));
-        // Every kind but one: backends express this as an exclusion.
+        // Every kind but one (the keyword index sends this as an exclusion).
         let all_but_preference = VectorFilter {
             kinds: Some(
                 MemoryKind::ALL
