@@ -275,7 +275,8 @@ impl EdgeVectorIndex {
             // The default graph (m = 16) over all points; the big tenants also get their own
             // links (the `user_id` index is a tenant index). Graphs per tenant only
             // (m = 0, payload_m = 16, as on the server collection) built faster here but
-            // searched a 100k-memory user 2-3x slower (`mnemo bench recall`).
+            // searched a 100k-memory user slower: 2.9-3.4 ms against 2.3-2.5 ms at 200k
+            // points (`mnemo bench recall`).
             .build();
         let shard = EdgeShard::load(&path, Some(config)).map_err(|e| match e {
             OperationError::ServiceError { .. } => {
