@@ -24,16 +24,17 @@ use chrono::Utc;
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{EmbedderSettings, MemorySettings};
+use crate::config::{EmbedderSettings, MemorySettings, QdrantSettings};
 use crate::index::edge::EdgeVectorIndex;
 use crate::index::indexer::{Indexer, VectorWatermark};
 use crate::index::keyword::KeywordIndex;
-use crate::index::vector::VectorIndex;
+use crate::index::vector::{VectorFilter, VectorIndex};
 use crate::llm::embed::{EmbedError, Embedder, LocalEmbedder};
-use crate::memory::recall::RecallMode;
+use crate::memory::recall::{self, RecallMode};
 use crate::memory::{MemoryEngine, RecallRequest, RecallTimings};
 use crate::store::{
-    Embedded, MemoryKind, MemorySource, NewMemory, SqliteStore, Store, Trust, UserId, UserKind,
+    Embedded, MemoryFilter, MemoryId, MemoryKind, MemorySource, NewMemory, SqliteStore, Store,
+    Trust, UserId, UserKind,
 };
 
 /// Vector dimension of the synthetic corpus (that of all-MiniLM-L6-v2).
@@ -52,6 +53,12 @@ const ROUNDS: usize = 10;
 const MODEL_BATCH: usize = 16;
 const RECALL_K: usize = 10;
 const WARMUP_QUERIES: usize = 10;
+
+/// HNSW beam widths tried after the main series (`None`: the engine's default, 100).
+const BEAM_WIDTHS: [Option<usize>; 3] = [None, Some(64), Some(50)];
+
+/// Queries per beam width.
+const BEAM_QUERIES: usize = 250;
 /// Recall samples taken while the optimisation runs are this far apart.
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 
@@ -81,6 +88,9 @@ pub struct RecallBenchOptions {
     pub optimize: bool,
     /// Leave the generated stores in `data_dir`.
     pub keep_data: bool,
+    /// HNSW beam width of the main recall series (`qdrant.search_ef`); after them the bench
+    /// also tries [`BEAM_WIDTHS`].
+    pub search_ef: Option<usize>,
 }
 
 impl Default for RecallBenchOptions {
@@ -97,6 +107,7 @@ impl Default for RecallBenchOptions {
             lag_writes: 200,
             optimize: true,
             keep_data: false,
+            search_ef: QdrantSettings::default().search_ef,
         }
     }
 }
@@ -197,6 +208,7 @@ impl Bench<'_> {
         if self.options.optimize {
             self.optimize_phase(&stack).await?;
             self.recall_rows(&stack, "4 recall, after optimize").await?;
+            self.beam_phase(&stack).await?;
         } else {
             self.notes.push(
                 "HNSW was not built (optimize off): recall ran on plain (brute-force) segments."
@@ -241,7 +253,10 @@ impl Bench<'_> {
         )?;
         writeln!(
             self.out,
-            "- stack: SQLite (WAL) + Qdrant Edge 0.7.2 (default HNSW config, `user_id` as tenant index) + tantivy, in {}",
+            "- stack: SQLite (WAL) + Qdrant Edge 0.7.2 (HNSW m = 16, ef_construct = 100, `user_id` \
+             as tenant index, segments merged towards one; search ef = {}) + tantivy, in {}",
+            o.search_ef
+                .map_or_else(|| "engine default (100)".to_string(), |ef| ef.to_string()),
             o.data_dir.display()
         )?;
         let load = load_average().map_or_else(String::new, |load| {
@@ -349,7 +364,8 @@ impl Bench<'_> {
         let dir = self.options.data_dir.join("model");
         let store = open_sqlite(&dir).await?;
         let user = create_users(store.as_ref(), "bench-model", 1).await?[0];
-        let (vector, keyword, watermark) = open_indexes(&dir, dimension).await?;
+        let (vector, keyword, watermark) =
+            open_indexes(&dir, dimension, self.options.search_ef).await?;
         let token = shutdown.child_token();
         let engine = MemoryEngine::assemble(
             store.clone(),
@@ -423,7 +439,8 @@ impl Bench<'_> {
             bar.inc(batch as u64);
         }
         bar.finish_and_clear();
-        let (vector, keyword, watermark) = open_indexes(&dir, DIMENSION).await?;
+        let (vector, keyword, watermark) =
+            open_indexes(&dir, DIMENSION, self.options.search_ef).await?;
         let indexer = Indexer::new(
             store.clone(),
             vector.clone(),
@@ -547,7 +564,8 @@ impl Bench<'_> {
             "",
         )?;
 
-        let (vector, keyword, watermark) = open_indexes(&dir, DIMENSION).await?;
+        let (vector, keyword, watermark) =
+            open_indexes(&dir, DIMENSION, self.options.search_ef).await?;
         let indexer = Indexer::new(
             store.clone(),
             vector.clone(),
@@ -722,6 +740,89 @@ impl Bench<'_> {
         Ok(Latency::of(samples, results as f64 / queries as f64))
     }
 
+    /// The HNSW beam width against speed and quality: hybrid recall timed at each width, and
+    /// the vector search's candidates compared with an exact scan of the big user's vectors.
+    async fn beam_phase(&mut self, stack: &MainStack) -> anyhow::Result<()> {
+        let big = stack.users[0];
+        let candidates = MemorySettings::default().candidates;
+        let spin = spinner("beam widths: reading the big user's vectors for an exact scan");
+        let filter = MemoryFilter {
+            kinds: Some(MemoryKind::ordinary()),
+            ..MemoryFilter::default()
+        };
+        let mut points: Vec<(MemoryId, Vec<f32>)> = Vec::new();
+        let mut before = None;
+        loop {
+            let page = stack
+                .store
+                .list_memories(big, &filter, 5000, before)
+                .await?;
+            let Some(last) = page.last() else { break };
+            before = Some(last.id);
+            points.extend(page.into_iter().map(|memory| (memory.id, memory.embedding)));
+        }
+        let queries: Vec<Vec<f32>> = (0..BEAM_QUERIES)
+            .map(|_| self.corpus.embed(&self.corpus.query(&mut self.rng)))
+            .collect();
+        let exact: Vec<HashSet<MemoryId>> = queries
+            .iter()
+            .map(|query| {
+                let mut scored: Vec<(f32, MemoryId)> = points
+                    .iter()
+                    .map(|(id, vector)| (recall::cosine(query, vector), *id))
+                    .collect();
+                let n = candidates.min(scored.len());
+                if n > 0 {
+                    scored.select_nth_unstable_by(n - 1, |a, b| b.0.total_cmp(&a.0));
+                }
+                scored.into_iter().take(n).map(|(_, id)| id).collect()
+            })
+            .collect();
+        spin.finish_and_clear();
+        let vector_filter = VectorFilter {
+            kinds: Some(
+                MemoryKind::ordinary()
+                    .iter()
+                    .map(|kind| kind.as_str().to_string())
+                    .collect(),
+            ),
+            ..VectorFilter::default()
+        };
+        for ef in BEAM_WIDTHS {
+            stack.vector.set_search_ef(ef);
+            let width = ef.map_or_else(|| "engine default (100)".to_string(), |ef| ef.to_string());
+            let mut found = 0usize;
+            let mut wanted = 0usize;
+            for (query, exact) in queries.iter().zip(&exact) {
+                let hits = stack
+                    .vector
+                    .search(big, query, &vector_filter, candidates)
+                    .await?;
+                found += hits.iter().filter(|(id, _)| exact.contains(id)).count();
+                wanted += exact.len();
+            }
+            let label = format!("big user, hybrid, ef = {width}");
+            let latency = self
+                .recall_series(&stack.engine, big, RecallMode::Hybrid, BEAM_QUERIES, &label)
+                .await?;
+            self.row(
+                "6 HNSW beam width",
+                &format!(
+                    "{label}, {BEAM_QUERIES} queries; share of the exact top {candidates} among \
+                     the vector candidates ({BEAM_QUERIES} other queries)"
+                ),
+                &format!(
+                    "{}; **{:.1} %** of the exact neighbours",
+                    latency.long(),
+                    100.0 * found as f64 / wanted.max(1) as f64
+                ),
+                "",
+            )?;
+        }
+        stack.vector.set_search_ef(self.options.search_ef);
+        Ok(())
+    }
+
     async fn optimize_phase(&mut self, stack: &MainStack) -> anyhow::Result<()> {
         let big = stack.users[0];
         let spin = spinner("optimize (HNSW) of the corpus, sampling recall");
@@ -767,10 +868,19 @@ impl Bench<'_> {
         spin.finish_and_clear();
         outcome.context("optimize task")??;
         let points = self.options.total;
+        let layout = match stack.vector.layout().await? {
+            Some(l) => format!(
+                ": {} segment(s), {} of {} points in HNSW graphs",
+                l.segments,
+                count(l.indexed_points),
+                count(l.points)
+            ),
+            None => String::new(),
+        };
         self.row(
             "optimize",
             &format!(
-                "`VectorIndex::optimize` (Edge HNSW build, blocking) over {} points",
+                "`VectorIndex::optimize` (Edge HNSW build, blocking) over {} points{layout}",
                 count(points)
             ),
             &format!("**{}**", seconds(elapsed)),
@@ -946,9 +1056,11 @@ async fn create_users(store: &dyn Store, prefix: &str, n: usize) -> anyhow::Resu
 async fn open_indexes(
     dir: &Path,
     dimension: usize,
+    search_ef: Option<usize>,
 ) -> anyhow::Result<(Arc<dyn VectorIndex>, KeywordIndex, VectorWatermark)> {
     let vector_dir = dir.join(format!("vectors-{dimension}"));
     let vector = EdgeVectorIndex::open(&vector_dir, dimension).await?;
+    vector.set_search_ef(search_ef);
     let keyword_dir = dir.join("keyword");
     let keyword = tokio::task::spawn_blocking(move || KeywordIndex::open(Some(&keyword_dir)))
         .await
@@ -1475,6 +1587,7 @@ mod tests {
             lag_writes: 10,
             optimize: true,
             keep_data: false,
+            search_ef: None,
         };
         let mut out = Vec::new();
         run_recall_bench(options, &mut out).await.expect("bench");
@@ -1487,6 +1600,10 @@ mod tests {
             "| 4 recall, plain index (no HNSW) | big user (500), hybrid",
             "| 4 recall, after optimize |",
             "| 5 index lag |",
+            "| 6 HNSW beam width | big user, hybrid, ef = 64,",
+            // Too few points for an HNSW graph: the search is exact, and so must agree with
+            // the bench's own full scan.
+            "**100.0 %** of the exact neighbours",
             "10.0 results",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
@@ -1526,6 +1643,7 @@ mod tests {
             lag_writes: number("LAG", defaults.lag_writes),
             optimize: number("OPTIMIZE", 1) != 0,
             keep_data: false,
+            search_ef: defaults.search_ef,
         };
         let mut out = std::io::stdout();
         run_recall_bench(options, &mut out).await.expect("bench");

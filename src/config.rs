@@ -282,6 +282,9 @@ pub struct QdrantSettings {
     pub collection: String,
     /// Optimise (build HNSW) after this many upserts, in the background.
     pub optimize_after_upserts: u64,
+    /// HNSW beam width of searches; unset is the engine's default (100). Searches asking for
+    /// more candidates than this use their own count.
+    pub search_ef: Option<usize>,
 }
 
 impl Default for QdrantSettings {
@@ -291,6 +294,7 @@ impl Default for QdrantSettings {
             api_key: None,
             collection: "mnemo_memories".into(),
             optimize_after_upserts: 20_000,
+            search_ef: None,
         }
     }
 }
@@ -497,6 +501,12 @@ impl Settings {
         {
             return Err(ConfigError::Invalid(
                 "auth.jwt.hs256_secret must be at least 32 bytes".into(),
+            ));
+        }
+        if self.qdrant.search_ef == Some(0) {
+            return Err(ConfigError::Invalid(
+                "qdrant.search_ef must be positive (leave it unset for the engine's default)"
+                    .into(),
             ));
         }
         let memory = &self.memory;
@@ -723,5 +733,16 @@ mod tests {
             env(&[]),
         );
         assert!(missing.is_err());
+        let zero_ef = Settings::load_from(
+            &Overrides::default(),
+            env(&[("MNEMO__QDRANT__SEARCH_EF", "0")]),
+        );
+        assert!(zero_ef.unwrap_err().to_string().contains("search_ef"));
+        let ef = Settings::load_from(
+            &Overrides::default(),
+            env(&[("MNEMO__QDRANT__SEARCH_EF", "64")]),
+        )
+        .unwrap();
+        assert_eq!(ef.qdrant.search_ef, Some(64));
     }
 }

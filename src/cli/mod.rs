@@ -329,6 +329,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 model_dir: Some(settings.embedder.model_dir.clone()),
                 reindex_memories: user_memories.min(100_000),
                 optimize: !no_optimize,
+                search_ef: settings.qdrant.search_ef,
                 ..crate::bench::RecallBenchOptions::default()
             };
             crate::bench::run_recall_bench(options, &mut std::io::stdout())

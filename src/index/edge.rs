@@ -17,6 +17,7 @@
 //! (dropping the index also flushes).
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -24,20 +25,32 @@ use qdrant_edge::external::ordered_float::OrderedFloat;
 use qdrant_edge::external::serde_json::json;
 use qdrant_edge::{
     BoolIndexParams, Condition, CountRequest, CreateIndex, DEFAULT_VECTOR_NAME, Distance,
-    EdgeConfig, EdgeShard, EdgeVectorParams, FieldCondition, FieldIndexOperations, Filter,
-    IntegerIndexParams, JsonPath, KeywordIndexParams, Match, NamedQuery, OperationError,
-    PayloadFieldSchema, PayloadSchemaParams, PointId, PointInsertOperations, PointOperations,
-    PointStruct, QueryEnum, Range, ScrollRequest, SearchRequest, UpdateOperation, ValueVariants,
-    VectorInternal, WithPayloadInterface, WithVector,
+    EdgeConfig, EdgeOptimizersConfig, EdgeShard, EdgeVectorParams, FieldCondition,
+    FieldIndexOperations, Filter, IntegerIndexParams, JsonPath, KeywordIndexParams, Match,
+    NamedQuery, OperationError, PayloadFieldSchema, PayloadSchemaParams, PointId,
+    PointInsertOperations, PointOperations, PointStruct, QueryEnum, Range, ScrollRequest,
+    SearchParams, SearchRequest, UpdateOperation, ValueVariants, VectorInternal,
+    WithPayloadInterface, WithVector,
 };
 
 use crate::index::vector::{
-    IndexError, MAX_SEARCH_LIMIT, VectorFilter, VectorIndex, VectorPoint, check_vector, fields,
+    IndexError, MAX_SEARCH_LIMIT, VectorFilter, VectorIndex, VectorLayout, VectorPoint,
+    check_vector, fields,
 };
 use crate::store::{MemoryId, UserId};
 
 /// Page size used when scrolling all ids of a user.
 const SCROLL_PAGE: usize = 1024;
+
+/// Segments the optimizer merges towards. Edge searches its segments one after another on
+/// the calling thread, so every extra segment is another whole HNSW search per query.
+const TARGET_SEGMENTS: usize = 1;
+
+/// Largest segment the optimizer builds, in KiB of vector data (~2.6M 384-d vectors). The
+/// engine's default (256 MiB per indexing thread, ~170k such vectors on this 2-core machine)
+/// split 1M points into about six graphs. Merges into a big segment reuse its graph
+/// (incremental HNSW), so a large cap does not mean rebuilding it for each small batch.
+const MAX_SEGMENT_KB: usize = 4 * 1024 * 1024;
 
 /// Qdrant Edge shard stored in a local directory.
 #[derive(Clone)]
@@ -53,6 +66,8 @@ struct Inner {
     path: PathBuf,
     write_gate: Mutex<()>,
     optimize_gate: Mutex<()>,
+    /// HNSW beam width for searches; 0 is the engine's default.
+    search_ef: AtomicUsize,
 }
 
 impl std::fmt::Debug for EdgeVectorIndex {
@@ -139,6 +154,15 @@ fn memory_id(id: PointId) -> Result<MemoryId, IndexError> {
         PointId::NumId(n) => Err(IndexError::Internal(format!(
             "foreign numeric point id {n} in edge shard"
         ))),
+    }
+}
+
+/// Few, large segments (see [`TARGET_SEGMENTS`]); the rest are the engine's defaults.
+fn optimizers_config() -> EdgeOptimizersConfig {
+    EdgeOptimizersConfig {
+        default_segment_number: Some(TARGET_SEGMENTS),
+        max_segment_size: Some(MAX_SEGMENT_KB),
+        ..EdgeOptimizersConfig::default()
     }
 }
 
@@ -277,6 +301,7 @@ impl EdgeVectorIndex {
             // (m = 0, payload_m = 16, as on the server collection) built faster here but
             // searched a 100k-memory user slower: 2.9-3.4 ms against 2.3-2.5 ms at 200k
             // points (`mnemo bench recall`).
+            .optimizers(optimizers_config())
             .build();
         let shard = EdgeShard::load(&path, Some(config)).map_err(|e| match e {
             OperationError::ServiceError { .. } => {
@@ -290,6 +315,7 @@ impl EdgeVectorIndex {
             path,
             write_gate: Mutex::new(()),
             optimize_gate: Mutex::new(()),
+            search_ef: AtomicUsize::new(0),
         };
         inner.ensure_indexes()?;
         Ok(Self {
@@ -427,7 +453,13 @@ impl VectorIndex for EdgeVectorIndex {
                 using: None,
             }),
             filter: Some(build_filter(user, Some(filter))?),
-            params: None,
+            params: match self.inner.search_ef.load(Ordering::Relaxed) {
+                0 => None,
+                ef => Some(SearchParams {
+                    hnsw_ef: Some(ef),
+                    ..SearchParams::default()
+                }),
+            },
             limit: limit.min(MAX_SEARCH_LIMIT),
             offset: 0,
             with_payload: Some(WithPayloadInterface::Bool(false)),
@@ -510,6 +542,24 @@ impl VectorIndex for EdgeVectorIndex {
             let _write = gate(&inner.write_gate);
             inner.shard.flush();
             Ok(())
+        })
+        .await
+    }
+
+    fn set_search_ef(&self, ef: Option<usize>) {
+        self.inner
+            .search_ef
+            .store(ef.unwrap_or_default(), Ordering::Relaxed);
+    }
+
+    async fn layout(&self) -> Result<Option<VectorLayout>, IndexError> {
+        self.blocking(|inner| {
+            let info = inner.shard.info();
+            Ok(Some(VectorLayout {
+                segments: info.segments_count,
+                points: info.points_count,
+                indexed_points: info.indexed_vectors_count,
+            }))
         })
         .await
     }
@@ -624,9 +674,9 @@ mod tests {
         index
             .inner
             .shard
-            .set_optimizers_config(qdrant_edge::EdgeOptimizersConfig {
+            .set_optimizers_config(EdgeOptimizersConfig {
                 indexing_threshold: Some(1),
-                ..qdrant_edge::EdgeOptimizersConfig::default()
+                ..optimizers_config()
             })
             .expect("optimizer config");
         let user = UserId::from_trusted(uuid::Uuid::now_v7());
@@ -663,11 +713,24 @@ mod tests {
             t.await.expect("join");
         }
         optimizer.await.expect("join").expect("optimize");
-        let info = index.inner.shard.info();
+        let layout = index
+            .layout()
+            .await
+            .expect("layout")
+            .expect("edge reports its layout");
         assert!(
-            info.indexed_vectors_count > 0,
-            "optimize built no vector index: {info:?}"
+            layout.indexed_points > 0,
+            "optimize built no vector index: {layout:?}"
         );
+        assert_eq!(layout.points, 3508, "{layout:?}");
+        // A beam narrower than the limit still returns the limit.
+        index.set_search_ef(Some(1));
+        let narrow = index
+            .search(user, &probe.vector, &VectorFilter::default(), 5)
+            .await
+            .expect("search with a narrow beam");
+        assert_eq!(narrow.len(), 5, "{narrow:?}");
+        index.set_search_ef(None);
         assert_eq!(index.count(user).await.expect("count"), 3008);
         assert_eq!(index.count(other).await.expect("count"), 500);
         let hits = index
@@ -675,5 +738,27 @@ mod tests {
             .await
             .expect("search");
         assert!(hits.iter().any(|(id, _)| *id == probe.id), "{hits:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_shard_made_with_engine_defaults_takes_our_segment_settings() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let config = EdgeConfig::builder()
+                .vector(
+                    DEFAULT_VECTOR_NAME,
+                    EdgeVectorParams::builder(DIM, Distance::Cosine).build(),
+                )
+                .build();
+            let shard = EdgeShard::load(dir.path(), Some(config)).expect("engine defaults");
+            assert_ne!(shard.config().optimizers, optimizers_config());
+        }
+        let index = EdgeVectorIndex::open(dir.path(), DIM).await.expect("open");
+        assert_eq!(index.inner.shard.config().optimizers, optimizers_config());
+        drop(index);
+        let saved = EdgeConfig::load(dir.path())
+            .expect("config file")
+            .expect("readable config");
+        assert_eq!(saved.optimizers, optimizers_config());
     }
 }

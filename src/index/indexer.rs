@@ -518,6 +518,9 @@ mod tests {
         ) -> Result<Vec<(MemoryId, f32)>, IndexError> {
             self.inner.search(user, vector, filter, limit).await
         }
+        fn set_search_ef(&self, ef: Option<usize>) {
+            self.inner.set_search_ef(ef);
+        }
         async fn count(&self, user: UserId) -> Result<u64, IndexError> {
             self.inner.count(user).await
         }

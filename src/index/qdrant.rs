@@ -9,6 +9,7 @@
 //! reachable, and `optimize` leaves optimisation to the server's own
 //! background optimizers.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -19,12 +20,13 @@ use qdrant_client::qdrant::{
     CreateFieldIndexCollectionBuilder, DeletePointsBuilder, Distance, FieldType, Filter,
     HnswConfigDiffBuilder, IntegerIndexParamsBuilder, KeywordIndexParamsBuilder, PointId,
     PointStruct, PointsIdsList, QueryPointsBuilder, Range, ScrollPointsBuilder,
-    UpsertPointsBuilder, payload_index_params::IndexParams,
+    SearchParamsBuilder, UpsertPointsBuilder, payload_index_params::IndexParams,
 };
 use qdrant_client::{Payload, Qdrant, QdrantError};
 
 use crate::index::vector::{
-    IndexError, MAX_SEARCH_LIMIT, VectorFilter, VectorIndex, VectorPoint, check_vector, fields,
+    IndexError, MAX_SEARCH_LIMIT, VectorFilter, VectorIndex, VectorLayout, VectorPoint,
+    check_vector, fields,
 };
 use crate::store::{MemoryId, UserId};
 
@@ -40,6 +42,8 @@ pub struct QdrantServerIndex {
     client: Qdrant,
     collection: String,
     dimension: usize,
+    /// HNSW beam width for searches; 0 is the server's default.
+    search_ef: AtomicUsize,
 }
 
 impl std::fmt::Debug for QdrantServerIndex {
@@ -156,6 +160,7 @@ impl QdrantServerIndex {
             client,
             collection: collection.to_string(),
             dimension,
+            search_ef: AtomicUsize::new(0),
         };
         index.ensure_collection().await?;
         index.ensure_indexes().await?;
@@ -389,16 +394,19 @@ impl VectorIndex for QdrantServerIndex {
         if limit == 0 || filter.is_unsatisfiable() {
             return Ok(Vec::new());
         }
+        let mut query = QueryPointsBuilder::new(self.collection.clone())
+            .query(vector.to_vec())
+            .filter(build_filter(user, filter))
+            .limit(limit.min(MAX_SEARCH_LIMIT) as u64)
+            .with_payload(false)
+            .with_vectors(false);
+        match self.search_ef.load(Ordering::Relaxed) {
+            0 => {}
+            ef => query = query.params(SearchParamsBuilder::default().hnsw_ef(ef as u64)),
+        }
         let response = self
             .client
-            .query(
-                QueryPointsBuilder::new(self.collection.clone())
-                    .query(vector.to_vec())
-                    .filter(build_filter(user, filter))
-                    .limit(limit.min(MAX_SEARCH_LIMIT) as u64)
-                    .with_payload(false)
-                    .with_vectors(false),
-            )
+            .query(query)
             .await
             .map_err(|e| server_err("search", e))?;
         response
@@ -449,6 +457,24 @@ impl VectorIndex for QdrantServerIndex {
                 None => return Ok(out),
             }
         }
+    }
+
+    fn set_search_ef(&self, ef: Option<usize>) {
+        self.search_ef
+            .store(ef.unwrap_or_default(), Ordering::Relaxed);
+    }
+
+    async fn layout(&self) -> Result<Option<VectorLayout>, IndexError> {
+        let info = self
+            .client
+            .collection_info(self.collection.clone())
+            .await
+            .map_err(|e| server_err("collection info", e))?;
+        Ok(info.result.map(|info| VectorLayout {
+            segments: info.segments_count as usize,
+            points: info.points_count.unwrap_or_default() as usize,
+            indexed_points: info.indexed_vectors_count.unwrap_or_default() as usize,
+        }))
     }
 
     async fn optimize(&self) -> Result<(), IndexError> {

@@ -168,6 +168,24 @@ pub trait VectorIndex: Send + Sync {
     async fn flush_if_idle(&self) -> Result<bool, IndexError> {
         self.flush().await.map(|()| true)
     }
+    /// Beam width of approximate (HNSW) searches from now on: `None` is the engine's default
+    /// (its `ef_construct`, 100). A search asking for more results than `ef` uses its limit.
+    /// Smaller is faster and misses more true neighbours (`mnemo bench recall` measures both).
+    fn set_search_ef(&self, ef: Option<usize>);
+    /// How the points are laid out in the engine (for benchmarks and operators), when the
+    /// backend can tell.
+    async fn layout(&self) -> Result<Option<VectorLayout>, IndexError> {
+        Ok(None)
+    }
+}
+
+/// Storage layout of a vector index: a search visits every segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct VectorLayout {
+    pub segments: usize,
+    pub points: usize,
+    /// Points in segments with an HNSW graph; the rest are searched exhaustively.
+    pub indexed_points: usize,
 }
 
 /// Upper bound applied to every `limit` (vector and keyword search): larger

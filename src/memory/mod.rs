@@ -87,7 +87,8 @@ pub struct RecallTimings {
     pub vector_ms: f64,
     /// The BM25 search alone.
     pub keyword_ms: f64,
-    /// Re-reading the candidates from SQL.
+    /// Re-reading the candidates from SQL after fusion. The rows of the best keyword hits
+    /// are read while the vector search still runs and are not counted here.
     pub hydrate_ms: f64,
     /// Fusion, decay, near-duplicate removal.
     pub rank_ms: f64,
@@ -218,6 +219,7 @@ impl MemoryEngine {
                     )
                 }
             };
+        vector.set_search_ef(settings.qdrant.search_ef);
         let keyword_dir = settings.data_dir.join("keyword");
         let keyword = tokio::task::spawn_blocking(move || KeywordIndex::open(Some(&keyword_dir)))
             .await
@@ -488,19 +490,31 @@ impl MemoryEngine {
             include_archived: request.include_archived,
             include_invalid: false,
         };
-        let (vector_hits, keyword_hits, embed_ms, vector_ms, keyword_ms) = {
+        let first_chunk = (2 * k).max(HYDRATE_CHUNK_MIN);
+        let (vector_hits, keyword_hits, prefetched, embed_ms, vector_ms, keyword_ms) = {
             let use_vector = request.mode != RecallMode::Keyword;
             let use_keyword = request.mode != RecallMode::Vector;
             let keyword = self.indexer.keyword().clone();
             let keyword_search = async {
                 if !use_keyword {
-                    return Ok((Vec::new(), 0.0));
+                    return Ok((Vec::new(), 0.0, Vec::new()));
                 }
                 let started = Instant::now();
                 let hits = keyword
                     .search_async(user, query.to_string(), filter.clone(), candidates)
                     .await?;
-                Ok::<_, MemoryError>((hits, elapsed_ms(started)))
+                let keyword_ms = elapsed_ms(started);
+                // The vector side (embedding the query, then searching) takes longer: read
+                // the rows of the best keyword hits meanwhile, as the first reading round
+                // after fusion will want most of them.
+                let prefetched = if use_vector && !hits.is_empty() {
+                    let ids: Vec<MemoryId> =
+                        hits.iter().take(first_chunk).map(|(id, _)| *id).collect();
+                    self.store.memories_by_ids(user, &ids).await?
+                } else {
+                    Vec::new()
+                };
+                Ok::<_, MemoryError>((hits, keyword_ms, prefetched))
             };
             let vector_search = async {
                 if !use_vector {
@@ -520,8 +534,15 @@ impl MemoryEngine {
             };
             let (keyword_result, vector_result) = tokio::join!(keyword_search, vector_search);
             let (vector_hits, embed_ms, vector_ms) = vector_result?;
-            let (keyword_hits, keyword_ms) = keyword_result?;
-            (vector_hits, keyword_hits, embed_ms, vector_ms, keyword_ms)
+            let (keyword_hits, keyword_ms, prefetched) = keyword_result?;
+            (
+                vector_hits,
+                keyword_hits,
+                prefetched,
+                embed_ms,
+                vector_ms,
+                keyword_ms,
+            )
         };
         let sql_filter = MemoryFilter {
             kinds: Some(kinds),
@@ -535,20 +556,37 @@ impl MemoryEngine {
         // in fused order and only as far as they can still change the top k.
         let select_started = Instant::now();
         let hydrate_ns = AtomicU64::new(0);
+        let mut prefetched: std::collections::HashMap<MemoryId, Memory> = prefetched
+            .into_iter()
+            .map(|memory| (memory.id, memory))
+            .collect();
         let (results, _) = recall::select_reading(
             &fused,
             settings,
             request.decay,
             now,
             k,
-            (2 * k).max(HYDRATE_CHUNK_MIN),
+            first_chunk,
             |ids| {
                 let started = Instant::now();
+                let (mut rows, missing): (Vec<Memory>, Vec<MemoryId>) = {
+                    let mut rows = Vec::with_capacity(ids.len());
+                    let mut missing = Vec::new();
+                    for id in ids {
+                        match prefetched.remove(&id) {
+                            Some(memory) => rows.push(memory),
+                            None => missing.push(id),
+                        }
+                    }
+                    (rows, missing)
+                };
                 let store = &self.store;
                 let sql_filter = &sql_filter;
                 let hydrate_ns = &hydrate_ns;
                 async move {
-                    let rows = store.memories_by_ids(user, &ids).await?;
+                    if !missing.is_empty() {
+                        rows.extend(store.memories_by_ids(user, &missing).await?);
+                    }
                     hydrate_ns.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
                     Ok::<_, MemoryError>(
                         rows.into_iter()
