@@ -750,17 +750,13 @@ impl Bench<'_> {
             kinds: Some(MemoryKind::ordinary()),
             ..MemoryFilter::default()
         };
-        let mut points: Vec<(MemoryId, Vec<f32>)> = Vec::new();
-        let mut before = None;
-        loop {
-            let page = stack
-                .store
-                .list_memories(big, &filter, 5000, before)
-                .await?;
-            let Some(last) = page.last() else { break };
-            before = Some(last.id);
-            points.extend(page.into_iter().map(|memory| (memory.id, memory.embedding)));
-        }
+        let points: Vec<(MemoryId, Vec<f32>)> = stack
+            .store
+            .all_memories(big, &filter)
+            .await?
+            .into_iter()
+            .map(|memory| (memory.id, memory.embedding))
+            .collect();
         let queries: Vec<Vec<f32>> = (0..BEAM_QUERIES)
             .map(|_| self.corpus.embed(&self.corpus.query(&mut self.rng)))
             .collect();

@@ -51,6 +51,7 @@ use crate::config::{MemorySettings, Settings};
 use crate::index::edge::EdgeVectorIndex;
 use crate::index::indexer::VectorWatermark;
 use crate::index::keyword::KeywordIndex;
+use crate::index::vector::VectorIndex;
 use crate::llm::embed::{Embedder, LocalEmbedder, OpenAiEmbedder};
 use crate::memory::recall::RecallMode;
 use crate::memory::{MAX_MEMORY_CHARS, MemoryEngine, RecallRequest};
@@ -947,6 +948,7 @@ impl Scratch {
         let dimension = embedder.dimension();
         let vector_dir = dir.join(format!("vectors-{dimension}"));
         let vector = EdgeVectorIndex::open(&vector_dir, dimension).await?;
+        vector.set_search_ef(settings.qdrant.search_ef);
         let keyword_dir = dir.join("keyword");
         let keyword = tokio::task::spawn_blocking(move || KeywordIndex::open(Some(&keyword_dir)))
             .await

@@ -569,17 +569,14 @@ impl MemoryEngine {
             first_chunk,
             |ids| {
                 let started = Instant::now();
-                let (mut rows, missing): (Vec<Memory>, Vec<MemoryId>) = {
-                    let mut rows = Vec::with_capacity(ids.len());
-                    let mut missing = Vec::new();
-                    for id in ids {
-                        match prefetched.remove(&id) {
-                            Some(memory) => rows.push(memory),
-                            None => missing.push(id),
-                        }
+                let mut rows = Vec::with_capacity(ids.len());
+                let mut missing = Vec::new();
+                for id in ids {
+                    match prefetched.remove(&id) {
+                        Some(memory) => rows.push(memory),
+                        None => missing.push(id),
                     }
-                    (rows, missing)
-                };
+                }
                 let store = &self.store;
                 let sql_filter = &sql_filter;
                 let hydrate_ns = &hydrate_ns;
@@ -701,17 +698,7 @@ impl MemoryEngine {
             include_invalid: true,
             ..MemoryFilter::default()
         };
-        let mut all = Vec::new();
-        let mut cursor = None;
-        loop {
-            let page = self
-                .store
-                .list_memories(user, &filter, 1000, cursor)
-                .await?;
-            let Some(last) = page.last() else { break };
-            cursor = Some(last.id);
-            all.extend(page);
-        }
+        let mut all = self.store.all_memories(user, &filter).await?;
         all.reverse();
         Ok(all)
     }

@@ -292,6 +292,19 @@ pub trait MemoryStore: Send + Sync + 'static {
         limit: i64,
         before: Option<MemoryId>,
     ) -> StoreResult<Vec<Memory>>;
+    /// Every memory of the user that passes `filter`, newest first, read page by page.
+    async fn all_memories(&self, user: UserId, filter: &MemoryFilter) -> StoreResult<Vec<Memory>> {
+        let mut all = Vec::new();
+        let mut before = None;
+        loop {
+            let page = self.list_memories(user, filter, 1000, before).await?;
+            let Some(last) = page.last() else {
+                return Ok(all);
+            };
+            before = Some(last.id);
+            all.extend(page);
+        }
+    }
     /// The user's memories among `ids` (others' ids are silently absent).
     async fn memories_by_ids(&self, user: UserId, ids: &[MemoryId]) -> StoreResult<Vec<Memory>>;
     /// Bumps access stats; no log entry (access does not change what is indexed).
