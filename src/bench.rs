@@ -91,6 +91,9 @@ pub struct RecallBenchOptions {
     /// HNSW beam width of the main recall series (`qdrant.search_ef`); after them the bench
     /// also tries [`BEAM_WIDTHS`].
     pub search_ef: Option<usize>,
+    /// Users with at least this many memories move to an Edge shard of their own when the
+    /// index is optimised (`qdrant.tenant_shard_points`; 0 keeps everyone in the shared shard).
+    pub tenant_shard_points: u64,
 }
 
 impl Default for RecallBenchOptions {
@@ -108,6 +111,7 @@ impl Default for RecallBenchOptions {
             optimize: true,
             keep_data: false,
             search_ef: QdrantSettings::default().search_ef,
+            tenant_shard_points: QdrantSettings::default().tenant_shard_points,
         }
     }
 }
@@ -209,6 +213,7 @@ impl Bench<'_> {
             self.optimize_phase(&stack).await?;
             self.recall_rows(&stack, "4 recall, after optimize").await?;
             self.beam_phase(&stack).await?;
+            self.filter_phase(&stack).await?;
         } else {
             self.notes.push(
                 "HNSW was not built (optimize off): recall ran on plain (brute-force) segments."
@@ -254,9 +259,14 @@ impl Bench<'_> {
         writeln!(
             self.out,
             "- stack: SQLite (WAL) + Qdrant Edge 0.7.2 (HNSW m = 16, ef_construct = 100, `user_id` \
-             as tenant index, segments merged towards one; search ef = {}) + tantivy, in {}",
+             as tenant index, segments merged towards one; search ef = {}; users with {} or more \
+             memories in a shard of their own) + tantivy, in {}",
             o.search_ef
                 .map_or_else(|| "engine default (100)".to_string(), |ef| ef.to_string()),
+            match o.tenant_shard_points {
+                0 => "(never)".to_string(),
+                n => count(n as usize),
+            },
             o.data_dir.display()
         )?;
         let load = load_average().map_or_else(String::new, |load| {
@@ -364,8 +374,7 @@ impl Bench<'_> {
         let dir = self.options.data_dir.join("model");
         let store = open_sqlite(&dir).await?;
         let user = create_users(store.as_ref(), "bench-model", 1).await?[0];
-        let (vector, keyword, watermark) =
-            open_indexes(&dir, dimension, self.options.search_ef).await?;
+        let (vector, keyword, watermark) = open_indexes(&dir, dimension, &self.options).await?;
         let token = shutdown.child_token();
         let engine = MemoryEngine::assemble(
             store.clone(),
@@ -439,8 +448,7 @@ impl Bench<'_> {
             bar.inc(batch as u64);
         }
         bar.finish_and_clear();
-        let (vector, keyword, watermark) =
-            open_indexes(&dir, DIMENSION, self.options.search_ef).await?;
+        let (vector, keyword, watermark) = open_indexes(&dir, DIMENSION, &self.options).await?;
         let indexer = Indexer::new(
             store.clone(),
             vector.clone(),
@@ -564,8 +572,7 @@ impl Bench<'_> {
             "",
         )?;
 
-        let (vector, keyword, watermark) =
-            open_indexes(&dir, DIMENSION, self.options.search_ef).await?;
+        let (vector, keyword, watermark) = open_indexes(&dir, DIMENSION, &self.options).await?;
         let indexer = Indexer::new(
             store.clone(),
             vector.clone(),
@@ -819,6 +826,59 @@ impl Bench<'_> {
         Ok(())
     }
 
+    /// What the payload conditions of recall's vector search cost: the search alone (no
+    /// embedding, no SQL), with recall's filter and with fewer conditions.
+    async fn filter_phase(&mut self, stack: &MainStack) -> anyhow::Result<()> {
+        let big = stack.users[0];
+        let candidates = MemorySettings::default().candidates;
+        let queries: Vec<Vec<f32>> = (0..BEAM_QUERIES)
+            .map(|_| self.corpus.embed(&self.corpus.query(&mut self.rng)))
+            .collect();
+        let ordinary = VectorFilter {
+            kinds: Some(
+                MemoryKind::ordinary()
+                    .iter()
+                    .map(|kind| kind.as_str().to_string())
+                    .collect(),
+            ),
+            ..VectorFilter::default()
+        };
+        let variants = [
+            (
+                "recall's filter: user, kind not `document`, not archived, valid",
+                ordinary,
+            ),
+            ("user, not archived, valid", VectorFilter::default()),
+            (
+                "user only",
+                VectorFilter {
+                    include_archived: true,
+                    include_invalid: true,
+                    ..VectorFilter::default()
+                },
+            ),
+        ];
+        for (label, filter) in variants {
+            let mut samples = Vec::with_capacity(queries.len());
+            let mut results = 0usize;
+            for query in &queries {
+                let started = Instant::now();
+                let hits = stack.vector.search(big, query, &filter, candidates).await?;
+                samples.push(millis(started.elapsed()));
+                results += hits.len();
+            }
+            let n = samples.len();
+            let latency = Latency::of(samples, results as f64 / n.max(1) as f64);
+            self.row(
+                "7 vector search alone",
+                &format!("big user, `VectorIndex::search` top {candidates}, {label}, {n} queries"),
+                &latency.long(),
+                "",
+            )?;
+        }
+        Ok(())
+    }
+
     async fn optimize_phase(&mut self, stack: &MainStack) -> anyhow::Result<()> {
         let big = stack.users[0];
         let spin = spinner("optimize (HNSW) of the corpus, sampling recall");
@@ -866,10 +926,12 @@ impl Bench<'_> {
         let points = self.options.total;
         let layout = match stack.vector.layout().await? {
             Some(l) => format!(
-                ": {} segment(s), {} of {} points in HNSW graphs",
+                ": {} segment(s), {} of {} points in HNSW graphs, {} user(s) in a shard of \
+                 their own",
                 l.segments,
                 count(l.indexed_points),
-                count(l.points)
+                count(l.points),
+                l.tenant_shards
             ),
             None => String::new(),
         };
@@ -1052,11 +1114,12 @@ async fn create_users(store: &dyn Store, prefix: &str, n: usize) -> anyhow::Resu
 async fn open_indexes(
     dir: &Path,
     dimension: usize,
-    search_ef: Option<usize>,
+    options: &RecallBenchOptions,
 ) -> anyhow::Result<(Arc<dyn VectorIndex>, KeywordIndex, VectorWatermark)> {
     let vector_dir = dir.join(format!("vectors-{dimension}"));
     let vector = EdgeVectorIndex::open(&vector_dir, dimension).await?;
-    vector.set_search_ef(search_ef);
+    vector.set_search_ef(options.search_ef);
+    vector.set_tenant_shard_points(options.tenant_shard_points);
     let keyword_dir = dir.join("keyword");
     let keyword = tokio::task::spawn_blocking(move || KeywordIndex::open(Some(&keyword_dir)))
         .await
@@ -1584,6 +1647,8 @@ mod tests {
             optimize: true,
             keep_data: false,
             search_ef: None,
+            // The big user (500) moves to a shard of their own; the others (166 each) stay.
+            tenant_shard_points: 200,
         };
         let mut out = Vec::new();
         run_recall_bench(options, &mut out).await.expect("bench");
@@ -1601,6 +1666,8 @@ mod tests {
             // the bench's own full scan.
             "**100.0 %** of the exact neighbours",
             "10.0 results",
+            "1 user(s) in a shard of their own",
+            "| 7 vector search alone | big user, `VectorIndex::search` top 50, user only,",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
         }
@@ -1609,6 +1676,7 @@ mod tests {
 
     /// The full-size run: `cargo test --release --lib bench -- --ignored --nocapture`.
     /// Scale with MNEMO_BENCH_TOTAL, _USER, _USERS, _QUERIES, _REINDEX, _LAG, _OPTIMIZE=0,
+    /// _TENANT_SHARD (points; 0 keeps every user in the shared shard),
     /// _MODEL (a directory, or "none"), _DIR (an empty scratch directory).
     #[tokio::test(flavor = "multi_thread")]
     #[ignore = "takes minutes to tens of minutes"]
@@ -1640,6 +1708,8 @@ mod tests {
             optimize: number("OPTIMIZE", 1) != 0,
             keep_data: false,
             search_ef: defaults.search_ef,
+            tenant_shard_points: number("TENANT_SHARD", defaults.tenant_shard_points as usize)
+                as u64,
         };
         let mut out = std::io::stdout();
         run_recall_bench(options, &mut out).await.expect("bench");

@@ -285,6 +285,10 @@ pub struct QdrantSettings {
     /// HNSW beam width of searches; unset is the engine's default (100). Searches asking for
     /// more candidates than this use their own count.
     pub search_ef: Option<usize>,
+    /// Embedded backend: a user with at least this many memories moves to a Qdrant Edge shard
+    /// of their own at the next background optimisation (faster, more exact searches for very
+    /// large users). 0 keeps everyone in the shared shard.
+    pub tenant_shard_points: u64,
 }
 
 impl Default for QdrantSettings {
@@ -295,6 +299,7 @@ impl Default for QdrantSettings {
             collection: "mnemo_memories".into(),
             optimize_after_upserts: 20_000,
             search_ef: None,
+            tenant_shard_points: crate::index::edge::DEFAULT_TENANT_SHARD_POINTS,
         }
     }
 }
@@ -744,5 +749,17 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ef.qdrant.search_ef, Some(64));
+        assert_eq!(ef.qdrant.tenant_shard_points, 20_000);
+        let never = Settings::load_from(
+            &Overrides::default(),
+            env(&[("MNEMO__QDRANT__TENANT_SHARD_POINTS", "0")]),
+        )
+        .unwrap();
+        assert_eq!(never.qdrant.tenant_shard_points, 0);
+        let negative = Settings::load_from(
+            &Overrides::default(),
+            env(&[("MNEMO__QDRANT__TENANT_SHARD_POINTS", "-5")]),
+        );
+        assert!(negative.is_err());
     }
 }

@@ -42,9 +42,14 @@ fn mnemo(data_dir: &Path) -> Command {
     command
         .arg("--data-dir")
         .arg(data_dir)
-        .env("MNEMO__LOG__LEVEL", "warn,mnemo::index::indexer=info")
-        // Optimise the vector index often, so some kills land during an optimisation.
+        .env(
+            "MNEMO__LOG__LEVEL",
+            "warn,mnemo::index::indexer=info,mnemo::index::edge=info",
+        )
+        // Optimise the vector index often, so some kills land during an optimisation, and
+        // move users to vector shards of their own early, so some land during a move.
         .env("MNEMO__QDRANT__OPTIMIZE_AFTER_UPSERTS", "25")
+        .env("MNEMO__QDRANT__TENANT_SHARD_POINTS", "10")
         .env("MNEMO__EMBEDDER__MODEL_DIR", support::model_dir())
         .kill_on_drop(true);
     command
@@ -660,6 +665,7 @@ async fn crash_and_check(home: &Home) {
             problems.push(format!("{}: unexpected answer {unexpected}", writer.name));
         }
     }
+    let mut moves = 0;
     for path in &log_paths {
         let text = read_log(path);
         for line in text.lines().filter(|line| line.contains("panicked")) {
@@ -669,7 +675,15 @@ async fn crash_and_check(home: &Home) {
             .lines()
             .filter(|line| line.contains("vector index optimised"))
             .count();
-        println!("{}: {optimised} vector optimisations", path.display());
+        let moved = text
+            .lines()
+            .filter(|line| line.contains("moved to their own vector shard"))
+            .count();
+        moves += moved;
+        println!(
+            "{}: {optimised} vector optimisations, {moved} users moved to their own shard",
+            path.display()
+        );
         let warnings = text
             .lines()
             .filter(|line| line.contains("WARN") || line.contains("ERROR"))
@@ -688,7 +702,7 @@ async fn crash_and_check(home: &Home) {
         .sum();
     println!(
         "{acked} acknowledged writes, {tracked} memories tracked, {in_flight} writes in flight \
-         at a kill, {searched} searches, {:?}",
+         at a kill, {searched} searches, {moves} moves to a tenant shard, {:?}",
         started.elapsed()
     );
     assert!(acked >= (CRASHES * 3) as u64, "writes were acknowledged");

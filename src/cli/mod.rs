@@ -330,6 +330,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 reindex_memories: user_memories.min(100_000),
                 optimize: !no_optimize,
                 search_ef: settings.qdrant.search_ef,
+                tenant_shard_points: settings.qdrant.tenant_shard_points,
                 ..crate::bench::RecallBenchOptions::default()
             };
             crate::bench::run_recall_bench(options, &mut std::io::stdout())

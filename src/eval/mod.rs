@@ -949,6 +949,7 @@ impl Scratch {
         let vector_dir = dir.join(format!("vectors-{dimension}"));
         let vector = EdgeVectorIndex::open(&vector_dir, dimension).await?;
         vector.set_search_ef(settings.qdrant.search_ef);
+        vector.set_tenant_shard_points(settings.qdrant.tenant_shard_points);
         let keyword_dir = dir.join("keyword");
         let keyword = tokio::task::spawn_blocking(move || KeywordIndex::open(Some(&keyword_dir)))
             .await

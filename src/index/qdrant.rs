@@ -474,6 +474,7 @@ impl VectorIndex for QdrantServerIndex {
             segments: info.segments_count as usize,
             points: info.points_count.unwrap_or_default() as usize,
             indexed_points: info.indexed_vectors_count.unwrap_or_default() as usize,
+            tenant_shards: 0,
         }))
     }
 

@@ -7,7 +7,8 @@
 //! Multi-tenancy is payload based: one collection holds every user's points,
 //! each point carries a `user_id` keyword payload (indexed as the tenant key),
 //! and every read is filtered by exactly one user. The user filter is not
-//! optional anywhere in the API.
+//! optional anywhere in the API. (The embedded backend also moves very large users to shards
+//! of their own; their points keep the payload and their reads keep the filter.)
 
 use async_trait::async_trait;
 
@@ -179,13 +180,17 @@ pub trait VectorIndex: Send + Sync {
     }
 }
 
-/// Storage layout of a vector index: a search visits every segment.
+/// Storage layout of a vector index: a search visits every segment of the shard holding the
+/// user's points.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct VectorLayout {
+    /// Segments of all shards together.
     pub segments: usize,
     pub points: usize,
     /// Points in segments with an HNSW graph; the rest are searched exhaustively.
     pub indexed_points: usize,
+    /// Users with a shard of their own (Qdrant Edge's tiered multitenancy); 0 on a server.
+    pub tenant_shards: usize,
 }
 
 /// Upper bound applied to every `limit` (vector and keyword search): larger

@@ -213,6 +213,7 @@ impl MemoryEngine {
                 _ => {
                     let dir = settings.data_dir.join(format!("vectors-{dimension}"));
                     let index = EdgeVectorIndex::open(&dir, dimension).await?;
+                    index.set_tenant_shard_points(settings.qdrant.tenant_shard_points);
                     (
                         Arc::new(index),
                         VectorWatermark::File(dir.join("applied.seq")),
