@@ -764,9 +764,7 @@ impl Bench<'_> {
             .into_iter()
             .map(|memory| (memory.id, memory.embedding))
             .collect();
-        let queries: Vec<Vec<f32>> = (0..BEAM_QUERIES)
-            .map(|_| self.corpus.embed(&self.corpus.query(&mut self.rng)))
-            .collect();
+        let queries = self.query_vectors(BEAM_QUERIES);
         let exact: Vec<HashSet<MemoryId>> = queries
             .iter()
             .map(|query| {
@@ -782,15 +780,7 @@ impl Bench<'_> {
             })
             .collect();
         spin.finish_and_clear();
-        let vector_filter = VectorFilter {
-            kinds: Some(
-                MemoryKind::ordinary()
-                    .iter()
-                    .map(|kind| kind.as_str().to_string())
-                    .collect(),
-            ),
-            ..VectorFilter::default()
-        };
+        let vector_filter = recall_vector_filter();
         for ef in BEAM_WIDTHS {
             stack.vector.set_search_ef(ef);
             let width = ef.map_or_else(|| "engine default (100)".to_string(), |ef| ef.to_string());
@@ -826,23 +816,20 @@ impl Bench<'_> {
         Ok(())
     }
 
+    /// `n` synthetic queries, embedded.
+    fn query_vectors(&mut self, n: usize) -> Vec<Vec<f32>> {
+        (0..n)
+            .map(|_| self.corpus.embed(&self.corpus.query(&mut self.rng)))
+            .collect()
+    }
+
     /// What the payload conditions of recall's vector search cost: the search alone (no
     /// embedding, no SQL), with recall's filter and with fewer conditions.
     async fn filter_phase(&mut self, stack: &MainStack) -> anyhow::Result<()> {
         let big = stack.users[0];
         let candidates = MemorySettings::default().candidates;
-        let queries: Vec<Vec<f32>> = (0..BEAM_QUERIES)
-            .map(|_| self.corpus.embed(&self.corpus.query(&mut self.rng)))
-            .collect();
-        let ordinary = VectorFilter {
-            kinds: Some(
-                MemoryKind::ordinary()
-                    .iter()
-                    .map(|kind| kind.as_str().to_string())
-                    .collect(),
-            ),
-            ..VectorFilter::default()
-        };
+        let queries = self.query_vectors(BEAM_QUERIES);
+        let ordinary = recall_vector_filter();
         let variants = [
             (
                 "recall's filter: user, kind not `document`, not archived, valid",
@@ -1108,6 +1095,19 @@ async fn create_users(store: &dyn Store, prefix: &str, n: usize) -> anyhow::Resu
         users.push(user.id);
     }
     Ok(users)
+}
+
+/// The vector filter of a default recall: every kind but `document`, not archived, valid.
+fn recall_vector_filter() -> VectorFilter {
+    VectorFilter {
+        kinds: Some(
+            MemoryKind::ordinary()
+                .iter()
+                .map(|kind| kind.as_str().to_string())
+                .collect(),
+        ),
+        ..VectorFilter::default()
+    }
 }
 
 /// The indexes at the places `MemoryEngine::open` uses.

@@ -701,9 +701,10 @@ impl Tiers {
                 keep.push(persisted(record)?);
             }
         }
+        let kept: std::collections::HashSet<PointId> = keep.iter().map(|point| point.id).collect();
         let gone: Vec<PointId> = touched
             .iter()
-            .filter(|id| !keep.iter().any(|point| point.id == **id))
+            .filter(|id| !kept.contains(id))
             .copied()
             .collect();
         if !gone.is_empty() {
@@ -824,7 +825,8 @@ impl VectorIndex for EdgeVectorIndex {
         }
         self.blocking(move |tiers| {
             let _route = gate(&tiers.route_gate);
-            let tenants = tiers.tenants().clone();
+            // Routes change only under `route_gate`, held here.
+            let tenants = tiers.tenants();
             tiers.record(|m| {
                 let mover = m.user;
                 m.touched.extend(
