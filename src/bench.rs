@@ -51,6 +51,10 @@ const SQL_BATCH: usize = 2000;
 const ROUNDS: usize = 10;
 /// Memories per `MemoryEngine::add` call in the model ingest.
 const MODEL_BATCH: usize = 16;
+/// Texts per call when the model embeds the big user's memories or a set of queries.
+const EMBED_CHUNK: usize = 256;
+/// Queries prepared for the recall samples taken during the HNSW build (used in a cycle).
+const OPTIMIZE_QUERY_POOL: usize = 1000;
 const RECALL_K: usize = 10;
 const WARMUP_QUERIES: usize = 10;
 
@@ -94,6 +98,19 @@ pub struct RecallBenchOptions {
     /// Users with at least this many memories move to an Edge shard of their own when the
     /// index is optimised (`qdrant.tenant_shard_points`; 0 keeps everyone in the shared shard).
     pub tenant_shard_points: u64,
+    /// Where the big user's vectors (and the queries run against them) come from.
+    pub user_vectors: UserVectors,
+}
+
+/// Where the big user's vectors come from. The other users always get bag-of-words vectors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum UserVectors {
+    /// The local model embeds the big user's texts and the queries against them (needs the
+    /// model; falls back to `synthetic` without it).
+    Model,
+    /// Bag-of-words unit vectors: every word a random direction. Nearly uniform in 384-d, so
+    /// much harder for HNSW than a text model's embeddings.
+    Synthetic,
 }
 
 impl Default for RecallBenchOptions {
@@ -112,6 +129,7 @@ impl Default for RecallBenchOptions {
             keep_data: false,
             search_ef: QdrantSettings::default().search_ef,
             tenant_shard_points: QdrantSettings::default().tenant_shard_points,
+            user_vectors: UserVectors::Model,
         }
     }
 }
@@ -158,10 +176,26 @@ pub async fn run_recall_bench(
             .await
             .context("building the vocabulary")?,
     );
+    let model = load_model(options.model_dir.as_deref()).await?;
+    let vectors = Arc::new(BenchEmbedder {
+        corpus: corpus.clone(),
+        model: match &model {
+            Some(model)
+                if options.user_vectors == UserVectors::Model
+                    && model.embedder.dimension() == DIMENSION =>
+            {
+                Some(model.embedder.clone())
+            }
+            _ => None,
+        },
+        cache: std::sync::Mutex::new(HashMap::new()),
+    });
     let shutdown = CancellationToken::new();
     let mut bench = Bench {
         rng: Rng::new(SEED ^ 0x5eed),
         corpus,
+        model,
+        vectors,
         out,
         started: Instant::now(),
         notes: Vec::new(),
@@ -183,9 +217,35 @@ pub async fn run_recall_bench(
     result.and(cleanup)
 }
 
+/// The local model, loaded once.
+struct LoadedModel {
+    embedder: Arc<dyn Embedder>,
+    load_time: Duration,
+}
+
+/// Loads the model in `dir`; `None` without a directory or without a model in it.
+async fn load_model(dir: Option<&Path>) -> anyhow::Result<Option<LoadedModel>> {
+    let Some(dir) = dir.filter(|dir| dir.join("config.json").exists()) else {
+        return Ok(None);
+    };
+    let loading = spinner("loading the model");
+    let started = Instant::now();
+    let dir = dir.to_path_buf();
+    let embedder = tokio::task::spawn_blocking(move || LocalEmbedder::load(&dir)).await??;
+    loading.finish_and_clear();
+    Ok(Some(LoadedModel {
+        embedder: Arc::new(embedder),
+        load_time: started.elapsed(),
+    }))
+}
+
 struct Bench<'a> {
     options: RecallBenchOptions,
     corpus: Arc<Corpus>,
+    model: Option<LoadedModel>,
+    /// The main engine's embedder; `vectors.model` is set when the big user's vectors are
+    /// the model's.
+    vectors: Arc<BenchEmbedder>,
     rng: Rng,
     out: &'a mut dyn Write,
     started: Instant,
@@ -256,6 +316,20 @@ impl Bench<'_> {
             count(o.user_memories),
             count(VOCABULARY),
         )?;
+        let user_vectors = match (&self.vectors.model, self.options.user_vectors) {
+            (Some(model), _) => format!(
+                "{} embeddings of the big user's texts and of the queries against them (the \
+                 other users keep the bag-of-words vectors)",
+                model.model_id()
+            ),
+            (None, UserVectors::Model) => "bag-of-words vectors: model vectors were asked for, \
+                 but there is no 384-d model to make them"
+                .to_string(),
+            (None, UserVectors::Synthetic) => "bag-of-words vectors (`--user-vectors \
+                 synthetic`)"
+                .to_string(),
+        };
+        writeln!(self.out, "- big user's vectors: {user_vectors}")?;
         writeln!(
             self.out,
             "- stack: SQLite (WAL) + Qdrant Edge 0.7.2 (HNSW m = 16, ef_construct = 100, `user_id` \
@@ -310,26 +384,18 @@ impl Bench<'_> {
 
     async fn model_phase(&mut self, shutdown: &CancellationToken) -> anyhow::Result<()> {
         let step = "2 ingest, local model";
-        let Some(model_dir) = self.options.model_dir.clone() else {
-            self.row(step, "skipped: no model directory given", "–", "")?;
-            return Ok(());
-        };
-        if !model_dir.join("config.json").exists() {
-            let what = format!("skipped: no model in {}", model_dir.display());
+        let Some(model) = &self.model else {
+            let what = match &self.options.model_dir {
+                Some(dir) => format!("skipped: no model in {}", dir.display()),
+                None => "skipped: no model directory given".to_string(),
+            };
             self.row(step, &what, "–", "")?;
             return Ok(());
-        }
-        let loading = spinner("loading the model");
-        let started = Instant::now();
-        let embedder = {
-            let dir = model_dir.clone();
-            tokio::task::spawn_blocking(move || LocalEmbedder::load(&dir)).await??
         };
-        let load_time = started.elapsed();
-        loading.finish_and_clear();
+        let embedder = model.embedder.clone();
+        let load_time = model.load_time;
         let model = embedder.model_id().to_string();
         let dimension = embedder.dimension();
-        let embedder: Arc<dyn Embedder> = Arc::new(embedder);
 
         let n = self.options.model_memories;
         if n > 0 {
@@ -513,6 +579,7 @@ impl Bench<'_> {
         let store = open_sqlite(&dir).await?;
         let users = create_users(store.as_ref(), "bench-user", self.options.users).await?;
 
+        let big_user = self.big_user_memories().await?;
         // The plan: ROUNDS passes over all users, each writing its share in batches.
         let mut plan = Vec::new();
         for round in 0..ROUNDS {
@@ -531,10 +598,13 @@ impl Bench<'_> {
         let producer = {
             let corpus = self.corpus.clone();
             let mut rng = Rng::new(self.rng.next_u64());
+            let mut big_user = big_user.map(Vec::into_iter);
             tokio::task::spawn_blocking(move || {
                 for (user, batch) in plan {
-                    let memories: Vec<(NewMemory, Embedded)> =
-                        (0..batch).map(|_| corpus.memory(&mut rng)).collect();
+                    let memories: Vec<(NewMemory, Embedded)> = match big_user.as_mut() {
+                        Some(made) if user == 0 => made.by_ref().take(batch).collect(),
+                        _ => (0..batch).map(|_| corpus.memory(&mut rng)).collect(),
+                    };
                     if sender.blocking_send((user, memories)).is_err() {
                         return;
                     }
@@ -613,7 +683,7 @@ impl Bench<'_> {
         );
         self.row("1 storage", "disk space used after catch-up", &sizes, "")?;
 
-        let embedder: Arc<dyn Embedder> = Arc::new(SyntheticEmbedder(self.corpus.clone()));
+        let embedder: Arc<dyn Embedder> = self.vectors.clone();
         let stop = shutdown.child_token();
         let engine = MemoryEngine::assemble(
             store.clone(),
@@ -634,6 +704,59 @@ impl Bench<'_> {
             vector,
             engine,
         })
+    }
+
+    /// With model vectors: the big user's memories made up front and embedded by the model
+    /// (timed, as a row); `None` with synthetic vectors, which are made as they are inserted.
+    async fn big_user_memories(&mut self) -> anyhow::Result<Option<Vec<(NewMemory, Embedded)>>> {
+        let Some(model) = self.vectors.model.clone() else {
+            return Ok(None);
+        };
+        let n = self.options.user_memories;
+        let mut rng = Rng::new(self.rng.next_u64());
+        let mut memories: Vec<(NewMemory, Embedded)> =
+            (0..n).map(|_| self.corpus.memory(&mut rng)).collect();
+        let bar = progress(n as u64, "embedding the big user's memories");
+        let started = Instant::now();
+        for chunk in memories.chunks_mut(EMBED_CHUNK) {
+            let texts: Vec<String> = chunk.iter().map(|(m, _)| m.content.clone()).collect();
+            let vectors = model.embed(&texts).await?;
+            for ((_, embedded), vector) in chunk.iter_mut().zip(vectors) {
+                embedded.vector = vector;
+            }
+            bar.inc(chunk.len() as u64);
+        }
+        let elapsed = started.elapsed();
+        bar.finish_and_clear();
+        self.row(
+            "1 big user's vectors",
+            &format!(
+                "{} embeds the big user's {} texts (6–14 words), before the SQL insert",
+                model.model_id(),
+                count(n)
+            ),
+            &format!("{} → {}/s", seconds(elapsed), rate(n, elapsed)),
+            "",
+        )?;
+        Ok(Some(memories))
+    }
+
+    /// `n` recall queries for the big user (`big`) or another one, embedded now so that
+    /// recall finds their vectors ready, as with the synthetic embedder.
+    async fn queries(&mut self, n: usize, big: bool) -> anyhow::Result<Vec<String>> {
+        let texts: Vec<String> = (0..n).map(|_| self.corpus.query(&mut self.rng)).collect();
+        self.vectors.prepare(&texts, big).await?;
+        Ok(texts)
+    }
+
+    /// A new memory of the big user, with a vector of the kind the big user's others have.
+    async fn big_user_memory(&mut self) -> anyhow::Result<(NewMemory, Embedded)> {
+        let (memory, mut embedded) = self.corpus.memory(&mut self.rng);
+        if self.vectors.model.is_some() {
+            let text = [memory.content.clone()];
+            embedded.vector = self.vectors.embed(&text).await?.pop().unwrap_or_default();
+        }
+        Ok((memory, embedded))
     }
 
     // --- 4: recall -------------------------------------------------------------------------
@@ -665,7 +788,7 @@ impl Bench<'_> {
         ];
         for (index, (user, mode, queries, label)) in series.into_iter().enumerate() {
             let latency = self
-                .recall_series(&stack.engine, user, mode, queries, &label)
+                .recall_series(&stack.engine, user, true, mode, queries, &label)
                 .await?;
             let target = if index == 0 {
                 verdict(
@@ -688,6 +811,7 @@ impl Bench<'_> {
                 .recall_series(
                     &stack.engine,
                     stack.users[1],
+                    false,
                     RecallMode::Hybrid,
                     quarter,
                     &label,
@@ -707,20 +831,21 @@ impl Bench<'_> {
         &mut self,
         engine: &MemoryEngine,
         user: UserId,
+        big: bool,
         mode: RecallMode,
         queries: usize,
         label: &str,
     ) -> anyhow::Result<Latency> {
-        for _ in 0..WARMUP_QUERIES.min(queries) {
-            let query = self.corpus.query(&mut self.rng);
+        let warmup = WARMUP_QUERIES.min(queries);
+        let mut texts = self.queries(warmup + queries, big).await?.into_iter();
+        for query in texts.by_ref().take(warmup) {
             recall_once(engine, user, query, mode).await?;
         }
         let bar = progress(queries as u64, label);
         let mut samples = Vec::with_capacity(queries);
         let mut stages: [Vec<f64>; 4] = Default::default();
         let mut results = 0usize;
-        for _ in 0..queries {
-            let query = self.corpus.query(&mut self.rng);
+        for query in texts {
             let (search_ms, found, timings) = recall_timed(engine, user, query, mode).await?;
             samples.push(search_ms);
             for (stage, ms) in stages.iter_mut().zip([
@@ -764,7 +889,7 @@ impl Bench<'_> {
             .into_iter()
             .map(|memory| (memory.id, memory.embedding))
             .collect();
-        let queries = self.query_vectors(BEAM_QUERIES);
+        let queries = self.query_vectors(BEAM_QUERIES).await?;
         let exact: Vec<HashSet<MemoryId>> = queries
             .iter()
             .map(|query| {
@@ -796,7 +921,14 @@ impl Bench<'_> {
             }
             let label = format!("big user, hybrid, ef = {width}");
             let latency = self
-                .recall_series(&stack.engine, big, RecallMode::Hybrid, BEAM_QUERIES, &label)
+                .recall_series(
+                    &stack.engine,
+                    big,
+                    true,
+                    RecallMode::Hybrid,
+                    BEAM_QUERIES,
+                    &label,
+                )
                 .await?;
             self.row(
                 "6 HNSW beam width",
@@ -816,11 +948,10 @@ impl Bench<'_> {
         Ok(())
     }
 
-    /// `n` synthetic queries, embedded.
-    fn query_vectors(&mut self, n: usize) -> Vec<Vec<f32>> {
-        (0..n)
-            .map(|_| self.corpus.embed(&self.corpus.query(&mut self.rng)))
-            .collect()
+    /// The vectors of `n` queries for the big user.
+    async fn query_vectors(&mut self, n: usize) -> anyhow::Result<Vec<Vec<f32>>> {
+        let texts = self.queries(n, true).await?;
+        Ok(self.vectors.embed(&texts).await?)
     }
 
     /// What the payload conditions of recall's vector search cost: the search alone (no
@@ -828,7 +959,7 @@ impl Bench<'_> {
     async fn filter_phase(&mut self, stack: &MainStack) -> anyhow::Result<()> {
         let big = stack.users[0];
         let candidates = MemorySettings::default().candidates;
-        let queries = self.query_vectors(BEAM_QUERIES);
+        let queries = self.query_vectors(BEAM_QUERIES).await?;
         let ordinary = recall_vector_filter();
         let variants = [
             (
@@ -868,6 +999,10 @@ impl Bench<'_> {
 
     async fn optimize_phase(&mut self, stack: &MainStack) -> anyhow::Result<()> {
         let big = stack.users[0];
+        let pool = self.queries(OPTIMIZE_QUERY_POOL, true).await?;
+        let mut pool = pool.iter().cycle();
+        let probe_memory = self.big_user_memory().await?;
+        let mut probe_memory = Some(probe_memory);
         let spin = spinner("optimize (HNSW) of the corpus, sampling recall");
         let started = Instant::now();
         let mut task = {
@@ -885,7 +1020,7 @@ impl Bench<'_> {
                 _ = ticker.tick() => {
                     if probe.is_none() && started.elapsed() >= Duration::from_millis(500) {
                         // One write made while HNSW is being built: when is it recallable?
-                        let memory = self.corpus.memory(&mut self.rng);
+                        let memory = probe_memory.take().context("one probe write")?;
                         stack.store.insert_memories(big, vec![memory]).await?;
                         let committed = Instant::now();
                         let engine = stack.engine.clone();
@@ -894,7 +1029,7 @@ impl Bench<'_> {
                             Ok::<_, anyhow::Error>((ok, committed.elapsed()))
                         }));
                     } else {
-                        let query = self.corpus.query(&mut self.rng);
+                        let query = pool.next().cloned().unwrap_or_default();
                         let (search_ms, found) =
                             recall_once(&stack.engine, big, query, RecallMode::Hybrid).await?;
                         samples.push(search_ms);
@@ -993,7 +1128,7 @@ impl Bench<'_> {
         let mut samples = Vec::with_capacity(n);
         let mut timeouts = 0;
         for _ in 0..n {
-            let memory = self.corpus.memory(&mut self.rng);
+            let memory = self.big_user_memory().await?;
             stack.store.insert_memories(big, vec![memory]).await?;
             let committed = Instant::now();
             stack.engine.indexer().notify();
@@ -1429,11 +1564,49 @@ fn normalise(vector: &mut [f32]) {
     }
 }
 
-/// Embeds like the corpus, in microseconds, so recall needs no model.
-struct SyntheticEmbedder(Arc<Corpus>);
+/// The main engine's embedder. Queries the benchmark prepared come from a cache, so
+/// recall's own embedding takes microseconds and the searches run in parallel as they would
+/// with a vector at hand. Other texts: the model's vectors when the big user has them
+/// (`model`), the corpus's bag-of-words vectors otherwise.
+struct BenchEmbedder {
+    corpus: Arc<Corpus>,
+    model: Option<Arc<dyn Embedder>>,
+    cache: std::sync::Mutex<HashMap<String, Vec<f32>>>,
+}
+
+impl BenchEmbedder {
+    fn cached(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<f32>>> {
+        self.cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Caches the vectors of `texts`: the model's for queries against the big user (`big`)
+    /// when the big user has model vectors, the corpus's otherwise.
+    async fn prepare(&self, texts: &[String], big: bool) -> Result<(), EmbedError> {
+        let missing: Vec<String> = {
+            let cache = self.cached();
+            let missing: HashSet<&String> =
+                texts.iter().filter(|t| !cache.contains_key(*t)).collect();
+            missing.into_iter().cloned().collect()
+        };
+        let vectors = match &self.model {
+            Some(model) if big => {
+                let mut vectors = Vec::with_capacity(missing.len());
+                for chunk in missing.chunks(EMBED_CHUNK) {
+                    vectors.extend(model.embed(chunk).await?);
+                }
+                vectors
+            }
+            _ => missing.iter().map(|text| self.corpus.embed(text)).collect(),
+        };
+        self.cached().extend(missing.into_iter().zip(vectors));
+        Ok(())
+    }
+}
 
 #[async_trait]
-impl Embedder for SyntheticEmbedder {
+impl Embedder for BenchEmbedder {
     fn model_id(&self) -> &str {
         MODEL_ID
     }
@@ -1443,7 +1616,25 @@ impl Embedder for SyntheticEmbedder {
     }
 
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        Ok(texts.iter().map(|text| self.0.embed(text)).collect())
+        let found: Vec<Option<Vec<f32>>> = {
+            let cache = self.cached();
+            texts.iter().map(|text| cache.get(text).cloned()).collect()
+        };
+        let missing: Vec<String> = texts
+            .iter()
+            .zip(&found)
+            .filter(|(_, vector)| vector.is_none())
+            .map(|(text, _)| text.clone())
+            .collect();
+        let mut computed = match &self.model {
+            Some(model) if !missing.is_empty() => model.embed(&missing).await?,
+            _ => missing.iter().map(|text| self.corpus.embed(text)).collect(),
+        }
+        .into_iter();
+        Ok(found
+            .into_iter()
+            .map(|vector| vector.or_else(|| computed.next()).unwrap_or_default())
+            .collect())
     }
 }
 
@@ -1649,6 +1840,7 @@ mod tests {
             search_ef: None,
             // The big user (500) moves to a shard of their own; the others (166 each) stay.
             tenant_shard_points: 200,
+            user_vectors: UserVectors::Synthetic,
         };
         let mut out = Vec::new();
         run_recall_bench(options, &mut out).await.expect("bench");
@@ -1674,10 +1866,83 @@ mod tests {
         assert!(!data_dir.exists(), "the bench left its data behind");
     }
 
+    fn model_dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn prepared_queries_get_the_model_vectors_only_for_the_big_user() {
+        let Some(model) = load_model(Some(&model_dir())).await.expect("load") else {
+            println!("skipped: no model in {}", model_dir().display());
+            return;
+        };
+        let corpus = Arc::new(Corpus::new(SEED));
+        let vectors = BenchEmbedder {
+            corpus: corpus.clone(),
+            model: Some(model.embedder.clone()),
+            cache: std::sync::Mutex::new(HashMap::new()),
+        };
+        let big = vec!["project deadline paper".to_string()];
+        let other = vec!["meeting sister friend".to_string()];
+        vectors.prepare(&big, true).await.expect("prepare");
+        vectors.prepare(&other, false).await.expect("prepare");
+        let from_model = model.embedder.embed(&big).await.expect("embed");
+        let got = vectors.embed(&[big[0].clone(), other[0].clone()]).await;
+        let got = got.expect("embed");
+        assert_eq!(got[0], from_model[0]);
+        assert_eq!(got[1], corpus.embed(&other[0]));
+        assert_ne!(got[0], corpus.embed(&big[0]));
+        // A text nobody prepared is embedded by the model.
+        let fresh = vec!["brother paper friend".to_string()];
+        let embedded = vectors.embed(&fresh).await.expect("embed");
+        assert_eq!(embedded, model.embedder.embed(&fresh).await.expect("embed"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tiny_bench_with_model_vectors_for_the_big_user() {
+        if !model_dir().join("config.json").exists() {
+            println!("skipped: no model in {}", model_dir().display());
+            return;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let options = RecallBenchOptions {
+            data_dir: dir.path().join("bench"),
+            total: 600,
+            user_memories: 300,
+            users: 3,
+            queries: 20,
+            model_dir: Some(model_dir()),
+            model_memories: 0,
+            reindex_memories: 0,
+            lag_writes: 3,
+            optimize: true,
+            keep_data: false,
+            search_ef: None,
+            // The big user (300) moves to a shard of their own; the others (150 each) stay.
+            tenant_shard_points: 200,
+            user_vectors: UserVectors::Model,
+        };
+        let mut out = Vec::new();
+        run_recall_bench(options, &mut out).await.expect("bench");
+        let text = String::from_utf8(out).expect("utf-8");
+        for needle in [
+            "- big user's vectors: all-MiniLM-L6-v2 embeddings of the big user's texts",
+            "| 1 big user's vectors | all-MiniLM-L6-v2 embeds the big user's 300 texts",
+            // The index holds the model's vectors and the queries are the model's too: the
+            // exact search of a small shard agrees with the bench's scan of the SQL vectors.
+            "**100.0 %** of the exact neighbours",
+            "| 4 recall, after optimize | big user (300), hybrid, 20 queries |",
+            "| 5 index lag |",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+        }
+    }
+
     /// The full-size run: `cargo test --release --lib bench -- --ignored --nocapture`.
     /// Scale with MNEMO_BENCH_TOTAL, _USER, _USERS, _QUERIES, _REINDEX, _LAG, _OPTIMIZE=0,
     /// _TENANT_SHARD (points; 0 keeps every user in the shared shard),
-    /// _MODEL (a directory, or "none"), _DIR (an empty scratch directory).
+    /// _MODEL (a directory, or "none"), _VECTORS ("model" or "synthetic": the big user's),
+    /// _DIR (an empty scratch directory).
     #[tokio::test(flavor = "multi_thread")]
     #[ignore = "takes minutes to tens of minutes"]
     async fn full_recall_bench() {
@@ -1710,6 +1975,10 @@ mod tests {
             search_ef: defaults.search_ef,
             tenant_shard_points: number("TENANT_SHARD", defaults.tenant_shard_points as usize)
                 as u64,
+            user_vectors: match std::env::var("MNEMO_BENCH_VECTORS").as_deref() {
+                Ok("synthetic") => UserVectors::Synthetic,
+                _ => UserVectors::Model,
+            },
         };
         let mut out = std::io::stdout();
         run_recall_bench(options, &mut out).await.expect("bench");

@@ -135,6 +135,10 @@ enum BenchCommand {
         /// Skip building HNSW (faster, slower searches).
         #[arg(long)]
         no_optimize: bool,
+        /// Where the big user's vectors come from: the local model's embeddings of their
+        /// texts, or bag-of-words vectors (random word directions: much harder for HNSW).
+        #[arg(long, value_enum, default_value_t = crate::bench::UserVectors::Model)]
+        user_vectors: crate::bench::UserVectors,
     },
     /// Time from the end of a turn to its memory being recallable, and writer throughput.
     Write {
@@ -317,6 +321,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     users,
                     queries,
                     no_optimize,
+                    user_vectors,
                 },
         } => {
             let settings = load_quiet(&overrides)?;
@@ -331,6 +336,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 optimize: !no_optimize,
                 search_ef: settings.qdrant.search_ef,
                 tenant_shard_points: settings.qdrant.tenant_shard_points,
+                user_vectors,
                 ..crate::bench::RecallBenchOptions::default()
             };
             crate::bench::run_recall_bench(options, &mut std::io::stdout())
