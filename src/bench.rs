@@ -8,9 +8,15 @@
 //! corpus, recall latency for the big user before, during and after the HNSW optimisation, and
 //! the lag from a committed write to recallable.
 //!
-//! Recall runs through `MemoryEngine::recall` with the synthetic embedder, which computes the
-//! same vectors as the corpus in microseconds; every latency is the call's wall time minus the
-//! query-embedding time the engine reports. Real query-embedding cost is measured on its own.
+//! The big user's vectors are, by default, the local model's embeddings of their texts,
+//! computed before the insert (`--user-vectors synthetic` keeps bag-of-words vectors for them
+//! too). Bag-of-words vectors are close to uniform in 384 dimensions, where an HNSW walk costs
+//! nearly as much as a scan; a text model's vectors are not.
+//!
+//! Recall runs through `MemoryEngine::recall` with the bench's embedder, which hands out the
+//! vectors of queries embedded before the series starts; every latency is the call's wall time
+//! minus the query-embedding time the engine reports. Real query-embedding cost is measured on
+//! its own.
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -351,7 +357,7 @@ impl Bench<'_> {
             self.out,
             "- recall: `MemoryEngine::recall`, hybrid (vector + BM25 → RRF → decay) unless noted, \
              k = {RECALL_K}, {} candidates per signal; times are wall time minus query embedding \
-             (synthetic embedder), so they cover both searches, SQL hydration and ranking\n",
+             (queries embedded before each series), so they cover both searches, SQL hydration and ranking\n",
             settings.candidates
         )?;
         writeln!(self.out, "| step | what | result | target |")?;
@@ -742,7 +748,7 @@ impl Bench<'_> {
     }
 
     /// `n` recall queries for the big user (`big`) or another one, embedded now so that
-    /// recall finds their vectors ready, as with the synthetic embedder.
+    /// recall finds their vectors ready and times only its searches, SQL and ranking.
     async fn queries(&mut self, n: usize, big: bool) -> anyhow::Result<Vec<String>> {
         let texts: Vec<String> = (0..n).map(|_| self.corpus.query(&mut self.rng)).collect();
         self.vectors.prepare(&texts, big).await?;
