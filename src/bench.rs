@@ -726,7 +726,7 @@ impl Bench<'_> {
         let started = Instant::now();
         for chunk in memories.chunks_mut(EMBED_CHUNK) {
             let texts: Vec<String> = chunk.iter().map(|(m, _)| m.content.clone()).collect();
-            let vectors = model.embed(&texts).await?;
+            let vectors = self.vectors.compute(&texts, true).await?;
             for ((_, embedded), vector) in chunk.iter_mut().zip(vectors) {
                 embedded.vector = vector;
             }
@@ -1587,6 +1587,25 @@ impl BenchEmbedder {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// The vectors of `texts`, computed: the model's when `model_vectors` and there is a
+    /// model, the corpus's otherwise.
+    async fn compute(
+        &self,
+        texts: &[String],
+        model_vectors: bool,
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
+        match &self.model {
+            Some(model) if model_vectors => {
+                let mut vectors = Vec::with_capacity(texts.len());
+                for chunk in texts.chunks(EMBED_CHUNK) {
+                    vectors.extend(model.embed(chunk).await?);
+                }
+                Ok(vectors)
+            }
+            _ => Ok(texts.iter().map(|text| self.corpus.embed(text)).collect()),
+        }
+    }
+
     /// Caches the vectors of `texts`: the model's for queries against the big user (`big`)
     /// when the big user has model vectors, the corpus's otherwise.
     async fn prepare(&self, texts: &[String], big: bool) -> Result<(), EmbedError> {
@@ -1596,16 +1615,7 @@ impl BenchEmbedder {
                 texts.iter().filter(|t| !cache.contains_key(*t)).collect();
             missing.into_iter().cloned().collect()
         };
-        let vectors = match &self.model {
-            Some(model) if big => {
-                let mut vectors = Vec::with_capacity(missing.len());
-                for chunk in missing.chunks(EMBED_CHUNK) {
-                    vectors.extend(model.embed(chunk).await?);
-                }
-                vectors
-            }
-            _ => missing.iter().map(|text| self.corpus.embed(text)).collect(),
-        };
+        let vectors = self.compute(&missing, big).await?;
         self.cached().extend(missing.into_iter().zip(vectors));
         Ok(())
     }
@@ -1621,6 +1631,7 @@ impl Embedder for BenchEmbedder {
         DIMENSION
     }
 
+    /// Prepared texts from the cache; any other with the big user's kind of vector.
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
         let found: Vec<Option<Vec<f32>>> = {
             let cache = self.cached();
@@ -1632,11 +1643,7 @@ impl Embedder for BenchEmbedder {
             .filter(|(_, vector)| vector.is_none())
             .map(|(text, _)| text.clone())
             .collect();
-        let mut computed = match &self.model {
-            Some(model) if !missing.is_empty() => model.embed(&missing).await?,
-            _ => missing.iter().map(|text| self.corpus.embed(text)).collect(),
-        }
-        .into_iter();
+        let mut computed = self.compute(&missing, true).await?.into_iter();
         Ok(found
             .into_iter()
             .map(|vector| vector.or_else(|| computed.next()).unwrap_or_default())
@@ -1848,27 +1855,26 @@ mod tests {
             tenant_shard_points: 200,
             user_vectors: UserVectors::Synthetic,
         };
-        let mut out = Vec::new();
-        run_recall_bench(options, &mut out).await.expect("bench");
-        let text = String::from_utf8(out).expect("utf-8");
-        for needle in [
-            "| step | what | result | target |",
-            "| 1 ingest, precomputed vectors |",
-            "| 1 index catch-up |",
-            "| 3 reindex |",
-            "| 4 recall, plain index (no HNSW) | big user (500), hybrid",
-            "| 4 recall, after optimize |",
-            "| 5 index lag |",
-            "| 6 HNSW beam width | big user, hybrid, ef = 64,",
-            // Too few points for an HNSW graph: the search is exact, and so must agree with
-            // the bench's own full scan.
-            "**100.0 %** of the exact neighbours",
-            "10.0 results",
-            "1 user(s) in a shard of their own",
-            "| 7 vector search alone | big user, `VectorIndex::search` top 50, user only,",
-        ] {
-            assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
-        }
+        expect_rows(
+            options,
+            &[
+                "| step | what | result | target |",
+                "| 1 ingest, precomputed vectors |",
+                "| 1 index catch-up |",
+                "| 3 reindex |",
+                "| 4 recall, plain index (no HNSW) | big user (500), hybrid",
+                "| 4 recall, after optimize |",
+                "| 5 index lag |",
+                "| 6 HNSW beam width | big user, hybrid, ef = 64,",
+                // Too few points for an HNSW graph: the search is exact, and so must agree with
+                // the bench's own full scan.
+                "**100.0 %** of the exact neighbours",
+                "10.0 results",
+                "1 user(s) in a shard of their own",
+                "| 7 vector search alone | big user, `VectorIndex::search` top 50, user only,",
+            ],
+        )
+        .await;
         assert!(!data_dir.exists(), "the bench left its data behind");
     }
 
@@ -1928,18 +1934,27 @@ mod tests {
             tenant_shard_points: 200,
             user_vectors: UserVectors::Model,
         };
+        expect_rows(
+            options,
+            &[
+                "- big user's vectors: all-MiniLM-L6-v2 embeddings of the big user's texts",
+                "| 1 big user's vectors | all-MiniLM-L6-v2 embeds the big user's 300 texts",
+                // The index holds the model's vectors and the queries are the model's too: the
+                // exact search of a small shard agrees with the bench's scan of the SQL vectors.
+                "**100.0 %** of the exact neighbours",
+                "| 4 recall, after optimize | big user (300), hybrid, 20 queries |",
+                "| 5 index lag |",
+            ],
+        )
+        .await;
+    }
+
+    /// Runs the bench with `options` and checks that its output holds every one of `needles`.
+    async fn expect_rows(options: RecallBenchOptions, needles: &[&str]) {
         let mut out = Vec::new();
         run_recall_bench(options, &mut out).await.expect("bench");
         let text = String::from_utf8(out).expect("utf-8");
-        for needle in [
-            "- big user's vectors: all-MiniLM-L6-v2 embeddings of the big user's texts",
-            "| 1 big user's vectors | all-MiniLM-L6-v2 embeds the big user's 300 texts",
-            // The index holds the model's vectors and the queries are the model's too: the
-            // exact search of a small shard agrees with the bench's scan of the SQL vectors.
-            "**100.0 %** of the exact neighbours",
-            "| 4 recall, after optimize | big user (300), hybrid, 20 queries |",
-            "| 5 index lag |",
-        ] {
+        for needle in needles {
             assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
         }
     }
