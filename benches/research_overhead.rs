@@ -6,9 +6,9 @@
 //! `cargo bench --bench research_overhead` (needs `scripts/fetch-model`).
 //! `MNEMO_BENCH_LLM_MS` (default 1000: a fast hosted model) and `MNEMO_BENCH_RUNS` (default 3) change the setup.
 
-#[path = "../tests/support/fake_llm.rs"]
+#[path = "../tests/api/support/fake_llm.rs"]
 mod fake_llm;
-#[path = "../tests/support/research_site.rs"]
+#[path = "../tests/api/support/research_site.rs"]
 mod research_site;
 mod support;
 
@@ -111,6 +111,7 @@ async fn bench() {
         .expect("state");
     let user = state
         .store
+        .accounts()
         .create_user("bench", UserKind::Key)
         .await
         .expect("user");

@@ -5,7 +5,7 @@
 //! `cargo bench --bench write` (needs `scripts/fetch-model`); `MNEMO_BENCH_LLM_MS`,
 //! `MNEMO_BENCH_TURNS` (default 30) and `MNEMO_BENCH_JOBS` (default 100) change the setup.
 
-#[path = "../tests/support/fake_llm.rs"]
+#[path = "../tests/api/support/fake_llm.rs"]
 mod fake_llm;
 mod support;
 
@@ -53,19 +53,24 @@ fn main() {
             Some(Reply::text("Noted, I will keep that in mind."))
         });
         let dir = tempfile::tempdir().expect("temp dir");
-        let options = mnemo::bench_write::WriteBenchOptions {
-            data_dir: dir.path().join("bench-write"),
-            model_dir: Some(model_dir.into()),
-            turns: env_number("MNEMO_BENCH_TURNS", 30) as usize,
-            jobs: env_number("MNEMO_BENCH_JOBS", 100) as usize,
-            llm_url: Some(llm.base_url.clone()),
-            llm_model: Some("fake-model".into()),
-        };
         println!("fake model latency {latency} ms per call");
-        if let Err(error) =
-            mnemo::bench_write::run_write_bench(options, &mut std::io::stdout()).await
-        {
-            eprintln!("bench failed: {error:#}");
+        // `mnemo bench write` itself, against the fake model: the bench code lives in the
+        // binary, not in the server library.
+        let status = tokio::process::Command::new(env!("CARGO_BIN_EXE_mnemo"))
+            .arg("--data-dir")
+            .arg(dir.path())
+            .args(["bench", "write", "--llm-model", "fake-model", "--turns"])
+            .arg(env_number("MNEMO_BENCH_TURNS", 30).to_string())
+            .arg("--jobs")
+            .arg(env_number("MNEMO_BENCH_JOBS", 100).to_string())
+            .arg("--llm-url")
+            .arg(&llm.base_url)
+            .env("MNEMO__EMBEDDER__MODEL_DIR", model_dir)
+            .status()
+            .await
+            .expect("run mnemo bench write");
+        if !status.success() {
+            eprintln!("bench failed: {status}");
         }
     });
 }

@@ -1,12 +1,17 @@
 //! Layered settings: compiled defaults → `mnemo.toml` (or `--config FILE`) → `MNEMO__SECTION__KEY`
 //! environment variables → command-line flags. Secrets are `SecretString`s: their `Debug` output
 //! is redacted, so a settings dump in a log never shows them.
+//!
+//! This module is a leaf: it owns the enums its settings take (search provider, embedder
+//! provider, log format, model roles, prices) and imports nothing from the rest of the crate.
+//! Every section rejects unknown keys, and an unknown `MNEMO__…` variable is named in the error.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use secrecy::{ExposeSecret, SecretString};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -16,8 +21,203 @@ pub enum ConfigError {
     Invalid(String),
 }
 
+/// A web search provider, or `local` (the user's own documents).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Deserialize,
+    Serialize,
+    strum::Display,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+    utoipa::ToSchema,
+)]
+#[serde(rename_all = "lowercase", try_from = "String")]
+#[strum(serialize_all = "lowercase")]
+pub enum SearchApi {
+    Tavily,
+    Brave,
+    Searxng,
+    Duckduckgo,
+    Local,
+}
+
+impl SearchApi {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+/// Where embeddings come from.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Deserialize,
+    Serialize,
+    strum::Display,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "lowercase", try_from = "String")]
+#[strum(serialize_all = "lowercase")]
+pub enum EmbedderProvider {
+    /// candle BERT from `embedder.model_dir`.
+    Local,
+    /// An OpenAI-compatible `/embeddings` endpoint.
+    Openai,
+}
+
+/// How log lines are written.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Deserialize,
+    Serialize,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "lowercase", try_from = "String")]
+#[strum(serialize_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// How thoroughly Tavily searches (an advanced search costs two credits).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Deserialize,
+    Serialize,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "lowercase", try_from = "String")]
+#[strum(serialize_all = "lowercase")]
+pub enum TavilyDepth {
+    Basic,
+    Advanced,
+}
+
+/// The jobs a language model does; each may have its own model and `max_tokens`.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Deserialize,
+    Serialize,
+    strum::Display,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+    utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case", try_from = "String")]
+#[strum(serialize_all = "snake_case")]
+pub enum ModelRole {
+    Chat,
+    Research,
+    Summarization,
+    Compression,
+    FinalReport,
+    Memory,
+}
+
+impl PartialEq<&str> for ModelRole {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl ModelRole {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// `max_tokens` of the role when the configuration sets none.
+    pub fn default_max_tokens(self) -> u32 {
+        match self {
+            ModelRole::Chat => 2048,
+            ModelRole::Research => 4096,
+            ModelRole::Summarization => 1024,
+            ModelRole::Compression => 4096,
+            ModelRole::FinalReport => 8192,
+            ModelRole::Memory => 1024,
+        }
+    }
+}
+
+/// A setting's text as one of its enum's values, or an error that lists them.
+fn parse_choice<T>(what: &str, text: &str) -> Result<T, String>
+where
+    T: std::str::FromStr + strum::VariantArray + Copy + Into<&'static str>,
+{
+    text.parse().map_err(|_| {
+        let choices: Vec<&'static str> = T::VARIANTS.iter().map(|&choice| choice.into()).collect();
+        format!(
+            "{what} {text:?} is unknown; expected one of {}",
+            choices.join(", ")
+        )
+    })
+}
+
+macro_rules! choice_from_text {
+    ($($name:ident => $what:literal),* $(,)?) => {
+        $(
+            impl TryFrom<String> for $name {
+                type Error = String;
+
+                fn try_from(text: String) -> Result<Self, String> {
+                    parse_choice($what, &text)
+                }
+            }
+        )*
+    };
+}
+
+choice_from_text! {
+    SearchApi => "search provider",
+    EmbedderProvider => "embedder provider",
+    LogFormat => "log format",
+    TavilyDepth => "tavily search depth",
+    ModelRole => "model role",
+}
+
+/// Dollars per million tokens.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+}
+
+/// Users with at least this many memories get a Qdrant Edge shard of their own.
+pub const DEFAULT_TENANT_SHARD_POINTS: u64 = 20_000;
+
 #[derive(Debug, Clone, Deserialize, Default)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Settings {
     /// Directory holding the SQLite file, the Qdrant Edge shard and the tantivy index.
     pub data_dir: PathBuf,
@@ -36,10 +236,10 @@ pub struct Settings {
 /// Search providers (`research::search`): which one is used by default, their endpoints and
 /// keys. Keys are `SecretString`s, so a settings dump never shows them.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct SearchSettings {
     /// `local` (the user's own documents), `tavily`, `brave`, `searxng` or `duckduckgo`.
-    pub default_provider: String,
+    pub default_provider: SearchApi,
     /// Hits asked of a provider when the caller gives no number.
     pub max_results: usize,
     /// Deadline of one search request, in seconds.
@@ -47,7 +247,7 @@ pub struct SearchSettings {
     pub tavily_api_key: Option<SecretString>,
     pub tavily_base_url: String,
     /// `basic` or `advanced` (an advanced search costs two credits).
-    pub tavily_search_depth: String,
+    pub tavily_search_depth: TavilyDepth,
     pub brave_api_key: Option<SecretString>,
     pub brave_base_url: String,
     /// The base URL of a SearXNG instance with the JSON format enabled; unset = not available.
@@ -58,12 +258,12 @@ pub struct SearchSettings {
 impl Default for SearchSettings {
     fn default() -> Self {
         Self {
-            default_provider: "local".into(),
+            default_provider: SearchApi::Local,
             max_results: 5,
             timeout_secs: 20,
             tavily_api_key: None,
             tavily_base_url: "https://api.tavily.com".into(),
-            tavily_search_depth: "basic".into(),
+            tavily_search_depth: TavilyDepth::Basic,
             brave_api_key: None,
             brave_base_url: "https://api.search.brave.com".into(),
             searxng_url: None,
@@ -74,7 +274,7 @@ impl Default for SearchSettings {
 
 /// The language model endpoint (any OpenAI-compatible API) and per-role models.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct LlmSettings {
     /// e.g. `https://api.openai.com/v1` or `http://127.0.0.1:11434/v1`; unset = no LLM.
     pub base_url: Option<String>,
@@ -86,9 +286,9 @@ pub struct LlmSettings {
     pub retry_backoff_ms: u64,
     pub max_structured_output_retries: u32,
     /// Per role (`chat`, `research`, `summarization`, `compression`, `final_report`, `memory`).
-    pub roles: std::collections::HashMap<String, RoleSettings>,
+    pub roles: HashMap<ModelRole, RoleSettings>,
     /// Dollars per million tokens, by model name.
-    pub prices: std::collections::HashMap<String, crate::llm::chat::Price>,
+    pub prices: HashMap<String, Price>,
 }
 
 impl Default for LlmSettings {
@@ -108,7 +308,7 @@ impl Default for LlmSettings {
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct RoleSettings {
     pub model: Option<String>,
     pub max_tokens: Option<u32>,
@@ -116,7 +316,7 @@ pub struct RoleSettings {
 
 /// Limits of one chat turn.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct ChatSettings {
     /// Tool calls allowed in one turn before the turn is stopped.
     pub max_tool_calls: usize,
@@ -145,7 +345,7 @@ impl Default for ChatSettings {
 /// Deep research: defaults of the per-request knobs, the server's limits on them, and the
 /// page fetcher's caps.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct ResearchSettings {
     /// Ask the user a clarifying question first when the query is ambiguous (needs an LLM).
     pub allow_clarification: bool,
@@ -196,7 +396,7 @@ impl Default for ResearchSettings {
 
 /// The largest values a research request may set.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct ResearchLimits {
     pub max_researcher_iterations: u32,
     pub max_react_tool_calls: u32,
@@ -223,7 +423,7 @@ impl Default for ResearchLimits {
 
 /// Caps of the page fetcher.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct FetchSettings {
     /// Largest decompressed body read from a page.
     pub max_body_bytes: usize,
@@ -248,10 +448,10 @@ impl Default for FetchSettings {
 
 /// Which embedder turns text into vectors.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct EmbedderSettings {
     /// `local` (candle BERT from `model_dir`) or `openai` (an OpenAI-compatible `/embeddings`).
-    pub provider: String,
+    pub provider: EmbedderProvider,
     /// A BERT-family model directory in Hugging Face layout.
     pub model_dir: PathBuf,
     pub base_url: Option<String>,
@@ -263,7 +463,7 @@ pub struct EmbedderSettings {
 impl Default for EmbedderSettings {
     fn default() -> Self {
         Self {
-            provider: "local".into(),
+            provider: EmbedderProvider::Local,
             model_dir: PathBuf::from("models/all-MiniLM-L6-v2"),
             base_url: None,
             api_key: None,
@@ -275,7 +475,7 @@ impl Default for EmbedderSettings {
 
 /// The vector index: Qdrant Edge in the data directory unless `url` names a Qdrant server.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct QdrantSettings {
     pub url: Option<String>,
     pub api_key: Option<SecretString>,
@@ -299,14 +499,14 @@ impl Default for QdrantSettings {
             collection: "mnemo_memories".into(),
             optimize_after_upserts: 20_000,
             search_ef: None,
-            tenant_shard_points: crate::index::edge::DEFAULT_TENANT_SHARD_POINTS,
+            tenant_shard_points: DEFAULT_TENANT_SHARD_POINTS,
         }
     }
 }
 
 /// Recall and decay knobs (DESIGN.md §2).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct MemorySettings {
     /// Reciprocal Rank Fusion constant. 10 rather than the customary 60: on the LoCoMo dev
     /// split 60 lets weak matches of one signal outvote strong ones of the other (hybrid then
@@ -353,7 +553,7 @@ impl Default for MemorySettings {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct ServerSettings {
     pub addr: String,
     /// Serve one local user without keys; refused unless `addr` is a loopback address.
@@ -380,7 +580,7 @@ impl Default for ServerSettings {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct DatabaseSettings {
     /// `sqlite://…` or `postgres://…`; empty means `sqlite://<data_dir>/mnemo.db`.
     pub url: Option<SecretString>,
@@ -397,14 +597,14 @@ impl Default for DatabaseSettings {
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct AuthSettings {
     pub jwt: JwtSettings,
 }
 
 /// JWT bearer tokens: either an HS256 shared secret or an RS256 public key (PEM text or file).
 #[derive(Debug, Clone, Deserialize, Default)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct JwtSettings {
     pub hs256_secret: Option<SecretString>,
     pub rs256_public_key: Option<String>,
@@ -414,20 +614,60 @@ pub struct JwtSettings {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct LogSettings {
     /// An `EnvFilter` directive, e.g. `info` or `mnemo=debug,tower_http=info`.
     pub level: String,
     /// `text` or `json`.
-    pub format: String,
+    pub format: LogFormat,
 }
 
 impl Default for LogSettings {
     fn default() -> Self {
         Self {
             level: "info".into(),
-            format: "text".into(),
+            format: LogFormat::Text,
         }
+    }
+}
+
+/// A deserialization error with the dotted key it concerns and, when an environment variable
+/// set that key, the variable's name.
+fn describe(
+    error: &serde_path_to_error::Error<config::ConfigError>,
+    variables: &[String],
+) -> String {
+    let inner = error.inner().to_string();
+    // The config crate appends the key it was reading; the path already names it.
+    let inner = match inner.rfind(" for key ") {
+        Some(at) => inner[..at].to_string(),
+        None => inner,
+    };
+    let mut key = error.path().to_string();
+    if key == "." {
+        key.clear();
+    }
+    // serde names an unknown field in backticks: "unknown field `baseurl`, expected …".
+    if let Some(field) = inner
+        .strip_prefix("unknown field `")
+        .and_then(|rest| rest.split('`').next())
+        && !(key == field || key.ends_with(&format!(".{field}")))
+    {
+        key = if key.is_empty() {
+            field.to_string()
+        } else {
+            format!("{key}.{field}")
+        };
+    }
+    let inner = inner.replace('`', "");
+    let variable = variables.iter().find(|name| {
+        name.strip_prefix("MNEMO__")
+            .is_some_and(|rest| rest.to_lowercase().replace("__", ".") == key)
+    });
+    match variable {
+        Some(variable) => format!("{variable} ({key}): {inner}"),
+        None if key.is_empty() => inner,
+        None => format!("{key}: {inner}"),
     }
 }
 
@@ -459,6 +699,7 @@ impl Settings {
             .into_iter()
             .filter(|(key, _)| key.starts_with("MNEMO__"))
             .collect();
+        let variables: Vec<String> = env.keys().cloned().collect();
         let built = config::Config::builder()
             .add_source(file)
             .add_source(
@@ -469,7 +710,8 @@ impl Settings {
                     .source(Some(env)),
             )
             .build()?;
-        let mut settings: Settings = built.try_deserialize()?;
+        let mut settings: Settings = serde_path_to_error::deserialize(built)
+            .map_err(|error| ConfigError::Invalid(describe(&error, &variables)))?;
         if let Some(dir) = &overrides.data_dir {
             settings.data_dir = dir.clone();
         }
@@ -485,6 +727,11 @@ impl Settings {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        if self.server.max_body_bytes == 0 {
+            return Err(ConfigError::Invalid(
+                "server.max_body_bytes must be positive".into(),
+            ));
+        }
         let jwt = &self.auth.jwt;
         let configured = jwt.hs256_secret.is_some()
             || jwt.rs256_public_key.is_some()
@@ -532,34 +779,10 @@ impl Settings {
                 "memory.decay_floor must be in [0, 1] and decay_half_life_days positive".into(),
             ));
         }
-        if !matches!(self.embedder.provider.as_str(), "local" | "openai") {
-            return Err(ConfigError::Invalid(format!(
-                "embedder.provider must be local or openai, not {:?}",
-                self.embedder.provider
-            )));
-        }
         let search = &self.research.search;
-        if !crate::research::search::PROVIDERS.contains(&search.default_provider.as_str()) {
-            return Err(ConfigError::Invalid(format!(
-                "research.search.default_provider must be one of {}, not {:?}",
-                crate::research::search::PROVIDERS.join(", "),
-                search.default_provider
-            )));
-        }
         if search.max_results == 0 || search.timeout_secs == 0 {
             return Err(ConfigError::Invalid(
                 "research.search.max_results and timeout_secs must be positive".into(),
-            ));
-        }
-        if !matches!(search.tavily_search_depth.as_str(), "basic" | "advanced") {
-            return Err(ConfigError::Invalid(format!(
-                "research.search.tavily_search_depth must be basic or advanced, not {:?}",
-                search.tavily_search_depth
-            )));
-        }
-        if self.server.max_body_bytes == 0 {
-            return Err(ConfigError::Invalid(
-                "server.max_body_bytes must be positive".into(),
             ));
         }
         Ok(())
@@ -610,7 +833,7 @@ mod tests {
         );
         assert!(!settings.server.dev);
         let search = &settings.research.search;
-        assert_eq!(search.default_provider, "local");
+        assert_eq!(search.default_provider, SearchApi::Local);
         assert_eq!(search.max_results, 5);
         assert_eq!(search.tavily_base_url, "https://api.tavily.com");
         assert_eq!(search.brave_base_url, "https://api.search.brave.com");
@@ -633,7 +856,7 @@ mod tests {
         };
         let settings = Settings::load_from(&overrides, env(&[])).unwrap();
         let search = &settings.research.search;
-        assert_eq!(search.default_provider, "searxng");
+        assert_eq!(search.default_provider, SearchApi::Searxng);
         assert_eq!(search.searxng_url.as_deref(), Some("http://127.0.0.1:8888"));
         assert_eq!(search.max_results, 8);
         let unknown = Settings::load_from(
@@ -761,5 +984,74 @@ mod tests {
             env(&[("MNEMO__QDRANT__TENANT_SHARD_POINTS", "-5")]),
         );
         assert!(negative.is_err());
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_with_their_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("mnemo.toml");
+        std::fs::write(&file, "[servr]\naddr = \"127.0.0.1:9000\"\n").unwrap();
+        let overrides = Overrides {
+            config_file: Some(file.clone()),
+            ..Overrides::default()
+        };
+        let message = Settings::load_from(&overrides, env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("unknown field servr"), "{message}");
+        std::fs::write(&file, "[server]\nadress = \"127.0.0.1:9000\"\n").unwrap();
+        let message = Settings::load_from(&overrides, env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("server.adress"), "{message}");
+        let message = Settings::load_from(
+            &Overrides::default(),
+            env(&[("MNEMO__LLM__BASEURL", "http://127.0.0.1:1/v1")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(message.contains("MNEMO__LLM__BASEURL"), "{message}");
+        assert!(message.contains("llm.baseurl"), "{message}");
+        let message = Settings::load_from(
+            &Overrides::default(),
+            env(&[("MNEMO__LLM__ROLES__CHATT__MODEL", "m")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(message.contains("chatt"), "{message}");
+        // Variables of the command line (one underscore) are not settings.
+        Settings::load_from(&Overrides::default(), env(&[("MNEMO_SERVER", "x")])).unwrap();
+    }
+
+    #[test]
+    fn enums_parse_from_files_and_variables() {
+        let settings = Settings::load_from(
+            &Overrides::default(),
+            env(&[
+                ("MNEMO__LOG__FORMAT", "json"),
+                ("MNEMO__EMBEDDER__PROVIDER", "openai"),
+                ("MNEMO__RESEARCH__SEARCH__TAVILY_SEARCH_DEPTH", "advanced"),
+                ("MNEMO__LLM__ROLES__FINAL_REPORT__MAX_TOKENS", "100"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(settings.log.format, LogFormat::Json);
+        assert_eq!(settings.embedder.provider, EmbedderProvider::Openai);
+        assert_eq!(
+            settings.research.search.tavily_search_depth,
+            TavilyDepth::Advanced
+        );
+        assert_eq!(
+            settings.llm.roles[&ModelRole::FinalReport].max_tokens,
+            Some(100)
+        );
+        let message =
+            Settings::load_from(&Overrides::default(), env(&[("MNEMO__LOG__FORMAT", "xml")]))
+                .unwrap_err()
+                .to_string();
+        assert!(
+            message.contains("log.format") && message.contains("xml"),
+            "{message}"
+        );
     }
 }

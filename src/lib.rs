@@ -9,31 +9,29 @@
 //! - `index`     derived indexes: vector (Qdrant Edge / server), keyword (tantivy), indexer, RRF
 //! - `llm`       embedders (local candle BERT, OpenAI-compatible)
 //! - `memory`    episodic memory: writes, hybrid recall (RRF + decay), export/import, decay job
-//! - `research`  deep research: workflow, search providers, SSRF-safe fetcher, text extraction
+//! - `research`  deep research: the request, the workflow (brief → supervisor → researchers → report)
+//! - `search`    search providers (one file each), the SSRF-safe fetcher, HTML/PDF → text
+//! - `documents` the user's own documents: extract → paragraph chunks → `document` memories
 //! - `runs`      durable runs: the run-event log, live following, cancellation
 //! - `agent`     what executes runs: the chat turn (tool loop over memory tools)
 //! - `store`     the `Store` trait (SQL source of truth), SQLite and PostgreSQL implementations
-//! - `cli`       the `mnemo` command line (thin `main.rs` calls it)
-//! - `bench`     `mnemo bench recall`: ingest, reindex, recall-latency and index-lag benchmark at scale
-//! - `eval`      `mnemo eval locomo`: memory-quality evaluation (evidence recall@k, NDCG@k) on LoCoMo / LongMemEval
-//! - `bench_write` `mnemo bench write`: end of turn → recallable latency, writer throughput
-//! - `testing`   helpers shared by unit and integration tests (fresh databases)
 
 pub mod agent;
 pub mod auth;
-pub mod bench;
-pub mod bench_write;
-pub mod cli;
 pub mod config;
-pub mod eval;
+pub mod documents;
+pub mod error;
 pub mod http;
 pub mod index;
 pub mod llm;
 pub mod memory;
 pub mod research;
 pub mod runs;
+pub mod search;
 pub mod startup;
 pub mod store;
 pub mod telemetry;
-#[doc(hidden)]
-pub mod testing;
+/// Fresh test databases, shared with the integration tests (compiled only for tests).
+#[cfg(test)]
+#[path = "../tests/api/support/databases.rs"]
+mod testing;

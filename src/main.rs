@@ -1,5 +1,9 @@
-//! The `mnemo` binary: parses the command line and hands over to `mnemo::cli`.
+//! The `mnemo` binary: the command line (`cli`) over the server library, and the evaluation and
+//! benchmark commands (`tools`), which live here rather than in the library.
+
+mod cli;
+mod tools;
 
 fn main() -> std::process::ExitCode {
-    mnemo::cli::main()
+    cli::main()
 }

@@ -1,5 +1,7 @@
-//! Builds the application state from settings and serves it: `build_state`, then `serve(listener,
-//! state)` until the shutdown token is cancelled. Shutdown order: stop accepting connections,
+//! Builds the application state from settings (`build_state`): opens the store, builds every
+//! backend (embedder, vector and keyword indexes, models, search providers) and injects them as
+//! trait objects; `http::serve(listener, state)` then serves it until the shutdown token is
+//! cancelled. Shutdown order: stop accepting connections,
 //! let running runs record their end (bounded by `server.shutdown_grace_secs`), end open event
 //! streams, then close the database pool.
 
@@ -7,48 +9,27 @@ use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use axum::extract::FromRef;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::chat::{ChatDeps, ChatService};
 use crate::auth::jwt::JwtVerifier;
 use crate::auth::{Authenticator, DEV_USER};
 use crate::config::Settings;
+use crate::http::AppState;
+use crate::index::edge::EdgeVectorIndex;
+use crate::index::indexer::VectorWatermark;
+use crate::index::keyword::KeywordIndex;
+use crate::index::qdrant::QdrantServerIndex;
+use crate::index::vector::{IndexError, VectorIndex};
 use crate::llm::roles::Models;
 use crate::memory::writer::MemoryWriter;
 use crate::memory::{MemoryEngine, MemoryError};
 use crate::research::ResearchService;
 use crate::runs::RunHub;
 use crate::store::{self, Store, UserKind};
-
-/// Everything a request handler may use.
-#[derive(Clone)]
-pub struct AppState {
-    pub settings: Arc<Settings>,
-    pub store: Arc<dyn Store>,
-    pub auth: Arc<Authenticator>,
-    pub runs: Arc<RunHub>,
-    pub memory: Arc<MemoryEngine>,
-    /// Per-role language models; empty when no LLM is configured.
-    pub models: Models,
-    pub writer: Arc<MemoryWriter>,
-    pub research: Arc<ResearchService>,
-    /// Cancelled to begin shutdown.
-    pub shutdown: CancellationToken,
-    /// Cancelled once runs have recorded their end; open event streams then close.
-    pub streams_stop: CancellationToken,
-    pub metrics: PrometheusHandle,
-    pub started_at: Instant,
-    /// The database URL with any password hidden.
-    pub database_display: String,
-}
-
-impl FromRef<AppState> for Arc<Authenticator> {
-    fn from_ref(state: &AppState) -> Self {
-        state.auth.clone()
-    }
-}
+use secrecy::ExposeSecret as _;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
@@ -93,12 +74,18 @@ pub async fn build_state(
             "--dev serves a user without keys and is allowed only on a loopback address, not {addr}"
         )));
     }
+    crate::llm::prompts::check().map_err(|error| StartupError::Refused(error.to_string()))?;
     std::fs::create_dir_all(&settings.data_dir)?;
     let url = settings.database_url();
     let store = store::connect(&url, settings.database.max_connections).await?;
     let jwt = JwtVerifier::from_settings(&settings.auth.jwt)?;
     let dev_user = if settings.server.dev {
-        Some(store.ensure_user(DEV_USER, UserKind::Dev).await?)
+        Some(
+            store
+                .accounts()
+                .ensure_user(DEV_USER, UserKind::Dev)
+                .await?,
+        )
     } else {
         None
     };
@@ -109,7 +96,7 @@ pub async fn build_state(
         shutdown.child_token(),
         (abandon > 0).then(|| Duration::from_secs(abandon)),
     );
-    let memory = MemoryEngine::open(&settings, store.clone(), shutdown.child_token()).await?;
+    let memory = open_memory(&settings, store.clone(), shutdown.child_token()).await?;
     memory.track(spawn_reembedding(memory.clone(), shutdown.child_token()));
     let decay = crate::memory::decay::spawn(
         store.clone(),
@@ -127,7 +114,7 @@ pub async fn build_state(
     if recovered > 0 {
         tracing::warn!(recovered, "marked runs interrupted by the previous process");
     }
-    let interrupted = store.interrupt_running_research().await?;
+    let interrupted = store.maintenance().interrupt_running_research().await?;
     if interrupted > 0 {
         tracing::warn!(
             interrupted,
@@ -141,11 +128,24 @@ pub async fn build_state(
         memory.clone(),
         runs.clone(),
         models.clone(),
+        crate::search::build_all(&settings.research.search, memory.clone()),
     )
     .map_err(StartupError::Refused)?;
+    let chat = ChatService::new(
+        ChatDeps {
+            store: store.clone(),
+            memory: memory.clone(),
+            models: models.clone(),
+            writer: writer.clone(),
+            settings: settings.chat.clone(),
+            research: Some(research.clone()),
+        },
+        runs.clone(),
+    );
     Ok(AppState {
         settings,
         research,
+        chat,
         store,
         auth,
         runs,
@@ -158,6 +158,62 @@ pub async fn build_state(
         started_at: Instant::now(),
         database_display: store::redact_url(&url),
     })
+}
+
+/// The memory engine over the backends the settings name: the embedder, the vector index
+/// (Qdrant Edge in the data directory, or a Qdrant server) and the tantivy index.
+pub async fn open_memory(
+    settings: &Settings,
+    store: Arc<dyn Store>,
+    shutdown: CancellationToken,
+) -> Result<Arc<MemoryEngine>, MemoryError> {
+    let embedder = crate::llm::embed::from_settings(&settings.embedder).await?;
+    let dimension = embedder.dimension();
+    let (vector, watermark): (Arc<dyn VectorIndex>, VectorWatermark) = match &settings.qdrant.url {
+        Some(url) if !url.is_empty() => {
+            let collection = format!("{}_{dimension}", settings.qdrant.collection);
+            let index = QdrantServerIndex::connect(
+                url,
+                settings
+                    .qdrant
+                    .api_key
+                    .as_ref()
+                    .map(|key| key.expose_secret().to_string()),
+                &collection,
+                dimension,
+            )
+            .await?;
+            (
+                Arc::new(index),
+                VectorWatermark::Sql(format!("qdrant:{collection}")),
+            )
+        }
+        _ => {
+            let dir = settings.data_dir.join(format!("vectors-{dimension}"));
+            let index = EdgeVectorIndex::open(&dir, dimension).await?;
+            index.set_tenant_shard_points(settings.qdrant.tenant_shard_points);
+            (
+                Arc::new(index),
+                VectorWatermark::File(dir.join("applied.seq")),
+            )
+        }
+    };
+    vector.set_search_ef(settings.qdrant.search_ef);
+    let keyword_dir = settings.data_dir.join("keyword");
+    let keyword = tokio::task::spawn_blocking(move || KeywordIndex::open(Some(&keyword_dir)))
+        .await
+        .map_err(|error| IndexError::Internal(error.to_string()))??;
+    MemoryEngine::assemble(
+        store,
+        embedder,
+        vector,
+        keyword,
+        watermark,
+        settings.memory.clone(),
+        settings.qdrant.optimize_after_upserts,
+        shutdown,
+    )
+    .await
 }
 
 /// Re-embeds, in the background, memories made by another embedding model than the current
@@ -190,25 +246,26 @@ pub async fn bind(settings: &Settings) -> Result<TcpListener, StartupError> {
     Ok(TcpListener::bind(addr).await?)
 }
 
-/// Serves until `state.shutdown` is cancelled, then shuts down in order.
-pub async fn serve(listener: TcpListener, state: AppState) -> Result<(), StartupError> {
-    let app = crate::http::router(state.clone());
-    let shutdown = state.shutdown.clone();
-    let runs = state.runs.clone();
-    let streams_stop = state.streams_stop.clone();
-    let grace = Duration::from_secs(state.settings.server.shutdown_grace_secs);
-    let signal = async move {
-        shutdown.cancelled().await;
-        tracing::info!("shutting down: finishing runs and closing streams");
-        runs.shutdown(grace).await;
-        streams_stop.cancel();
-    };
-    axum::serve(listener, app)
-        .with_graceful_shutdown(signal)
-        .await?;
-    state.memory.join_background(grace).await;
-    state.store.close().await;
-    Ok(())
+impl AppState {
+    pub(crate) fn grace(&self) -> Duration {
+        Duration::from_secs(self.settings.server.shutdown_grace_secs)
+    }
+
+    /// Shuts a state down that serves no listener (an embedded command): runs record their
+    /// end, background tasks stop (the vector index flushes), and the pool closes.
+    pub async fn shut_down(&self) {
+        self.shutdown.cancel();
+        self.runs.shutdown(self.grace()).await;
+        self.streams_stop.cancel();
+        self.close_backends().await;
+    }
+
+    /// Waits for the background tasks (they stop on the cancelled shutdown token), then
+    /// closes the pool.
+    pub(crate) async fn close_backends(&self) {
+        self.memory.join_background(self.grace()).await;
+        self.store.close().await;
+    }
 }
 
 /// Cancels `token` on Ctrl-C or SIGTERM.

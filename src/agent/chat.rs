@@ -12,18 +12,26 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::config::ChatSettings;
+use crate::config::ModelRole;
+use crate::error::{ErrorKind, HasKind};
 use crate::llm::chat::{
     ChatMessage, ChatRequest, ChatRole, LlmError, RoleModel, ToolCall, ToolSpec, Usage,
 };
-use crate::llm::prompts::{prompt, quote, render};
+use crate::llm::prompts::{Prompt, quote};
 use crate::llm::roles::Models;
-use crate::memory::recall::Recalled;
-use crate::memory::writer::{MemoryWriter, RememberJob};
+use crate::memory::rank::Recalled;
+use crate::memory::writer::{MemoryWriter, RememberJob, TurnJob};
 use crate::memory::{MemoryEngine, RecallRequest};
 use crate::research::ResearchService;
 use crate::research::request::ResearchRequest;
-use crate::runs::{EventType, RunContext, RunErrorType, RunFailure};
-use crate::store::{MemoryKind, Message, Role, Store, ThreadId, UserId};
+use crate::runs::events::{
+    Delta, MemoryRecalled, MessageComplete, RecalledMemory, SessionStart,
+    ToolCall as ToolCallEvent, ToolResult, UsageStep,
+};
+use crate::runs::stream::DeltaKind;
+use crate::runs::{RunContext, RunErrorType, RunEvent, RunFailure, RunHub, stream_to_events};
+use crate::store::RunKind;
+use crate::store::{MemoryKind, Message, Role, Run, Store, StoreError, ThreadId, UserId};
 
 /// What a chat turn needs.
 #[derive(Clone)]
@@ -35,6 +43,83 @@ pub struct ChatDeps {
     pub settings: ChatSettings,
     /// Deep research, offered to the model as the `deep_research` tool when present.
     pub research: Option<Arc<ResearchService>>,
+}
+
+/// Longest user message a turn accepts, in characters.
+pub const MAX_MESSAGE_CHARS: usize = 100_000;
+
+/// Why a turn could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ChatError {
+    /// The message is unusable (a client mistake).
+    #[error("{0}")]
+    BadRequest(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl HasKind for ChatError {
+    fn kind(&self) -> ErrorKind {
+        match self {
+            ChatError::BadRequest(_) => ErrorKind::BadRequest,
+            ChatError::Store(error) => error.kind(),
+        }
+    }
+}
+
+/// Starts chat turns: the one path every surface (the HTTP API, the benchmarks) takes to
+/// store the user's message, run the turn and queue its memory work.
+#[derive(Clone)]
+pub struct ChatService {
+    deps: ChatDeps,
+    runs: Arc<RunHub>,
+}
+
+impl ChatService {
+    pub fn new(deps: ChatDeps, runs: Arc<RunHub>) -> Self {
+        Self { deps, runs }
+    }
+
+    /// Stores `content` as the user's message in `thread` (which must be theirs), starts the
+    /// turn answering it, and queues what the turn teaches for the memory writer (it runs
+    /// once the turn's stream has ended).
+    pub async fn send(
+        &self,
+        user: UserId,
+        thread: ThreadId,
+        content: &str,
+    ) -> Result<Run, ChatError> {
+        let content = content.trim();
+        if content.is_empty() {
+            return Err(ChatError::BadRequest("content must not be empty".into()));
+        }
+        if content.chars().count() > MAX_MESSAGE_CHARS {
+            return Err(ChatError::BadRequest(format!(
+                "content is longer than {MAX_MESSAGE_CHARS} characters"
+            )));
+        }
+        let store = &self.deps.store;
+        store.user(user).get_thread(thread).await?;
+        let message = store
+            .user(user)
+            .append_message(thread, Role::User, content, None)
+            .await?;
+        let message_id = message.id;
+        let deps = self.deps.clone();
+        let run = self
+            .runs
+            .start(user, Some(thread), RunKind::Chat, move |context| {
+                run_chat_turn(context, deps, message)
+            })
+            .await?;
+        let job = TurnJob {
+            thread_id: thread,
+            user_message_id: message_id,
+            run_id: Some(run.id),
+        };
+        self.deps.writer.enqueue_turn(user, &job).await?;
+        Ok(run)
+    }
 }
 
 fn llm_failure(error: LlmError) -> RunFailure {
@@ -68,22 +153,26 @@ pub async fn run_chat_turn(
     let thread = context
         .thread_id()
         .ok_or_else(|| failure(RunErrorType::Validation, "a chat turn needs a thread"))?;
-    let chat_model = deps.models.role("chat").cloned();
+    let chat_model = deps.models.role(ModelRole::Chat).cloned();
     context
-        .emit(
-            EventType::SessionStart,
-            json!({
-                "thread_id": thread, "kind": "chat", "user_message_id": message.id,
-                "model": chat_model.as_ref().map(|role| role.model.model().to_string()),
-            }),
-        )
+        .emit(RunEvent::SessionStart(SessionStart {
+            kind: RunKind::Chat,
+            model: chat_model
+                .as_ref()
+                .map(|role| role.model.model().to_string()),
+            thread_id: Some(thread),
+            user_message_id: Some(message.id),
+            query: None,
+            content: None,
+            metadata: None,
+        }))
         .await?;
     let recalled = recall(&deps, user, &message.content, deps.settings.auto_recall).await?;
     context
-        .emit(
-            EventType::MemoryRecalled,
-            json!({ "query": message.content, "memories": recalled_json(&recalled) }),
-        )
+        .emit(RunEvent::MemoryRecalled(MemoryRecalled {
+            query: message.content.clone(),
+            memories: recalled_events(&recalled),
+        }))
         .await?;
     let (reply, usage) = match chat_model {
         None => (
@@ -97,13 +186,15 @@ pub async fn run_chat_turn(
     };
     let stored = deps
         .store
-        .append_message(user, thread, Role::Assistant, &reply, Some(context.run.id))
+        .user(user)
+        .append_message(thread, Role::Assistant, &reply, Some(context.run.id))
         .await?;
     context
-        .emit(
-            EventType::MessageComplete,
-            json!({ "message_id": stored.id, "content": reply, "usage": usage }),
-        )
+        .emit(RunEvent::MessageComplete(MessageComplete {
+            message_id: stored.id,
+            content: reply,
+            usage,
+        }))
         .await?;
     Ok(())
 }
@@ -132,15 +223,16 @@ async fn recall(
     }
 }
 
-fn recalled_json(recalled: &[Recalled]) -> Value {
+fn recalled_events(recalled: &[Recalled]) -> Vec<RecalledMemory> {
     recalled
         .iter()
-        .map(|result| {
-            json!({
-                "id": result.memory.id, "kind": result.memory.kind, "content": result.memory.content,
-                "source": result.memory.source, "created_at": result.memory.created_at,
-                "score": result.score,
-            })
+        .map(|result| RecalledMemory {
+            id: result.memory.id,
+            kind: result.memory.kind,
+            content: result.memory.content.clone(),
+            source: Some(result.memory.source),
+            created_at: Some(result.memory.created_at),
+            score: result.score,
         })
         .collect()
 }
@@ -188,7 +280,9 @@ async fn reply_without_model(
     }
     for piece in reply.split_inclusive('\n') {
         context
-            .emit(EventType::MessageDelta, json!({ "content": piece }))
+            .emit(RunEvent::MessageDelta(Delta {
+                content: piece.to_string(),
+            }))
             .await?;
     }
     Ok(reply.trim_end().to_string())
@@ -202,7 +296,7 @@ async fn working_memory(
     current: &Message,
     recalled: &[Recalled],
 ) -> Result<Vec<ChatMessage>, RunFailure> {
-    let history = deps.store.list_messages(user, thread).await?;
+    let history = deps.store.user(user).list_messages(thread).await?;
     let mut recent: Vec<&Message> = Vec::new();
     let mut budget = deps.settings.history_tokens;
     for message in history.iter().rev() {
@@ -233,20 +327,17 @@ async fn working_memory(
             "(no profile yet)".to_string()
         }
     };
-    let system = render(
-        prompt("chat_system").unwrap_or_default(),
-        &[
-            ("today", &chrono::Utc::now().format("%Y-%m-%d").to_string()),
-            ("profile", &profile),
-            (
-                "summary",
-                &summary
-                    .map(|text| quote(&text))
-                    .unwrap_or_else(|| "(none)".into()),
-            ),
-            ("memories", &memories_as_data(recalled)),
-        ],
-    );
+    let system = Prompt::ChatSystem.render(&[
+        ("today", &chrono::Utc::now().format("%Y-%m-%d").to_string()),
+        ("profile", &profile),
+        (
+            "summary",
+            &summary
+                .map(|text| quote(&text))
+                .unwrap_or_else(|| "(none)".into()),
+        ),
+        ("memories", &memories_as_data(recalled)),
+    ])?;
     let mut messages = vec![ChatMessage::system(system)];
     for message in recent {
         messages.push(match message.role {
@@ -266,7 +357,7 @@ async fn summarize_older(
     thread: ThreadId,
     older: &[&Message],
 ) -> Result<Option<String>, RunFailure> {
-    let existing = deps.store.thread_summary(user, thread).await?;
+    let existing = deps.store.user(user).thread_summary(thread).await?;
     let Some(last) = older.last() else {
         return Ok(existing.map(|(summary, _)| summary));
     };
@@ -274,7 +365,7 @@ async fn summarize_older(
     if covered.is_some_and(|until| until >= last.id) {
         return Ok(existing.map(|(summary, _)| summary));
     }
-    let Some(model) = deps.models.role("summarization") else {
+    let Some(model) = deps.models.role(ModelRole::Summarization) else {
         return Ok(existing.map(|(summary, _)| summary));
     };
     let new: Vec<String> = older
@@ -286,19 +377,17 @@ async fn summarize_older(
         .as_ref()
         .map(|(summary, _)| summary.clone())
         .unwrap_or_else(|| "(none)".into());
-    let text = render(
-        prompt("summarize_thread").unwrap_or_default(),
-        &[
-            ("previous", &quote(&previous)),
-            ("messages", &quote(&new.join("\n"))),
-        ],
-    );
+    let text = Prompt::SummarizeThread.render(&[
+        ("previous", &quote(&previous)),
+        ("messages", &quote(&new.join("\n"))),
+    ])?;
     let mut request = ChatRequest::new(vec![ChatMessage::user(text)]);
     request.max_tokens = Some(model.max_tokens);
     match model.model.complete(&request).await {
         Ok(response) if !response.content.trim().is_empty() => {
             deps.store
-                .set_thread_summary(user, thread, response.content.trim(), last.id)
+                .user(user)
+                .set_thread_summary(thread, response.content.trim(), last.id)
                 .await?;
             Ok(Some(response.content.trim().to_string()))
         }
@@ -380,10 +469,12 @@ async fn tool_loop(
         let response = stream_with_deltas(context, deps, model, &request).await?;
         total.add(&response.usage);
         context
-            .emit(
-                EventType::Usage,
-                json!({ "model": response.model, "step": "chat", "usage": response.usage, "total": total }),
-            )
+            .emit(RunEvent::Usage(UsageStep {
+                model: response.model.clone(),
+                step: "chat".into(),
+                usage: response.usage,
+                total: Some(total),
+            }))
             .await?;
         if total.completion_tokens > deps.settings.max_turn_tokens {
             return Err(failure(
@@ -416,10 +507,15 @@ async fn tool_loop(
         // Parallel tool calls run concurrently; their events and results keep the model's order.
         for call in &response.tool_calls {
             context
-                .emit(
-                    EventType::ToolCall,
-                    json!({ "id": call.id, "name": call.name, "arguments": parse_arguments(call) }),
-                )
+                .emit(RunEvent::ToolCall(ToolCallEvent {
+                    id: Some(call.id.clone()),
+                    name: Some(call.name.clone()),
+                    tool: None,
+                    arguments: parse_arguments(call),
+                    stage: None,
+                    content: None,
+                    metadata: None,
+                }))
                 .await?;
         }
         let results = futures::future::join_all(
@@ -435,10 +531,12 @@ async fn tool_loop(
                 Err(message) => (false, json!({ "error": message })),
             };
             context
-                .emit(
-                    EventType::ToolResult,
-                    json!({ "id": call.id, "name": call.name, "ok": ok, "result": content }),
-                )
+                .emit(RunEvent::ToolResult(ToolResult {
+                    id: call.id.clone(),
+                    name: call.name.clone(),
+                    ok,
+                    result: content.clone(),
+                }))
                 .await?;
             messages.push(ChatMessage::tool_result(&call.id, content.to_string()));
         }
@@ -458,7 +556,7 @@ async fn stream_with_deltas(
 ) -> Result<crate::llm::chat::ChatResponse, RunFailure> {
     let interval = Duration::from_millis(deps.settings.delta_interval_ms.max(1));
     let (result, flushed) =
-        super::stream_to_events(context, model, request, interval, EventType::MessageDelta).await;
+        stream_to_events(context, None, model, request, interval, DeltaKind::Message).await;
     flushed?;
     result.map_err(llm_failure)
 }
@@ -497,7 +595,7 @@ async fn run_tool(
                 .recall(user, request)
                 .await
                 .map_err(|error| error.to_string())?;
-            Ok(json!({ "memories": recalled_json(&response.results) }))
+            Ok(json!({ "memories": recalled_events(&response.results) }))
         }
         "remember" => {
             let content = arguments["content"]

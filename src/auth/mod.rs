@@ -1,5 +1,6 @@
-//! Authentication: API keys and JWT bearer tokens, and the `AuthUser` extractor, which is the
-//! only way a request handler obtains a `UserId`. No body, query or header field other than
+//! Authentication: API keys and JWT bearer tokens. `Authenticator` turns an `Authorization`
+//! header into an `AuthUser`; the HTTP extractor of that type (in `http::extract`) is the only
+//! way a request handler obtains a `UserId`. No body, query or header field other than
 //! `Authorization` is ever taken as identity.
 
 pub mod jwt;
@@ -7,12 +8,8 @@ pub mod keys;
 
 use std::sync::Arc;
 
-use axum::extract::{FromRef, FromRequestParts};
-use axum::http::header::AUTHORIZATION;
-use axum::http::request::Parts;
-
-use crate::http::error::ApiError;
-use crate::store::{ErrorKind, Store, StoreError, User, UserId, UserKind};
+use crate::error::{ErrorKind, HasKind};
+use crate::store::{Store, StoreError, User, UserId, UserKind};
 use jwt::JwtVerifier;
 
 /// Name of the single local user served by `--dev`.
@@ -28,8 +25,8 @@ pub enum AuthError {
     Store(#[from] StoreError),
 }
 
-impl AuthError {
-    pub fn kind(&self) -> ErrorKind {
+impl HasKind for AuthError {
+    fn kind(&self) -> ErrorKind {
         match self {
             AuthError::Missing | AuthError::Invalid => ErrorKind::Unauthenticated,
             AuthError::Store(error) => match error.kind() {
@@ -92,6 +89,7 @@ impl Authenticator {
         if keys::looks_like_key(token) {
             let user = self
                 .store
+                .accounts()
                 .user_by_key_hash(&keys::hash(token))
                 .await?
                 .ok_or(AuthError::Invalid)?;
@@ -100,30 +98,12 @@ impl Authenticator {
         let verifier = self.jwt.as_ref().ok_or(AuthError::Invalid)?;
         let claims = verifier.verify(token).map_err(|_| AuthError::Invalid)?;
         let name = format!("jwt|{}|{}", claims.iss, claims.sub);
-        let user = self.store.ensure_user(&name, UserKind::Jwt).await?;
+        let user = self
+            .store
+            .accounts()
+            .ensure_user(&name, UserKind::Jwt)
+            .await?;
         Ok(user.into())
-    }
-}
-
-impl<S> FromRequestParts<S> for AuthUser
-where
-    S: Send + Sync,
-    Arc<Authenticator>: FromRef<S>,
-{
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let authenticator = Arc::<Authenticator>::from_ref(state);
-        let header = match parts.headers.get(AUTHORIZATION) {
-            Some(value) => Some(
-                value
-                    .to_str()
-                    .map_err(|_| ApiError::from(AuthError::Invalid))?,
-            ),
-            None => None,
-        };
-        let user = authenticator.authenticate(header).await?;
-        Ok(user)
     }
 }
 

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::Failure;
-use crate::config::Settings;
+use mnemo::config::Settings;
 
 pub struct ChatOptions {
     pub server: Option<String>,
@@ -118,8 +118,7 @@ impl Client {
 }
 
 pub async fn run(settings: Settings, options: ChatOptions) -> Result<(), Failure> {
-    let embedded_stop = CancellationToken::new();
-    let client = connect(settings, options.server, options.key, &embedded_stop).await?;
+    let (client, embedded) = connect(settings, options.server, options.key).await?;
     let mut thread = match options.thread {
         Some(thread) => thread,
         None => client.new_thread().await?,
@@ -157,45 +156,70 @@ pub async fn run(settings: Settings, options: ChatOptions) -> Result<(), Failure
             }
         }
     }
-    embedded_stop.cancel();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    if let Some(server) = embedded {
+        server.stop().await;
+    }
     Ok(())
 }
 
+/// A server this command started on the data directory; `stop` shuts it down in order and
+/// waits for it (runs end, the vector index flushes, the pool closes).
+pub(super) struct EmbeddedServer {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl EmbeddedServer {
+    pub(super) async fn stop(self) {
+        self.stop.cancel();
+        if let Err(error) = self.task.await {
+            tracing::error!(%error, "the embedded server did not stop cleanly");
+        }
+    }
+}
+
 /// A client of the server at `server` (with `key`), or of an embedded server on the data
-/// directory serving the local dev user until `stop` is cancelled.
+/// directory serving the local dev user, returned beside the client so it can be stopped.
 pub(super) async fn connect(
     settings: Settings,
     server: Option<String>,
     key: Option<String>,
-    stop: &CancellationToken,
-) -> Result<Client, Failure> {
+) -> Result<(Client, Option<EmbeddedServer>), Failure> {
     Ok(match server {
-        Some(server) => Client {
-            base: server.trim_end_matches('/').to_string(),
-            key: Some(key.ok_or_else(|| Failure::usage("--server needs --key (or MNEMO_KEY)"))?),
-            http: http_client()?,
-        },
+        Some(server) => (
+            Client {
+                base: server.trim_end_matches('/').to_string(),
+                key: Some(
+                    key.ok_or_else(|| Failure::usage("--server needs --key (or MNEMO_KEY)"))?,
+                ),
+                http: http_client()?,
+            },
+            None,
+        ),
         None => {
             let mut settings = settings;
             settings.server.addr = "127.0.0.1:0".into();
             settings.server.dev = true;
-            let listener = crate::startup::bind(&settings).await?;
+            let listener = mnemo::startup::bind(&settings).await?;
             let addr = listener
                 .local_addr()
                 .map_err(|e| Failure::other(e.to_string()))?;
-            let state = crate::startup::build_state(settings, stop.clone()).await?;
-            tokio::spawn(async move {
-                if let Err(error) = crate::startup::serve(listener, state).await {
+            let stop = CancellationToken::new();
+            let state = mnemo::startup::build_state(settings, stop.clone()).await?;
+            let task = tokio::spawn(async move {
+                if let Err(error) = mnemo::http::serve(listener, state).await {
                     tracing::error!(%error, "embedded server failed");
                 }
             });
             eprintln!("(embedded server on {addr}, as the local user \"dev\")");
-            Client {
-                base: format!("http://{addr}"),
-                key: None,
-                http: http_client()?,
-            }
+            (
+                Client {
+                    base: format!("http://{addr}"),
+                    key: None,
+                    http: http_client()?,
+                },
+                Some(EmbeddedServer { stop, task }),
+            )
         }
     })
 }

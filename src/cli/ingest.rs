@@ -10,8 +10,8 @@ use reqwest::Method;
 
 use super::Failure;
 use super::memory::{Backend, RemoteBody, Target, memory_failure, parse_json};
-use crate::config::Settings;
-use crate::research::documents::{self, DocumentError, NewUpload};
+use mnemo::config::Settings;
+use mnemo::documents::{self, DocumentError, NewUpload};
 
 /// The content type a file is ingested as, by its extension.
 pub fn content_type_of(path: &Path) -> Option<&'static str> {

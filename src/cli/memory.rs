@@ -12,10 +12,10 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::Failure;
-use crate::config::Settings;
-use crate::memory::recall::RecallMode;
-use crate::memory::{MemoryEngine, PortableMemory, RecallRequest};
-use crate::store::{self, MemoryFilter, MemoryKind, NewMemory, Store, UserId};
+use mnemo::config::Settings;
+use mnemo::memory::rank::RecallMode;
+use mnemo::memory::{MemoryEngine, PortableMemory, RecallRequest};
+use mnemo::store::{self, MemoryFilter, MemoryKind, NewMemory, Store, UserId};
 
 #[derive(Debug, Args)]
 pub struct Target {
@@ -105,8 +105,8 @@ fn parse_kind(kind: &str) -> Result<MemoryKind, Failure> {
     MemoryKind::parse(kind).ok_or_else(|| Failure::usage(format!("unknown memory kind {kind:?}")))
 }
 
-pub(super) fn memory_failure(error: crate::memory::MemoryError) -> Failure {
-    use crate::store::ErrorKind;
+pub(super) fn memory_failure(error: mnemo::memory::MemoryError) -> Failure {
+    use mnemo::error::{ErrorKind, HasKind};
     match error.kind() {
         ErrorKind::BadRequest | ErrorKind::NotFound | ErrorKind::Conflict => {
             Failure::usage(error.to_string())
@@ -123,7 +123,7 @@ async fn open_embedded(
         .map_err(|e| Failure::other(format!("creating the data directory: {e}")))?;
     let store = store::connect(&settings.database_url(), settings.database.max_connections).await?;
     let shutdown = CancellationToken::new();
-    let engine = MemoryEngine::open(settings, store.clone(), shutdown.clone())
+    let engine = mnemo::startup::open_memory(settings, store.clone(), shutdown.clone())
         .await
         .map_err(|error| {
             let text = error.to_string();
@@ -158,10 +158,10 @@ impl Backend {
             Failure::usage("embedded memory commands need --user NAME (or use --server and --key)")
         })?;
         let (engine, store, shutdown) = open_embedded(settings).await?;
-        let user = store
-            .user_by_name(&name)
-            .await?
-            .ok_or_else(|| Failure::usage(format!("no user named {name} (see mnemo user list)")))?;
+        let user =
+            store.accounts().user_by_name(&name).await?.ok_or_else(|| {
+                Failure::usage(format!("no user named {name} (see mnemo user list)"))
+            })?;
         Ok(Backend::Embedded {
             engine,
             store,

@@ -13,10 +13,11 @@ mod research;
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::{keys, validate_user_name};
-use crate::config::{Overrides, Settings};
-use crate::startup;
-use crate::store::{self, ErrorKind, StoreError, UserKind};
+use mnemo::auth::{keys, validate_user_name};
+use mnemo::config::{Overrides, Settings};
+use mnemo::error::{ErrorKind, HasKind};
+use mnemo::startup;
+use mnemo::store::{self, StoreError, UserKind};
 
 #[derive(Debug, Parser)]
 #[command(name = "mnemo", version, about = "A research assistant that remembers")]
@@ -137,8 +138,8 @@ enum BenchCommand {
         no_optimize: bool,
         /// Where the big user's vectors come from: the local model's embeddings of their
         /// texts, or bag-of-words vectors (random word directions: much harder for HNSW).
-        #[arg(long, value_enum, default_value_t = crate::bench::UserVectors::Model)]
-        user_vectors: crate::bench::UserVectors,
+        #[arg(long, value_enum, default_value_t = crate::tools::bench::UserVectors::Model)]
+        user_vectors: crate::tools::bench::UserVectors,
     },
     /// Time from the end of a turn to its memory being recallable, and writer throughput.
     Write {
@@ -301,7 +302,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 },
         } => {
             let settings = load_quiet(&overrides)?;
-            let options = crate::bench_write::WriteBenchOptions {
+            let options = crate::tools::bench_write::WriteBenchOptions {
                 data_dir: settings.data_dir.join("bench-write"),
                 model_dir: Some(settings.embedder.model_dir.clone()),
                 turns,
@@ -309,7 +310,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 llm_url,
                 llm_model,
             };
-            crate::bench_write::run_write_bench(options, &mut std::io::stdout())
+            crate::tools::bench_write::run_write_bench(options, &mut std::io::stdout())
                 .await
                 .map_err(|error| Failure::other(format!("{error:#}")))
         }
@@ -325,7 +326,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 },
         } => {
             let settings = load_quiet(&overrides)?;
-            let options = crate::bench::RecallBenchOptions {
+            let options = crate::tools::bench::RecallBenchOptions {
                 data_dir: settings.data_dir.join("bench-recall"),
                 total,
                 user_memories,
@@ -337,9 +338,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 search_ef: settings.qdrant.search_ef,
                 tenant_shard_points: settings.qdrant.tenant_shard_points,
                 user_vectors,
-                ..crate::bench::RecallBenchOptions::default()
+                ..crate::tools::bench::RecallBenchOptions::default()
             };
-            crate::bench::run_recall_bench(options, &mut std::io::stdout())
+            crate::tools::bench::run_recall_bench(options, &mut std::io::stdout())
                 .await
                 .map_err(|error| Failure::other(format!("{error:#}")))
         }
@@ -355,14 +356,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     args.data.display()
                 )));
             }
-            let mut options = crate::eval::EvalOptions::new(args.data, args.out, settings);
+            let mut options = crate::tools::eval::EvalOptions::new(args.data, args.out, settings);
             options.variants = args.variants;
             options.limit_conversations = args.limit_conversations;
             options.answer = args.answer;
             options.answer_unit = match args.answer_unit.as_str() {
-                "raw" => crate::eval::MemoryUnit::Raw,
-                "dated" => crate::eval::MemoryUnit::Dated,
-                "window" => crate::eval::MemoryUnit::Window,
+                "raw" => crate::tools::eval::MemoryUnit::Raw,
+                "dated" => crate::tools::eval::MemoryUnit::Dated,
+                "window" => crate::tools::eval::MemoryUnit::Window,
                 other => {
                     return Err(Failure::usage(format!(
                         "--answer-unit {other:?}: use raw, dated or window"
@@ -370,13 +371,19 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 }
             };
             let summary = if longmemeval {
-                crate::eval::run_longmemeval(options).await
+                crate::tools::eval::run_longmemeval(options).await
             } else {
-                crate::eval::run_locomo(options).await
+                crate::tools::eval::run_locomo(options).await
             };
-            summary
-                .map(|_| ())
-                .map_err(|error| Failure::other(format!("{error:#}")))
+            let summary = summary.map_err(|error| Failure::other(format!("{error:#}")))?;
+            eprintln!("{}", summary.headline());
+            eprintln!(
+                "files: {}, {}, {}",
+                summary.results_json.display(),
+                summary.results_md.display(),
+                summary.recall_svg.display()
+            );
+            Ok(())
         }
         Command::Reindex => {
             let settings = load_quiet(&overrides)?;
@@ -388,14 +395,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
 /// Settings for a one-shot command, with warnings (not info chatter) on stderr.
 fn load_quiet(overrides: &Overrides) -> Result<Settings, Failure> {
     let settings = Settings::load(overrides).map_err(|e| Failure::usage(e.to_string()))?;
-    crate::telemetry::init("warn", false, false, std::io::stderr);
+    mnemo::telemetry::init("warn", false, false, std::io::stderr);
     Ok(settings)
 }
 
 async fn serve(settings: Settings) -> Result<(), Failure> {
-    crate::telemetry::init(
+    mnemo::telemetry::init(
         &settings.log.level,
-        settings.log.format == "json",
+        settings.log.format == mnemo::config::LogFormat::Json,
         std::io::IsTerminal::is_terminal(&std::io::stderr()),
         std::io::stderr,
     );
@@ -428,22 +435,26 @@ async fn serve(settings: Settings) -> Result<(), Failure> {
     let _ = out.flush();
     drop(out);
     tokio::spawn(startup::shutdown_on_signal(shutdown));
-    startup::serve(listener, state).await?;
-    Ok(())
+    mnemo::http::serve(listener, state)
+        .await
+        .map_err(|error| Failure::other(format!("serving: {error}")))
 }
 
 async fn user_command(store: &dyn store::Store, command: UserCommand) -> Result<(), Failure> {
     match command {
         UserCommand::Add { name } => {
             validate_user_name(&name).map_err(Failure::usage)?;
-            let user = store.create_user(&name, UserKind::Key).await?;
+            let user = store.accounts().create_user(&name, UserKind::Key).await?;
             let key = keys::generate();
-            store.add_api_key(user.id, &key.hash, &key.prefix).await?;
+            store
+                .accounts()
+                .add_api_key(user.id, &key.hash, &key.prefix)
+                .await?;
             eprintln!("created user {name}; the key below is shown only once");
             println!("{}", key.plaintext);
         }
         UserCommand::List => {
-            let users = store.list_users().await?;
+            let users = store.accounts().list_users().await?;
             println!(
                 "{:<40} {:<5} {:>11}  created",
                 "name", "kind", "active_keys"
@@ -459,7 +470,7 @@ async fn user_command(store: &dyn store::Store, command: UserCommand) -> Result<
             }
         }
         UserCommand::Revoke { name } => {
-            let revoked = store.revoke_keys(&name).await?;
+            let revoked = store.accounts().revoke_keys(&name).await?;
             eprintln!("revoked {revoked} key(s) of {name}");
         }
     }

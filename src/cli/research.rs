@@ -4,7 +4,6 @@
 //! happens; the report streams to stdout.
 
 use std::io::Write;
-use std::time::Duration;
 
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
@@ -13,10 +12,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::Failure;
 use super::chat::connect;
-use crate::auth::DEV_USER;
-use crate::config::Settings;
-use crate::research::request::ResearchRequest;
-use crate::store::UserKind;
+use mnemo::auth::DEV_USER;
+use mnemo::config::Settings;
+use mnemo::research::request::ResearchRequest;
+use mnemo::store::UserKind;
 
 #[derive(Debug, clap::Args)]
 pub struct ResearchArgs {
@@ -71,47 +70,57 @@ pub async fn run(settings: Settings, args: ResearchArgs) -> Result<(), Failure> 
             body[name] = value;
         }
     }
-    let stop = CancellationToken::new();
-    let result = if args.server.is_some() {
+    if args.server.is_some() {
         if args.user.is_some() {
             return Err(Failure::usage(
                 "--user is for embedded research; with --server the key names the user",
             ));
         }
-        let client = connect(settings, args.server.clone(), args.key.clone(), &stop).await?;
+        let (client, _) = connect(settings, args.server.clone(), args.key.clone()).await?;
         stream(&client, &body).await
     } else {
-        embedded(settings, args.user.as_deref(), &body, &stop).await
-    };
-    stop.cancel();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    result
+        embedded(settings, args.user.as_deref(), &body).await
+    }
 }
 
 /// Runs the research in this process on the data directory.
-async fn embedded(
-    settings: Settings,
-    user: Option<&str>,
-    body: &Value,
-    stop: &CancellationToken,
-) -> Result<(), Failure> {
+async fn embedded(settings: Settings, user: Option<&str>, body: &Value) -> Result<(), Failure> {
     let request: ResearchRequest =
         serde_json::from_value(body.clone()).map_err(|e| Failure::usage(e.to_string()))?;
-    let state = crate::startup::build_state(settings, stop.clone()).await?;
-    let user =
-        match user {
-            Some(name) => state.store.user_by_name(name).await?.ok_or_else(|| {
-                Failure::usage(format!("no user named {name} (see mnemo user list)"))
-            })?,
-            None => state.store.ensure_user(DEV_USER, UserKind::Dev).await?,
-        };
+    let state = mnemo::startup::build_state(settings, CancellationToken::new()).await?;
+    // However the research goes, the state shuts down in order (the vector index flushes).
+    let outcome = research_in(&state, user, &request).await;
+    state.shut_down().await;
+    outcome
+}
+
+async fn research_in(
+    state: &mnemo::http::AppState,
+    user: Option<&str>,
+    request: &ResearchRequest,
+) -> Result<(), Failure> {
+    let user = match user {
+        Some(name) => state
+            .store
+            .accounts()
+            .user_by_name(name)
+            .await?
+            .ok_or_else(|| Failure::usage(format!("no user named {name} (see mnemo user list)")))?,
+        None => {
+            state
+                .store
+                .accounts()
+                .ensure_user(DEV_USER, UserKind::Dev)
+                .await?
+        }
+    };
     let (run, _) = state
         .research
-        .start(user.id, &request)
+        .start(user.id, request)
         .await
         .map_err(|error| match error {
-            crate::research::StartError::Invalid(message) => Failure::usage(message),
-            crate::research::StartError::Store(error) => error.into(),
+            mnemo::research::StartError::Invalid(message) => Failure::usage(message),
+            mnemo::research::StartError::Store(error) => error.into(),
         })?;
     let events = state
         .runs
@@ -120,12 +129,10 @@ async fn embedded(
     let mut out = std::io::stdout();
     let mut outcome = None;
     while let Some(event) = events.next().await {
-        if let Some(status) = show(&event.event_type, &event.data, &mut out) {
+        if let Some(status) = show(event.event_type.as_str(), &event.data, &mut out) {
             outcome = Some(status);
         }
     }
-    state.runs.shutdown(Duration::from_secs(5)).await;
-    state.memory.join_background(Duration::from_secs(5)).await;
     finish(outcome, &mut out)
 }
 

@@ -11,16 +11,16 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use serde::{Deserialize, Serialize};
 
+use super::AppState;
 use super::error::{ApiError, ApiResult, ErrorBody};
-use super::extract::{ApiBytes, ApiPath, ApiQuery};
+use super::extract::{ApiBytes, ApiPath, ApiQuery, Page};
 use crate::auth::AuthUser;
-use crate::research::documents::{self, DocumentError, NewUpload};
-use crate::startup::AppState;
+use crate::documents::{self, DocumentError, NewUpload};
 use crate::store::{Document, DocumentId};
 
 impl From<DocumentError> for ApiError {
     fn from(error: DocumentError) -> Self {
-        ApiError::new(error.kind(), error.to_string())
+        ApiError::from_error(error)
     }
 }
 
@@ -43,14 +43,6 @@ pub struct IngestBody {
 pub struct IngestQuery {
     pub title: Option<String>,
     pub source: Option<String>,
-}
-
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-pub struct ListQuery {
-    /// 1–500, default 50.
-    pub limit: Option<i64>,
-    #[param(value_type = Option<String>, format = Uuid)]
-    pub before: Option<DocumentId>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -124,22 +116,16 @@ pub async fn ingest(
     Ok((StatusCode::CREATED, Json(document)))
 }
 
-#[utoipa::path(get, path = "/v1/documents", tag = "documents", params(ListQuery),
+#[utoipa::path(get, path = "/v1/documents", tag = "documents", params(Page<DocumentId, 500>),
     responses((status = 200, body = DocumentList), (status = 400, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn list(
     State(state): State<AppState>,
     user: AuthUser,
-    ApiQuery(query): ApiQuery<ListQuery>,
+    page: Page<DocumentId, 500>,
 ) -> ApiResult<Json<DocumentList>> {
-    let limit = query.limit.unwrap_or(50);
-    if !(1..=500).contains(&limit) {
-        return Err(ApiError::bad_request("limit must be between 1 and 500"));
-    }
-    let documents = documents::list(&state.memory, user.user_id, limit, query.before).await?;
-    let next_before = (documents.len() as i64 == limit)
-        .then(|| documents.last().map(|document| document.id))
-        .flatten();
+    let documents = documents::list(&state.memory, user.user_id, page.limit, page.before).await?;
+    let next_before = page.next(&documents, |document| document.id);
     Ok(Json(DocumentList {
         documents,
         next_before,

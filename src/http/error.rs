@@ -1,20 +1,27 @@
 //! `ApiError`, the only `IntoResponse` error: `{"error": {"code", "message"}}` with a status
-//! chosen from the error's kind. 5xx bodies never carry the internal message; it is logged here,
-//! once.
+//! chosen from the error's kind. 5xx bodies never carry the internal message. The error keeps
+//! its source; the response carries the cause chain in an extension, and the `log_errors`
+//! middleware logs it once, with the request's method and route.
+
+use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{MatchedPath, Request};
 use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use crate::auth::AuthError;
-use crate::store::{ErrorKind, StoreError};
+pub use crate::error::{ErrorKind, HasKind};
+
+type Source = Arc<dyn std::error::Error + Send + Sync>;
 
 #[derive(Debug)]
 pub struct ApiError {
     pub kind: ErrorKind,
     pub message: String,
+    source: Option<Source>,
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -24,10 +31,17 @@ pub struct ErrorBody {
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct ErrorDetail {
-    /// Machine-readable: bad_request, unauthenticated, not_found, conflict, payload_too_large,
-    /// rate_limited, timeout, unavailable, internal.
+    /// Machine-readable: bad_request, unauthenticated, not_found, method_not_allowed, conflict,
+    /// payload_too_large, rate_limited, timeout, unavailable, internal.
     pub code: &'static str,
     pub message: String,
+}
+
+/// The cause chain of a failed request, carried from the response to `log_errors`.
+#[derive(Clone)]
+struct FailureReport {
+    code: &'static str,
+    cause: String,
 }
 
 impl ApiError {
@@ -35,6 +49,19 @@ impl ApiError {
         Self {
             kind,
             message: message.into(),
+            source: None,
+        }
+    }
+
+    /// An error of `error`'s own kind with its message, keeping it as the source.
+    pub fn from_error<E>(error: E) -> Self
+    where
+        E: HasKind + std::error::Error + Send + Sync + 'static,
+    {
+        Self {
+            kind: error.kind(),
+            message: error.to_string(),
+            source: Some(Arc::new(error)),
         }
     }
 
@@ -51,6 +78,7 @@ impl ApiError {
             ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
             ErrorKind::Unauthenticated => StatusCode::UNAUTHORIZED,
             ErrorKind::NotFound => StatusCode::NOT_FOUND,
+            ErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorKind::Conflict => StatusCode::CONFLICT,
             ErrorKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
@@ -61,17 +89,26 @@ impl ApiError {
     }
 
     pub fn code(&self) -> &'static str {
-        match self.kind {
-            ErrorKind::BadRequest => "bad_request",
-            ErrorKind::Unauthenticated => "unauthenticated",
-            ErrorKind::NotFound => "not_found",
-            ErrorKind::Conflict => "conflict",
-            ErrorKind::PayloadTooLarge => "payload_too_large",
-            ErrorKind::RateLimited => "rate_limited",
-            ErrorKind::Timeout => "timeout",
-            ErrorKind::Unavailable => "unavailable",
-            ErrorKind::Internal => "internal",
+        self.kind.code()
+    }
+
+    /// The message and every source below it, for the log.
+    fn cause_chain(&self) -> String {
+        let mut chain = self.message.clone();
+        let mut next: Option<&(dyn std::error::Error + 'static)> =
+            self.source.as_deref().and_then(|source| source.source());
+        while let Some(error) = next {
+            chain.push_str(": ");
+            chain.push_str(&error.to_string());
+            next = error.source();
         }
+        chain
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
     }
 }
 
@@ -79,8 +116,11 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         let code = self.code();
+        let report = status.is_server_error().then(|| FailureReport {
+            code,
+            cause: self.cause_chain(),
+        });
         let message = if status.is_server_error() {
-            tracing::error!(code, cause = %self.message, "request failed");
             match self.kind {
                 ErrorKind::Unavailable => "a backend is unavailable, try again later".to_string(),
                 ErrorKind::Timeout => "the request timed out".to_string(),
@@ -98,19 +138,43 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
+        if let Some(report) = report {
+            response.extensions_mut().insert(report);
+        }
         response
     }
 }
 
-impl From<StoreError> for ApiError {
-    fn from(error: StoreError) -> Self {
-        Self::new(error.kind(), error.to_string())
+/// Middleware: logs the cause chain of every failed (5xx) request once.
+pub async fn log_errors(request: Request, next: Next) -> Response {
+    let method = request.method().clone();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|path| path.as_str().to_string())
+        .unwrap_or_else(|| request.uri().path().to_string());
+    let response = next.run(request).await;
+    if let Some(report) = response.extensions().get::<FailureReport>() {
+        tracing::error!(%method, route, code = report.code, cause = %report.cause, "request failed");
+    }
+    response
+}
+
+impl From<crate::store::StoreError> for ApiError {
+    fn from(error: crate::store::StoreError) -> Self {
+        Self::from_error(error)
     }
 }
 
-impl From<AuthError> for ApiError {
-    fn from(error: AuthError) -> Self {
-        Self::new(error.kind(), error.to_string())
+impl From<crate::auth::AuthError> for ApiError {
+    fn from(error: crate::auth::AuthError) -> Self {
+        Self::from_error(error)
+    }
+}
+
+impl From<crate::memory::MemoryError> for ApiError {
+    fn from(error: crate::memory::MemoryError) -> Self {
+        Self::from_error(error)
     }
 }
 

@@ -4,7 +4,14 @@
 use axum::extract::{FromRequest, FromRequestParts};
 use axum::response::{IntoResponse, Response};
 
+use std::sync::Arc;
+
+use axum::extract::FromRef;
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+
 use super::error::ApiError;
+use crate::auth::{AuthError, AuthUser, Authenticator};
 
 /// `axum::Json` with JSON errors.
 #[derive(FromRequest)]
@@ -36,5 +43,112 @@ impl<S: Send + Sync> FromRequest<S> for ApiBytes {
     async fn from_request(request: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
         let bytes = axum::body::Bytes::from_request(request, state).await?;
         Ok(Self(bytes))
+    }
+}
+
+/// The authenticated caller: the only way a handler gets a `UserId`.
+impl<S> FromRequestParts<S> for AuthUser
+where
+    S: Send + Sync,
+    Arc<Authenticator>: FromRef<S>,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let authenticator = Arc::<Authenticator>::from_ref(state);
+        let header = match parts.headers.get(AUTHORIZATION) {
+            Some(value) => Some(
+                value
+                    .to_str()
+                    .map_err(|_| ApiError::from(AuthError::Invalid))?,
+            ),
+            None => None,
+        };
+        let user = authenticator.authenticate(header).await?;
+        Ok(user)
+    }
+}
+
+/// A page of a list: `?limit=` (1–`MAX`, default 50) and the cursor `?before=` (the
+/// `next_before` of the previous page). Out-of-range limits answer 400.
+#[derive(Debug, Clone, Copy)]
+pub struct Page<Id, const MAX: i64> {
+    pub limit: i64,
+    pub before: Option<Id>,
+}
+
+#[derive(serde::Deserialize)]
+struct PageQuery<Id> {
+    limit: Option<i64>,
+    before: Option<Id>,
+}
+
+impl<S, Id, const MAX: i64> FromRequestParts<S> for Page<Id, MAX>
+where
+    S: Send + Sync,
+    Id: serde::de::DeserializeOwned + Send,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let axum::extract::Query(query) =
+            axum::extract::Query::<PageQuery<Id>>::from_request_parts(parts, state).await?;
+        Ok(Self {
+            limit: page_limit(query.limit, MAX)?,
+            before: query.before,
+        })
+    }
+}
+
+/// A list's page size: 1–`max`, default 50.
+pub fn page_limit(limit: Option<i64>, max: i64) -> Result<i64, ApiError> {
+    let limit = limit.unwrap_or(50);
+    if (1..=max).contains(&limit) {
+        Ok(limit)
+    } else {
+        Err(ApiError::bad_request(format!(
+            "limit must be between 1 and {max}"
+        )))
+    }
+}
+
+impl<Id, const MAX: i64> Page<Id, MAX> {
+    /// The cursor of the next page: the last item's id when this page is full.
+    pub fn next<T>(&self, items: &[T], id: impl Fn(&T) -> Id) -> Option<Id> {
+        (items.len() as i64 == self.limit)
+            .then(|| items.last().map(id))
+            .flatten()
+    }
+}
+
+impl<Id, const MAX: i64> utoipa::IntoParams for Page<Id, MAX> {
+    fn into_params(
+        _: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
+    ) -> Vec<utoipa::openapi::path::Parameter> {
+        use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+        use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
+        vec![
+            ParameterBuilder::new()
+                .name("limit")
+                .parameter_in(ParameterIn::Query)
+                .description(Some(format!("Page size, 1–{MAX} (default 50).")))
+                .schema(Some(
+                    ObjectBuilder::new()
+                        .schema_type(Type::Integer)
+                        .minimum(Some(1))
+                        .maximum(Some(MAX)),
+                ))
+                .build(),
+            ParameterBuilder::new()
+                .name("before")
+                .parameter_in(ParameterIn::Query)
+                .description(Some("Cursor: the `next_before` of the previous page."))
+                .schema(Some(
+                    ObjectBuilder::new()
+                        .schema_type(Type::String)
+                        .format(Some(SchemaFormat::KnownFormat(KnownFormat::Uuid))),
+                ))
+                .build(),
+        ]
     }
 }

@@ -8,21 +8,13 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::AppState;
 use super::error::{ApiError, ApiResult, ErrorBody};
-use super::extract::{ApiBytes, ApiJson, ApiPath, ApiQuery};
+use super::extract::{ApiBytes, ApiJson, ApiPath, ApiQuery, Page};
 use crate::auth::AuthUser;
-use crate::memory::recall::RecallMode;
-use crate::memory::{
-    ImportReport, MemoryEngine, MemoryError, PortableMemory, RecallRequest, RecallResponse,
-};
-use crate::startup::AppState;
+use crate::memory::rank::RecallMode;
+use crate::memory::{ImportReport, MemoryEngine, PortableMemory, RecallRequest, RecallResponse};
 use crate::store::{Memory, MemoryFilter, MemoryId, MemoryKind, MemoryVersion, NewMemory};
-
-impl From<MemoryError> for ApiError {
-    fn from(error: MemoryError) -> Self {
-        ApiError::new(error.kind(), error.to_string())
-    }
-}
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -53,10 +45,6 @@ pub struct ListQuery {
     pub include_archived: bool,
     #[serde(default)]
     pub include_invalid: bool,
-    /// 1–500, default 50.
-    pub limit: Option<i64>,
-    #[param(value_type = Option<String>, format = Uuid)]
-    pub before: Option<MemoryId>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -180,18 +168,15 @@ fn parse_kinds(text: &str) -> ApiResult<Vec<MemoryKind>> {
         .collect()
 }
 
-#[utoipa::path(get, path = "/v1/memories", tag = "memories", params(ListQuery),
+#[utoipa::path(get, path = "/v1/memories", tag = "memories", params(ListQuery, Page<MemoryId, 500>),
     responses((status = 200, body = MemoryList), (status = 400, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn list(
     State(state): State<AppState>,
     user: AuthUser,
     ApiQuery(query): ApiQuery<ListQuery>,
+    page: Page<MemoryId, 500>,
 ) -> ApiResult<Json<MemoryList>> {
-    let limit = query.limit.unwrap_or(50);
-    if !(1..=500).contains(&limit) {
-        return Err(ApiError::bad_request("limit must be between 1 and 500"));
-    }
     let filter = MemoryFilter {
         kinds: query.kinds.as_deref().map(parse_kinds).transpose()?,
         since: query.since,
@@ -200,11 +185,9 @@ pub async fn list(
         include_invalid: query.include_invalid,
     };
     let memories = engine(&state)
-        .list(user.user_id, &filter, limit, query.before)
+        .list(user.user_id, &filter, page.limit, page.before)
         .await?;
-    let next_before = (memories.len() as i64 == limit)
-        .then(|| memories.last().map(|memory| memory.id))
-        .flatten();
+    let next_before = page.next(&memories, |memory| memory.id);
     Ok(Json(MemoryList {
         memories,
         next_before,
@@ -231,7 +214,7 @@ pub async fn add(
     memory.source_refs = body.source_refs;
     let mut written = engine(&state).add(user.user_id, vec![memory]).await?;
     let memory = written.pop().ok_or_else(|| {
-        ApiError::new(crate::store::ErrorKind::Internal, "memory was not written")
+        ApiError::new(crate::error::ErrorKind::Internal, "memory was not written")
     })?;
     Ok((StatusCode::CREATED, Json(memory)))
 }
@@ -315,7 +298,7 @@ pub async fn export(State(state): State<AppState>, user: AuthUser) -> ApiResult<
     let mut body = String::new();
     for memory in &memories {
         let line = serde_json::to_string(&PortableMemory::from(memory))
-            .map_err(|error| ApiError::new(crate::store::ErrorKind::Internal, error.to_string()))?;
+            .map_err(|error| ApiError::new(crate::error::ErrorKind::Internal, error.to_string()))?;
         body.push_str(&line);
         body.push('\n');
     }
@@ -365,7 +348,7 @@ pub async fn import(
 pub struct ImportStatus {
     pub id: String,
     /// `queued`, `running`, `done` or `failed`.
-    pub status: String,
+    pub status: crate::store::JobStatus,
 }
 
 #[utoipa::path(get, path = "/v1/memories/import/{id}", tag = "memories",

@@ -9,9 +9,14 @@ mod memories;
 mod research;
 mod runs;
 mod sse;
+mod state;
 mod threads;
 
+pub use state::AppState;
+
 use std::time::Instant;
+
+use tokio::net::TcpListener;
 
 use axum::Json;
 use axum::Router;
@@ -26,8 +31,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
 use utoipa::OpenApi;
 
-use crate::startup::AppState;
-use crate::store::ErrorKind;
+use crate::error::ErrorKind;
 use error::ApiError;
 
 #[derive(OpenApi)]
@@ -69,6 +73,26 @@ impl utoipa::Modify for BearerAuth {
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
         );
     }
+}
+
+/// Serves until `state.shutdown` is cancelled, then shuts down in order.
+pub async fn serve(listener: TcpListener, state: AppState) -> std::io::Result<()> {
+    let app = router(state.clone());
+    let shutdown = state.shutdown.clone();
+    let runs = state.runs.clone();
+    let streams_stop = state.streams_stop.clone();
+    let grace = state.grace();
+    let signal = async move {
+        shutdown.cancelled().await;
+        tracing::info!("shutting down: finishing runs and closing streams");
+        runs.shutdown(grace).await;
+        streams_stop.cancel();
+    };
+    axum::serve(listener, app)
+        .with_graceful_shutdown(signal)
+        .await?;
+    state.close_backends().await;
+    Ok(())
 }
 
 /// The OpenAPI document of the whole HTTP surface.
@@ -132,6 +156,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body))
+        .layer(middleware::from_fn(error::log_errors))
         .layer(middleware::from_fn(record_metrics))
         .layer(TraceLayer::new_for_http())
         .layer(CatchPanicLayer::custom(panic_response))
@@ -142,12 +167,11 @@ async fn not_found(method: Method, uri: axum::http::Uri) -> ApiError {
     ApiError::not_found(format!("no route for {method} {}", uri.path()))
 }
 
-async fn method_not_allowed(method: Method, uri: axum::http::Uri) -> Response {
-    let mut response =
-        ApiError::bad_request(format!("method {method} is not allowed on {}", uri.path()))
-            .into_response();
-    *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
-    response
+async fn method_not_allowed(method: Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        ErrorKind::MethodNotAllowed,
+        format!("method {method} is not allowed on {}", uri.path()),
+    )
 }
 
 fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {

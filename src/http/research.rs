@@ -11,6 +11,7 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use super::AppState;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::sse::run_event_response;
@@ -18,7 +19,6 @@ use crate::auth::AuthUser;
 use crate::llm::roles::ModelInfo;
 use crate::research::StartError;
 use crate::research::request::{ResearchRequest, ResolvedConfig};
-use crate::startup::AppState;
 use crate::store::{ResearchRecord, RunId, UserId};
 
 impl From<StartError> for ApiError {
@@ -64,7 +64,7 @@ pub async fn models(State(state): State<AppState>, _user: AuthUser) -> Json<Rese
         llm_configured: state.models.configured(),
         default_model: state.settings.llm.model.clone(),
         models: state.models.list(),
-        search_providers: crate::research::search::PROVIDERS.to_vec(),
+        search_providers: crate::search::provider_names(),
         default_search_api: state.research.default_search_api().to_string(),
     })
 }
@@ -84,7 +84,7 @@ pub struct HistoryItem {
     pub run_id: RunId,
     pub query: String,
     pub model: Option<String>,
-    pub status: String,
+    pub status: crate::store::RunStatus,
     pub word_count: i64,
     pub source_count: i64,
     pub duration_ms: Option<i64>,
@@ -104,11 +104,8 @@ pub async fn history(
     user: AuthUser,
     ApiQuery(query): ApiQuery<HistoryQuery>,
 ) -> ApiResult<Json<History>> {
-    let limit = query.limit.unwrap_or(50);
-    if !(1..=200).contains(&limit) {
-        return Err(ApiError::bad_request("limit must be between 1 and 200"));
-    }
-    let records = state.store.list_research(user.user_id, limit).await?;
+    let limit = super::extract::page_limit(query.limit, 200)?;
+    let records = state.store.user(user.user_id).list_research(limit).await?;
     Ok(Json(History {
         research: records
             .into_iter()
@@ -136,7 +133,7 @@ pub async fn get(
     user: AuthUser,
     ApiPath(id): ApiPath<RunId>,
 ) -> ApiResult<Json<ResearchRecord>> {
-    Ok(Json(state.store.get_research(user.user_id, id).await?))
+    Ok(Json(state.store.user(user.user_id).get_research(id).await?))
 }
 
 #[utoipa::path(delete, path = "/research/history/{id}", tag = "research",
@@ -148,7 +145,7 @@ pub async fn delete(
     user: AuthUser,
     ApiPath(id): ApiPath<RunId>,
 ) -> ApiResult<StatusCode> {
-    state.store.delete_research(user.user_id, id).await?;
+    state.store.user(user.user_id).delete_research(id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -177,7 +174,7 @@ pub async fn comparison(
     State(state): State<AppState>,
     user: AuthUser,
 ) -> ApiResult<Json<Comparison>> {
-    let records = state.store.list_research(user.user_id, 10_000).await?;
+    let records = state.store.user(user.user_id).list_research(10_000).await?;
     Ok(Json(Comparison {
         models: model_stats(&records),
     }))
@@ -322,13 +319,13 @@ async fn wait_for(state: &AppState, user: UserId, run: RunId) -> ApiResult<Resea
     while events.next().await.is_some() {}
     // The record is written just before the run's end; a cancelled one is marked by a task.
     for _ in 0..50 {
-        let record = state.store.get_research(user, run).await?;
+        let record = state.store.user(user).get_research(run).await?;
         if record.status != "running" {
             return Ok(record);
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    Ok(state.store.get_research(user, run).await?)
+    Ok(state.store.user(user).get_research(run).await?)
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -351,7 +348,12 @@ pub async fn test(
     let result = match prepared {
         Ok(prepared) => {
             let thread_ok = match prepared.config.thread_id {
-                Some(thread) => state.store.get_thread(user.user_id, thread).await.is_ok(),
+                Some(thread) => state
+                    .store
+                    .user(user.user_id)
+                    .get_thread(thread)
+                    .await
+                    .is_ok(),
                 None => true,
             };
             if thread_ok {
@@ -399,7 +401,7 @@ pub async fn input(
     ApiPath(id): ApiPath<RunId>,
     ApiJson(body): ApiJson<RunInput>,
 ) -> ApiResult<StatusCode> {
-    state.store.get_run(user.user_id, id).await?;
+    state.store.user(user.user_id).get_run(id).await?;
     let value: Value = json!({
         "approve": body.approve, "topics": body.topics, "content": body.content,
     });
@@ -408,7 +410,7 @@ pub async fn input(
             crate::runs::InputRefused::NotLive => "the run is not running",
             crate::runs::InputRefused::NotAwaiting => "the run is not waiting for input",
         };
-        ApiError::new(crate::store::ErrorKind::Conflict, message)
+        ApiError::new(crate::error::ErrorKind::Conflict, message)
     })?;
     Ok(StatusCode::ACCEPTED)
 }

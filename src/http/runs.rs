@@ -7,12 +7,13 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
 
+use super::AppState;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiPath, ApiQuery};
 use super::sse::run_event_response;
 use crate::auth::AuthUser;
-use crate::startup::AppState;
-use crate::store::{ErrorKind, Run, RunId};
+use crate::error::ErrorKind;
+use crate::store::{Run, RunId};
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 pub struct EventsQuery {
@@ -29,7 +30,7 @@ pub async fn get_run(
     user: AuthUser,
     ApiPath(id): ApiPath<RunId>,
 ) -> ApiResult<Json<Run>> {
-    Ok(Json(state.store.get_run(user.user_id, id).await?))
+    Ok(Json(state.store.user(user.user_id).get_run(id).await?))
 }
 
 #[utoipa::path(get, path = "/v1/runs/{id}/events", tag = "runs",
@@ -65,7 +66,7 @@ pub async fn run_events(
         ));
     }
     let after = from_header.or(query.after).unwrap_or(0);
-    state.store.get_run(user.user_id, id).await?;
+    state.store.user(user.user_id).get_run(id).await?;
     Ok(run_event_response(&state, user.user_id, id, after))
 }
 
@@ -79,7 +80,7 @@ pub async fn cancel_run(
     user: AuthUser,
     ApiPath(id): ApiPath<RunId>,
 ) -> ApiResult<(StatusCode, Json<Run>)> {
-    let run = state.store.get_run(user.user_id, id).await?;
+    let run = state.store.user(user.user_id).get_run(id).await?;
     if run.status.is_terminal() {
         return Err(ApiError::new(
             ErrorKind::Conflict,

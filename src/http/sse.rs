@@ -10,7 +10,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 
-use crate::startup::AppState;
+use super::AppState;
 use crate::store::{RunId, StoredEvent, UserId};
 
 /// Counts open event streams in the `mnemo_sse_open_streams` gauge while alive.

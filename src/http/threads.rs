@@ -7,17 +7,14 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
+use super::AppState;
 use super::error::{ApiError, ApiResult, ErrorBody};
-use super::extract::{ApiBytes, ApiJson, ApiPath, ApiQuery};
+use super::extract::{ApiBytes, ApiJson, ApiPath, ApiQuery, Page};
 use super::sse::run_event_response;
-use crate::agent::chat::{ChatDeps, run_chat_turn};
 use crate::auth::AuthUser;
-use crate::memory::writer::TurnJob;
-use crate::startup::AppState;
-use crate::store::{Message, Role, Run, RunKind, Thread, ThreadId};
+use crate::store::{Message, Run, Thread, ThreadId};
 
 const MAX_TITLE_CHARS: usize = 200;
-const MAX_MESSAGE_CHARS: usize = 100_000;
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -25,15 +22,6 @@ pub struct CreateThread {
     /// Optional title; defaults to "New thread".
     #[serde(default)]
     pub title: Option<String>,
-}
-
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-pub struct ListThreadsQuery {
-    /// Page size, 1–200 (default 50).
-    pub limit: Option<i64>,
-    /// Cursor: the `next_before` of the previous page.
-    #[param(value_type = Option<String>, format = Uuid)]
-    pub before: Option<ThreadId>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -90,29 +78,24 @@ pub async fn create_thread(
             "title is longer than {MAX_TITLE_CHARS} characters"
         )));
     }
-    let thread = state.store.create_thread(user.user_id, &title).await?;
+    let thread = state.store.user(user.user_id).create_thread(&title).await?;
     Ok((StatusCode::CREATED, Json(thread)))
 }
 
-#[utoipa::path(get, path = "/v1/threads", tag = "threads", params(ListThreadsQuery),
+#[utoipa::path(get, path = "/v1/threads", tag = "threads", params(Page<ThreadId, 200>),
     responses((status = 200, body = ThreadList), (status = 401, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn list_threads(
     State(state): State<AppState>,
     user: AuthUser,
-    ApiQuery(query): ApiQuery<ListThreadsQuery>,
+    page: Page<ThreadId, 200>,
 ) -> ApiResult<Json<ThreadList>> {
-    let limit = query.limit.unwrap_or(50);
-    if !(1..=200).contains(&limit) {
-        return Err(ApiError::bad_request("limit must be between 1 and 200"));
-    }
     let threads = state
         .store
-        .list_threads(user.user_id, limit, query.before)
+        .user(user.user_id)
+        .list_threads(page.limit, page.before)
         .await?;
-    let next_before = (threads.len() as i64 == limit)
-        .then(|| threads.last().map(|thread| thread.id))
-        .flatten();
+    let next_before = page.next(&threads, |thread| thread.id);
     Ok(Json(ThreadList {
         threads,
         next_before,
@@ -128,8 +111,8 @@ pub async fn get_thread(
     user: AuthUser,
     ApiPath(id): ApiPath<ThreadId>,
 ) -> ApiResult<Json<ThreadWithMessages>> {
-    let thread = state.store.get_thread(user.user_id, id).await?;
-    let messages = state.store.list_messages(user.user_id, id).await?;
+    let thread = state.store.user(user.user_id).get_thread(id).await?;
+    let messages = state.store.user(user.user_id).list_messages(id).await?;
     Ok(Json(ThreadWithMessages { thread, messages }))
 }
 
@@ -150,12 +133,16 @@ pub async fn delete_thread(
     ApiPath(id): ApiPath<ThreadId>,
     ApiQuery(query): ApiQuery<DeleteThreadQuery>,
 ) -> ApiResult<StatusCode> {
-    state.store.get_thread(user.user_id, id).await?;
+    state.store.user(user.user_id).get_thread(id).await?;
     if query.forget_memories {
-        state.store.delete_thread_memories(user.user_id, id).await?;
+        state
+            .store
+            .user(user.user_id)
+            .delete_thread_memories(id)
+            .await?;
         state.memory.indexer().notify();
     }
-    state.store.delete_thread(user.user_id, id).await?;
+    state.store.user(user.user_id).delete_thread(id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -173,43 +160,12 @@ pub async fn post_message(
     ApiPath(thread): ApiPath<ThreadId>,
     ApiJson(body): ApiJson<PostMessage>,
 ) -> ApiResult<Response> {
-    let content = body.content.trim().to_string();
-    if content.is_empty() {
-        return Err(ApiError::bad_request("content must not be empty"));
-    }
-    if content.chars().count() > MAX_MESSAGE_CHARS {
-        return Err(ApiError::bad_request(format!(
-            "content is longer than {MAX_MESSAGE_CHARS} characters"
-        )));
-    }
-    state.store.get_thread(user.user_id, thread).await?;
     let user_id = user.user_id;
-    let message = state
-        .store
-        .append_message(user_id, thread, Role::User, &content, None)
-        .await?;
-    let deps = ChatDeps {
-        store: state.store.clone(),
-        memory: state.memory.clone(),
-        models: state.models.clone(),
-        writer: state.writer.clone(),
-        settings: state.settings.chat.clone(),
-        research: Some(state.research.clone()),
-    };
-    let message_id = message.id;
     let run = state
-        .runs
-        .start(user_id, Some(thread), RunKind::Chat, move |context| {
-            run_chat_turn(context, deps, message)
-        })
-        .await?;
-    // What the turn teaches is written in the background, once the turn's stream has ended.
-    let job = TurnJob {
-        thread_id: thread,
-        user_message_id: message_id,
-        run_id: Some(run.id),
-    };
-    state.writer.enqueue_turn(user_id, &job).await?;
+        .chat
+        .send(user_id, thread, &body.content)
+        .await
+        .map_err(ApiError::from_error)?;
     if body.stream {
         Ok(run_event_response(&state, user_id, run.id, 0))
     } else {

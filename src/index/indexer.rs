@@ -122,7 +122,7 @@ impl Indexer {
 
     pub async fn lag(&self) -> Result<IndexLag, IndexerError> {
         Ok(IndexLag {
-            log_head: self.store.memory_log_head().await?,
+            log_head: self.store.maintenance().memory_log_head().await?,
             vector_applied: self.vector_applied.load(Ordering::Acquire),
             keyword_applied: self.keyword.applied_seq(),
         })
@@ -155,7 +155,11 @@ impl Indexer {
         let vector_from = self.vector_applied.load(Ordering::Acquire);
         let keyword_from = self.keyword.applied_seq();
         let from = vector_from.min(keyword_from);
-        let entries = self.store.memory_log_after(from, BATCH).await?;
+        let entries = self
+            .store
+            .maintenance()
+            .memory_log_after(from, BATCH)
+            .await?;
         let Some(last) = entries.last().map(|entry| entry.seq) else {
             return Ok(0);
         };
@@ -167,6 +171,7 @@ impl Indexer {
             .collect();
         let rows: HashMap<MemoryId, OwnedMemory> = self
             .store
+            .maintenance()
             .owned_memories(&ids)
             .await?
             .into_iter()
@@ -318,14 +323,14 @@ impl Indexer {
     /// written during the rebuild is applied afterwards by the follower.
     pub async fn rebuild(&self, progress: impl Fn(u64, u64)) -> Result<u64, IndexerError> {
         let _step = self.step_lock.lock().await;
-        let head = self.store.memory_log_head().await?;
-        let total = self.store.count_memories().await?.max(0) as u64;
+        let head = self.store.maintenance().memory_log_head().await?;
+        let total = self.store.maintenance().count_memories().await?.max(0) as u64;
         self.keyword.clear_async().await?;
         self.vector.clear().await?;
         let mut done = 0u64;
         let mut cursor = None;
         loop {
-            let page = self.store.scan_memories(cursor, 2000).await?;
+            let page = self.store.maintenance().scan_memories(cursor, 2000).await?;
             let Some(last) = page.last() else { break };
             cursor = Some(last.memory.id);
             let segment = Segment {
@@ -442,7 +447,7 @@ async fn read_watermark(
     watermark: &VectorWatermark,
 ) -> Result<i64, IndexerError> {
     match watermark {
-        VectorWatermark::Sql(name) => Ok(store.watermark(name).await?),
+        VectorWatermark::Sql(name) => Ok(store.maintenance().watermark(name).await?),
         VectorWatermark::File(path) => match tokio::fs::read_to_string(path).await {
             Ok(text) => text.trim().parse().map_err(|_| {
                 IndexerError::Watermark(format!("{} is not a number", path.display()))
@@ -462,7 +467,7 @@ async fn write_watermark(
     seq: i64,
 ) -> Result<(), IndexerError> {
     match watermark {
-        VectorWatermark::Sql(name) => Ok(store.set_watermark(name, seq).await?),
+        VectorWatermark::Sql(name) => Ok(store.maintenance().set_watermark(name, seq).await?),
         VectorWatermark::File(path) => {
             let temporary = path.with_extension("tmp");
             let failed = |error: std::io::Error| {
@@ -475,6 +480,16 @@ async fn write_watermark(
             file.sync_all().await.map_err(failed)?;
             tokio::fs::rename(&temporary, path).await.map_err(failed)?;
             Ok(())
+        }
+    }
+}
+
+impl crate::error::HasKind for IndexerError {
+    fn kind(&self) -> crate::error::ErrorKind {
+        match self {
+            IndexerError::Store(error) => error.kind(),
+            IndexerError::Index(error) => error.kind(),
+            IndexerError::Watermark(_) => crate::error::ErrorKind::Internal,
         }
     }
 }
@@ -550,7 +565,11 @@ mod tests {
         let store = crate::store::connect(&crate::testing::sqlite_url(dir.path()), 4)
             .await
             .unwrap();
-        let user = store.create_user("u", UserKind::Key).await.unwrap();
+        let user = store
+            .accounts()
+            .create_user("u", UserKind::Key)
+            .await
+            .unwrap();
         let vector = Arc::new(Optimizing {
             inner: Arc::new(
                 EdgeVectorIndex::open(&dir.path().join("vectors"), 4)
@@ -580,7 +599,8 @@ mod tests {
                     model: "test".into(),
                 };
                 store
-                    .insert_memories(user.id, vec![(memory, embedded)])
+                    .user(user.id)
+                    .insert_memories(vec![(memory, embedded)])
                     .await
                     .unwrap()
             }
@@ -601,7 +621,7 @@ mod tests {
             let _step = indexer.step_lock.lock().await;
             indexer.persist_vector().await.unwrap();
         }
-        let head = store.memory_log_head().await.unwrap();
+        let head = store.maintenance().memory_log_head().await.unwrap();
         assert_eq!(
             std::fs::read_to_string(&watermark_file).unwrap().trim(),
             head.to_string()
@@ -617,7 +637,7 @@ mod tests {
             head.to_string()
         );
         indexer.persist_vector_waiting().await.unwrap();
-        let head = store.memory_log_head().await.unwrap();
+        let head = store.maintenance().memory_log_head().await.unwrap();
         assert_eq!(
             std::fs::read_to_string(&watermark_file).unwrap().trim(),
             head.to_string()

@@ -662,8 +662,20 @@ impl KeywordIndex {
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        #[test]
+        fn analysis_never_panics_and_splitting_keeps_length(text in "\\PC{0,200}") {
+            let split = split_compounds(&text);
+            proptest::prop_assert_eq!(split.chars().count(), text.chars().count());
+            let mut analyzer = mnemo_analyzer().unwrap();
+            for token in analyze(&mut analyzer, &split) {
+                proptest::prop_assert!(!token.is_empty());
+            }
+        }
+    }
+
     fn user() -> UserId {
-        UserId::from_trusted(uuid::Uuid::now_v7())
+        UserId::for_tests()
     }
 
     fn mem() -> MemoryId {

@@ -539,7 +539,7 @@ mod tests {
 
     #[test]
     fn filter_always_has_user_condition() {
-        let user = UserId::from_trusted(uuid::Uuid::now_v7());
+        let user = UserId::for_tests();
         let f = build_filter(user, &VectorFilter::default());
         // user + archived + valid
         assert_eq!(f.must.len(), 3);

@@ -31,8 +31,8 @@ pub enum IndexError {
 }
 
 impl IndexError {
-    /// Stable, lowercase name of the variant, for metrics and API error mapping.
-    pub fn kind(&self) -> &'static str {
+    /// Stable, lowercase name of the variant, for metrics.
+    pub fn label(&self) -> &'static str {
         match self {
             IndexError::Unavailable(_) => "unavailable",
             IndexError::BadInput(_) => "bad_input",
@@ -272,8 +272,8 @@ pub(crate) mod conformance {
     /// Runs the full contract against `index` (opened with dimension [`DIM`]).
     /// Uses fresh random users so it can run against a shared server collection.
     pub(crate) async fn run_conformance(index: &dyn VectorIndex) {
-        let a = UserId::from_trusted(uuid::Uuid::now_v7());
-        let b = UserId::from_trusted(uuid::Uuid::now_v7());
+        let a = UserId::for_tests();
+        let b = UserId::for_tests();
         let (a1, a2, a3, a4, b1) = (
             new_memory(),
             new_memory(),
@@ -532,6 +532,17 @@ pub(crate) mod conformance {
     }
 }
 
+impl crate::error::HasKind for IndexError {
+    fn kind(&self) -> crate::error::ErrorKind {
+        use crate::error::ErrorKind;
+        match self {
+            IndexError::Unavailable(_) => ErrorKind::Unavailable,
+            IndexError::BadInput(_) => ErrorKind::BadRequest,
+            IndexError::Internal(_) => ErrorKind::Internal,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -615,6 +626,6 @@ mod tests {
             check_vector(&[0.0, 0.0], 2),
             Err(IndexError::BadInput(_))
         ));
-        assert_eq!(IndexError::Unavailable("x".into()).kind(), "unavailable");
+        assert_eq!(IndexError::Unavailable("x".into()).label(), "unavailable");
     }
 }

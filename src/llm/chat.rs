@@ -99,12 +99,13 @@ impl ChatRequest {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Usage {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub total_tokens: u64,
     /// From the configured price table; absent when the model has no price.
+    #[serde(default)]
     pub cost_usd: Option<f64>,
 }
 
@@ -168,6 +169,28 @@ impl LlmError {
     }
 }
 
+impl crate::error::HasKind for LlmError {
+    fn kind(&self) -> crate::error::ErrorKind {
+        use crate::error::ErrorKind;
+        match self.kind {
+            LlmErrorKind::RateLimited => ErrorKind::RateLimited,
+            LlmErrorKind::Timeout => ErrorKind::Timeout,
+            // The model endpoint is ours to configure: none of these is the caller's mistake.
+            LlmErrorKind::Unavailable | LlmErrorKind::Auth | LlmErrorKind::BadResponse => {
+                ErrorKind::Unavailable
+            }
+            LlmErrorKind::BadRequest => ErrorKind::Internal,
+        }
+    }
+}
+
+impl From<crate::llm::prompts::PromptError> for LlmError {
+    /// A prompt that does not render is a request we cannot make.
+    fn from(error: crate::llm::prompts::PromptError) -> Self {
+        LlmError::new(LlmErrorKind::BadRequest, error.to_string())
+    }
+}
+
 /// Receives streamed text as it arrives.
 pub type DeltaSink<'a> = &'a (dyn Fn(&str) + Send + Sync);
 
@@ -185,12 +208,7 @@ pub trait ChatModel: Send + Sync {
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError>;
 }
 
-/// Dollars per million tokens.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq)]
-pub struct Price {
-    pub input_per_mtok: f64,
-    pub output_per_mtok: f64,
-}
+pub use crate::config::Price;
 
 /// Cost of usage under a price table keyed by model name.
 pub fn cost(prices: &HashMap<String, Price>, model: &str, usage: &Usage) -> Option<f64> {
@@ -318,7 +336,7 @@ fn remove_trailing_commas(text: &str) -> String {
 /// A model for one role (chat, research, summarization, compression, final_report, memory).
 #[derive(Clone)]
 pub struct RoleModel {
-    pub role: &'static str,
+    pub role: crate::config::ModelRole,
     pub model: Arc<dyn ChatModel>,
     pub max_tokens: u32,
 }

@@ -43,8 +43,8 @@ pub enum EmbedError {
 }
 
 impl EmbedError {
-    /// Stable, lowercase name of the variant, for metrics and API error mapping.
-    pub fn kind(&self) -> &'static str {
+    /// Stable, lowercase name of the variant, for metrics.
+    pub fn label(&self) -> &'static str {
         match self {
             EmbedError::Unavailable(_) => "unavailable",
             EmbedError::BadInput(_) => "bad_input",
@@ -568,6 +568,52 @@ impl Embedder for OpenAiEmbedder {
     }
 }
 
+impl crate::error::HasKind for EmbedError {
+    fn kind(&self) -> crate::error::ErrorKind {
+        use crate::error::ErrorKind;
+        match self {
+            EmbedError::Unavailable(_) => ErrorKind::Unavailable,
+            EmbedError::BadInput(_) => ErrorKind::BadRequest,
+            EmbedError::Internal(_) => ErrorKind::Internal,
+        }
+    }
+}
+
+/// The embedder the settings name: the local model from `embedder.model_dir`, or an
+/// OpenAI-compatible `/embeddings` endpoint.
+pub async fn from_settings(
+    config: &crate::config::EmbedderSettings,
+) -> Result<Arc<dyn Embedder>, EmbedError> {
+    use secrecy::ExposeSecret as _;
+    if config.provider == crate::config::EmbedderProvider::Openai {
+        let (Some(base_url), Some(model), Some(dimension)) =
+            (&config.base_url, &config.model, config.dimension)
+        else {
+            return Err(EmbedError::BadInput(
+                "embedder.provider = openai needs embedder.base_url, embedder.model and embedder.dimension".into(),
+            ));
+        };
+        let key = config
+            .api_key
+            .as_ref()
+            .map(|key| key.expose_secret().to_string());
+        return Ok(Arc::new(OpenAiEmbedder::new(
+            base_url, key, model, dimension,
+        )?));
+    }
+    let dir = config.model_dir.clone();
+    if !dir.join("config.json").exists() {
+        return Err(EmbedError::Unavailable(format!(
+            "no embedding model in {} (run scripts/fetch-model, or set embedder.model_dir)",
+            dir.display()
+        )));
+    }
+    let embedder = tokio::task::spawn_blocking(move || LocalEmbedder::load(&dir))
+        .await
+        .map_err(|error| EmbedError::Internal(error.to_string()))??;
+    Ok(Arc::new(embedder))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -823,14 +869,14 @@ mod tests {
         for want in expected_kinds {
             let err = e.embed(&strings(&["x"])).await.expect_err("must fail");
             let text = err.to_string();
-            assert_eq!(err.kind(), want, "{text}");
+            assert_eq!(err.label(), want, "{text}");
             assert!(!text.contains(key), "key leaked: {text}");
         }
         server.await.expect("server");
         // Nothing listening: unavailable.
         let gone = OpenAiEmbedder::new("http://127.0.0.1:9/v1", None, "m", 3).expect("new");
         let err = gone.embed(&strings(&["x"])).await.expect_err("refused");
-        assert_eq!(err.kind(), "unavailable");
+        assert_eq!(err.label(), "unavailable");
         assert!(matches!(
             OpenAiEmbedder::new("ftp://x", None, "m", 3),
             Err(EmbedError::BadInput(_))

@@ -9,16 +9,8 @@ use serde::Serialize;
 
 use super::chat::RoleModel;
 use super::openai::{Endpoint, OpenAiChat};
-use crate::config::LlmSettings;
-
-pub const ROLES: [(&str, u32); 6] = [
-    ("chat", 2048),
-    ("research", 4096),
-    ("summarization", 1024),
-    ("compression", 4096),
-    ("final_report", 8192),
-    ("memory", 1024),
-];
+use crate::config::{LlmSettings, ModelRole};
+use strum::VariantArray;
 
 /// The configured models; empty when no LLM endpoint is configured.
 #[derive(Clone, Default)]
@@ -29,7 +21,7 @@ pub struct Models {
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ModelInfo {
-    pub role: &'static str,
+    pub role: ModelRole,
     pub model: String,
     pub max_tokens: u32,
 }
@@ -56,10 +48,10 @@ impl Models {
             backoff: Duration::from_millis(settings.retry_backoff_ms),
             prices: settings.prices.clone(),
         };
-        let roles = ROLES
+        let roles = ModelRole::VARIANTS
             .iter()
-            .filter_map(|(role, default_tokens)| {
-                let own = settings.roles.get(*role);
+            .filter_map(|&role| {
+                let own = settings.roles.get(&role);
                 let model = own
                     .and_then(|own| own.model.clone())
                     .or_else(|| settings.model.clone())?;
@@ -68,7 +60,7 @@ impl Models {
                     model: Arc::new(OpenAiChat::new(&endpoint, model)),
                     max_tokens: own
                         .and_then(|own| own.max_tokens)
-                        .unwrap_or(*default_tokens),
+                        .unwrap_or(role.default_max_tokens()),
                 })
             })
             .collect();
@@ -79,7 +71,7 @@ impl Models {
     }
 
     /// The model for a role, if any is configured.
-    pub fn role(&self, role: &str) -> Option<&RoleModel> {
+    pub fn role(&self, role: ModelRole) -> Option<&RoleModel> {
         self.roles.iter().find(|model| model.role == role)
     }
 

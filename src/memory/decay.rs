@@ -23,6 +23,7 @@ pub async fn run_once(
     }
     let unused_for = chrono::Duration::days(settings.archive_after_days as i64);
     store
+        .maintenance()
         .archive_unused(now, unused_for, settings.archive_max_importance)
         .await
 }

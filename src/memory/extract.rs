@@ -40,9 +40,11 @@ fn sentences(text: &str) -> Vec<&str> {
         .collect()
 }
 
-/// Strips a leading phrase (ASCII case-insensitive), returning the rest.
+/// Strips a leading phrase (ASCII case-insensitive), returning the rest. The search runs on an
+/// ASCII-lowercased copy, which keeps every byte offset of the original (full Unicode
+/// lowercasing does not: "İ" grows from two bytes to three).
 fn after_prefix<'a>(sentence: &'a str, prefixes: &[&str]) -> Option<&'a str> {
-    let lower = sentence.to_lowercase();
+    let lower = sentence.to_ascii_lowercase();
     prefixes.iter().find_map(|prefix| {
         lower
             .find(prefix)
@@ -165,6 +167,48 @@ pub fn same_subject_new_value(old: &str, new: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        #[test]
+        fn rules_never_panic_and_give_short_statements(text in "\\PC{0,200}") {
+            for found in rule_candidates(&text) {
+                proptest::prop_assert!(found.content.chars().count() >= 3);
+                proptest::prop_assert!((1..=5).contains(&found.importance));
+            }
+        }
+
+        #[test]
+        fn rules_survive_any_casing_around_their_triggers(
+            head in "\\PC{0,12}",
+            tail in "[a-zA-Z\u{4e00}-\u{9fa5}İß ]{3,40}",
+        ) {
+            let text = format!("{head}, Remember that {tail}");
+            let _ = rule_candidates(&text);
+            let _ = rule_candidates(&text.to_uppercase());
+        }
+
+        #[test]
+        fn tokens_are_lowercase_and_never_empty(text in "\\PC{0,200}") {
+            for token in tokens(&text) {
+                proptest::prop_assert!(!token.is_empty());
+                proptest::prop_assert_eq!(token.to_lowercase(), token.clone());
+            }
+        }
+    }
+
+    #[test]
+    fn offsets_survive_letters_whose_lowercase_is_longer() {
+        // "İ" lowercases to three bytes; slicing the original at offsets of the lowercased
+        // text used to panic on a char boundary and stop the writer's worker.
+        assert!(rule_candidates("İ, remember 茶").is_empty());
+        let found = rule_candidates("İ, remember the tea is 乌龙茶");
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].content, "The tea is 乌龙茶");
+        assert_eq!(
+            rule_candidates("REMEMBER THAT Straße ends in ß")[0].content,
+            "Straße ends in ß"
+        );
+    }
 
     fn contents(text: &str) -> Vec<(MemoryKind, String)> {
         rule_candidates(text)

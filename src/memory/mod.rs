@@ -4,31 +4,31 @@
 
 pub mod decay;
 pub mod extract;
-pub mod recall;
+mod portable;
+pub mod rank;
+mod recall;
 pub mod writer;
 
-use std::path::Path;
+pub use portable::{ImportLineError, ImportReport, PortableMemory};
+pub use recall::{RecallRequest, RecallResponse, RecallTimings};
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use secrecy::ExposeSecret;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tokio::sync::mpsc;
 
-use crate::config::{MemorySettings, Settings};
-use crate::index::edge::EdgeVectorIndex;
+use crate::config::MemorySettings;
+use crate::error::{ErrorKind, HasKind};
 use crate::index::indexer::{Indexer, IndexerError, VectorWatermark};
 use crate::index::keyword::KeywordIndex;
-use crate::index::qdrant::QdrantServerIndex;
-use crate::index::vector::{IndexError, VectorFilter, VectorIndex};
-use crate::llm::embed::{EmbedError, Embedder, LocalEmbedder, OpenAiEmbedder};
+use crate::index::vector::{IndexError, VectorIndex};
+use crate::llm::embed::{EmbedError, Embedder};
 use crate::store::{
-    Embedded, ErrorKind, Memory, MemoryFilter, MemoryId, MemoryKind, MemoryPatch, MemorySource,
-    MemoryVersion, NewMemory, Store, StoreError, ThreadId, Trust, UserId,
+    Embedded, Memory, MemoryFilter, MemoryId, MemoryKind, MemoryPatch, MemoryVersion, NewMemory,
+    Store, StoreError, ThreadId, UserId,
 };
-use recall::{RecallMode, Recalled};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MemoryError {
@@ -44,119 +44,24 @@ pub enum MemoryError {
     BadRequest(String),
 }
 
-impl MemoryError {
-    pub fn kind(&self) -> ErrorKind {
+impl HasKind for MemoryError {
+    fn kind(&self) -> ErrorKind {
         match self {
             MemoryError::Store(error) => error.kind(),
             MemoryError::BadRequest(_) => ErrorKind::BadRequest,
-            MemoryError::Embed(EmbedError::BadInput(_)) => ErrorKind::BadRequest,
-            MemoryError::Embed(EmbedError::Unavailable(_)) => ErrorKind::Unavailable,
-            MemoryError::Index(IndexError::Unavailable(_)) => ErrorKind::Unavailable,
-            _ => ErrorKind::Internal,
+            MemoryError::Embed(error) => error.kind(),
+            // An index refusing its input is our bug, not the caller's.
+            MemoryError::Index(IndexError::BadInput(_)) => ErrorKind::Internal,
+            MemoryError::Index(error) => error.kind(),
+            MemoryError::Indexer(error) => match error.kind() {
+                ErrorKind::Unavailable => ErrorKind::Unavailable,
+                _ => ErrorKind::Internal,
+            },
         }
     }
 }
 
 pub type MemoryResult<T> = Result<T, MemoryError>;
-
-/// Rows read from SQL in the first round of a recall (then doubling): enough for the top k
-/// in the common case, where the best fused hits are the final ones.
-const HYDRATE_CHUNK_MIN: usize = 16;
-
-/// A recall request (`recall_memory(query, k, kinds?, since?, until?)`).
-#[derive(Debug, Clone, Default)]
-pub struct RecallRequest {
-    pub query: String,
-    pub k: Option<usize>,
-    pub kinds: Option<Vec<MemoryKind>>,
-    pub since: Option<DateTime<Utc>>,
-    pub until: Option<DateTime<Utc>>,
-    pub include_archived: bool,
-    pub mode: RecallMode,
-    /// Apply the decay multiplier (default on).
-    pub decay: bool,
-    /// Candidates per signal; defaults to `memory.candidates`.
-    pub candidates: Option<usize>,
-}
-
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct RecallTimings {
-    /// Embedding the query.
-    pub embed_ms: f64,
-    /// The vector search alone (runs alongside the keyword search).
-    pub vector_ms: f64,
-    /// The BM25 search alone.
-    pub keyword_ms: f64,
-    /// Re-reading the candidates from SQL after fusion. The rows of the best keyword hits
-    /// are read while the vector search still runs and are not counted here.
-    pub hydrate_ms: f64,
-    /// Fusion, decay, near-duplicate removal.
-    pub rank_ms: f64,
-    /// Everything but the query embedding.
-    pub search_ms: f64,
-    pub total_ms: f64,
-}
-
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct RecallResponse {
-    pub results: Vec<Recalled>,
-    pub timings: RecallTimings,
-}
-
-/// One line of an export (and of an import): the memory without its vector.
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct PortableMemory {
-    pub kind: MemoryKind,
-    pub content: String,
-    #[serde(default)]
-    pub source: Option<MemorySource>,
-    #[serde(default)]
-    pub trust: Option<Trust>,
-    #[serde(default = "default_importance")]
-    pub importance: u8,
-    #[serde(default)]
-    pub source_refs: Vec<String>,
-    #[serde(default)]
-    pub created_at: Option<DateTime<Utc>>,
-    #[serde(default)]
-    pub archived_at: Option<DateTime<Utc>>,
-    #[serde(default)]
-    pub invalid_at: Option<DateTime<Utc>>,
-}
-
-fn default_importance() -> u8 {
-    3
-}
-
-impl From<&Memory> for PortableMemory {
-    fn from(memory: &Memory) -> Self {
-        Self {
-            kind: memory.kind,
-            content: memory.content.clone(),
-            source: Some(memory.source),
-            trust: Some(memory.trust),
-            importance: memory.importance,
-            source_refs: memory.source_refs.clone(),
-            created_at: Some(memory.created_at),
-            archived_at: memory.archived_at,
-            invalid_at: memory.invalid_at,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
-pub struct ImportReport {
-    pub imported: usize,
-    /// Lines whose exact content the user already has.
-    pub skipped: usize,
-    pub errors: Vec<ImportLineError>,
-}
-
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct ImportLineError {
-    pub line: usize,
-    pub message: String,
-}
 
 /// Memory content is capped so one memory stays a short statement.
 pub const MAX_MEMORY_CHARS: usize = 8_000;
@@ -181,64 +86,8 @@ pub struct MemoryStatus {
 }
 
 impl MemoryEngine {
-    /// Builds the embedder and both indexes from settings, catches the indexes up with the
-    /// log, and starts the follower and the access recorder.
-    pub async fn open(
-        settings: &Settings,
-        store: Arc<dyn Store>,
-        shutdown: tokio_util::sync::CancellationToken,
-    ) -> MemoryResult<Arc<Self>> {
-        let embedder = open_embedder(settings).await?;
-        let dimension = embedder.dimension();
-        let (vector, watermark): (Arc<dyn VectorIndex>, VectorWatermark) =
-            match &settings.qdrant.url {
-                Some(url) if !url.is_empty() => {
-                    let collection = format!("{}_{dimension}", settings.qdrant.collection);
-                    let index = QdrantServerIndex::connect(
-                        url,
-                        settings
-                            .qdrant
-                            .api_key
-                            .as_ref()
-                            .map(|key| key.expose_secret().to_string()),
-                        &collection,
-                        dimension,
-                    )
-                    .await?;
-                    (
-                        Arc::new(index),
-                        VectorWatermark::Sql(format!("qdrant:{collection}")),
-                    )
-                }
-                _ => {
-                    let dir = settings.data_dir.join(format!("vectors-{dimension}"));
-                    let index = EdgeVectorIndex::open(&dir, dimension).await?;
-                    index.set_tenant_shard_points(settings.qdrant.tenant_shard_points);
-                    (
-                        Arc::new(index),
-                        VectorWatermark::File(dir.join("applied.seq")),
-                    )
-                }
-            };
-        vector.set_search_ef(settings.qdrant.search_ef);
-        let keyword_dir = settings.data_dir.join("keyword");
-        let keyword = tokio::task::spawn_blocking(move || KeywordIndex::open(Some(&keyword_dir)))
-            .await
-            .map_err(|error| IndexError::Internal(error.to_string()))??;
-        Self::assemble(
-            store,
-            embedder,
-            vector,
-            keyword,
-            watermark,
-            settings.memory.clone(),
-            settings.qdrant.optimize_after_upserts,
-            shutdown,
-        )
-        .await
-    }
-
-    /// Wires given parts (used by `open` and by benchmarks that bring their own parts).
+    /// Wires the given backends (built by `startup`, or by benchmarks that bring their own),
+    /// catches the indexes up with the log, and starts the follower and the access recorder.
     #[allow(clippy::too_many_arguments)]
     pub async fn assemble(
         store: Arc<dyn Store>,
@@ -353,7 +202,10 @@ impl MemoryEngine {
                 && signals.vector_score.is_some_and(|s| s >= 0.5))
                 || signals.vector_score.is_some_and(|score| score >= 0.7);
             if strong && result.memory.kind != MemoryKind::Profile {
-                self.store.delete_memory(user, result.memory.id).await?;
+                self.store
+                    .user(user)
+                    .delete_memory(result.memory.id)
+                    .await?;
                 forgotten.push(result.memory);
             }
         }
@@ -363,7 +215,7 @@ impl MemoryEngine {
                 .iter()
                 .any(|memory| profile.source_refs.contains(&memory.id.to_string()));
             if derived {
-                self.store.delete_memory(user, profile.id).await?;
+                self.store.user(user).delete_memory(profile.id).await?;
             }
         }
         self.indexer.notify();
@@ -378,7 +230,8 @@ impl MemoryEngine {
         };
         Ok(self
             .store
-            .list_memories(user, &filter, 1, None)
+            .user(user)
+            .list_memories(&filter, 1, None)
             .await?
             .into_iter()
             .next())
@@ -420,7 +273,8 @@ impl MemoryEngine {
         let embedded = self.embed(&texts).await?;
         let written = self
             .store
-            .insert_memories(user, memories.into_iter().zip(embedded).collect())
+            .user(user)
+            .insert_memories(memories.into_iter().zip(embedded).collect())
             .await?;
         self.indexer.notify();
         metrics::counter!("mnemo_memories_written_total").increment(written.len() as u64);
@@ -429,192 +283,8 @@ impl MemoryEngine {
 
     /// Waits until everything written so far is in both indexes; false on timeout.
     pub async fn wait_recallable(&self, timeout: Duration) -> MemoryResult<bool> {
-        let head = self.store.memory_log_head().await?;
+        let head = self.store.maintenance().memory_log_head().await?;
         Ok(self.indexer.wait_for(head, timeout).await)
-    }
-
-    pub async fn recall(
-        &self,
-        user: UserId,
-        request: RecallRequest,
-    ) -> MemoryResult<RecallResponse> {
-        self.recall_with(user, request, &self.settings, Utc::now(), true)
-            .await
-    }
-
-    /// `recall` replayed at a fixed clock `now`, ranked with `settings` instead of the
-    /// engine's, and recording no access. Evaluations use it: decay is computed against the
-    /// dataset's timeline (and not disturbed by the evaluation's own reads), one index can be
-    /// ranked with several fusion constants, and reruns give the same results.
-    pub async fn recall_at(
-        &self,
-        user: UserId,
-        request: RecallRequest,
-        settings: &MemorySettings,
-        now: DateTime<Utc>,
-    ) -> MemoryResult<RecallResponse> {
-        self.recall_with(user, request, settings, now, false).await
-    }
-
-    async fn recall_with(
-        &self,
-        user: UserId,
-        request: RecallRequest,
-        settings: &MemorySettings,
-        now: DateTime<Utc>,
-        record_access: bool,
-    ) -> MemoryResult<RecallResponse> {
-        let started = Instant::now();
-        let query = request.query.trim();
-        if query.is_empty() {
-            return Err(MemoryError::BadRequest("query must not be empty".into()));
-        }
-        let k = request.k.unwrap_or(settings.default_k);
-        if k == 0 || k > settings.max_k {
-            return Err(MemoryError::BadRequest(format!(
-                "k must be between 1 and {}",
-                settings.max_k
-            )));
-        }
-        let candidates = request
-            .candidates
-            .unwrap_or(settings.candidates)
-            .max(k)
-            .min(1000);
-        // No kinds asked for means the ordinary ones: document chunks only when asked.
-        let kinds = request.kinds.clone().unwrap_or_else(MemoryKind::ordinary);
-        let filter = VectorFilter {
-            kinds: Some(kinds.iter().map(|kind| kind.as_str().to_string()).collect()),
-            since_ms: request.since.map(|time| time.timestamp_millis()),
-            // The index filter's upper bound is exclusive; ours is inclusive.
-            until_ms: request.until.map(|time| time.timestamp_millis() + 1),
-            include_archived: request.include_archived,
-            include_invalid: false,
-        };
-        let first_chunk = (2 * k).max(HYDRATE_CHUNK_MIN);
-        let (vector_hits, keyword_hits, prefetched, embed_ms, vector_ms, keyword_ms) = {
-            let use_vector = request.mode != RecallMode::Keyword;
-            let use_keyword = request.mode != RecallMode::Vector;
-            let keyword = self.indexer.keyword().clone();
-            let keyword_search = async {
-                if !use_keyword {
-                    return Ok((Vec::new(), 0.0, Vec::new()));
-                }
-                let started = Instant::now();
-                let hits = keyword
-                    .search_async(user, query.to_string(), filter.clone(), candidates)
-                    .await?;
-                let keyword_ms = elapsed_ms(started);
-                // The vector side (embedding the query, then searching) takes longer: read
-                // the rows of the best keyword hits meanwhile, as the first reading round
-                // after fusion will want most of them.
-                let prefetched = if use_vector && !hits.is_empty() {
-                    let ids: Vec<MemoryId> =
-                        hits.iter().take(first_chunk).map(|(id, _)| *id).collect();
-                    self.store.memories_by_ids(user, &ids).await?
-                } else {
-                    Vec::new()
-                };
-                Ok::<_, MemoryError>((hits, keyword_ms, prefetched))
-            };
-            let vector_search = async {
-                if !use_vector {
-                    return Ok::<_, MemoryError>((Vec::new(), 0.0, 0.0));
-                }
-                let embed_started = Instant::now();
-                let embedded = self.embedder.embed(&[query.to_string()]).await?;
-                let embed_ms = elapsed_ms(embed_started);
-                let vector = embedded.into_iter().next().unwrap_or_default();
-                let search_started = Instant::now();
-                let hits = self
-                    .indexer
-                    .vector()
-                    .search(user, &vector, &filter, candidates)
-                    .await?;
-                Ok((hits, embed_ms, elapsed_ms(search_started)))
-            };
-            let (keyword_result, vector_result) = tokio::join!(keyword_search, vector_search);
-            let (vector_hits, embed_ms, vector_ms) = vector_result?;
-            let (keyword_hits, keyword_ms, prefetched) = keyword_result?;
-            (
-                vector_hits,
-                keyword_hits,
-                prefetched,
-                embed_ms,
-                vector_ms,
-                keyword_ms,
-            )
-        };
-        let sql_filter = MemoryFilter {
-            kinds: Some(kinds),
-            since: request.since,
-            until: request.until,
-            include_archived: request.include_archived,
-            include_invalid: false,
-        };
-        let fused = recall::fuse(&vector_hits, &keyword_hits, settings.rrf_k);
-        // SQL is the truth: hits are re-read for this user and re-checked against the filter,
-        // in fused order and only as far as they can still change the top k.
-        let select_started = Instant::now();
-        let hydrate_ns = AtomicU64::new(0);
-        let mut prefetched: std::collections::HashMap<MemoryId, Memory> = prefetched
-            .into_iter()
-            .map(|memory| (memory.id, memory))
-            .collect();
-        let (results, _) = recall::select_reading(
-            &fused,
-            settings,
-            request.decay,
-            now,
-            k,
-            first_chunk,
-            |ids| {
-                let started = Instant::now();
-                let mut rows = Vec::with_capacity(ids.len());
-                let mut missing = Vec::new();
-                for id in ids {
-                    match prefetched.remove(&id) {
-                        Some(memory) => rows.push(memory),
-                        None => missing.push(id),
-                    }
-                }
-                let store = &self.store;
-                let sql_filter = &sql_filter;
-                let hydrate_ns = &hydrate_ns;
-                async move {
-                    if !missing.is_empty() {
-                        rows.extend(store.memories_by_ids(user, &missing).await?);
-                    }
-                    hydrate_ns.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                    Ok::<_, MemoryError>(
-                        rows.into_iter()
-                            .filter(|memory| sql_filter.admits(memory))
-                            .collect(),
-                    )
-                }
-            },
-        )
-        .await?;
-        let hydrate_ms = hydrate_ns.into_inner() as f64 / 1e6;
-        let rank_ms = elapsed_ms(select_started) - hydrate_ms;
-        let recalled: Vec<MemoryId> = results.iter().map(|r| r.memory.id).collect();
-        if record_access && !recalled.is_empty() {
-            let _ = self.access.send((user, recalled, crate::store::now()));
-        }
-        let total_ms = elapsed_ms(started);
-        metrics::histogram!("mnemo_recall_duration_seconds").record(total_ms / 1000.0);
-        Ok(RecallResponse {
-            results,
-            timings: RecallTimings {
-                embed_ms,
-                vector_ms,
-                keyword_ms,
-                hydrate_ms,
-                rank_ms,
-                search_ms: total_ms - embed_ms,
-                total_ms,
-            },
-        })
     }
 
     pub async fn get(
@@ -622,8 +292,8 @@ impl MemoryEngine {
         user: UserId,
         id: MemoryId,
     ) -> MemoryResult<(Memory, Vec<MemoryVersion>)> {
-        let memory = self.store.get_memory(user, id).await?;
-        let history = self.store.memory_history(user, id).await?;
+        let memory = self.store.user(user).get_memory(id).await?;
+        let history = self.store.user(user).memory_history(id).await?;
         Ok((memory, history))
     }
 
@@ -641,7 +311,8 @@ impl MemoryEngine {
         }
         Ok(self
             .store
-            .list_memories(user, &filter, limit, before)
+            .user(user)
+            .list_memories(&filter, limit, before)
             .await?)
     }
 
@@ -659,7 +330,7 @@ impl MemoryEngine {
             Some(content) => {
                 Self::check_content(&content)?;
                 // Ownership first, so another user's id costs no embedding.
-                self.store.get_memory(user, id).await?;
+                self.store.user(user).get_memory(id).await?;
                 let embedded = self.embed(std::slice::from_ref(&content)).await?;
                 embedded
                     .into_iter()
@@ -675,107 +346,21 @@ impl MemoryEngine {
             archived,
             invalid_at: None,
         };
-        let memory = self.store.update_memory(user, id, patch).await?;
+        let memory = self.store.user(user).update_memory(id, patch).await?;
         self.indexer.notify();
         Ok(memory)
     }
 
     pub async fn delete(&self, user: UserId, id: MemoryId) -> MemoryResult<()> {
-        self.store.delete_memory(user, id).await?;
+        self.store.user(user).delete_memory(id).await?;
         self.indexer.notify();
         Ok(())
     }
 
     pub async fn delete_all(&self, user: UserId) -> MemoryResult<u64> {
-        let deleted = self.store.delete_all_memories(user).await?;
+        let deleted = self.store.user(user).delete_all_memories().await?;
         self.indexer.notify();
         Ok(deleted)
-    }
-
-    /// Every memory of the user (archived and superseded ones too), oldest first.
-    pub async fn export(&self, user: UserId) -> MemoryResult<Vec<Memory>> {
-        let filter = MemoryFilter {
-            include_archived: true,
-            include_invalid: true,
-            ..MemoryFilter::default()
-        };
-        let mut all = self.store.all_memories(user, &filter).await?;
-        all.reverse();
-        Ok(all)
-    }
-
-    /// Imports JSONL lines (the export format). Lines whose content the user already has are
-    /// skipped, so importing the same file twice adds nothing. `source` becomes `import`;
-    /// trust is kept (never raised above what the line says).
-    pub async fn import(&self, user: UserId, jsonl: &str) -> MemoryResult<ImportReport> {
-        let mut report = ImportReport::default();
-        let existing: std::collections::HashSet<String> = self
-            .export(user)
-            .await?
-            .into_iter()
-            .map(|memory| memory.content)
-            .collect();
-        let mut seen = existing;
-        let mut batch: Vec<(usize, PortableMemory)> = Vec::new();
-        for (index, line) in jsonl.lines().enumerate() {
-            let line_number = index + 1;
-            if line.trim().is_empty() {
-                continue;
-            }
-            match serde_json::from_str::<PortableMemory>(line) {
-                Ok(item) => {
-                    if let Err(error) = Self::check_content(&item.content) {
-                        report.errors.push(ImportLineError {
-                            line: line_number,
-                            message: error.to_string(),
-                        });
-                    } else if !(1..=5).contains(&item.importance) {
-                        report.errors.push(ImportLineError {
-                            line: line_number,
-                            message: "importance must be between 1 and 5".into(),
-                        });
-                    } else if !seen.insert(item.content.clone()) {
-                        report.skipped += 1;
-                    } else {
-                        batch.push((line_number, item));
-                    }
-                }
-                Err(error) => report.errors.push(ImportLineError {
-                    line: line_number,
-                    message: format!("invalid memory: {error}"),
-                }),
-            }
-        }
-        for chunk in batch.chunks(256) {
-            let news: Vec<NewMemory> = chunk
-                .iter()
-                .map(|(_, item)| NewMemory {
-                    kind: item.kind,
-                    content: item.content.clone(),
-                    source: MemorySource::Import,
-                    trust: item.trust.unwrap_or(Trust::User),
-                    importance: item.importance,
-                    thread_id: None,
-                    source_refs: item.source_refs.clone(),
-                    created_at: item.created_at,
-                    supersedes: None,
-                })
-                .collect();
-            let written = self.add(user, news).await?;
-            for ((_, item), memory) in chunk.iter().zip(&written) {
-                if item.archived_at.is_some() || item.invalid_at.is_some() {
-                    let patch = MemoryPatch {
-                        archived: item.archived_at.map(|_| true),
-                        invalid_at: item.invalid_at.map(Some),
-                        ..MemoryPatch::default()
-                    };
-                    self.store.update_memory(user, memory.id, patch).await?;
-                }
-            }
-            report.imported += written.len();
-        }
-        self.indexer.notify();
-        Ok(report)
     }
 
     /// Re-embeds memories made by another model (after a model change), in batches, calling
@@ -784,12 +369,17 @@ impl MemoryEngine {
         let model = self.embedder.model_id().to_string();
         let total = self
             .store
+            .maintenance()
             .count_memories_not_embedded_by(&model)
             .await?
             .max(0) as u64;
         let mut done = 0u64;
         loop {
-            let stale = self.store.memories_not_embedded_by(&model, 64).await?;
+            let stale = self
+                .store
+                .maintenance()
+                .memories_not_embedded_by(&model, 64)
+                .await?;
             if stale.is_empty() {
                 break;
             }
@@ -799,7 +389,10 @@ impl MemoryEngine {
                 .collect();
             let embedded = self.embed(&texts).await?;
             for (owned, embedded) in stale.iter().zip(embedded) {
-                self.store.set_embedding(owned.memory.id, &embedded).await?;
+                self.store
+                    .user(owned.user)
+                    .set_embedding(owned.memory.id, &embedded)
+                    .await?;
             }
             done += stale.len() as u64;
             progress(done, total.max(done));
@@ -819,37 +412,6 @@ impl MemoryEngine {
         memory.thread_id = thread;
         memory
     }
-}
-
-async fn open_embedder(settings: &Settings) -> MemoryResult<Arc<dyn Embedder>> {
-    let config = &settings.embedder;
-    if config.provider == "openai" {
-        let (Some(base_url), Some(model), Some(dimension)) =
-            (&config.base_url, &config.model, config.dimension)
-        else {
-            return Err(MemoryError::BadRequest(
-                "embedder.provider = openai needs embedder.base_url, embedder.model and embedder.dimension".into(),
-            ));
-        };
-        let key = config
-            .api_key
-            .as_ref()
-            .map(|key| key.expose_secret().to_string());
-        return Ok(Arc::new(OpenAiEmbedder::new(
-            base_url, key, model, dimension,
-        )?));
-    }
-    let dir = config.model_dir.clone();
-    if !Path::new(&dir).join("config.json").exists() {
-        return Err(MemoryError::Embed(EmbedError::Unavailable(format!(
-            "no embedding model in {} (run scripts/fetch-model, or set embedder.model_dir)",
-            dir.display()
-        ))));
-    }
-    let embedder = tokio::task::spawn_blocking(move || LocalEmbedder::load(&dir))
-        .await
-        .map_err(|error| EmbedError::Internal(error.to_string()))??;
-    Ok(Arc::new(embedder))
 }
 
 fn elapsed_ms(started: Instant) -> f64 {
@@ -882,7 +444,7 @@ async fn record_accesses(
         for (user, (mut ids, at)) in pending {
             ids.sort();
             ids.dedup();
-            if let Err(error) = store.record_access(user, &ids, at).await {
+            if let Err(error) = store.user(user).record_access(&ids, at).await {
                 tracing::warn!(%error, "recording memory access failed");
             }
         }

@@ -8,24 +8,94 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::FutureExt as _;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::MemoryError;
 use super::extract::{Candidate, rule_candidates, same_statement, same_subject_new_value};
-use super::recall::RecallMode;
+use super::rank::RecallMode;
 use super::{MemoryEngine, RecallRequest};
-use crate::llm::chat::{ChatMessage, ChatRequest, complete_json};
-use crate::llm::prompts::{prompt, quote, render};
+use crate::config::ModelRole;
+use crate::error::{ErrorKind, HasKind};
+use crate::llm::chat::{ChatMessage, ChatRequest, LlmError, complete_json};
+use crate::llm::prompts::{Prompt, quote};
 use crate::llm::roles::Models;
 use crate::store::{
-    Job, MemoryId, MemoryKind, MemorySource, MessageId, NewMemory, Role, Store, ThreadId, Trust,
-    UserId,
+    Job, JobKind, JobStatus, MemoryId, MemoryKind, MemorySource, MessageId, NewMemory, Role, Store,
+    StoreError, ThreadId, Trust, UserId,
 };
 
-const MAX_ATTEMPTS: i64 = 5;
+/// Attempts of a job before it fails for good (also the cap the claim enforces on jobs whose
+/// worker died mid-job).
+pub const MAX_ATTEMPTS: i64 = 5;
 const LEASE_SECS: i64 = 120;
+
+/// Why a memory job failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WriterError {
+    /// The job's payload is not what its kind needs: retrying cannot help.
+    #[error("malformed {kind} job payload: {source}")]
+    Payload {
+        kind: JobKind,
+        source: serde_json::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    #[error("memory model: {0}")]
+    Llm(#[from] LlmError),
+    #[error("{0}")]
+    Internal(String),
+    #[error("the job panicked: {0}")]
+    Panicked(String),
+    #[error(transparent)]
+    Prompt(#[from] crate::llm::prompts::PromptError),
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|text| text.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".into())
+}
+
+impl HasKind for WriterError {
+    fn kind(&self) -> ErrorKind {
+        match self {
+            WriterError::Payload { .. } => ErrorKind::BadRequest,
+            WriterError::Store(error) => error.kind(),
+            WriterError::Memory(error) => error.kind(),
+            WriterError::Llm(error) => error.kind(),
+            WriterError::Internal(_) | WriterError::Panicked(_) | WriterError::Prompt(_) => {
+                ErrorKind::Internal
+            }
+        }
+    }
+}
+
+impl WriterError {
+    /// Whether the job is worth another attempt: a client-side mistake in the job itself (bad
+    /// payload, refused input) fails at once; anything else may pass.
+    pub fn retry(&self) -> bool {
+        !matches!(self, WriterError::Panicked(_))
+            && !matches!(
+                self.kind(),
+                ErrorKind::BadRequest | ErrorKind::NotFound | ErrorKind::Conflict
+            )
+    }
+}
+
+fn parse_payload<T: serde::de::DeserializeOwned>(job: &Job) -> Result<T, WriterError> {
+    serde_json::from_value(job.payload.clone()).map_err(|source| WriterError::Payload {
+        kind: job.kind,
+        source,
+    })
+}
 
 /// Payload of a `turn` job.
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
@@ -106,7 +176,8 @@ impl MemoryWriter {
         let key = format!("turn:{}", job.user_message_id);
         let payload = serde_json::to_value(job).unwrap_or(Value::Null);
         self.store
-            .enqueue_job(user, "turn", &key, &payload, run)
+            .user(user)
+            .enqueue_job(JobKind::Turn, &key, &payload, run)
             .await?;
         self.notify();
         Ok(())
@@ -120,7 +191,8 @@ impl MemoryWriter {
     ) -> crate::store::StoreResult<()> {
         let payload = serde_json::to_value(job).unwrap_or(Value::Null);
         self.store
-            .enqueue_job(user, "remember", key, &payload, None)
+            .user(user)
+            .enqueue_job(JobKind::Remember, key, &payload, None)
             .await?;
         self.notify();
         Ok(())
@@ -148,7 +220,8 @@ impl MemoryWriter {
             };
             let payload = serde_json::to_value(&job).unwrap_or(Value::Null);
             self.store
-                .enqueue_job(user, "import", &import_key(user, &id), &payload, None)
+                .user(user)
+                .enqueue_job(JobKind::Import, &import_key(user, &id), &payload, None)
                 .await?;
             batches.push(ImportBatch {
                 id,
@@ -165,8 +238,11 @@ impl MemoryWriter {
         &self,
         user: UserId,
         batch: &str,
-    ) -> crate::store::StoreResult<Option<String>> {
-        self.store.job_status(&import_key(user, batch)).await
+    ) -> crate::store::StoreResult<Option<JobStatus>> {
+        self.store
+            .user(user)
+            .job_status(&import_key(user, batch))
+            .await
     }
 
     /// Starts `workers` loops that run until `shutdown` (0 leaves jobs queued).
@@ -181,11 +257,24 @@ impl MemoryWriter {
             let shutdown = shutdown.clone();
             handles.push(tokio::spawn(async move {
                 loop {
-                    let worked = match writer.work_one().await {
-                        Ok(worked) => worked,
-                        Err(error) => {
+                    // Each job runs in a task of its own: a panic inside it is caught here, the
+                    // job stays claimed until its lease ends (then the claim's attempt cap
+                    // applies), and this worker goes on.
+                    let attempt = tokio::spawn({
+                        let writer = writer.clone();
+                        async move { writer.work_one().await }
+                    });
+                    let worked = match attempt.await {
+                        Ok(Ok(worked)) => worked,
+                        Ok(Err(error)) => {
                             tracing::warn!(%error, "memory writer could not claim a job");
                             false
+                        }
+                        Err(panic) => {
+                            tracing::error!(%panic, "a memory job panicked; the worker goes on");
+                            metrics::counter!("mnemo_writer_jobs_total", "status" => "panicked")
+                                .increment(1);
+                            true
                         }
                     };
                     if worked {
@@ -206,26 +295,38 @@ impl MemoryWriter {
     pub async fn work_one(&self) -> crate::store::StoreResult<bool> {
         let Some(job) = self
             .store
-            .claim_job(chrono::Duration::seconds(LEASE_SECS))
+            .maintenance()
+            .claim_job(chrono::Duration::seconds(LEASE_SECS), MAX_ATTEMPTS)
             .await?
         else {
             return Ok(false);
         };
         let started = Instant::now();
-        let result = self.process(&job).await;
+        // A panic is a bug that another attempt would hit again: the job fails at once, with
+        // the panic as its error, and the worker goes on.
+        let result = match std::panic::AssertUnwindSafe(self.process(&job))
+            .catch_unwind()
+            .await
+        {
+            Ok(result) => result,
+            Err(panic) => Err(WriterError::Panicked(panic_message(panic.as_ref()))),
+        };
         match result {
             Ok(outcomes) => {
-                self.store.complete_job(job.id).await?;
+                self.store.maintenance().complete_job(job.id).await?;
                 metrics::counter!("mnemo_writer_jobs_total", "status" => "done").increment(1);
                 tracing::debug!(kind = %job.kind, outcomes = outcomes.len(), "memory job done");
             }
             Err(error) => {
-                let retry = (job.attempts < MAX_ATTEMPTS).then(|| {
+                let retry = (error.retry() && job.attempts < MAX_ATTEMPTS).then(|| {
                     crate::store::now() + chrono::Duration::seconds(2i64.pow(job.attempts as u32))
                 });
-                tracing::warn!(kind = %job.kind, attempts = job.attempts, %error, "memory job failed");
+                tracing::warn!(kind = %job.kind, attempts = job.attempts, retry = retry.is_some(), %error, "memory job failed");
                 metrics::counter!("mnemo_writer_jobs_total", "status" => "failed").increment(1);
-                self.store.fail_job(job.id, &error, retry).await?;
+                self.store
+                    .maintenance()
+                    .fail_job(job.id, &error.to_string(), retry)
+                    .await?;
             }
         }
         let latency = (crate::store::now() - job.created_at)
@@ -237,9 +338,9 @@ impl MemoryWriter {
         Ok(true)
     }
 
-    async fn process(&self, job: &Job) -> Result<Vec<Outcome>, String> {
+    async fn process(&self, job: &Job) -> Result<Vec<Outcome>, WriterError> {
         let outcomes = self.process_kind(job).await?;
-        let learned = job.kind != "profile"
+        let learned = job.kind != JobKind::Profile
             && outcomes
                 .iter()
                 .any(|outcome| !matches!(outcome, Outcome::Duplicate(_)));
@@ -249,16 +350,14 @@ impl MemoryWriter {
         Ok(outcomes)
     }
 
-    async fn process_kind(&self, job: &Job) -> Result<Vec<Outcome>, String> {
-        match job.kind.as_str() {
-            "turn" => {
-                let payload: TurnJob =
-                    serde_json::from_value(job.payload.clone()).map_err(|e| e.to_string())?;
+    async fn process_kind(&self, job: &Job) -> Result<Vec<Outcome>, WriterError> {
+        match job.kind {
+            JobKind::Turn => {
+                let payload: TurnJob = parse_payload(job)?;
                 self.process_turn(job.user, &payload).await
             }
-            "remember" => {
-                let payload: RememberJob =
-                    serde_json::from_value(job.payload.clone()).map_err(|e| e.to_string())?;
+            JobKind::Remember => {
+                let payload: RememberJob = parse_payload(job)?;
                 let mut memory =
                     NewMemory::from_user(payload.kind, payload.content, payload.importance);
                 memory.thread_id = payload.thread_id;
@@ -268,17 +367,12 @@ impl MemoryWriter {
                     .unwrap_or_default();
                 Ok(vec![self.consolidate(job.user, memory).await?])
             }
-            "profile" => self.build_profile(job.user).await.map(|_| Vec::new()),
-            "import" => {
-                let payload: ImportJob =
-                    serde_json::from_value(job.payload.clone()).map_err(|e| e.to_string())?;
+            JobKind::Profile => self.build_profile(job.user).await.map(|_| Vec::new()),
+            JobKind::Import => {
+                let payload: ImportJob = parse_payload(job)?;
                 // Import skips contents the user already has, so a retried batch adds nothing
                 // twice.
-                let report = self
-                    .memory
-                    .import(job.user, &payload.lines)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let report = self.memory.import(job.user, &payload.lines).await?;
                 tracing::info!(
                     imported = report.imported,
                     skipped = report.skipped,
@@ -288,45 +382,43 @@ impl MemoryWriter {
                 );
                 Ok(Vec::new())
             }
-            other => Err(format!("unknown job kind {other:?}")),
         }
     }
 
     /// Queues a profile rebuild, at most one per `profile_interval_secs` for a user.
-    async fn schedule_profile(&self, user: UserId) -> Result<(), String> {
+    async fn schedule_profile(&self, user: UserId) -> Result<(), WriterError> {
         let interval = self.memory.settings().profile_interval_secs.max(1) as i64;
         let bucket = crate::store::now().timestamp() / interval;
         self.store
+            .user(user)
             .enqueue_job(
-                user,
-                "profile",
+                JobKind::Profile,
                 &format!("profile:{user}:{bucket}"),
                 &json!({}),
                 None,
             )
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         Ok(())
     }
 
     /// Rebuilds (never appends to) the user's profile from their preferences and facts.
-    pub async fn build_profile(&self, user: UserId) -> Result<Option<MemoryId>, String> {
+    pub async fn build_profile(&self, user: UserId) -> Result<Option<MemoryId>, WriterError> {
         let filter = crate::store::MemoryFilter {
             kinds: Some(vec![MemoryKind::Preference, MemoryKind::Fact]),
             ..Default::default()
         };
         let mut sources = self
             .store
-            .list_memories(user, &filter, 200, None)
-            .await
-            .map_err(|e| e.to_string())?;
+            .user(user)
+            .list_memories(&filter, 200, None)
+            .await?;
         sources.sort_by(|a, b| b.importance.cmp(&a.importance).then(b.id.cmp(&a.id)));
         sources.truncate(30);
-        let existing = self.memory.profile(user).await.map_err(|e| e.to_string())?;
+        let existing = self.memory.profile(user).await?;
         if sources.is_empty() {
             return Ok(existing.map(|profile| profile.id));
         }
-        let content = match self.models.role("memory") {
+        let content = match self.models.role(ModelRole::Memory) {
             Some(role) => {
                 let listed = sources
                     .iter()
@@ -340,13 +432,10 @@ impl MemoryWriter {
                     })
                     .collect::<Vec<_>>()
                     .join("\n");
-                let text = render(
-                    prompt("build_profile").unwrap_or_default(),
-                    &[("memories", &listed)],
-                );
+                let text = Prompt::BuildProfile.render(&[("memories", &listed)])?;
                 let mut request = ChatRequest::new(vec![ChatMessage::user(text)]);
                 request.max_tokens = Some(role.max_tokens);
-                let response = role.model.complete(&request).await.map_err(|e| e.message)?;
+                let response = role.model.complete(&request).await?;
                 response.content.trim().to_string()
             }
             None => {
@@ -390,26 +479,15 @@ impl MemoryWriter {
             created_at: None,
             supersedes: existing.as_ref().map(|profile| profile.id),
         };
-        let written = self
-            .memory
-            .add(user, vec![profile])
-            .await
-            .map_err(|e| e.to_string())?;
+        let written = self.memory.add(user, vec![profile]).await?;
         if let Some(old) = existing {
-            self.memory
-                .delete(user, old.id)
-                .await
-                .map_err(|e| e.to_string())?;
+            self.memory.delete(user, old.id).await?;
         }
         Ok(written.first().map(|memory| memory.id))
     }
 
-    async fn process_turn(&self, user: UserId, job: &TurnJob) -> Result<Vec<Outcome>, String> {
-        let messages = self
-            .store
-            .list_messages(user, job.thread_id)
-            .await
-            .map_err(|e| e.to_string())?;
+    async fn process_turn(&self, user: UserId, job: &TurnJob) -> Result<Vec<Outcome>, WriterError> {
+        let messages = self.store.user(user).list_messages(job.thread_id).await?;
         let Some(user_message) = messages.iter().find(|m| m.id == job.user_message_id) else {
             // The thread or message was deleted since: nothing to remember.
             return Ok(Vec::new());
@@ -423,7 +501,7 @@ impl MemoryWriter {
         // Every message is also a `turn` memory, so past conversation is searchable.
         let mut turns = vec![(user_message, MemorySource::User, Trust::User)];
         // Without a chat model the reply only lists memories: nothing new to keep.
-        if let Some(reply) = assistant.filter(|_| self.models.role("chat").is_some()) {
+        if let Some(reply) = assistant.filter(|_| self.models.role(ModelRole::Chat).is_some()) {
             turns.push((reply, MemorySource::Assistant, Trust::Assistant));
         }
         let turn_memories: Vec<NewMemory> = turns
@@ -449,16 +527,11 @@ impl MemoryWriter {
             })
             .filter(|memory| memory.content.chars().count() <= super::MAX_MEMORY_CHARS)
             .collect();
-        for memory in self
-            .memory
-            .add(user, turn_memories)
-            .await
-            .map_err(|e| e.to_string())?
-        {
+        for memory in self.memory.add(user, turn_memories).await? {
             outcomes.push(Outcome::Added(memory.id));
         }
         // Candidates come from the user's words only; the assistant's reply is context.
-        let candidates = match self.models.role("memory") {
+        let candidates = match self.models.role(ModelRole::Memory) {
             Some(_) => {
                 self.llm_candidates(&user_message.content, assistant.map(|m| m.content.as_str()))
                     .await?
@@ -486,17 +559,14 @@ impl MemoryWriter {
         &self,
         user_text: &str,
         reply: Option<&str>,
-    ) -> Result<Vec<Candidate>, String> {
-        let Some(role) = self.models.role("memory") else {
+    ) -> Result<Vec<Candidate>, WriterError> {
+        let Some(role) = self.models.role(ModelRole::Memory) else {
             return Ok(Vec::new());
         };
-        let text = render(
-            prompt("extract_memories").unwrap_or_default(),
-            &[
-                ("user", &quote(user_text)),
-                ("assistant", &quote(reply.unwrap_or("(no reply)"))),
-            ],
-        );
+        let text = Prompt::ExtractMemories.render(&[
+            ("user", &quote(user_text)),
+            ("assistant", &quote(reply.unwrap_or("(no reply)"))),
+        ])?;
         let mut request = ChatRequest::new(vec![ChatMessage::user(text)]);
         request.max_tokens = Some(role.max_tokens);
         let (items, _) = complete_json(
@@ -537,13 +607,16 @@ impl MemoryWriter {
                 Ok(out)
             },
         )
-        .await
-        .map_err(|error| error.message)?;
+        .await?;
         Ok(items)
     }
 
     /// Adds, skips or supersedes one candidate against the user's similar memories.
-    pub async fn consolidate(&self, user: UserId, memory: NewMemory) -> Result<Outcome, String> {
+    pub async fn consolidate(
+        &self,
+        user: UserId,
+        memory: NewMemory,
+    ) -> Result<Outcome, WriterError> {
         let request = RecallRequest {
             query: memory.content.clone(),
             k: Some(5),
@@ -557,12 +630,7 @@ impl MemoryWriter {
             decay: false,
             ..RecallRequest::default()
         };
-        let similar = self
-            .memory
-            .recall(user, request)
-            .await
-            .map_err(|e| e.to_string())?
-            .results;
+        let similar = self.memory.recall(user, request).await?.results;
         // Near-identical vectors are duplicates only when no value changed: "my code is 4471"
         // and "my code is 4472" embed almost alike but say different things.
         if let Some(duplicate) = similar.iter().find(|r| {
@@ -572,11 +640,12 @@ impl MemoryWriter {
         }) {
             let _ = self
                 .store
-                .record_access(user, &[duplicate.memory.id], crate::store::now())
+                .user(user)
+                .record_access(&[duplicate.memory.id], crate::store::now())
                 .await;
             return Ok(Outcome::Duplicate(duplicate.memory.id));
         }
-        let contradicted = match self.models.role("memory") {
+        let contradicted = match self.models.role(ModelRole::Memory) {
             Some(_) if !similar.is_empty() => self.llm_contradiction(&memory, &similar).await?,
             _ => similar
                 .iter()
@@ -587,32 +656,28 @@ impl MemoryWriter {
                 })
                 .map(|r| r.memory.id),
         };
-        let embedded = self
-            .memory
-            .embed_one(&memory.content)
-            .await
-            .map_err(|e| e.to_string())?;
+        let embedded = self.memory.embed_one(&memory.content).await?;
         match contradicted {
             Some(old) => {
                 let new = self
                     .store
-                    .supersede_memory(user, old, memory, embedded)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                    .user(user)
+                    .supersede_memory(old, memory, embedded)
+                    .await?;
                 self.memory.indexer().notify();
                 Ok(Outcome::Superseded { old, new: new.id })
             }
             None => {
                 let written = self
                     .store
-                    .insert_memories(user, vec![(memory, embedded)])
-                    .await
-                    .map_err(|e| e.to_string())?;
+                    .user(user)
+                    .insert_memories(vec![(memory, embedded)])
+                    .await?;
                 self.memory.indexer().notify();
                 written
                     .first()
                     .map(|memory| Outcome::Added(memory.id))
-                    .ok_or_else(|| "memory was not written".to_string())
+                    .ok_or_else(|| WriterError::Internal("memory was not written".into()))
             }
         }
     }
@@ -620,9 +685,9 @@ impl MemoryWriter {
     async fn llm_contradiction(
         &self,
         memory: &NewMemory,
-        similar: &[super::recall::Recalled],
-    ) -> Result<Option<MemoryId>, String> {
-        let Some(role) = self.models.role("memory") else {
+        similar: &[super::rank::Recalled],
+    ) -> Result<Option<MemoryId>, WriterError> {
+        let Some(role) = self.models.role(ModelRole::Memory) else {
             return Ok(None);
         };
         let existing = similar
@@ -630,10 +695,8 @@ impl MemoryWriter {
             .map(|r| format!("[{}]\n{}", r.memory.id, quote(&r.memory.content)))
             .collect::<Vec<_>>()
             .join("\n");
-        let text = render(
-            prompt("consolidate_memory").unwrap_or_default(),
-            &[("new", &quote(&memory.content)), ("existing", &existing)],
-        );
+        let text = Prompt::ConsolidateMemory
+            .render(&[("new", &quote(&memory.content)), ("existing", &existing)])?;
         let ids: Vec<MemoryId> = similar.iter().map(|r| r.memory.id).collect();
         let mut request = ChatRequest::new(vec![ChatMessage::user(text)]);
         request.max_tokens = Some(role.max_tokens);
@@ -659,17 +722,17 @@ impl MemoryWriter {
                 _ => Err("action must be add, noop or supersede".to_string()),
             },
         )
-        .await
-        .map_err(|error| error.message)?;
+        .await?;
         Ok(target)
     }
 
     pub async fn health(&self) -> Value {
-        match self.store.queue_stats().await {
+        match self.store.maintenance().queue_stats().await {
             Ok(stats) => {
                 metrics::gauge!("mnemo_writer_queue_depth").set(stats.queued as f64);
                 json!({ "status": "ok", "queued": stats.queued, "running": stats.running,
-                        "failed": stats.failed, "oldest_queued_secs": stats.oldest_queued_secs })
+                        "failed": stats.failed, "oldest_queued_secs": stats.oldest_queued_secs,
+                        "recent_failures": stats.recent_failures })
             }
             Err(error) => json!({ "status": "down", "error": error.to_string() }),
         }

@@ -5,14 +5,9 @@
 //! use: it checks a request, resolves its configuration and models, picks the search provider,
 //! and runs the workflow in a run of its own or inside a chat run.
 
-pub mod documents;
-pub mod extract;
-pub mod fetch;
 pub mod request;
-pub mod search;
 pub mod workflow;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,10 +16,10 @@ use crate::config::Settings;
 use crate::llm::roles::Models;
 use crate::memory::MemoryEngine;
 use crate::runs::{RunContext, RunFailure, RunHub};
+use crate::search;
+use crate::search::fetch::{FetchPolicy, Fetcher};
 use crate::store::{Run, RunId, RunKind, Store, StoreError, UserId};
-use fetch::{FetchPolicy, Fetcher};
 use request::{ResearchRequest, ResolvedConfig};
-use search::SearchProvider;
 use workflow::{ResearchDeps, ResearchSummary, run_research};
 
 /// Why a research could not start.
@@ -48,7 +43,7 @@ pub struct ResearchService {
     models: Models,
     /// Every provider, built once: a web provider holds its HTTP client (connection pool);
     /// one that is not configured holds the reason.
-    providers: HashMap<&'static str, Result<Arc<dyn SearchProvider>, String>>,
+    providers: search::Providers,
 }
 
 /// A checked request: its configuration and everything it runs with.
@@ -64,6 +59,7 @@ impl ResearchService {
         memory: Arc<MemoryEngine>,
         runs: Arc<RunHub>,
         models: Models,
+        providers: search::Providers,
     ) -> Result<Arc<Self>, String> {
         let fetch = &settings.research.fetch;
         let allow = parse_allow(&fetch.allow_addrs)?;
@@ -75,14 +71,6 @@ impl ResearchService {
             ..FetchPolicy::default()
         };
         let fetcher = Fetcher::new(policy).map_err(|error| error.to_string())?;
-        let providers = search::PROVIDERS
-            .iter()
-            .map(|&name| {
-                let built = search::provider(name, &settings.research.search, memory.clone())
-                    .map_err(|error| error.to_string());
-                (name, built)
-            })
-            .collect();
         Ok(Arc::new(Self {
             settings,
             store,
@@ -96,7 +84,7 @@ impl ResearchService {
 
     /// The search provider used when a request names none.
     pub fn default_search_api(&self) -> &str {
-        &self.settings.research.search.default_provider
+        self.settings.research.search.default_provider.as_str()
     }
 
     /// Checks a request and resolves what it would run with, without running it.
@@ -149,7 +137,7 @@ impl ResearchService {
         prepared: Prepared,
     ) -> Result<(Run, ResolvedConfig), StartError> {
         if let Some(thread) = prepared.config.thread_id {
-            self.store.get_thread(user, thread).await?;
+            self.store.user(user).get_thread(thread).await?;
         }
         let config = prepared.config.clone();
         let run = self

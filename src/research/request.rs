@@ -7,9 +7,11 @@ use std::collections::BTreeMap;
 use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 
+use crate::config::ModelRole;
 use crate::config::{LlmSettings, ResearchSettings};
-use crate::llm::roles::{ModelInfo, Models, ROLES};
+use crate::llm::roles::{ModelInfo, Models};
 use crate::store::ThreadId;
+use strum::VariantArray;
 
 /// Longest accepted query, in characters.
 pub const MAX_QUERY_CHARS: usize = 4_000;
@@ -92,19 +94,19 @@ impl ResolvedConfig {
     pub fn headline_model(&self) -> Option<String> {
         self.models
             .iter()
-            .find(|model| model.role == "final_report")
+            .find(|model| model.role == ModelRole::FinalReport)
             .or_else(|| self.models.first())
             .map(|model| model.model.clone())
     }
 }
 
 /// Roles a research uses (the chat role is not one of them).
-const RESEARCH_ROLES: [&str; 5] = [
-    "research",
-    "summarization",
-    "compression",
-    "final_report",
-    "memory",
+const RESEARCH_ROLES: [ModelRole; 5] = [
+    ModelRole::Research,
+    ModelRole::Summarization,
+    ModelRole::Compression,
+    ModelRole::FinalReport,
+    ModelRole::Memory,
 ];
 
 fn within(name: &str, value: Option<u32>, default: u32, limit: u32) -> Result<u32, String> {
@@ -150,10 +152,11 @@ impl ResearchRequest {
             }
         };
         for role in self.models.keys().chain(self.max_tokens.keys()) {
-            if !RESEARCH_ROLES.contains(&role.as_str()) {
+            if !RESEARCH_ROLES.iter().any(|known| known == &role.as_str()) {
+                let names: Vec<&str> = RESEARCH_ROLES.iter().map(|role| role.as_str()).collect();
                 return Err(format!(
                     "role {role:?} is unknown; roles are {}",
-                    RESEARCH_ROLES.join(", ")
+                    names.join(", ")
                 ));
             }
         }
@@ -249,16 +252,21 @@ fn request_llm(llm: &LlmSettings, request: &ResearchRequest) -> LlmSettings {
         llm.model = Some(model.trim().to_string());
         // One model named for the whole research replaces the per-role defaults.
         for role in RESEARCH_ROLES {
-            if let Some(own) = llm.roles.get_mut(role) {
+            if let Some(own) = llm.roles.get_mut(&role) {
                 own.model = None;
             }
         }
     }
+    // Role names were checked by `resolve`.
     for (role, model) in &request.models {
-        llm.roles.entry(role.clone()).or_default().model = Some(model.clone());
+        if let Ok(role) = role.parse::<ModelRole>() {
+            llm.roles.entry(role).or_default().model = Some(model.clone());
+        }
     }
     for (role, tokens) in &request.max_tokens {
-        llm.roles.entry(role.clone()).or_default().max_tokens = Some(*tokens);
+        if let Ok(role) = role.parse::<ModelRole>() {
+            llm.roles.entry(role).or_default().max_tokens = Some(*tokens);
+        }
     }
     if let Some(key) = &request.api_key {
         llm.api_key = Some(key.clone());
@@ -268,7 +276,10 @@ fn request_llm(llm: &LlmSettings, request: &ResearchRequest) -> LlmSettings {
 
 /// Every role name with its default completion-token cap (for `/research/test` output).
 pub fn role_defaults() -> Vec<(&'static str, u32)> {
-    ROLES.to_vec()
+    ModelRole::VARIANTS
+        .iter()
+        .map(|role| (role.as_str(), role.default_max_tokens()))
+        .collect()
 }
 
 #[cfg(test)]

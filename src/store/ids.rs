@@ -68,9 +68,15 @@ uuid_id!(DocumentId, "document");
 pub struct UserId(Uuid);
 
 impl UserId {
-    /// For the store (rows it reads back) and the auth layer only.
-    pub(crate) fn from_trusted(id: Uuid) -> Self {
+    /// For the store only: ids of rows it reads back.
+    pub(in crate::store) fn from_trusted(id: Uuid) -> Self {
         Self(id)
+    }
+
+    /// A fresh id for unit tests of the indexes, which never see a store.
+    #[cfg(test)]
+    pub(crate) fn for_tests() -> Self {
+        Self(Uuid::now_v7())
     }
 
     pub fn as_uuid(&self) -> Uuid {

@@ -6,33 +6,6 @@ use serde::{Deserialize, Serialize};
 
 use super::ids::{MemoryId, ThreadId, UserId};
 
-macro_rules! text_enum {
-    ($(#[$meta:meta])* $name:ident { $($variant:ident => $text:literal),* $(,)? }) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-        #[serde(rename_all = "snake_case")]
-        pub enum $name { $($variant),* }
-
-        impl $name {
-            pub const ALL: &'static [$name] = &[$($name::$variant),*];
-
-            pub fn as_str(self) -> &'static str {
-                match self { $($name::$variant => $text),* }
-            }
-
-            pub fn parse(text: &str) -> Option<Self> {
-                match text { $($text => Some($name::$variant),)* _ => None }
-            }
-        }
-
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-    };
-}
-
 text_enum!(
     /// What a memory is.
     MemoryKind {
@@ -223,34 +196,17 @@ impl MemoryFilter {
     }
 }
 
-/// What happened to the memory named by a log entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogOp {
-    /// The memory was created or changed: index its current row.
-    Upsert,
-    /// The memory was deleted.
-    Delete,
-    /// Every memory of the user was deleted.
-    DeleteUser,
-}
-
-impl LogOp {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LogOp::Upsert => "upsert",
-            LogOp::Delete => "delete",
-            LogOp::DeleteUser => "delete_user",
-        }
+text_enum!(
+    /// What happened to the memory named by a log entry.
+    LogOp {
+        /// The memory was created or changed: index its current row.
+        Upsert => "upsert",
+        /// The memory was deleted.
+        Delete => "delete",
+        /// Every memory of the user was deleted.
+        DeleteUser => "delete_user",
     }
-
-    pub fn parse(text: &str) -> Self {
-        match text {
-            "delete" => LogOp::Delete,
-            "delete_user" => LogOp::DeleteUser,
-            _ => LogOp::Upsert,
-        }
-    }
-}
+);
 
 #[derive(Debug, Clone)]
 pub struct LogEntry {

@@ -4,11 +4,14 @@
 //! Both implementations share their SQL text through the `sql_store!` macro in `sql.rs`; each
 //! has its own migrations under `migrations/{sqlite,postgres}`.
 
+#[macro_use]
+pub(crate) mod text_enum;
 mod document;
 mod ids;
 mod memory;
 mod postgres;
 mod research;
+mod scope;
 mod sql;
 mod sql_documents;
 mod sql_jobs;
@@ -24,6 +27,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::error::{ErrorKind, HasKind};
+
 pub use document::{Document, NewDocument};
 pub use ids::{DocumentId, JobId, MemoryId, MessageId, RunId, ThreadId, UserId};
 pub use memory::{
@@ -31,7 +36,9 @@ pub use memory::{
     MemoryVersion, NewMemory, OwnedMemory, Trust, vector_from_bytes, vector_to_bytes,
 };
 pub use postgres::PostgresStore;
-pub use research::{NewResearch, ResearchOutcome, ResearchRecord, ResearchStore};
+use research::ResearchStore;
+pub use research::{NewResearch, ResearchOutcome, ResearchRecord};
+pub use scope::{Accounts, Maintenance, UserScope};
 pub use sqlite::SqliteStore;
 
 /// Errors of the SQL layer.
@@ -51,22 +58,8 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
 }
 
-/// The closed set of error kinds every layer reports; `http::ApiError` maps them to statuses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorKind {
-    BadRequest,
-    Unauthenticated,
-    NotFound,
-    Conflict,
-    PayloadTooLarge,
-    RateLimited,
-    Timeout,
-    Unavailable,
-    Internal,
-}
-
-impl StoreError {
-    pub fn kind(&self) -> ErrorKind {
+impl HasKind for StoreError {
+    fn kind(&self) -> ErrorKind {
         match self {
             StoreError::NotFound(_) => ErrorKind::NotFound,
             StoreError::Conflict(_) => ErrorKind::Conflict,
@@ -87,32 +80,15 @@ pub fn now() -> DateTime<Utc> {
     Utc::now().trunc_subsecs(6)
 }
 
-/// How a user authenticates: an API key issued by `mnemo user add`, or a verified JWT subject.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum UserKind {
-    Key,
-    Jwt,
-    Dev,
-}
-
-impl UserKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            UserKind::Key => "key",
-            UserKind::Jwt => "jwt",
-            UserKind::Dev => "dev",
-        }
+text_enum!(
+    /// How a user authenticates: an API key issued by `mnemo user add`, or a verified JWT
+    /// subject, or the single local user of `--dev`.
+    UserKind {
+        Key => "key",
+        Jwt => "jwt",
+        Dev => "dev",
     }
-
-    fn parse(text: &str) -> Self {
-        match text {
-            "jwt" => UserKind::Jwt,
-            "dev" => UserKind::Dev,
-            _ => UserKind::Key,
-        }
-    }
-}
+);
 
 #[derive(Debug, Clone, Serialize)]
 pub struct User {
@@ -132,34 +108,15 @@ pub struct Thread {
     pub updated_at: DateTime<Utc>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    User,
-    Assistant,
-    System,
-    Tool,
-}
-
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::User => "user",
-            Role::Assistant => "assistant",
-            Role::System => "system",
-            Role::Tool => "tool",
-        }
+text_enum!(
+    /// Who wrote a message.
+    Role {
+        User => "user",
+        Assistant => "assistant",
+        System => "system",
+        Tool => "tool",
     }
-
-    fn parse(text: &str) -> Self {
-        match text {
-            "assistant" => Role::Assistant,
-            "system" => Role::System,
-            "tool" => Role::Tool,
-            _ => Role::User,
-        }
-    }
-}
+);
 
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Message {
@@ -174,62 +131,27 @@ pub struct Message {
     pub created_at: DateTime<Utc>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum RunKind {
-    Chat,
-    Research,
-}
-
-impl RunKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunKind::Chat => "chat",
-            RunKind::Research => "research",
-        }
+text_enum!(
+    /// What a run executes.
+    RunKind {
+        Chat => "chat",
+        Research => "research",
     }
+);
 
-    fn parse(text: &str) -> Self {
-        match text {
-            "research" => RunKind::Research,
-            _ => RunKind::Chat,
-        }
+text_enum!(
+    /// Lifecycle of a run (and of a research). `Running` is the only non-terminal state.
+    RunStatus {
+        Running => "running",
+        Completed => "completed",
+        Failed => "failed",
+        Cancelled => "cancelled",
+        /// The server stopped (shutdown or crash) while the run was in progress.
+        Interrupted => "interrupted",
     }
-}
-
-/// Lifecycle of a run. `Running` is the only non-terminal state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum RunStatus {
-    Running,
-    Completed,
-    Failed,
-    Cancelled,
-    /// The server stopped (shutdown or crash) while the run was in progress.
-    Interrupted,
-}
+);
 
 impl RunStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Running => "running",
-            RunStatus::Completed => "completed",
-            RunStatus::Failed => "failed",
-            RunStatus::Cancelled => "cancelled",
-            RunStatus::Interrupted => "interrupted",
-        }
-    }
-
-    fn parse(text: &str) -> Self {
-        match text {
-            "completed" => RunStatus::Completed,
-            "failed" => RunStatus::Failed,
-            "cancelled" => RunStatus::Cancelled,
-            "interrupted" => RunStatus::Interrupted,
-            _ => RunStatus::Running,
-        }
-    }
-
     pub fn is_terminal(self) -> bool {
         self != RunStatus::Running
     }
@@ -251,11 +173,32 @@ pub struct Run {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
+text_enum!(
+    /// The type of a run event: the SSE `event:` name (names come only from here).
+    EventType {
+        SessionStart => "session_start",
+        StageUpdate => "stage_update",
+        Thinking => "thinking",
+        ToolCall => "tool_call",
+        ToolResult => "tool_result",
+        MemoryRecalled => "memory_recalled",
+        SourcesFound => "sources_found",
+        PlanReview => "plan_review",
+        MessageDelta => "message_delta",
+        ReportDelta => "report_delta",
+        Usage => "usage",
+        MessageComplete => "message_complete",
+        ResearchComplete => "research_complete",
+        Error => "error",
+        Done => "done",
+    }
+);
+
 /// One entry of a run's event log. `data` is the JSON payload sent as the SSE `data:` field.
 #[derive(Debug, Clone, Serialize)]
 pub struct StoredEvent {
     pub seq: i64,
-    pub event_type: String,
+    pub event_type: EventType,
     pub data: serde_json::Value,
     pub created_at: DateTime<Utc>,
 }
@@ -266,7 +209,7 @@ pub struct StoredEvent {
 /// a memory-log row in one transaction. Methods without a `UserId` serve the indexers and
 /// maintenance jobs, which work across users.
 #[async_trait]
-pub trait MemoryStore: Send + Sync + 'static {
+pub(in crate::store) trait MemoryStore: Send + Sync + 'static {
     async fn insert_memories(
         &self,
         user: UserId,
@@ -362,15 +305,44 @@ pub trait MemoryStore: Send + Sync + 'static {
         thread: ThreadId,
     ) -> StoreResult<Vec<MemoryId>>;
     /// Replaces a memory's vector (re-embedding after a model change).
-    async fn set_embedding(&self, id: MemoryId, embedded: &Embedded) -> StoreResult<()>;
+    async fn set_embedding(
+        &self,
+        user: UserId,
+        id: MemoryId,
+        embedded: &Embedded,
+    ) -> StoreResult<()>;
 }
+
+text_enum!(
+    /// What a background job does.
+    JobKind {
+        /// Store a finished turn's messages and extract memories from it.
+        Turn => "turn",
+        /// Store what the model's `remember` tool asked for.
+        Remember => "remember",
+        /// Rebuild the user's profile.
+        Profile => "profile",
+        /// Import one batch of an export's lines.
+        Import => "import",
+    }
+);
+
+text_enum!(
+    /// Where a job is in its life.
+    JobStatus {
+        Queued => "queued",
+        Running => "running",
+        Done => "done",
+        Failed => "failed",
+    }
+);
 
 /// A claimed background job.
 #[derive(Debug, Clone)]
 pub struct Job {
     pub id: JobId,
     pub user: UserId,
-    pub kind: String,
+    pub kind: JobKind,
     pub key: String,
     pub payload: serde_json::Value,
     pub attempts: i64,
@@ -378,30 +350,48 @@ pub struct Job {
 }
 
 /// Queue depth and age, for `/health` and `/metrics`.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct QueueStats {
     pub queued: i64,
     pub running: i64,
     pub failed: i64,
     /// Age of the oldest job waiting to run, in seconds.
     pub oldest_queued_secs: f64,
+    /// The most recent jobs that failed for good, newest first.
+    pub recent_failures: Vec<FailedJob>,
+}
+
+/// A job that failed for good, kept with its error.
+#[derive(Debug, Clone, Serialize)]
+pub struct FailedJob {
+    pub kind: JobKind,
+    pub attempts: i64,
+    /// The error's first line, at most 200 characters.
+    pub error: String,
+    pub failed_at: Option<DateTime<Utc>>,
 }
 
 /// The durable job queue. Jobs are idempotent by `key` and carry their owner's `UserId`.
 #[async_trait]
-pub trait JobStore: Send + Sync + 'static {
+pub(in crate::store) trait JobStore: Send + Sync + 'static {
     /// Queues a job; false when a job with this key already exists. A job with `after_run`
     /// is not claimed while that run is still running (the turn's stream ends first).
     async fn enqueue_job(
         &self,
         user: UserId,
-        kind: &str,
+        kind: JobKind,
         key: &str,
         payload: &serde_json::Value,
         after_run: Option<RunId>,
     ) -> StoreResult<bool>;
-    /// Claims the oldest ready job (or one whose lease expired) for `lease`.
-    async fn claim_job(&self, lease: chrono::Duration) -> StoreResult<Option<Job>>;
+    /// Claims the oldest ready job (or one whose lease expired) for `lease`. A job whose lease
+    /// expired after `max_attempts` attempts (its worker died each time) fails for good here
+    /// instead of being claimed again.
+    async fn claim_job(
+        &self,
+        lease: chrono::Duration,
+        max_attempts: i64,
+    ) -> StoreResult<Option<Job>>;
     async fn complete_job(&self, id: JobId) -> StoreResult<()>;
     /// Records a failure: retried at `retry_at`, or failed for good when `None`.
     async fn fail_job(
@@ -411,15 +401,15 @@ pub trait JobStore: Send + Sync + 'static {
         retry_at: Option<DateTime<Utc>>,
     ) -> StoreResult<()>;
     async fn queue_stats(&self) -> StoreResult<QueueStats>;
-    /// The status of the job with this key (`queued`, `running`, `done`, `failed`).
-    async fn job_status(&self, key: &str) -> StoreResult<Option<String>>;
+    /// The status of the user's job with this key.
+    async fn job_status(&self, user: UserId, key: &str) -> StoreResult<Option<JobStatus>>;
 }
 
 /// The documents a user ingested for local research. A document's text lives in its chunk
 /// memories (kind `document`, `source_refs` = `["doc:<id>", "doc:<id>#<n>"]`), written through
 /// the memory engine; this part keeps the document rows and finds a document's chunks.
 #[async_trait]
-pub trait DocumentStore: Send + Sync + 'static {
+pub(in crate::store) trait DocumentStore: Send + Sync + 'static {
     async fn insert_document(&self, user: UserId, document: NewDocument) -> StoreResult<Document>;
     /// Newest first, before an optional cursor.
     async fn list_documents(
@@ -435,10 +425,22 @@ pub trait DocumentStore: Send + Sync + 'static {
     async fn document_chunk_ids(&self, user: UserId, id: DocumentId) -> StoreResult<Vec<MemoryId>>;
 }
 
-#[async_trait]
+/// The SQL source of truth, as one trait object. Its backend traits are sealed inside `store`;
+/// callers go through `user(id)`, `maintenance()` and `accounts()` (see `scope`).
+#[allow(private_bounds)]
 pub trait Store:
-    MemoryStore + JobStore + DocumentStore + ResearchStore + Send + Sync + 'static
+    MemoryStore + JobStore + DocumentStore + ResearchStore + StoreCore + Send + Sync + 'static
 {
+}
+
+impl<T> Store for T where
+    T: MemoryStore + JobStore + DocumentStore + ResearchStore + StoreCore + Send + Sync + 'static
+{
+}
+
+/// Users, keys, threads, messages and runs (the rest of the backend).
+#[async_trait]
+pub(in crate::store) trait StoreCore: Send + Sync + 'static {
     /// "sqlite" or "postgres".
     fn backend(&self) -> &'static str;
     /// A cheap round trip, for `/health`.
@@ -503,6 +505,7 @@ pub trait Store:
     /// Moves a running run to a terminal status; a run already terminal is left as it is.
     async fn finish_run(
         &self,
+        user: UserId,
         id: RunId,
         status: RunStatus,
         error: Option<&str>,
@@ -510,9 +513,10 @@ pub trait Store:
     /// Appends an event with the given sequence number (the caller serialises appends per run).
     async fn append_run_event(
         &self,
+        user: UserId,
         run: RunId,
         seq: i64,
-        event_type: &str,
+        event_type: EventType,
         data: &serde_json::Value,
     ) -> StoreResult<()>;
     /// Events with `seq > after`, in order, at most `limit`.
@@ -523,8 +527,9 @@ pub trait Store:
         after: i64,
         limit: i64,
     ) -> StoreResult<Vec<StoredEvent>>;
-    /// Runs left `running` by a previous process (crash), for recovery at start.
-    async fn running_runs(&self) -> StoreResult<Vec<(RunId, i64)>>;
+    /// Runs left `running` by a previous process (crash), for recovery at start, with their
+    /// owners and last sequence numbers.
+    async fn running_runs(&self) -> StoreResult<Vec<(RunId, UserId, i64)>>;
 }
 
 /// Opens the store named by the URL scheme (`sqlite:` or `postgres:`) and runs its migrations.

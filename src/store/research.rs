@@ -7,10 +7,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{RunId, StoreResult, ThreadId, UserId};
+use super::{RunId, RunStatus, StoreResult, ThreadId, UserId};
 
-/// A research as stored. `status` is `running`, `completed`, `failed`, `cancelled` or
-/// `interrupted`.
+/// A research as stored.
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ResearchRecord {
     #[schema(value_type = String)]
@@ -23,7 +22,7 @@ pub struct ResearchRecord {
     pub thread_id: Option<ThreadId>,
     pub query: String,
     pub model: Option<String>,
-    pub status: String,
+    pub status: RunStatus,
     /// The resolved configuration the research ran with (no secrets).
     pub config: Value,
     pub report: Option<String>,
@@ -53,9 +52,9 @@ pub struct NewResearch {
 }
 
 /// What a research ended with.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ResearchOutcome {
-    pub status: String,
+    pub status: RunStatus,
     pub report: Option<String>,
     pub sources: Value,
     pub usage: Value,
@@ -66,8 +65,25 @@ pub struct ResearchOutcome {
     pub error: Option<String>,
 }
 
+impl ResearchOutcome {
+    /// An end with `status` and nothing else to record.
+    pub fn ended(status: RunStatus) -> Self {
+        Self {
+            status,
+            report: None,
+            sources: Value::Null,
+            usage: Value::Null,
+            stage_timings: Value::Null,
+            word_count: 0,
+            source_count: 0,
+            duration_ms: None,
+            error: None,
+        }
+    }
+}
+
 #[async_trait]
-pub trait ResearchStore: Send + Sync + 'static {
+pub(in crate::store) trait ResearchStore: Send + Sync + 'static {
     async fn create_research(&self, user: UserId, research: &NewResearch) -> StoreResult<()>;
     /// Records the end of a research still `running`; a finished one is left as it is.
     async fn finish_research(

@@ -17,7 +17,7 @@ macro_rules! sql_store {
                 Ok(User {
                     id: UserId::from_trusted(row.try_get("id")?),
                     name: row.try_get("name")?,
-                    kind: UserKind::parse(row.try_get::<&str, _>("kind")?),
+                    kind: text_enum::decode("users.kind", row.try_get::<&str, _>("kind")?)?,
                     created_at: row.try_get("created_at")?,
                     active_keys: row.try_get("active_keys")?,
                 })
@@ -36,7 +36,7 @@ macro_rules! sql_store {
                 Ok(Message {
                     id: MessageId::from_uuid(row.try_get("id")?),
                     thread_id: ThreadId::from_uuid(row.try_get("thread_id")?),
-                    role: Role::parse(row.try_get::<&str, _>("role")?),
+                    role: text_enum::decode("messages.role", row.try_get::<&str, _>("role")?)?,
                     content: row.try_get("content")?,
                     run_id: row.try_get::<Option<Uuid>, _>("run_id")?.map(RunId::from_uuid),
                     created_at: row.try_get("created_at")?,
@@ -47,8 +47,8 @@ macro_rules! sql_store {
                 Ok(Run {
                     id: RunId::from_uuid(row.try_get("id")?),
                     thread_id: row.try_get::<Option<Uuid>, _>("thread_id")?.map(ThreadId::from_uuid),
-                    kind: RunKind::parse(row.try_get::<&str, _>("kind")?),
-                    status: RunStatus::parse(row.try_get::<&str, _>("status")?),
+                    kind: text_enum::decode("runs.kind", row.try_get::<&str, _>("kind")?)?,
+                    status: text_enum::decode("runs.status", row.try_get::<&str, _>("status")?)?,
                     error: row.try_get("error")?,
                     last_seq: row.try_get("last_seq")?,
                     created_at: row.try_get("created_at")?,
@@ -61,7 +61,7 @@ macro_rules! sql_store {
                 let data: sqlx::types::Json<serde_json::Value> = row.try_get("data")?;
                 Ok(StoredEvent {
                     seq: row.try_get("seq")?,
-                    event_type: row.try_get("event_type")?,
+                    event_type: text_enum::decode("run_events.event_type", row.try_get::<&str, _>("event_type")?)?,
                     data: data.0,
                     created_at: row.try_get("created_at")?,
                 })
@@ -78,7 +78,7 @@ macro_rules! sql_store {
         }
 
         #[async_trait::async_trait]
-        impl crate::store::Store for $store {
+        impl crate::store::StoreCore for $store {
             fn backend(&self) -> &'static str {
                 $backend
             }
@@ -453,6 +453,7 @@ macro_rules! sql_store {
 
             async fn finish_run(
                 &self,
+                user: UserId,
                 id: RunId,
                 status: RunStatus,
                 error: Option<&str>,
@@ -460,13 +461,14 @@ macro_rules! sql_store {
                 let at = now();
                 sqlx::query(
                     "UPDATE runs SET status = $1, error = $2, updated_at = $3, finished_at = $4 \
-                     WHERE id = $5 AND status = 'running'",
+                     WHERE id = $5 AND user_id = $6 AND status = 'running'",
                 )
                 .bind(status.as_str())
                 .bind(error)
                 .bind(at)
                 .bind(status.is_terminal().then_some(at))
                 .bind(id.as_uuid())
+                .bind(user.as_uuid())
                 .execute(&self.pool)
                 .await?;
                 Ok(())
@@ -474,20 +476,34 @@ macro_rules! sql_store {
 
             async fn append_run_event(
                 &self,
+                user: UserId,
                 run: RunId,
                 seq: i64,
-                event_type: &str,
+                event_type: EventType,
                 data: &serde_json::Value,
             ) -> StoreResult<()> {
                 let at = now();
                 let mut tx = self.pool.begin().await?;
+                // The owner check comes first (and is the transaction's first write).
+                let owned = sqlx::query(
+                    "UPDATE runs SET last_seq = $1, updated_at = $2 WHERE id = $3 AND user_id = $4",
+                )
+                .bind(seq)
+                .bind(at)
+                .bind(run.as_uuid())
+                .bind(user.as_uuid())
+                .execute(&mut *tx)
+                .await?;
+                if owned.rows_affected() != 1 {
+                    return Err(StoreError::NotFound("run"));
+                }
                 let inserted = sqlx::query(
                     "INSERT INTO run_events (run_id, seq, event_type, data, created_at) \
                      VALUES ($1, $2, $3, $4, $5)",
                 )
                 .bind(run.as_uuid())
                 .bind(seq)
-                .bind(event_type)
+                .bind(event_type.as_str())
                 .bind(sqlx::types::Json(data))
                 .bind(at)
                 .execute(&mut *tx)
@@ -501,12 +517,6 @@ macro_rules! sql_store {
                     }
                     Err(error) => return Err(error.into()),
                 }
-                sqlx::query("UPDATE runs SET last_seq = $1, updated_at = $2 WHERE id = $3")
-                    .bind(seq)
-                    .bind(at)
-                    .bind(run.as_uuid())
-                    .execute(&mut *tx)
-                    .await?;
                 tx.commit().await?;
                 Ok(())
             }
@@ -533,15 +543,19 @@ macro_rules! sql_store {
                 Ok(found.iter().map(rows::event).collect::<Result<_, _>>()?)
             }
 
-            async fn running_runs(&self) -> StoreResult<Vec<(RunId, i64)>> {
-                let found = sqlx::query("SELECT id, last_seq FROM runs WHERE status = 'running'")
+            async fn running_runs(&self) -> StoreResult<Vec<(RunId, UserId, i64)>> {
+                let found = sqlx::query("SELECT id, user_id, last_seq FROM runs WHERE status = 'running'")
                     .fetch_all(&self.pool)
                     .await?;
                 found
                     .iter()
                     .map(|row| {
                         use sqlx::Row as _;
-                        Ok((RunId::from_uuid(row.try_get("id")?), row.try_get("last_seq")?))
+                        Ok((
+                            RunId::from_uuid(row.try_get("id")?),
+                            UserId::from_trusted(row.try_get("user_id")?),
+                            row.try_get("last_seq")?,
+                        ))
                     })
                     .collect::<Result<_, sqlx::Error>>()
                     .map_err(StoreError::from)

@@ -10,7 +10,7 @@ macro_rules! sql_job_store {
             Ok(Job {
                 id: JobId::from_uuid(row.try_get("id")?),
                 user: UserId::from_trusted(row.try_get("user_id")?),
-                kind: row.try_get("kind")?,
+                kind: text_enum::decode("jobs.kind", row.try_get::<&str, _>("kind")?)?,
                 key: row.try_get("key")?,
                 payload: payload.0,
                 attempts: row.try_get("attempts")?,
@@ -23,7 +23,7 @@ macro_rules! sql_job_store {
             async fn enqueue_job(
                 &self,
                 user: UserId,
-                kind: &str,
+                kind: JobKind,
                 key: &str,
                 payload: &serde_json::Value,
                 after_run: Option<RunId>,
@@ -35,7 +35,7 @@ macro_rules! sql_job_store {
                 )
                 .bind(JobId::new().as_uuid())
                 .bind(user.as_uuid())
-                .bind(kind)
+                .bind(kind.as_str())
                 .bind(after_run.map(|run| run.as_uuid()))
                 .bind(key)
                 .bind(sqlx::types::Json(payload))
@@ -45,19 +45,34 @@ macro_rules! sql_job_store {
                 Ok(done.rows_affected() == 1)
             }
 
-            async fn claim_job(&self, lease: chrono::Duration) -> StoreResult<Option<Job>> {
+            async fn claim_job(
+                &self,
+                lease: chrono::Duration,
+                max_attempts: i64,
+            ) -> StoreResult<Option<Job>> {
                 let at = now();
+                sqlx::query(
+                    "UPDATE jobs SET status = 'failed', finished_at = $1, locked_until = NULL, \
+                     last_error = 'the worker stopped during every attempt' \
+                     WHERE status = 'running' AND locked_until < $1 AND attempts >= $2",
+                )
+                .bind(at)
+                .bind(max_attempts)
+                .execute(&self.pool)
+                .await?;
                 let sql = concat!(
                     "UPDATE jobs SET status = 'running', attempts = attempts + 1, locked_until = $1 \
                      WHERE id = (SELECT id FROM jobs WHERE ((status = 'queued' AND run_after <= $2) \
-                     OR (status = 'running' AND locked_until < $2)) AND NOT EXISTS (SELECT 1 FROM runs r \
-                     WHERE r.id = jobs.run_id AND r.status = 'running') ORDER BY run_after LIMIT 1 ",
+                     OR (status = 'running' AND locked_until < $2 AND attempts < $3)) AND NOT EXISTS \
+                     (SELECT 1 FROM runs r WHERE r.id = jobs.run_id AND r.status = 'running') \
+                     ORDER BY run_after LIMIT 1 ",
                     $skip_locked,
                     ") RETURNING id, user_id, kind, key, payload, attempts, created_at"
                 );
                 let row = sqlx::query(sql)
                     .bind(at + lease)
                     .bind(at)
+                    .bind(max_attempts)
                     .fetch_optional(&self.pool)
                     .await?;
                 Ok(row.as_ref().map(job_row).transpose()?)
@@ -122,14 +137,35 @@ macro_rules! sql_job_store {
                         _ => stats.failed = count,
                     }
                 }
+                let failures = sqlx::query(
+                    "SELECT kind, attempts, last_error, finished_at FROM jobs WHERE status = 'failed' \
+                     ORDER BY finished_at DESC LIMIT 5",
+                )
+                .fetch_all(&self.pool)
+                .await?;
+                for row in failures {
+                    let error: Option<String> = row.try_get("last_error")?;
+                    let first_line = error.as_deref().unwrap_or("").lines().next().unwrap_or("");
+                    stats.recent_failures.push(FailedJob {
+                        kind: text_enum::decode("jobs.kind", row.try_get::<&str, _>("kind")?)?,
+                        attempts: row.try_get("attempts")?,
+                        error: first_line.chars().take(200).collect(),
+                        failed_at: row.try_get("finished_at")?,
+                    });
+                }
                 Ok(stats)
             }
 
-            async fn job_status(&self, key: &str) -> StoreResult<Option<String>> {
-                Ok(sqlx::query_scalar("SELECT status FROM jobs WHERE key = $1")
-                    .bind(key)
-                    .fetch_optional(&self.pool)
-                    .await?)
+            async fn job_status(&self, user: UserId, key: &str) -> StoreResult<Option<JobStatus>> {
+                let status: Option<String> =
+                    sqlx::query_scalar("SELECT status FROM jobs WHERE key = $1 AND user_id = $2")
+                        .bind(key)
+                        .bind(user.as_uuid())
+                        .fetch_optional(&self.pool)
+                        .await?;
+                Ok(status
+                    .map(|status| text_enum::decode("jobs.status", &status))
+                    .transpose()?)
             }
         }
     };

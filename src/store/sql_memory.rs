@@ -23,10 +23,6 @@ macro_rules! sql_memory_store {
                 thread_id, source_refs, valid_from, invalid_at, supersedes, created_at, updated_at, \
                 last_accessed_at, access_count, archived_at, version, embedding, embedding_model";
 
-            fn bad(column: &str, value: &str) -> sqlx::Error {
-                sqlx::Error::Decode(format!("unexpected {column} value {value:?}").into())
-            }
-
             pub(super) fn memory(row: &$row) -> Result<Memory, sqlx::Error> {
                 let kind: String = row.try_get("kind")?;
                 let source: String = row.try_get("source")?;
@@ -35,10 +31,10 @@ macro_rules! sql_memory_store {
                 let embedding: Vec<u8> = row.try_get("embedding")?;
                 Ok(Memory {
                     id: MemoryId::from_uuid(row.try_get("id")?),
-                    kind: MemoryKind::parse(&kind).ok_or_else(|| bad("kind", &kind))?,
+                    kind: text_enum::decode("memories.kind", &kind)?,
                     content: row.try_get("content")?,
-                    source: MemorySource::parse(&source).ok_or_else(|| bad("source", &source))?,
-                    trust: Trust::parse(&trust).ok_or_else(|| bad("trust", &trust))?,
+                    source: text_enum::decode("memories.source", &source)?,
+                    trust: text_enum::decode("memories.trust", &trust)?,
                     importance: row.try_get::<i64, _>("importance")?.clamp(1, 5) as u8,
                     thread_id: row.try_get::<Option<Uuid>, _>("thread_id")?.map(ThreadId::from_uuid),
                     source_refs: refs.0,
@@ -69,7 +65,7 @@ macro_rules! sql_memory_store {
                     seq: row.try_get("seq")?,
                     user: UserId::from_trusted(row.try_get("user_id")?),
                     memory: row.try_get::<Option<Uuid>, _>("memory_id")?.map(MemoryId::from_uuid),
-                    op: LogOp::parse(&op),
+                    op: text_enum::decode("memory_log.op", &op)?,
                 })
             }
         }
@@ -720,27 +716,27 @@ macro_rules! sql_memory_store {
                 Ok(ids)
             }
 
-            async fn set_embedding(&self, id: MemoryId, embedded: &Embedded) -> StoreResult<()> {
-                use sqlx::Row as _;
+            async fn set_embedding(
+                &self,
+                user: UserId,
+                id: MemoryId,
+                embedded: &Embedded,
+            ) -> StoreResult<()> {
                 let mut tx = self.pool.begin().await?;
                 let done = sqlx::query(
                     "UPDATE memories SET embedding = $1, embedding_model = $2, embedding_dim = $3 \
-                     WHERE id = $4",
+                     WHERE id = $4 AND user_id = $5",
                 )
                 .bind(vector_to_bytes(&embedded.vector))
                 .bind(&embedded.model)
                 .bind(embedded.vector.len() as i64)
                 .bind(id.as_uuid())
+                .bind(user.as_uuid())
                 .execute(&mut *tx)
                 .await?;
                 if done.rows_affected() == 0 {
                     return Ok(());
                 }
-                let row = sqlx::query("SELECT user_id FROM memories WHERE id = $1")
-                    .bind(id.as_uuid())
-                    .fetch_one(&mut *tx)
-                    .await?;
-                let user = UserId::from_trusted(row.try_get("user_id")?);
                 append_log(&mut tx, user, Some(id), LogOp::Upsert).await?;
                 tx.commit().await?;
                 Ok(())

@@ -17,7 +17,7 @@ macro_rules! sql_research_store {
                     .map(ThreadId::from_uuid),
                 query: row.try_get("query")?,
                 model: row.try_get("model")?,
-                status: row.try_get("status")?,
+                status: text_enum::decode("research.status", row.try_get::<&str, _>("status")?)?,
                 config: json("config")?,
                 report: row.try_get("report")?,
                 sources: json("sources")?,
@@ -78,7 +78,7 @@ macro_rules! sql_research_store {
                 )
                 .bind(id.as_uuid())
                 .bind(user.as_uuid())
-                .bind(&outcome.status)
+                .bind(outcome.status.as_str())
                 .bind(&outcome.report)
                 .bind(sqlx::types::Json(&outcome.sources))
                 .bind(sqlx::types::Json(&outcome.usage))

@@ -32,6 +32,7 @@ macro_rules! conformance {
 }
 
 conformance!(
+    jobs_whose_worker_keeps_dying_fail_for_good,
     users_and_keys,
     threads_are_private_and_paginated,
     messages_keep_order_and_owner,
@@ -193,7 +194,13 @@ async fn deleting_a_thread_removes_its_messages_and_runs(store: Arc<dyn Store>) 
         .await
         .unwrap();
     store
-        .append_run_event(run.id, 1, "done", &json!({"status": "completed"}))
+        .append_run_event(
+            alice.id,
+            run.id,
+            1,
+            EventType::Done,
+            &json!({"status": "completed"}),
+        )
         .await
         .unwrap();
     store.delete_thread(alice.id, thread.id).await.unwrap();
@@ -223,9 +230,10 @@ async fn run_events_append_in_sequence_and_replay_after_a_cursor(store: Arc<dyn 
     for seq in 1..=10 {
         store
             .append_run_event(
+                alice.id,
                 run.id,
                 seq,
-                "thinking",
+                EventType::Thinking,
                 &json!({ "n": seq, "text": "日本語 ok" }),
             )
             .await
@@ -233,9 +241,16 @@ async fn run_events_append_in_sequence_and_replay_after_a_cursor(store: Arc<dyn 
     }
     assert!(matches!(
         store
-            .append_run_event(run.id, 3, "thinking", &json!({}))
+            .append_run_event(alice.id, run.id, 3, EventType::Thinking, &json!({}))
             .await,
         Err(StoreError::Conflict(_))
+    ));
+    // Another user cannot write into the run's log.
+    assert!(matches!(
+        store
+            .append_run_event(bob.id, run.id, 11, EventType::Thinking, &json!({}))
+            .await,
+        Err(StoreError::NotFound("run"))
     ));
     let after = store
         .run_events_after(alice.id, run.id, 6, 100)
@@ -281,18 +296,30 @@ async fn run_events_append_in_sequence_and_replay_after_a_cursor(store: Arc<dyn 
 }
 
 async fn runs_finish_once(store: Arc<dyn Store>) {
-    let (alice, _) = two_users(&store).await;
+    let (alice, bob) = two_users(&store).await;
     let run = store
         .create_run(alice.id, None, RunKind::Chat)
         .await
         .unwrap();
-    assert_eq!(store.running_runs().await.unwrap(), vec![(run.id, 0)]);
+    assert_eq!(
+        store.running_runs().await.unwrap(),
+        vec![(run.id, alice.id, 0)]
+    );
+    // Another user's finish changes nothing.
     store
-        .finish_run(run.id, RunStatus::Failed, Some("boom"))
+        .finish_run(bob.id, run.id, RunStatus::Cancelled, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get_run(alice.id, run.id).await.unwrap().status,
+        RunStatus::Running
+    );
+    store
+        .finish_run(alice.id, run.id, RunStatus::Failed, Some("boom"))
         .await
         .unwrap();
     store
-        .finish_run(run.id, RunStatus::Completed, None)
+        .finish_run(alice.id, run.id, RunStatus::Completed, None)
         .await
         .unwrap();
     let state = store.get_run(alice.id, run.id).await.unwrap();
@@ -326,7 +353,7 @@ async fn research_records_are_private_and_finish_once(store: Arc<dyn Store>) {
     ));
     assert!(store.list_research(bob.id, 10).await.unwrap().is_empty());
     let outcome = ResearchOutcome {
-        status: "completed".into(),
+        status: RunStatus::Completed,
         report: Some("# Lighthouses [1]".into()),
         sources: json!([{ "n": 1, "url": "https://example.org/l" }]),
         usage: json!({ "total_tokens": 10 }),
@@ -349,10 +376,7 @@ async fn research_records_are_private_and_finish_once(store: Arc<dyn Store>) {
         .finish_research(alice.id, run.id, &outcome)
         .await
         .unwrap();
-    let failed = ResearchOutcome {
-        status: "failed".into(),
-        ..ResearchOutcome::default()
-    };
+    let failed = ResearchOutcome::ended(RunStatus::Failed);
     store
         .finish_research(alice.id, run.id, &failed)
         .await
@@ -726,7 +750,7 @@ async fn archiving_unused_memories_is_deterministic(store: Arc<dyn Store>) {
 }
 
 async fn reembedding_finds_other_models(store: Arc<dyn Store>) {
-    let (alice, _) = two_users(&store).await;
+    let (alice, bob) = two_users(&store).await;
     let written = store
         .insert_memories(
             alice.id,
@@ -747,14 +771,25 @@ async fn reembedding_finds_other_models(store: Arc<dyn Store>) {
     let stale = store.memories_not_embedded_by("model-b", 1).await.unwrap();
     assert_eq!(stale.len(), 1);
     let head = store.memory_log_head().await.unwrap();
+    let vector = Embedded {
+        vector: vec![1.0, 2.0],
+        model: "model-b".into(),
+    };
+    assert_eq!(stale[0].user, alice.id);
+    // Under another user the memory is not there to change.
     store
-        .set_embedding(
-            stale[0].memory.id,
-            &Embedded {
-                vector: vec![1.0, 2.0],
-                model: "model-b".into(),
-            },
-        )
+        .set_embedding(bob.id, stale[0].memory.id, &vector)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .count_memories_not_embedded_by("model-b")
+            .await
+            .unwrap(),
+        2
+    );
+    store
+        .set_embedding(alice.id, stale[0].memory.id, &vector)
         .await
         .unwrap();
     assert_eq!(
@@ -870,4 +905,37 @@ async fn documents_are_private_and_find_their_chunks(store: Arc<dyn Store>) {
         Err(StoreError::NotFound(_))
     ));
     assert_eq!(store.get_document(bob.id, bobs.id).await.unwrap(), bobs);
+}
+
+async fn jobs_whose_worker_keeps_dying_fail_for_good(store: Arc<dyn Store>) {
+    let (alice, bob) = two_users(&store).await;
+    assert!(
+        store
+            .enqueue_job(alice.id, JobKind::Turn, "turn:1", &json!({}), None)
+            .await
+            .unwrap()
+    );
+    // A lease that has already run out: as if the worker died during the job.
+    let dead = chrono::Duration::milliseconds(-1);
+    for attempt in 1..=2 {
+        let job = store.claim_job(dead, 2).await.unwrap().expect("claimable");
+        assert_eq!(job.attempts, attempt);
+        assert_eq!(job.kind, JobKind::Turn);
+        assert_eq!(job.user, alice.id);
+    }
+    assert!(store.claim_job(dead, 2).await.unwrap().is_none());
+    assert_eq!(
+        store.job_status(alice.id, "turn:1").await.unwrap(),
+        Some(JobStatus::Failed)
+    );
+    assert_eq!(store.job_status(bob.id, "turn:1").await.unwrap(), None);
+    let stats = store.queue_stats().await.unwrap();
+    assert_eq!((stats.queued, stats.running, stats.failed), (0, 0, 1));
+    assert_eq!(stats.recent_failures.len(), 1);
+    assert_eq!(stats.recent_failures[0].kind, JobKind::Turn);
+    assert!(
+        stats.recent_failures[0].error.contains("stopped"),
+        "{:?}",
+        stats.recent_failures[0]
+    );
 }

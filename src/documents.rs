@@ -1,0 +1,506 @@
+//! The user's own documents for local research. Ingestion extracts the text
+//! (`extract::by_content_type`), cuts it into paragraph-aligned chunks with a small overlap,
+//! and stores every chunk as a `document` memory through the memory engine, so chunks are
+//! embedded, logged and indexed (vector + BM25) like any memory and isolated per user. A
+//! document row (`DocumentStore`) keeps the title and counts; deleting a document deletes its
+//! chunks through the engine's delete path, so both indexes drop them too.
+
+use crate::error::{ErrorKind, HasKind};
+use crate::memory::{MemoryEngine, MemoryError};
+use crate::search::extract::{self, ExtractError};
+use crate::store::{
+    Document, DocumentId, MemoryKind, MemorySource, NewDocument, NewMemory, StoreError, Trust,
+    UserId,
+};
+
+/// A chunk grows by whole paragraphs up to about this many characters…
+pub const CHUNK_TARGET_CHARS: usize = 1000;
+/// …may grow to this many when it is still short (under `CHUNK_MIN_CHARS`)…
+pub const CHUNK_MAX_CHARS: usize = 1200;
+const CHUNK_MIN_CHARS: usize = 800;
+/// …and starts with about this much of the previous chunk's end, for context.
+pub const CHUNK_OVERLAP_CHARS: usize = 150;
+/// Extracted text above this is refused rather than embedded for minutes.
+pub const MAX_DOCUMENT_CHARS: usize = 2_000_000;
+/// Chunks embedded and written per memory transaction.
+const CHUNKS_PER_BATCH: usize = 32;
+/// Titles are cut to this many characters.
+const MAX_TITLE_CHARS: usize = 200;
+/// Importance of chunk memories: 4 and above never decay and are never archived.
+const CHUNK_IMPORTANCE: u8 = 4;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DocumentError {
+    /// The content cannot be ingested: empty, no text, unsupported type, unreadable PDF.
+    #[error("{0}")]
+    BadInput(String),
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl HasKind for DocumentError {
+    fn kind(&self) -> ErrorKind {
+        match self {
+            DocumentError::BadInput(_) => ErrorKind::BadRequest,
+            DocumentError::Memory(error) => error.kind(),
+            DocumentError::Store(error) => error.kind(),
+        }
+    }
+}
+
+impl From<ExtractError> for DocumentError {
+    fn from(error: ExtractError) -> Self {
+        DocumentError::BadInput(match error {
+            ExtractError::Unsupported(kind) => format!(
+                "unsupported content type {kind:?}; send text/plain, text/markdown, text/html or application/pdf"
+            ),
+            ExtractError::Pdf(reason) => format!("the PDF could not be read: {reason}"),
+        })
+    }
+}
+
+/// What to ingest: raw bytes of a given content type, with optional title and origin.
+#[derive(Debug, Clone)]
+pub struct NewUpload {
+    pub title: Option<String>,
+    /// Where it came from (a file path or URL), shown in lists.
+    pub source: Option<String>,
+    /// `text/plain`, `text/markdown`, `text/html`, `application/pdf`, …
+    pub content_type: String,
+    pub bytes: Vec<u8>,
+}
+
+/// Extracts, chunks and stores a document; returns its row. Chunks are recallable once the
+/// indexer has applied them (normally within milliseconds).
+pub async fn ingest(
+    memory: &MemoryEngine,
+    user: UserId,
+    upload: NewUpload,
+) -> Result<Document, DocumentError> {
+    let content_type = essence(&upload.content_type);
+    if upload.bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(DocumentError::BadInput("the document is empty".into()));
+    }
+    let bytes = upload.bytes;
+    let kind = content_type.clone();
+    // PDF parsing is CPU-bound and can be slow: keep it off the async workers.
+    let extracted = tokio::task::spawn_blocking(move || extract::by_content_type(&kind, &bytes))
+        .await
+        .map_err(|_| DocumentError::BadInput("the document could not be read".into()))??;
+    let text = extracted.text.trim();
+    let chars = text.chars().count();
+    if chars == 0 {
+        return Err(DocumentError::BadInput(
+            "no text could be extracted from the document".into(),
+        ));
+    }
+    if chars > MAX_DOCUMENT_CHARS {
+        return Err(DocumentError::BadInput(format!(
+            "the document has {chars} characters of text; at most {MAX_DOCUMENT_CHARS} are accepted"
+        )));
+    }
+    let chunks = chunk(text);
+    let title = pick_title(upload.title.as_deref(), extracted.title.as_deref(), text);
+    let source = upload
+        .source
+        .map(|source| source.trim().to_string())
+        .filter(|source| !source.is_empty());
+    let store = memory.store();
+    let document = store
+        .user(user)
+        .insert_document(NewDocument {
+            title,
+            source,
+            content_type,
+            chars: chars as i64,
+            chunks: chunks.len() as i64,
+        })
+        .await?;
+    let mut written = Vec::with_capacity(chunks.len());
+    for (batch_index, batch) in chunks.chunks(CHUNKS_PER_BATCH).enumerate() {
+        let news: Vec<NewMemory> = batch
+            .iter()
+            .enumerate()
+            .map(|(offset, text)| {
+                chunk_memory(document.id, batch_index * CHUNKS_PER_BATCH + offset, text)
+            })
+            .collect();
+        match memory.add(user, news).await {
+            Ok(memories) => written.extend(memories.into_iter().map(|memory| memory.id)),
+            Err(error) => {
+                // Leave nothing half-ingested behind: the chunks written so far and the row go.
+                for id in written {
+                    let _ = memory.delete(user, id).await;
+                }
+                let _ = store.user(user).delete_document(document.id).await;
+                return Err(error.into());
+            }
+        }
+    }
+    metrics::counter!("mnemo_documents_ingested_total").increment(1);
+    Ok(document)
+}
+
+fn chunk_memory(document: DocumentId, index: usize, text: &str) -> NewMemory {
+    NewMemory {
+        kind: MemoryKind::Document,
+        content: text.to_string(),
+        source: MemorySource::Import,
+        trust: Trust::User,
+        importance: CHUNK_IMPORTANCE,
+        thread_id: None,
+        source_refs: vec![format!("doc:{document}"), format!("doc:{document}#{index}")],
+        created_at: None,
+        supersedes: None,
+    }
+}
+
+/// Newest first, before an optional cursor.
+pub async fn list(
+    memory: &MemoryEngine,
+    user: UserId,
+    limit: i64,
+    before: Option<DocumentId>,
+) -> Result<Vec<Document>, DocumentError> {
+    Ok(memory
+        .store()
+        .user(user)
+        .list_documents(limit, before)
+        .await?)
+}
+
+/// Deletes a document and its chunk memories (from SQL and, through the memory log, from both
+/// indexes); returns how many chunks went. Another user's document is `NotFound`.
+pub async fn delete(
+    memory: &MemoryEngine,
+    user: UserId,
+    id: DocumentId,
+) -> Result<usize, DocumentError> {
+    let store = memory.store();
+    store.user(user).get_document(id).await?;
+    let chunks = store.user(user).document_chunk_ids(id).await?;
+    let mut deleted = 0;
+    for chunk in &chunks {
+        match memory.delete(user, *chunk).await {
+            Ok(()) => deleted += 1,
+            // Already gone (a concurrent delete): nothing left to do for this one.
+            Err(MemoryError::Store(StoreError::NotFound(_))) => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    // The row goes last, so a delete interrupted half-way can simply be repeated.
+    store.user(user).delete_document(id).await?;
+    Ok(deleted)
+}
+
+/// The media type without parameters, lowercased (`text/HTML; charset=utf-8` → `text/html`).
+pub fn essence(content_type: &str) -> String {
+    content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase()
+}
+
+/// The given title, else the document's own (an HTML `<title>`), else its first line
+/// (without a Markdown heading's `#`s).
+fn pick_title(given: Option<&str>, extracted: Option<&str>, text: &str) -> String {
+    let first_line = text
+        .lines()
+        .map(|line| line.trim().trim_start_matches('#').trim())
+        .find(|line| !line.is_empty());
+    let title = [given, extracted, first_line]
+        .into_iter()
+        .flatten()
+        .map(|title| title.split_whitespace().collect::<Vec<_>>().join(" "))
+        .find(|title| !title.is_empty())
+        .unwrap_or_else(|| "untitled".to_string());
+    cut(&title, MAX_TITLE_CHARS)
+}
+
+fn cut(text: &str, max_chars: usize) -> String {
+    match text.char_indices().nth(max_chars) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_string(),
+    }
+}
+
+/// Cuts text into chunks of whole paragraphs (blank-line separated): a chunk takes paragraphs
+/// while it stays within `CHUNK_TARGET_CHARS` (or `CHUNK_MAX_CHARS` while shorter than
+/// `CHUNK_MIN_CHARS`); a paragraph longer than a chunk is split at sentence ends, else at
+/// spaces, else anywhere — always between characters, so Chinese text and other multi-byte
+/// UTF-8 is never broken. Each chunk after the first starts with the last
+/// `CHUNK_OVERLAP_CHARS` or so of the previous one. Lengths are counted in characters.
+pub fn chunk(text: &str) -> Vec<String> {
+    let mut pieces: Vec<&str> = Vec::new();
+    for paragraph in text.split("\n\n").map(str::trim).filter(|p| !p.is_empty()) {
+        split_long(paragraph, CHUNK_TARGET_CHARS, &mut pieces);
+    }
+    let mut chunks: Vec<String> = Vec::new();
+    let mut current = String::new();
+    let mut current_chars = 0;
+    for piece in pieces {
+        let piece_chars = piece.chars().count();
+        let joined = current_chars + 2 + piece_chars;
+        let fits = current.is_empty()
+            || joined <= CHUNK_TARGET_CHARS
+            || (current_chars < CHUNK_MIN_CHARS && joined <= CHUNK_MAX_CHARS);
+        if !fits {
+            let overlap = overlap_of(&current);
+            chunks.push(std::mem::take(&mut current));
+            current = overlap;
+            current_chars = current.chars().count();
+        }
+        if !current.is_empty() {
+            current.push_str("\n\n");
+            current_chars += 2;
+        }
+        current.push_str(piece);
+        current_chars += piece_chars;
+    }
+    if !current.trim().is_empty() {
+        chunks.push(current);
+    }
+    chunks
+}
+
+/// Splits `paragraph` into pieces of at most `max` characters, preferring sentence ends.
+pub(crate) fn split_long<'a>(paragraph: &'a str, max: usize, out: &mut Vec<&'a str>) {
+    let mut rest = paragraph;
+    while rest.chars().count() > max {
+        let end = split_point(rest, max);
+        let (head, tail) = rest.split_at(end);
+        let head = head.trim();
+        if !head.is_empty() {
+            out.push(head);
+        }
+        rest = tail.trim_start();
+    }
+    if !rest.is_empty() {
+        out.push(rest);
+    }
+}
+
+/// A byte offset (on a char boundary) at which to cut `text` so the head has at most `max`
+/// characters: after the last sentence end in the second half of that window, else at the
+/// last whitespace there, else exactly at `max` characters.
+fn split_point(text: &str, max: usize) -> usize {
+    let window_end = text
+        .char_indices()
+        .nth(max)
+        .map(|(index, _)| index)
+        .unwrap_or(text.len());
+    let window = &text[..window_end];
+    let half = text
+        .char_indices()
+        .nth(max / 2)
+        .map(|(index, _)| index)
+        .unwrap_or(0);
+    let mut sentence_end = None;
+    let mut space = None;
+    let mut previous: Option<char> = None;
+    for (index, ch) in window.char_indices() {
+        if index >= half {
+            if matches!(ch, '。' | '！' | '？' | '；' | '…') {
+                sentence_end = Some(index + ch.len_utf8());
+            } else if ch.is_whitespace() {
+                if matches!(previous, Some('.' | '!' | '?' | ';' | ':')) {
+                    sentence_end = Some(index);
+                }
+                space = Some(index);
+            }
+        }
+        previous = Some(ch);
+    }
+    sentence_end
+        .or(space)
+        .filter(|&end| end > 0)
+        .unwrap_or(window_end)
+}
+
+/// The end of a chunk to repeat at the start of the next: about `CHUNK_OVERLAP_CHARS`
+/// characters, starting after a space when there is one near the cut (so no half word).
+fn overlap_of(chunk: &str) -> String {
+    let total = chunk.chars().count();
+    if total <= CHUNK_OVERLAP_CHARS {
+        return String::new();
+    }
+    let start = chunk
+        .char_indices()
+        .nth(total - CHUNK_OVERLAP_CHARS)
+        .map(|(index, _)| index)
+        .unwrap_or(0);
+    let tail = &chunk[start..];
+    let tail = match tail
+        .char_indices()
+        .take(40)
+        .find(|(_, ch)| ch.is_whitespace())
+    {
+        Some((index, _)) => &tail[index..],
+        None => tail,
+    };
+    let tail = tail.trim();
+    if tail.is_empty() {
+        String::new()
+    } else {
+        format!("…{tail}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest::proptest! {
+        #[test]
+        fn chunks_stay_bounded_and_lose_no_character(
+            text in "([a-z]{1,12}|[\u{4e00}-\u{9fa5}]{1,40}|[ .。!\n]|\n\n){0,600}"
+        ) {
+            let chunks = chunk(&text);
+            for piece in &chunks {
+                proptest::prop_assert!(piece.chars().count() <= CHUNK_MAX_CHARS);
+                proptest::prop_assert!(!piece.trim().is_empty());
+            }
+            // Chunking only drops whitespace and repeats overlaps: every other character
+            // is kept at least as often as the text has it.
+            let count = |s: &str| {
+                let mut counts = std::collections::HashMap::new();
+                for c in s.chars().filter(|c| !c.is_whitespace()) {
+                    *counts.entry(c).or_insert(0usize) += 1;
+                }
+                counts
+            };
+            let joined = count(&chunks.concat());
+            for (c, n) in count(&text) {
+                proptest::prop_assert!(joined.get(&c).copied().unwrap_or(0) >= n, "{c:?} lost");
+            }
+        }
+    }
+
+    fn sentence(index: usize) -> String {
+        format!("Sentence number {index} talks about the sea otter colony near the harbour. ")
+    }
+
+    #[test]
+    fn short_text_is_one_chunk() {
+        assert_eq!(chunk("Hello.\n\nWorld."), vec!["Hello.\n\nWorld."]);
+        assert!(chunk("  \n\n ").is_empty());
+    }
+
+    #[test]
+    fn paragraphs_are_kept_whole_with_a_small_overlap() {
+        let paragraphs: Vec<String> = (0..12)
+            .map(|p| {
+                (0..4)
+                    .map(|s| sentence(p * 10 + s))
+                    .collect::<String>()
+                    .trim()
+                    .to_string()
+            })
+            .collect();
+        let text = paragraphs.join("\n\n");
+        let chunks = chunk(&text);
+        assert!(chunks.len() >= 3, "{}", chunks.len());
+        for (index, piece) in chunks.iter().enumerate() {
+            let chars = piece.chars().count();
+            assert!(chars <= CHUNK_MAX_CHARS, "chunk {index} has {chars} chars");
+            if index + 1 < chunks.len() {
+                assert!(
+                    chars >= CHUNK_MIN_CHARS / 2,
+                    "chunk {index} has only {chars} chars"
+                );
+            }
+            if index > 0 {
+                assert!(piece.starts_with('…'), "chunk {index} starts with overlap");
+                let previous = &chunks[index - 1];
+                let overlap = piece[3..].split("\n\n").next().unwrap();
+                assert!(
+                    previous.ends_with(overlap),
+                    "overlap {overlap:?} ends chunk {}",
+                    index - 1
+                );
+                assert!(overlap.chars().count() <= CHUNK_OVERLAP_CHARS);
+            }
+        }
+        // Every paragraph appears whole in some chunk.
+        for paragraph in &paragraphs {
+            assert!(
+                chunks.iter().any(|c| c.contains(paragraph.as_str())),
+                "{paragraph}"
+            );
+        }
+    }
+
+    #[test]
+    fn long_paragraphs_split_at_sentence_ends() {
+        let paragraph: String = (0..60).map(sentence).collect::<String>().trim().to_string();
+        let chunks = chunk(&paragraph);
+        assert!(chunks.len() >= 4);
+        for piece in &chunks {
+            assert!(piece.chars().count() <= CHUNK_MAX_CHARS);
+            let body = piece.rsplit("\n\n").next().unwrap();
+            assert!(body.ends_with('.'), "cut at a sentence end: {body:?}");
+        }
+    }
+
+    #[test]
+    fn chinese_text_is_cut_between_characters() {
+        let sentence = "海獭在港口附近的海藻林里生活，它们用石头敲开贝壳。";
+        let paragraph = sentence.repeat(120);
+        let text = format!(
+            "标题：海獭\n\n{paragraph}\n\n{}",
+            "没有标点的长段落".repeat(300)
+        );
+        let chunks = chunk(&text);
+        assert!(chunks.len() > 3);
+        let mut total = 0;
+        for piece in &chunks {
+            let chars = piece.chars().count();
+            assert!(chars <= CHUNK_MAX_CHARS, "{chars}");
+            total += chars;
+        }
+        assert!(total >= text.chars().count());
+        // Sentence-bearing chunks end at a full stop.
+        assert!(chunks[1].ends_with('。'), "{}", chunks[1]);
+    }
+
+    #[test]
+    fn split_points_fall_on_char_boundaries() {
+        for text in [
+            "ééééééééééééééééé",
+            "日本語のテキスト日本語のテキスト",
+            "a b c d e f g h i j",
+        ] {
+            for max in 1..10 {
+                let end = split_point(text, max);
+                assert!(text.is_char_boundary(end));
+                assert!(text[..end].chars().count() <= max);
+                assert!(end > 0);
+            }
+        }
+    }
+
+    #[test]
+    fn titles_come_from_the_caller_the_document_or_its_first_line() {
+        assert_eq!(pick_title(Some(" Given "), Some("Html"), "line"), "Given");
+        assert_eq!(pick_title(None, Some("Html title"), "line"), "Html title");
+        assert_eq!(
+            pick_title(Some("  "), None, "\n## Otters  of the bay\nbody"),
+            "Otters of the bay"
+        );
+        assert_eq!(pick_title(None, None, ""), "untitled");
+        assert_eq!(
+            pick_title(None, None, &"长".repeat(300)).chars().count(),
+            MAX_TITLE_CHARS + 1
+        );
+    }
+
+    #[test]
+    fn content_types_lose_their_parameters() {
+        assert_eq!(essence("Text/HTML; charset=utf-8"), "text/html");
+        assert_eq!(essence("application/pdf"), "application/pdf");
+    }
+}

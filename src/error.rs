@@ -1,0 +1,86 @@
+//! The error vocabulary every layer shares: a closed set of [`ErrorKind`]s and the
+//! [`HasKind`] trait through which each layer's error reports its kind. `http::ApiError` maps a
+//! kind to a status with one exhaustive `match`; events and job retries use it to tell a
+//! client's mistake from a passing fault.
+
+/// What went wrong, in words every layer understands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The caller sent something unusable; retrying the same request fails again.
+    BadRequest,
+    Unauthenticated,
+    NotFound,
+    /// The HTTP method is not served on this path.
+    MethodNotAllowed,
+    Conflict,
+    PayloadTooLarge,
+    RateLimited,
+    Timeout,
+    /// A backend is down or overloaded; retrying later may work.
+    Unavailable,
+    /// A bug or a corrupt state; never the caller's fault.
+    Internal,
+}
+
+impl ErrorKind {
+    /// Whether trying the same thing again later may succeed.
+    pub fn retryable(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::RateLimited | ErrorKind::Timeout | ErrorKind::Unavailable
+        )
+    }
+
+    /// The stable lowercase name used in API error bodies.
+    pub fn code(self) -> &'static str {
+        match self {
+            ErrorKind::BadRequest => "bad_request",
+            ErrorKind::Unauthenticated => "unauthenticated",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::MethodNotAllowed => "method_not_allowed",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::PayloadTooLarge => "payload_too_large",
+            ErrorKind::RateLimited => "rate_limited",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Internal => "internal",
+        }
+    }
+}
+
+/// An error that knows its [`ErrorKind`].
+pub trait HasKind {
+    fn kind(&self) -> ErrorKind;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_passing_faults_are_retryable() {
+        let retryable: Vec<ErrorKind> = [
+            ErrorKind::BadRequest,
+            ErrorKind::Unauthenticated,
+            ErrorKind::NotFound,
+            ErrorKind::MethodNotAllowed,
+            ErrorKind::Conflict,
+            ErrorKind::PayloadTooLarge,
+            ErrorKind::RateLimited,
+            ErrorKind::Timeout,
+            ErrorKind::Unavailable,
+            ErrorKind::Internal,
+        ]
+        .into_iter()
+        .filter(|kind| kind.retryable())
+        .collect();
+        assert_eq!(
+            retryable,
+            [
+                ErrorKind::RateLimited,
+                ErrorKind::Timeout,
+                ErrorKind::Unavailable
+            ]
+        );
+    }
+}

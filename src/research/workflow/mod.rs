@@ -1,0 +1,577 @@
+//! The deep-research state machine. One research runs inside one run (its events go to that
+//! run's log): optional clarification → research brief (with the user's profile and recalled
+//! memories) → plan, optionally reviewed by the user → research execution (a supervisor loop
+//! dispatching researchers in parallel up to a cap, or the recursive breadth/depth mode) →
+//! source scoring → final report streamed with numbered citations → conclusions to memory.
+//!
+//! Every step works without an LLM too: the brief is the query, the plan is the query itself,
+//! a researcher searches and fetches, findings are the passages most similar to the topic
+//! (embedding similarity with diversity), and the report is an extractive, cited digest.
+//!
+//! All researchers are futures inside the run's body (no detached tasks), so a cancel drops
+//! every search, fetch and model call at once.
+
+mod citations;
+mod plan;
+mod progress;
+mod recursive;
+mod report;
+mod sources;
+mod supervisor;
+mod text;
+
+use citations::*;
+pub use citations::{check_citations, citations};
+use progress::*;
+use sources::*;
+use text::*;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::request::{Mode, ResolvedConfig};
+use crate::config::ModelRole;
+use crate::llm::chat::{
+    ChatMessage, ChatRequest, ChatResponse, LlmError, RoleModel, Usage, complete_json,
+};
+use crate::llm::prompts::quote;
+use crate::llm::roles::Models;
+use crate::memory::{MemoryEngine, RecallRequest};
+use crate::runs::events::{
+    MemoryRecalled, RecalledMemory, ResearchComplete, SessionStart, UsageStep,
+};
+use crate::runs::{ResearchEnvelope, RunContext, RunErrorType, RunEvent, RunFailure};
+use crate::search::SearchProvider;
+use crate::search::fetch::Fetcher;
+use crate::store::RunKind;
+use crate::store::{NewResearch, ResearchOutcome, RunId, RunStatus, Store, UserId};
+
+/// What a research needs besides its configuration.
+#[derive(Clone)]
+pub struct ResearchDeps {
+    pub store: Arc<dyn Store>,
+    pub memory: Arc<MemoryEngine>,
+    /// The models of this research (the request's choices and key applied).
+    pub models: Models,
+    pub search: Arc<dyn SearchProvider>,
+    pub fetcher: Fetcher,
+    pub delta_interval: Duration,
+}
+
+/// What a finished research produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct ResearchSummary {
+    pub research_id: RunId,
+    pub report: String,
+    pub sources: Vec<CitedSource>,
+    pub word_count: usize,
+    pub duration_ms: u64,
+    pub usage: Usage,
+    /// Milliseconds spent waiting for models, search providers and page fetches.
+    pub model_ms: u64,
+    pub search_ms: u64,
+    pub fetch_ms: u64,
+    pub memories_written: usize,
+    pub gaps: Vec<String>,
+}
+
+/// A source the report may cite, as numbered in the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct CitedSource {
+    pub n: usize,
+    pub url: String,
+    pub title: String,
+    pub relevance: f64,
+    pub credibility: f64,
+    pub score: f64,
+}
+
+/// Passages and compressed findings are cut to these sizes in prompts.
+const SOURCE_EXCERPT_CHARS: usize = 3_000;
+const CURATE_EXCERPT_CHARS: usize = 400;
+/// A source's relevance is judged on its title and this much of its text (the embedding
+/// model reads at most a few hundred tokens anyway).
+const SCORE_EXCERPT_CHARS: usize = 600;
+const PASSAGE_CHARS: usize = 600;
+const PASSAGES_PER_TOPIC: usize = 6;
+/// At most this many passages of one researcher are embedded for the extractive filter.
+const MAX_PASSAGES_EMBEDDED: usize = 160;
+const MAX_CONCLUSIONS: usize = 5;
+/// Results of one search a researcher without a model fetches.
+const FETCHES_PER_SEARCH: usize = 3;
+
+/// Runs one research in `context`'s run and records it under `research_id`.
+pub async fn run_research(
+    context: Arc<RunContext>,
+    deps: ResearchDeps,
+    config: ResolvedConfig,
+    research_id: RunId,
+) -> Result<ResearchSummary, RunFailure> {
+    let user = context.user;
+    deps.store
+        .user(user)
+        .create_research(&NewResearch {
+            id: research_id,
+            run_id: context.run.id,
+            thread_id: config.thread_id,
+            query: config.query.clone(),
+            model: config.headline_model(),
+            config: serde_json::to_value(&config).unwrap_or(Value::Null),
+        })
+        .await?;
+    let mut guard = RecordGuard {
+        store: deps.store.clone(),
+        user,
+        id: research_id,
+        armed: true,
+    };
+    let research = Research::new(context, deps, config, research_id);
+    let result = research.execute().await;
+    let outcome = match &result {
+        Ok(summary) => ResearchOutcome {
+            status: RunStatus::Completed,
+            report: Some(summary.report.clone()),
+            sources: serde_json::to_value(&summary.sources).unwrap_or(Value::Null),
+            usage: research.usage_json(),
+            stage_timings: research.progress.timings(),
+            word_count: summary.word_count as i64,
+            source_count: summary.sources.len() as i64,
+            duration_ms: Some(summary.duration_ms as i64),
+            error: None,
+        },
+        Err(RunFailure::Failed { message, .. }) => ResearchOutcome {
+            usage: research.usage_json(),
+            stage_timings: research.progress.timings(),
+            duration_ms: Some(research.started.elapsed().as_millis() as i64),
+            error: Some(message.clone()),
+            sources: json!([]),
+            ..ResearchOutcome::ended(RunStatus::Failed)
+        },
+    };
+    guard.armed = false;
+    research
+        .deps
+        .store
+        .user(user)
+        .finish_research(research_id, &outcome)
+        .await?;
+    result
+}
+
+/// Marks the research `cancelled` when its run is dropped before it recorded an end.
+struct RecordGuard {
+    store: Arc<dyn Store>,
+    user: UserId,
+    id: RunId,
+    armed: bool,
+}
+
+impl Drop for RecordGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (store, user, id) = (self.store.clone(), self.user, self.id);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let outcome = ResearchOutcome {
+                    sources: json!([]),
+                    usage: json!({}),
+                    stage_timings: json!({}),
+                    ..ResearchOutcome::ended(RunStatus::Cancelled)
+                };
+                if let Err(error) = store.user(user).finish_research(id, &outcome).await {
+                    tracing::warn!(%id, %error, "could not record a cancelled research");
+                }
+            });
+        }
+    }
+}
+
+// --- the research -------------------------------------------------------------------------
+
+struct Research {
+    deps: ResearchDeps,
+    config: ResolvedConfig,
+    progress: Progress,
+    meter: Meter,
+    usage: Mutex<Usage>,
+    steps: Mutex<Vec<Value>>,
+    sources: Sources,
+    started: Instant,
+    user: UserId,
+    running: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+impl Research {
+    fn new(
+        context: Arc<RunContext>,
+        deps: ResearchDeps,
+        config: ResolvedConfig,
+        research_id: RunId,
+    ) -> Self {
+        let user = context.user;
+        Self {
+            progress: Progress {
+                context,
+                research_id,
+                envelope: ResearchEnvelope {
+                    research_id,
+                    model: config.headline_model(),
+                },
+                stages: Mutex::new(Vec::new()),
+            },
+            deps,
+            config,
+            meter: Meter::default(),
+            usage: Mutex::new(Usage::default()),
+            steps: Mutex::new(Vec::new()),
+            sources: Sources::default(),
+            started: Instant::now(),
+            user,
+            running: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+        }
+    }
+
+    fn usage_json(&self) -> Value {
+        let total = *self
+            .usage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let steps = self
+            .steps
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        json!({ "total": total, "steps": steps })
+    }
+
+    fn role(&self, role: ModelRole) -> Option<&RoleModel> {
+        self.deps.models.role(role)
+    }
+
+    async fn execute(&self) -> Result<ResearchSummary, RunFailure> {
+        let config = &self.config;
+        self.progress
+            .emit(RunEvent::SessionStart(SessionStart {
+                kind: RunKind::Research,
+                model: None,
+                thread_id: None,
+                user_message_id: None,
+                query: Some(config.query.clone()),
+                content: Some(config.query.clone()),
+                metadata: Some(json!({ "config": config })),
+            }))
+            .await?;
+        let memories = self.recall_context().await?;
+        let clarification = self.clarify(&memories).await?;
+        let brief = self.brief(&memories, clarification.as_deref()).await?;
+        let findings = match config.mode {
+            Mode::Supervisor => self.supervise(&brief).await?,
+            Mode::Recursive => self.recursive(&brief).await?,
+        };
+        let gaps: Vec<String> = findings
+            .iter()
+            .filter_map(|found| {
+                found
+                    .failed
+                    .as_ref()
+                    .map(|why| format!("{}: {why}", found.topic))
+            })
+            .collect();
+        self.progress
+            .stage(
+                "final_report_generation",
+                "Scoring sources and writing the report",
+            )
+            .await?;
+        let cited = self.score_sources(&brief).await?;
+        let report = self.report(&brief, &findings, &cited, &gaps).await?;
+        let memories_written = self.remember(&report, &cited).await?;
+        self.progress
+            .stage("completed", "Research complete")
+            .await?;
+        let total = *self
+            .usage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let summary = ResearchSummary {
+            research_id: self.progress.research_id,
+            word_count: word_count(&report),
+            report,
+            sources: cited
+                .iter()
+                .map(|(n, source)| CitedSource {
+                    n: *n,
+                    url: source.url.clone(),
+                    title: source.title.clone(),
+                    relevance: round3(source.relevance),
+                    credibility: round3(source.credibility),
+                    score: round3(source.score),
+                })
+                .collect(),
+            duration_ms: self.started.elapsed().as_millis() as u64,
+            usage: total,
+            model_ms: Meter::ms(&self.meter.model),
+            search_ms: Meter::ms(&self.meter.search),
+            fetch_ms: Meter::ms(&self.meter.fetch),
+            memories_written,
+            gaps,
+        };
+        self.progress
+            .emit(RunEvent::ResearchComplete(ResearchComplete {
+                content: summary.report.clone(),
+                metadata: json!({
+                        "duration_seconds": summary.duration_ms as f64 / 1000.0,
+                        "sources": summary.sources,
+                        "word_count": summary.word_count,
+                        "usage": self.usage_json(),
+                        "stage_timings": self.progress.timings(),
+                        "waiting_ms": {
+                            "model": summary.model_ms, "search": summary.search_ms,
+                            "fetch": summary.fetch_ms,
+                        },
+                        "peak_concurrent_researchers": self.peak.load(Ordering::Relaxed),
+                        "memories_written": summary.memories_written,
+                        "gaps": summary.gaps,
+                }),
+            }))
+            .await?;
+        Ok(summary)
+    }
+
+    // --- model calls, metered and accounted ------------------------------------------------
+
+    async fn account(&self, step: &str, model: &str, usage: &Usage) -> Result<(), RunFailure> {
+        self.usage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .add(usage);
+        let entry = UsageStep {
+            model: model.to_string(),
+            step: step.to_string(),
+            usage: *usage,
+            total: None,
+        };
+        self.steps
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(json!(entry));
+        self.progress.emit(RunEvent::Usage(entry)).await
+    }
+
+    async fn complete(
+        &self,
+        step: &str,
+        role: &RoleModel,
+        request: ChatRequest,
+    ) -> Result<ChatResponse, LlmError> {
+        let started = Instant::now();
+        let result = role.model.complete(&request).await;
+        Meter::add(&self.meter.model, started);
+        if let Ok(response) = &result {
+            // A usage event that cannot be written fails the run at its next step.
+            let _ = self
+                .account(step, role.model.model(), &response.usage)
+                .await;
+        }
+        result
+    }
+
+    async fn json<T>(
+        &self,
+        step: &str,
+        role: &RoleModel,
+        text: String,
+        parse: impl Fn(Value) -> Result<T, String>,
+    ) -> Result<T, LlmError> {
+        let mut request = ChatRequest::new(vec![ChatMessage::user(text)]);
+        request.max_tokens = Some(role.max_tokens);
+        let started = Instant::now();
+        let result = complete_json(
+            role.model.as_ref(),
+            request,
+            self.deps.models.structured_retries,
+            parse,
+        )
+        .await;
+        Meter::add(&self.meter.model, started);
+        let (value, usage) = result?;
+        let _ = self.account(step, role.model.model(), &usage).await;
+        Ok(value)
+    }
+
+    // --- stages ----------------------------------------------------------------------------
+
+    /// The user's profile and the memories most related to the query, quoted as data.
+    async fn recall_context(&self) -> Result<String, RunFailure> {
+        let mut lines = Vec::new();
+        match self.deps.memory.profile(self.user).await {
+            Ok(Some(profile)) => lines.push(format!("Profile: {}", profile.content)),
+            Ok(None) => {}
+            Err(error) => tracing::warn!(%error, "research: reading the profile failed"),
+        }
+        let request = RecallRequest {
+            query: self.config.query.clone(),
+            k: Some(5),
+            decay: true,
+            ..RecallRequest::default()
+        };
+        let recalled = match self.deps.memory.recall(self.user, request).await {
+            Ok(response) => response.results,
+            Err(error) => {
+                self.progress
+                    .error(
+                        RunErrorType::Internal,
+                        &format!("recalling memories failed: {error}"),
+                        true,
+                        json!({ "stage": "research_brief" }),
+                    )
+                    .await?;
+                Vec::new()
+            }
+        };
+        let memories: Vec<RecalledMemory> = recalled
+            .iter()
+            .map(|found| RecalledMemory {
+                id: found.memory.id,
+                kind: found.memory.kind,
+                content: found.memory.content.clone(),
+                source: None,
+                created_at: None,
+                score: found.score,
+            })
+            .collect();
+        self.progress
+            .emit(RunEvent::MemoryRecalled(MemoryRecalled {
+                query: self.config.query.clone(),
+                memories,
+            }))
+            .await?;
+        lines.extend(
+            recalled
+                .iter()
+                .map(|found| format!("- ({}) {}", found.memory.kind, found.memory.content)),
+        );
+        Ok(if lines.is_empty() {
+            "(nothing yet)".into()
+        } else {
+            quote(&lines.join("\n"))
+        })
+    }
+}
+
+fn llm_failure(error: LlmError) -> RunFailure {
+    RunFailure::Failed {
+        error_type: RunErrorType::Llm,
+        retryable: error.retryable(),
+        message: error.message,
+    }
+}
+
+fn failure(error_type: RunErrorType, message: &str) -> RunFailure {
+    RunFailure::Failed {
+        error_type,
+        message: message.to_string(),
+        retryable: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeSet, HashMap};
+
+    use super::report::{digest, extractive_conclusions};
+    use super::*;
+
+    #[test]
+    fn citations_are_checked_and_unknown_ones_removed() {
+        let report = "Tides follow the moon [1]. Springs are higher [2, 5]. See [docs](http://x) and [note]. Bad [9].";
+        let (cleaned, invalid) = check_citations(report, 3);
+        assert_eq!(invalid, vec![5, 9]);
+        assert_eq!(
+            cleaned,
+            "Tides follow the moon [1]. Springs are higher [2]. See [docs](http://x) and [note]. Bad."
+        );
+        assert_eq!(citations(&cleaned), BTreeSet::from([1, 2]));
+        assert_eq!(citations("none here [a] [ ]"), BTreeSet::new());
+    }
+
+    #[test]
+    fn passages_split_at_sentences_and_mmr_prefers_diverse_relevant_ones() {
+        let long = "First sentence about tides and the moon. ".repeat(30);
+        let passages = split_passages(&format!("short\n\n{long}"));
+        assert!(passages.len() >= 2);
+        assert!(
+            passages
+                .iter()
+                .all(|p| p.chars().count() <= PASSAGE_CHARS + 50)
+        );
+        assert_eq!(
+            sentences("一句。两句！ok. end"),
+            vec!["一句。", "两句！", "ok.", " end"]
+        );
+
+        let query = [1.0, 0.0];
+        let items = vec![vec![1.0, 0.0], vec![0.99, 0.01], vec![0.7, 0.7]];
+        let chosen: Vec<usize> = mmr(&query, &items, 2, 0.5)
+            .into_iter()
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(
+            chosen,
+            vec![0, 2],
+            "the near-duplicate of the first is passed over"
+        );
+    }
+
+    #[test]
+    fn credibility_prefers_own_documents_and_institutions() {
+        let long = "x".repeat(3_000);
+        assert!(credibility("doc:1#2", "") > credibility("https://example.com/a", &long));
+        assert!(
+            credibility("https://nasa.gov/a", &long)
+                > credibility("http://blog.example.com/a", &long)
+        );
+        assert!(
+            credibility("http://blog.example.com/a", &long)
+                > credibility("http://blog.example.com/a", "tiny")
+        );
+    }
+
+    #[test]
+    fn the_digest_cites_only_kept_sources() {
+        let findings = vec![Findings {
+            topic: "tides".into(),
+            text: String::new(),
+            passages: vec![
+                Passage {
+                    url: "http://a".into(),
+                    text: "The moon pulls the sea toward it.".into(),
+                },
+                Passage {
+                    url: "http://dropped".into(),
+                    text: "Unrelated text.".into(),
+                },
+            ],
+            failed: None,
+        }];
+        let numbers = HashMap::from([("http://a", 1)]);
+        let report = digest("why tides", &findings, &numbers);
+        assert!(report.contains("- The moon pulls the sea toward it. [1]"));
+        assert!(!report.contains("Unrelated"));
+        assert_eq!(citations(&report), BTreeSet::from([1]));
+        let conclusions = extractive_conclusions("why tides", &report);
+        assert_eq!(
+            conclusions,
+            vec!["Research on \"why tides\": The moon pulls the sea toward it."]
+        );
+        assert_eq!(word_count("三个字 and two"), 5);
+    }
+}

@@ -1,0 +1,188 @@
+//! Before research: the optional clarifying question, the research brief, and the plan the
+//! user may review.
+
+#![allow(unused_imports)]
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::config::ModelRole;
+use crate::llm::chat::{
+    ChatMessage, ChatRequest, ChatResponse, ChatRole, LlmError, RoleModel, ToolCall, ToolSpec,
+    Usage, complete_json,
+};
+use crate::llm::prompts::{Prompt, quote};
+use crate::llm::roles::Models;
+use crate::memory::rank::cosine;
+use crate::memory::{MemoryEngine, RecallRequest};
+use crate::research::request::{Mode, ResolvedConfig};
+use crate::runs::events::{
+    Delta, MemoryRecalled, RecalledMemory, ResearchComplete, SessionStart, SourcesFound, Stage,
+    ToolCall as ToolCallEvent, UsageStep,
+};
+use crate::runs::stream::{DeltaKind, stream_to_events};
+use crate::runs::{ErrorEvent, ResearchEnvelope, RunContext, RunErrorType, RunEvent, RunFailure};
+use crate::search::fetch::{FetchedPage, Fetcher};
+use crate::search::{SearchHit, SearchProvider};
+use crate::store::RunKind;
+use crate::store::{
+    MemoryKind, MemorySource, NewMemory, NewResearch, ResearchOutcome, RunId, RunStatus, Store,
+    Trust, UserId,
+};
+
+use super::*;
+
+impl Research {
+    pub(super) async fn clarify(&self, memories: &str) -> Result<Option<String>, RunFailure> {
+        if !self.config.allow_clarification {
+            return Ok(None);
+        }
+        let Some(role) = self.role(ModelRole::Research) else {
+            return Ok(None);
+        };
+        self.progress
+            .stage(
+                "clarification",
+                "Checking whether the request needs clarification",
+            )
+            .await?;
+        let text = Prompt::ResearchClarify.render(&[
+            ("memories", memories),
+            ("query", &quote(&self.config.query)),
+        ])?;
+        let decision = self
+            .json("clarification", role, text, |value| {
+                let need = value["need_clarification"]
+                    .as_bool()
+                    .ok_or("need_clarification must be true or false")?;
+                Ok((
+                    need,
+                    value["question"].as_str().unwrap_or("").trim().to_string(),
+                ))
+            })
+            .await
+            .map_err(llm_failure)?;
+        let (true, question) = decision else {
+            return Ok(None);
+        };
+        if question.is_empty() {
+            return Ok(None);
+        }
+        self.progress
+            .emit(RunEvent::StageUpdate(Stage {
+                stage: "clarification".into(),
+                content: question.clone(),
+                metadata: Some(json!({
+                    "awaiting_input": true,
+                    "input": "POST /v1/runs/{id}/input {\"content\": \"…\"}",
+                })),
+            }))
+            .await?;
+        let answer =
+            self.progress.context.wait_input().await.ok_or_else(|| {
+                failure(RunErrorType::Internal, "the run stopped waiting for input")
+            })?;
+        let answer = answer["content"]
+            .as_str()
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        Ok(Some(format!(
+            "Asked: {question}\nThe user answered:\n{}",
+            quote(&answer)
+        )))
+    }
+
+    pub(super) async fn brief(
+        &self,
+        memories: &str,
+        clarification: Option<&str>,
+    ) -> Result<String, RunFailure> {
+        self.progress
+            .stage("research_brief", "Writing the research brief")
+            .await?;
+        let brief = match self.role(ModelRole::Research) {
+            None => match clarification {
+                Some(more) => format!("{}\n\n{more}", self.config.query),
+                None => self.config.query.clone(),
+            },
+            Some(role) => {
+                let text = Prompt::ResearchBrief.render(&[
+                    ("date", &today()),
+                    ("memories", memories),
+                    ("query", &quote(&self.config.query)),
+                    ("clarification", clarification.unwrap_or("")),
+                ])?;
+                self.json("research_brief", role, text, |value| {
+                    value["brief"]
+                        .as_str()
+                        .map(str::trim)
+                        .filter(|brief| !brief.is_empty())
+                        .map(str::to_string)
+                        .ok_or_else(|| "brief must be a non-empty string".to_string())
+                })
+                .await
+                .map_err(llm_failure)?
+            }
+        };
+        self.progress
+            .emit(RunEvent::thinking("research_brief", brief.clone(), None))
+            .await?;
+        Ok(brief)
+    }
+
+    /// Shows the plan and waits for approval or an edited list of topics.
+    pub(super) async fn review(&self, topics: Vec<String>) -> Result<Vec<String>, RunFailure> {
+        if !self.config.plan_review {
+            return Ok(topics);
+        }
+        let plan = topics
+            .iter()
+            .enumerate()
+            .map(|(index, topic)| format!("{}. {topic}", index + 1))
+            .collect::<Vec<_>>()
+            .join("\n");
+        self.progress
+            .emit(RunEvent::PlanReview(Stage {
+                stage: "research_execution".into(),
+                content: plan,
+                metadata: Some(json!({ "topics": topics, "awaiting_input": true })),
+            }))
+            .await?;
+        let input =
+            self.progress.context.wait_input().await.ok_or_else(|| {
+                failure(RunErrorType::Internal, "the run stopped waiting for input")
+            })?;
+        if let Some(edited) = input["topics"].as_array() {
+            let edited: Vec<String> = edited
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::trim)
+                .filter(|topic| !topic.is_empty())
+                .map(str::to_string)
+                .collect();
+            if !edited.is_empty() {
+                self.progress
+                    .emit(RunEvent::thinking(
+                        "research_execution",
+                        "The user edited the plan",
+                        Some(json!({ "topics": edited })),
+                    ))
+                    .await?;
+                return Ok(edited);
+            }
+        }
+        if input["approve"].as_bool() == Some(false) {
+            return Err(failure(
+                RunErrorType::Validation,
+                "the user rejected the research plan",
+            ));
+        }
+        Ok(topics)
+    }
+}

@@ -1,0 +1,115 @@
+//! Progress of a research: its events (with the research's id and model), stage timings,
+//! and the time spent waiting on models, searches and fetches.
+
+#![allow(unused_imports)]
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::config::ModelRole;
+use crate::llm::chat::{
+    ChatMessage, ChatRequest, ChatResponse, ChatRole, LlmError, RoleModel, ToolCall, ToolSpec,
+    Usage, complete_json,
+};
+use crate::llm::prompts::{Prompt, quote};
+use crate::llm::roles::Models;
+use crate::memory::rank::cosine;
+use crate::memory::{MemoryEngine, RecallRequest};
+use crate::research::request::{Mode, ResolvedConfig};
+use crate::runs::events::{
+    Delta, MemoryRecalled, RecalledMemory, ResearchComplete, SessionStart, SourcesFound, Stage,
+    ToolCall as ToolCallEvent, UsageStep,
+};
+use crate::runs::stream::{DeltaKind, stream_to_events};
+use crate::runs::{ErrorEvent, ResearchEnvelope, RunContext, RunErrorType, RunEvent, RunFailure};
+use crate::search::fetch::{FetchedPage, Fetcher};
+use crate::search::{SearchHit, SearchProvider};
+use crate::store::RunKind;
+use crate::store::{
+    MemoryKind, MemorySource, NewMemory, NewResearch, ResearchOutcome, RunId, RunStatus, Store,
+    Trust, UserId,
+};
+
+use super::*;
+
+pub(super) struct Progress {
+    pub(super) context: Arc<RunContext>,
+    pub(super) research_id: RunId,
+    pub(super) envelope: ResearchEnvelope,
+    pub(super) stages: Mutex<Vec<(String, Instant)>>,
+}
+
+impl Progress {
+    /// Appends an event carrying this research's id and model.
+    pub(super) async fn emit(&self, event: RunEvent) -> Result<(), RunFailure> {
+        self.context.emit_for(event, Some(&self.envelope)).await?;
+        Ok(())
+    }
+
+    pub(super) async fn stage(&self, stage: &str, content: &str) -> Result<(), RunFailure> {
+        self.stages
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push((stage.to_string(), Instant::now()));
+        self.emit(RunEvent::stage(stage, content)).await
+    }
+
+    /// Seconds per stage (a stage lasts until the next one starts).
+    pub(super) fn timings(&self) -> Value {
+        let stages = self
+            .stages
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut out = serde_json::Map::new();
+        for (index, (name, started)) in stages.iter().enumerate() {
+            let ended = stages
+                .get(index + 1)
+                .map(|(_, at)| *at)
+                .unwrap_or_else(Instant::now);
+            let seconds = ended.saturating_duration_since(*started).as_secs_f64();
+            let total = out.get(name).and_then(Value::as_f64).unwrap_or(0.0) + seconds;
+            out.insert(name.clone(), json!((total * 1000.0).round() / 1000.0));
+        }
+        Value::Object(out)
+    }
+
+    pub(super) async fn error(
+        &self,
+        error_type: RunErrorType,
+        message: &str,
+        retryable: bool,
+        metadata: Value,
+    ) -> Result<(), RunFailure> {
+        self.emit(RunEvent::Error(ErrorEvent {
+            error_type,
+            message: message.to_string(),
+            retryable,
+            content: Some(message.to_string()),
+            metadata: Some(metadata),
+        }))
+        .await
+    }
+}
+
+/// Time spent waiting on things outside mnemo, in microseconds.
+#[derive(Default)]
+pub(super) struct Meter {
+    pub(super) model: AtomicU64,
+    pub(super) search: AtomicU64,
+    pub(super) fetch: AtomicU64,
+}
+
+impl Meter {
+    pub(super) fn add(counter: &AtomicU64, started: Instant) {
+        counter.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+    }
+
+    pub(super) fn ms(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed) / 1000
+    }
+}

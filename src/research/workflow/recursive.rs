@@ -1,0 +1,220 @@
+//! The recursive breadth/depth mode: queries per level, learnings and follow-up questions.
+
+#![allow(unused_imports)]
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::config::ModelRole;
+use crate::llm::chat::{
+    ChatMessage, ChatRequest, ChatResponse, ChatRole, LlmError, RoleModel, ToolCall, ToolSpec,
+    Usage, complete_json,
+};
+use crate::llm::prompts::{Prompt, quote};
+use crate::llm::roles::Models;
+use crate::memory::rank::cosine;
+use crate::memory::{MemoryEngine, RecallRequest};
+use crate::research::request::{Mode, ResolvedConfig};
+use crate::runs::events::{
+    Delta, MemoryRecalled, RecalledMemory, ResearchComplete, SessionStart, SourcesFound, Stage,
+    ToolCall as ToolCallEvent, UsageStep,
+};
+use crate::runs::stream::{DeltaKind, stream_to_events};
+use crate::runs::{ErrorEvent, ResearchEnvelope, RunContext, RunErrorType, RunEvent, RunFailure};
+use crate::search::fetch::{FetchedPage, Fetcher};
+use crate::search::{SearchHit, SearchProvider};
+use crate::store::RunKind;
+use crate::store::{
+    MemoryKind, MemorySource, NewMemory, NewResearch, ResearchOutcome, RunId, RunStatus, Store,
+    Trust, UserId,
+};
+
+use super::*;
+
+impl Research {
+    /// The recursive breadth/depth mode: each level plans `breadth` queries from what was
+    /// learned so far, researches them (`concurrency` at a time) and goes one level deeper
+    /// with the follow-up questions, halving the breadth.
+    pub(super) async fn recursive(&self, brief: &str) -> Result<Vec<Findings>, RunFailure> {
+        self.progress
+            .stage("research_execution", "Recursive research (breadth × depth)")
+            .await?;
+        let mut found: Vec<Findings> = Vec::new();
+        let mut frontier = vec![brief.to_string()];
+        let mut breadth = self.config.breadth;
+        for level in 1..=self.config.depth {
+            let mut queries = Vec::new();
+            for question in &frontier {
+                let learned: Vec<String> = found.iter().map(|f| f.text.clone()).collect();
+                queries.extend(self.plan_queries(question, breadth, &learned).await?);
+            }
+            queries.dedup();
+            queries.truncate(self.config.breadth as usize * frontier.len().max(1));
+            if level == 1 {
+                queries = self.review(queries).await?;
+            }
+            self.progress
+                .emit(RunEvent::thinking(
+                    "research_execution",
+                    format!("Level {level}: {} queries", queries.len()),
+                    Some(json!({ "level": level, "queries": queries })),
+                ))
+                .await?;
+            let cap = self.config.concurrency.max(1) as usize;
+            let first = found.len();
+            let results: Vec<(usize, (Findings, Vec<String>))> =
+                futures::stream::iter(queries.into_iter().enumerate())
+                    .map(|(index, query)| async move {
+                        let number = first + index + 1;
+                        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+                        self.peak.fetch_max(now, Ordering::SeqCst);
+                        let result = self.learn(number, &query).await;
+                        self.running.fetch_sub(1, Ordering::SeqCst);
+                        (index, result)
+                    })
+                    .buffer_unordered(cap)
+                    .collect()
+                    .await;
+            let mut results = results;
+            results.sort_by_key(|(index, _)| *index);
+            frontier = Vec::new();
+            for (_, (findings, follow_ups)) in results {
+                if let Some(why) = &findings.failed {
+                    let _ = self
+                        .progress
+                        .error(
+                            RunErrorType::Tool,
+                            &format!("could not research {:?}: {why}", findings.topic),
+                            false,
+                            json!({ "topic": findings.topic, "level": level }),
+                        )
+                        .await;
+                }
+                frontier.extend(follow_ups);
+                found.push(findings);
+            }
+            breadth = breadth.div_ceil(2);
+            if frontier.is_empty() {
+                break;
+            }
+        }
+        Ok(found)
+    }
+
+    pub(super) async fn plan_queries(
+        &self,
+        question: &str,
+        breadth: u32,
+        learned: &[String],
+    ) -> Result<Vec<String>, RunFailure> {
+        let Some(role) = self.role(ModelRole::Research) else {
+            return Ok(vec![question.to_string()]);
+        };
+        let text = Prompt::ResearchQueries.render(&[
+            ("breadth", &breadth.to_string()),
+            ("query", &quote(question)),
+            ("learnings", &quote(&learned.join("\n"))),
+        ])?;
+        let queries = self
+            .json("plan_queries", role, text, |value| {
+                let queries: Vec<String> = value["queries"]
+                    .as_array()
+                    .ok_or("queries must be a list")?
+                    .iter()
+                    .filter_map(|q| q["query"].as_str().or_else(|| q.as_str()))
+                    .map(str::trim)
+                    .filter(|q| !q.is_empty())
+                    .map(str::to_string)
+                    .collect();
+                if queries.is_empty() {
+                    return Err("queries must not be empty".into());
+                }
+                Ok(queries)
+            })
+            .await
+            .map_err(llm_failure)?;
+        Ok(queries.into_iter().take(breadth as usize).collect())
+    }
+
+    /// One query of the recursive mode: search, read, extract learnings and follow-ups.
+    pub(super) async fn learn(&self, number: usize, query: &str) -> (Findings, Vec<String>) {
+        let gathered = self.gather(number, query).await;
+        let findings = match gathered {
+            Ok(findings) => findings,
+            Err(why) => {
+                return (
+                    Findings {
+                        topic: query.to_string(),
+                        text: String::new(),
+                        passages: Vec::new(),
+                        failed: Some(why),
+                    },
+                    Vec::new(),
+                );
+            }
+        };
+        let Some(role) = self.role(ModelRole::Research) else {
+            let text = passages_text(&findings.passages);
+            return (Findings { text, ..findings }, Vec::new());
+        };
+        let urls: BTreeSet<String> = findings.passages.iter().map(|p| p.url.clone()).collect();
+        let sources: Vec<String> = urls
+            .iter()
+            .filter_map(|url| {
+                self.sources.text_of(url).map(|text| {
+                    format!(
+                        "Source {url}:\n{}",
+                        quote(&truncate(&text, SOURCE_EXCERPT_CHARS))
+                    )
+                })
+            })
+            .collect();
+        let text = match Prompt::ResearchLearnings.render(&[
+            ("query", &quote(query)),
+            ("sources", &sources.join("\n\n")),
+            ("follow_ups", "3"),
+        ]) {
+            Ok(text) => text,
+            Err(error) => {
+                let failed = Some(error.to_string());
+                return (Findings { failed, ..findings }, Vec::new());
+            }
+        };
+        let parsed = self
+            .json("learnings", role, text, |value| {
+                let strings = |key: &str| -> Vec<String> {
+                    value[key]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                        .collect()
+                };
+                Ok((strings("learnings"), strings("follow_up_questions")))
+            })
+            .await;
+        match parsed {
+            Ok((learnings, follow_ups)) if !learnings.is_empty() => (
+                Findings {
+                    text: learnings
+                        .iter()
+                        .map(|l| format!("- {l}"))
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                    ..findings
+                },
+                follow_ups,
+            ),
+            _ => {
+                let text = passages_text(&findings.passages);
+                (Findings { text, ..findings }, Vec::new())
+            }
+        }
+    }
+}

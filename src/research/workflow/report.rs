@@ -1,0 +1,285 @@
+//! The final report, streamed with numbered citations (or an extractive digest without a
+//! model), and the conclusions written to memory.
+
+#![allow(unused_imports)]
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::config::ModelRole;
+use crate::llm::chat::{
+    ChatMessage, ChatRequest, ChatResponse, ChatRole, LlmError, RoleModel, ToolCall, ToolSpec,
+    Usage, complete_json,
+};
+use crate::llm::prompts::{Prompt, quote};
+use crate::llm::roles::Models;
+use crate::memory::rank::cosine;
+use crate::memory::{MemoryEngine, RecallRequest};
+use crate::research::request::{Mode, ResolvedConfig};
+use crate::runs::events::{
+    Delta, MemoryRecalled, RecalledMemory, ResearchComplete, SessionStart, SourcesFound, Stage,
+    ToolCall as ToolCallEvent, UsageStep,
+};
+use crate::runs::stream::{DeltaKind, stream_to_events};
+use crate::runs::{ErrorEvent, ResearchEnvelope, RunContext, RunErrorType, RunEvent, RunFailure};
+use crate::search::fetch::{FetchedPage, Fetcher};
+use crate::search::{SearchHit, SearchProvider};
+use crate::store::RunKind;
+use crate::store::{
+    MemoryKind, MemorySource, NewMemory, NewResearch, ResearchOutcome, RunId, RunStatus, Store,
+    Trust, UserId,
+};
+
+use super::*;
+
+impl Research {
+    /// Streams the report (`report_delta`), then the list of sources and, when something
+    /// could not be researched, a section saying so. Citations that do not name a listed
+    /// source are removed from the stored report and reported.
+    pub(super) async fn report(
+        &self,
+        brief: &str,
+        findings: &[Findings],
+        cited: &[(usize, Source)],
+        gaps: &[String],
+    ) -> Result<String, RunFailure> {
+        let number_of: HashMap<&str, usize> =
+            cited.iter().map(|(n, s)| (s.url.as_str(), *n)).collect();
+        let body = match self.role(ModelRole::FinalReport) {
+            Some(role) => {
+                let findings_text = findings
+                    .iter()
+                    .filter(|found| !found.text.trim().is_empty())
+                    .map(|found| format!("## {}\n{}", found.topic, quote(&found.text)))
+                    .collect::<Vec<_>>()
+                    .join("\n\n");
+                let sources_text = cited
+                    .iter()
+                    .map(|(n, source)| {
+                        format!(
+                            "[{n}] {} — {}\n{}",
+                            source.title,
+                            source.url,
+                            quote(&truncate(source.text.as_deref().unwrap_or(""), 600))
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n\n");
+                let text = Prompt::ResearchReport.render(&[
+                    ("date", &today()),
+                    ("brief", brief),
+                    ("findings", &findings_text),
+                    ("sources", &sources_text),
+                    (
+                        "gaps",
+                        &if gaps.is_empty() {
+                            "(nothing)".to_string()
+                        } else {
+                            gaps.join("\n")
+                        },
+                    ),
+                ])?;
+                let mut request = ChatRequest::new(vec![ChatMessage::user(text)]);
+                request.max_tokens = Some(role.max_tokens);
+                let started = Instant::now();
+                let (result, flushed) = stream_to_events(
+                    &self.progress.context,
+                    None,
+                    role,
+                    &request,
+                    self.deps.delta_interval,
+                    DeltaKind::Report,
+                )
+                .await;
+                Meter::add(&self.meter.model, started);
+                flushed?;
+                let response = result.map_err(llm_failure)?;
+                self.account("final_report", role.model.model(), &response.usage)
+                    .await?;
+                response.content
+            }
+            None => {
+                let digest = digest(&self.config.query, findings, &number_of);
+                for chunk in chunks(&digest, 400) {
+                    self.progress
+                        .context
+                        .emit(RunEvent::ReportDelta(Delta { content: chunk }))
+                        .await?;
+                }
+                digest
+            }
+        };
+        let (mut report, invalid) = check_citations(&body, cited.len());
+        if !invalid.is_empty() {
+            self.progress
+                .error(
+                    RunErrorType::Validation,
+                    &format!(
+                        "the report cited sources that do not exist ({}); those citations were removed from the stored report",
+                        invalid.iter().map(|n| format!("[{n}]")).collect::<Vec<_>>().join(", ")
+                    ),
+                    false,
+                    json!({ "invalid_citations": invalid }),
+                )
+                .await?;
+        }
+        let mut tail = String::new();
+        if !gaps.is_empty() {
+            tail.push_str("\n\n## Not covered\n\n");
+            for gap in gaps {
+                tail.push_str(&format!("- {gap}\n"));
+            }
+        }
+        if !cited.is_empty() {
+            tail.push_str("\n\n## Sources\n\n");
+            for (n, source) in cited {
+                tail.push_str(&format!("[{n}] {} — {}\n", source.title, source.url));
+            }
+        }
+        if !tail.is_empty() {
+            self.progress
+                .context
+                .emit(RunEvent::ReportDelta(Delta {
+                    content: tail.clone(),
+                }))
+                .await?;
+            report.push_str(&tail);
+        }
+        Ok(report)
+    }
+
+    /// Writes the report's conclusions to the user's memory (`source = research`, refs: the
+    /// research and its sources). Failures are reported; the research still completes.
+    pub(super) async fn remember(
+        &self,
+        report: &str,
+        cited: &[(usize, Source)],
+    ) -> Result<usize, RunFailure> {
+        if !self.config.remember {
+            return Ok(0);
+        }
+        let conclusions = match self.role(ModelRole::Memory) {
+            Some(role) => {
+                let text = Prompt::ResearchConclusions.render(&[
+                    ("max", &MAX_CONCLUSIONS.to_string()),
+                    ("query", &quote(&self.config.query)),
+                    ("report", &quote(&truncate(report, 12_000))),
+                ])?;
+                match self
+                    .json("conclusions", role, text, |value| {
+                        Ok(value["conclusions"]
+                            .as_array()
+                            .ok_or("conclusions must be a list")?
+                            .iter()
+                            .filter_map(Value::as_str)
+                            .map(str::trim)
+                            .filter(|c| !c.is_empty())
+                            .map(str::to_string)
+                            .collect::<Vec<_>>())
+                    })
+                    .await
+                {
+                    Ok(conclusions) => conclusions,
+                    Err(error) => {
+                        self.progress
+                            .error(
+                                RunErrorType::Llm,
+                                &format!(
+                                    "picking conclusions to remember failed: {}",
+                                    error.message
+                                ),
+                                error.retryable(),
+                                json!({ "stage": "completed" }),
+                            )
+                            .await?;
+                        Vec::new()
+                    }
+                }
+            }
+            None => extractive_conclusions(&self.config.query, report),
+        };
+        if conclusions.is_empty() {
+            return Ok(0);
+        }
+        let mut refs = vec![format!("research:{}", self.progress.research_id)];
+        refs.extend(cited.iter().take(10).map(|(_, source)| source.url.clone()));
+        let memories: Vec<NewMemory> = conclusions
+            .into_iter()
+            .take(MAX_CONCLUSIONS)
+            .map(|content| NewMemory {
+                kind: MemoryKind::Conclusion,
+                content: truncate(&content, 2_000),
+                source: MemorySource::Research,
+                trust: Trust::Web,
+                importance: 3,
+                thread_id: self.config.thread_id,
+                source_refs: refs.clone(),
+                created_at: None,
+                supersedes: None,
+            })
+            .collect();
+        match self.deps.memory.add(self.user, memories).await {
+            Ok(written) => Ok(written.len()),
+            Err(error) => {
+                self.progress
+                    .error(
+                        RunErrorType::Internal,
+                        &format!("writing the conclusions to memory failed: {error}"),
+                        true,
+                        json!({ "stage": "completed" }),
+                    )
+                    .await?;
+                Ok(0)
+            }
+        }
+    }
+}
+
+/// The extractive report written without a model: per topic, the selected passages with
+/// their citation numbers.
+pub(super) fn digest(
+    query: &str,
+    findings: &[Findings],
+    number_of: &HashMap<&str, usize>,
+) -> String {
+    let mut out = format!(
+        "# {query}\n\nAn extractive digest: the passages of the sources read that are most similar to each question, quoted as found (no language model is configured).\n"
+    );
+    for found in findings {
+        let passages: Vec<&Passage> = found
+            .passages
+            .iter()
+            .filter(|passage| number_of.contains_key(passage.url.as_str()))
+            .collect();
+        if passages.is_empty() {
+            continue;
+        }
+        if findings.len() > 1 {
+            out.push_str(&format!("\n## {}\n", found.topic));
+        }
+        out.push('\n');
+        for passage in passages {
+            let n = number_of[passage.url.as_str()];
+            out.push_str(&format!("- {} [{n}]\n", passage.text));
+        }
+    }
+    out
+}
+
+/// Without a model: the first sentence of each of the digest's first passages.
+pub(super) fn extractive_conclusions(query: &str, report: &str) -> Vec<String> {
+    report
+        .lines()
+        .filter_map(|line| line.strip_prefix("- "))
+        .filter_map(|passage| sentences(passage).first().map(|s| s.trim().to_string()))
+        .map(|sentence| strip_citations(&sentence))
+        .filter(|sentence| sentence.chars().count() >= 20)
+        .take(3)
+        .map(|sentence| format!("Research on \"{query}\": {sentence}"))
+        .collect()
+}

@@ -1,0 +1,360 @@
+//! The research's sources: what searches found and fetches read, their passages and findings,
+//! and the scoring that keeps the best for the report.
+
+#![allow(unused_imports)]
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::config::ModelRole;
+use crate::llm::chat::{
+    ChatMessage, ChatRequest, ChatResponse, ChatRole, LlmError, RoleModel, ToolCall, ToolSpec,
+    Usage, complete_json,
+};
+use crate::llm::prompts::{Prompt, quote};
+use crate::llm::roles::Models;
+use crate::memory::rank::cosine;
+use crate::memory::{MemoryEngine, RecallRequest};
+use crate::research::request::{Mode, ResolvedConfig};
+use crate::runs::events::{
+    Delta, MemoryRecalled, RecalledMemory, ResearchComplete, SessionStart, SourcesFound, Stage,
+    ToolCall as ToolCallEvent, UsageStep,
+};
+use crate::runs::stream::{DeltaKind, stream_to_events};
+use crate::runs::{ErrorEvent, ResearchEnvelope, RunContext, RunErrorType, RunEvent, RunFailure};
+use crate::search::fetch::{FetchedPage, Fetcher};
+use crate::search::{SearchHit, SearchProvider};
+use crate::store::RunKind;
+use crate::store::{
+    MemoryKind, MemorySource, NewMemory, NewResearch, ResearchOutcome, RunId, RunStatus, Store,
+    Trust, UserId,
+};
+
+use super::*;
+
+#[derive(Debug, Clone)]
+pub(super) struct Source {
+    pub(super) url: String,
+    pub(super) title: String,
+    /// The readable text, once fetched (or returned in full by the provider).
+    pub(super) text: Option<String>,
+    pub(super) relevance: f64,
+    pub(super) credibility: f64,
+    pub(super) score: f64,
+}
+
+/// The run's sources by URL, and the fetches made (each URL is fetched once per run, even
+/// when several researchers ask for it at the same time).
+#[derive(Default)]
+pub(super) struct Sources {
+    pub(super) list: Mutex<Vec<Source>>,
+    pub(super) fetches: Mutex<HashMap<String, FetchCell>>,
+}
+
+/// One URL's fetch, shared by every researcher asking for it.
+type FetchCell = Arc<tokio::sync::OnceCell<Result<Arc<FetchedPage>, String>>>;
+
+impl Sources {
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Source>> {
+        self.list
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Adds search hits; returns the ones not seen before.
+    pub(super) fn add_hits(&self, hits: &[SearchHit]) -> Vec<SearchHit> {
+        let mut list = self.lock();
+        let mut new = Vec::new();
+        for hit in hits {
+            match list.iter_mut().find(|source| source.url == hit.url) {
+                Some(known) => {
+                    if known.text.is_none() && hit.content.is_some() {
+                        known.text = hit.content.clone();
+                    }
+                }
+                None => {
+                    list.push(Source {
+                        url: hit.url.clone(),
+                        title: hit.title.clone(),
+                        text: hit.content.clone().filter(|text| !text.trim().is_empty()),
+                        relevance: 0.0,
+                        credibility: 0.0,
+                        score: 0.0,
+                    });
+                    new.push(hit.clone());
+                }
+            }
+        }
+        new
+    }
+
+    pub(super) fn set_text(&self, url: &str, page: &FetchedPage) {
+        let mut list = self.lock();
+        let title = page.title.clone().unwrap_or_else(|| url.to_string());
+        match list.iter_mut().find(|source| source.url == url) {
+            Some(source) => {
+                source.text = Some(page.text.clone());
+                if source.title.is_empty() || source.title == source.url {
+                    source.title = title;
+                }
+            }
+            None => list.push(Source {
+                url: url.to_string(),
+                title,
+                text: Some(page.text.clone()),
+                relevance: 0.0,
+                credibility: 0.0,
+                score: 0.0,
+            }),
+        }
+    }
+
+    pub(super) fn text_of(&self, url: &str) -> Option<String> {
+        self.lock()
+            .iter()
+            .find(|source| source.url == url)
+            .and_then(|source| source.text.clone())
+    }
+
+    pub(super) fn fetch_cell(&self, url: &str) -> FetchCell {
+        self.fetches
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(url.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// Sources whose text was read: only these may be cited.
+    pub(super) fn readable(&self) -> Vec<Source> {
+        self.lock()
+            .iter()
+            .filter(|source| source.text.is_some())
+            .cloned()
+            .collect()
+    }
+}
+
+/// A passage of a source, for the extractive path.
+#[derive(Debug, Clone)]
+pub(super) struct Passage {
+    pub(super) url: String,
+    pub(super) text: String,
+}
+
+/// What one researcher (or one query of the recursive mode) brought back.
+#[derive(Debug, Clone)]
+pub(super) struct Findings {
+    pub(super) topic: String,
+    /// Compressed findings, each with its source URL.
+    pub(super) text: String,
+    pub(super) passages: Vec<Passage>,
+    /// Why the topic could not be researched, when it could not.
+    pub(super) failed: Option<String>,
+}
+
+impl Research {
+    /// Scores every read source for relevance (embedding similarity to the brief, and the
+    /// model's judgement when one is configured) and credibility, drops the weakest, and
+    /// numbers the rest for citation.
+    pub(super) async fn score_sources(
+        &self,
+        brief: &str,
+    ) -> Result<Vec<(usize, Source)>, RunFailure> {
+        let mut sources = self.sources.readable();
+        if sources.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut texts = vec![brief.to_string()];
+        texts.extend(sources.iter().map(|source| {
+            format!(
+                "{}\n{}",
+                source.title,
+                truncate(source.text.as_deref().unwrap_or(""), SCORE_EXCERPT_CHARS)
+            )
+        }));
+        // The similarity embedding runs while the model judges the sources.
+        let embedder = self.deps.memory.embedder().clone();
+        let similarity = async move { embedder.embed(&texts).await };
+        let judgement = async {
+            match self.role(ModelRole::Research) {
+                Some(role) => Some(self.curate(role, brief, &sources).await),
+                None => None,
+            }
+        };
+        let (similarity, judgement) = tokio::join!(similarity, judgement);
+        match similarity {
+            Ok(vectors) => {
+                if let Some((query, rest)) = vectors.split_first() {
+                    for (source, vector) in sources.iter_mut().zip(rest) {
+                        source.relevance = f64::from(cosine(query, vector).max(0.0));
+                    }
+                }
+            }
+            Err(error) => {
+                self.progress
+                    .error(
+                        RunErrorType::Internal,
+                        &format!("scoring sources by similarity failed: {error}"),
+                        true,
+                        json!({ "stage": "final_report_generation" }),
+                    )
+                    .await?;
+            }
+        }
+        for source in &mut sources {
+            source.credibility = credibility(&source.url, source.text.as_deref().unwrap_or(""));
+        }
+        match judgement {
+            None => {}
+            Some(Ok(items)) => {
+                for (id, relevance, credibility) in items {
+                    if let Some(source) = id.checked_sub(1).and_then(|i| sources.get_mut(i)) {
+                        source.relevance = 0.5 * source.relevance + 0.5 * relevance;
+                        source.credibility = 0.5 * source.credibility + 0.5 * credibility;
+                    }
+                }
+            }
+            Some(Err(error)) => {
+                self.progress
+                    .error(
+                        RunErrorType::Llm,
+                        &format!(
+                            "curating sources failed: {}; using similarity scores",
+                            error.message
+                        ),
+                        error.retryable(),
+                        json!({ "stage": "final_report_generation" }),
+                    )
+                    .await?;
+            }
+        }
+        for source in &mut sources {
+            source.score = 0.7 * source.relevance + 0.3 * source.credibility;
+        }
+        sources.sort_by(|a, b| b.score.total_cmp(&a.score));
+        let mut kept = Vec::new();
+        let mut dropped = Vec::new();
+        for source in sources {
+            let keep = kept.is_empty()
+                || (source.score >= self.config.min_source_score
+                    && kept.len() < self.config.max_sources);
+            if keep {
+                kept.push(source);
+            } else {
+                dropped.push(source);
+            }
+        }
+        let numbered: Vec<(usize, Source)> = kept
+            .into_iter()
+            .enumerate()
+            .map(|(index, source)| (index + 1, source))
+            .collect();
+        let listed: Vec<Value> = numbered
+            .iter()
+            .map(|(n, source)| {
+                json!({
+                    "n": n, "url": source.url, "title": source.title,
+                    "relevance": round3(source.relevance), "credibility": round3(source.credibility),
+                    "score": round3(source.score),
+                })
+            })
+            .collect();
+        let dropped: Vec<Value> = dropped
+            .iter()
+            .map(|source| json!({ "url": source.url, "score": round3(source.score) }))
+            .collect();
+        self.progress
+            .emit(RunEvent::SourcesFound(SourcesFound {
+                stage: "final_report_generation".into(),
+                content: format!(
+                    "{} sources kept for the report, {} dropped",
+                    listed.len(),
+                    dropped.len()
+                ),
+                sources: json!(listed),
+                metadata: json!({ "curated": true, "dropped": dropped }),
+            }))
+            .await?;
+        Ok(numbered)
+    }
+
+    /// The model's relevance and credibility judgement of each source (1-based ids).
+    pub(super) async fn curate(
+        &self,
+        role: &RoleModel,
+        brief: &str,
+        sources: &[Source],
+    ) -> Result<Vec<(usize, f64, f64)>, LlmError> {
+        let listed: Vec<String> = sources
+            .iter()
+            .enumerate()
+            .map(|(index, source)| {
+                format!(
+                    "Source {} — {} ({})\n{}",
+                    index + 1,
+                    source.title,
+                    source.url,
+                    quote(&truncate(
+                        source.text.as_deref().unwrap_or(""),
+                        CURATE_EXCERPT_CHARS
+                    ))
+                )
+            })
+            .collect();
+        let text = Prompt::ResearchCurate
+            .render(&[("brief", brief), ("sources", &listed.join("\n\n"))])?;
+        self.json("curate_sources", role, text, |value| {
+            let items = value["sources"]
+                .as_array()
+                .ok_or("sources must be a list")?;
+            Ok(items
+                .iter()
+                .filter_map(|item| {
+                    Some((
+                        item["id"].as_u64()? as usize,
+                        item["relevance"].as_f64()?.clamp(0.0, 1.0),
+                        item["credibility"].as_f64()?.clamp(0.0, 1.0),
+                    ))
+                })
+                .collect::<Vec<_>>())
+        })
+        .await
+    }
+}
+
+/// A source's credibility from what can be seen without a model: the user's own documents
+/// rank highest, then institutional domains, https, and pages with substance.
+pub(super) fn credibility(url: &str, text: &str) -> f64 {
+    if url.starts_with("doc:") {
+        return 0.9;
+    }
+    let mut score: f64 = 0.4;
+    let host = url::Url::parse(url)
+        .ok()
+        .and_then(|parsed| parsed.host_str().map(str::to_ascii_lowercase))
+        .unwrap_or_default();
+    if url.starts_with("https://") {
+        score += 0.1;
+    }
+    if [".gov", ".edu", ".int", ".mil"]
+        .iter()
+        .any(|suffix| host.ends_with(suffix) || host.contains(&format!("{suffix}.")))
+    {
+        score += 0.3;
+    } else if host.ends_with(".org") || host.contains("wikipedia") {
+        score += 0.15;
+    }
+    let length = text.chars().count();
+    if length >= 2_000 {
+        score += 0.15;
+    } else if length < 200 {
+        score -= 0.2;
+    }
+    score.clamp(0.0, 1.0)
+}

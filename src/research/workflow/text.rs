@@ -1,0 +1,167 @@
+//! Small text helpers of the workflow: dates, word counts, passages, sentences, MMR.
+
+#![allow(unused_imports)]
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::config::ModelRole;
+use crate::llm::chat::{
+    ChatMessage, ChatRequest, ChatResponse, ChatRole, LlmError, RoleModel, ToolCall, ToolSpec,
+    Usage, complete_json,
+};
+use crate::llm::prompts::{Prompt, quote};
+use crate::llm::roles::Models;
+use crate::memory::rank::cosine;
+use crate::memory::{MemoryEngine, RecallRequest};
+use crate::research::request::{Mode, ResolvedConfig};
+use crate::runs::events::{
+    Delta, MemoryRecalled, RecalledMemory, ResearchComplete, SessionStart, SourcesFound, Stage,
+    ToolCall as ToolCallEvent, UsageStep,
+};
+use crate::runs::stream::{DeltaKind, stream_to_events};
+use crate::runs::{ErrorEvent, ResearchEnvelope, RunContext, RunErrorType, RunEvent, RunFailure};
+use crate::search::fetch::{FetchedPage, Fetcher};
+use crate::search::{SearchHit, SearchProvider};
+use crate::store::RunKind;
+use crate::store::{
+    MemoryKind, MemorySource, NewMemory, NewResearch, ResearchOutcome, RunId, RunStatus, Store,
+    Trust, UserId,
+};
+
+use super::*;
+
+pub(super) fn today() -> String {
+    chrono::Utc::now().format("%Y-%m-%d").to_string()
+}
+
+pub(super) fn round3(value: f64) -> f64 {
+    (value * 1000.0).round() / 1000.0
+}
+
+/// Words of a report (CJK characters count as words).
+pub(super) fn word_count(text: &str) -> usize {
+    text.split_whitespace()
+        .map(|word| {
+            let cjk = word.chars().filter(|c| is_cjk(*c)).count();
+            if cjk > 0 { cjk } else { 1 }
+        })
+        .sum()
+}
+
+pub(super) fn is_cjk(c: char) -> bool {
+    matches!(c as u32, 0x4E00..=0x9FFF | 0x3400..=0x4DBF | 0x3040..=0x30FF | 0xAC00..=0xD7AF)
+}
+
+/// At most `max` characters, cut at a character boundary.
+pub(super) fn truncate(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
+/// Pieces of at most `size` characters.
+pub(super) fn chunks(text: &str, size: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    chars
+        .chunks(size.max(1))
+        .map(|piece| piece.iter().collect())
+        .collect()
+}
+
+pub(super) fn format_hits(hits: &[SearchHit]) -> String {
+    if hits.is_empty() {
+        return "No results.".into();
+    }
+    hits.iter()
+        .map(|hit| {
+            let body = match &hit.content {
+                Some(content) => truncate(content, 1_200),
+                None => hit.snippet.clone(),
+            };
+            format!("- {} — {}\n{}", hit.title, hit.url, quote(&body))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Paragraphs, long ones split at sentence ends (as document chunks are), of at most
+/// `PASSAGE_CHARS`; paragraphs too short to say anything are skipped.
+pub(super) fn split_passages(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for paragraph in text.split("\n\n") {
+        let paragraph = paragraph.split_whitespace().collect::<Vec<_>>().join(" ");
+        if paragraph.chars().count() < 40 {
+            continue;
+        }
+        let mut pieces = Vec::new();
+        crate::documents::split_long(&paragraph, PASSAGE_CHARS, &mut pieces);
+        out.extend(pieces.into_iter().map(str::to_string));
+    }
+    out
+}
+
+/// Sentences, ended by `.`, `!`, `?` or their CJK forms.
+pub(super) fn sentences(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut chars = text.char_indices().peekable();
+    while let Some((at, c)) = chars.next() {
+        let end = matches!(c, '。' | '！' | '？')
+            || (matches!(c, '.' | '!' | '?')
+                && chars.peek().is_none_or(|(_, next)| next.is_whitespace()));
+        if end {
+            let stop = at + c.len_utf8();
+            out.push(&text[start..stop]);
+            start = stop;
+        }
+    }
+    if start < text.len() && !text[start..].trim().is_empty() {
+        out.push(&text[start..]);
+    }
+    out
+}
+
+pub(super) fn passages_text(passages: &[Passage]) -> String {
+    passages
+        .iter()
+        .map(|passage| format!("- {} [{}]", passage.text, passage.url))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Maximal marginal relevance: `k` items similar to `query` and unlike each other.
+/// Returns (index, similarity to the query).
+pub(super) fn mmr(query: &[f32], items: &[Vec<f32>], k: usize, lambda: f32) -> Vec<(usize, f32)> {
+    let similarity: Vec<f32> = items.iter().map(|item| cosine(query, item)).collect();
+    let mut chosen: Vec<usize> = Vec::new();
+    while chosen.len() < k.min(items.len()) {
+        let best = (0..items.len())
+            .filter(|index| !chosen.contains(index))
+            .map(|index| {
+                let redundancy = chosen
+                    .iter()
+                    .map(|&other| cosine(&items[index], &items[other]))
+                    .fold(0.0f32, f32::max);
+                (
+                    index,
+                    lambda * similarity[index] - (1.0 - lambda) * redundancy,
+                )
+            })
+            .max_by(|a, b| a.1.total_cmp(&b.1));
+        match best {
+            Some((index, _)) => chosen.push(index),
+            None => break,
+        }
+    }
+    chosen
+        .into_iter()
+        .map(|index| (index, similarity[index]))
+        .collect()
+}

@@ -1,0 +1,243 @@
+//! The typed events of a run. Every event a chat turn or a research emits is one [`RunEvent`]
+//! variant; its JSON (the SSE `data:`) is the variant's fields plus `type`, and the envelope
+//! `run_id`, `seq`, `timestamp` (and `research_id`, `model` for research) that
+//! [`super::RunContext`] adds when it appends the event. The field names are the seed API's
+//! and DESIGN.md's; `tests/api` pins one example of every variant.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::llm::chat::Usage;
+use crate::store::{
+    EventType, MemoryId, MemoryKind, MemorySource, MessageId, RunKind, RunStatus, ThreadId,
+};
+
+/// One event of a run's log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum RunEvent {
+    SessionStart(SessionStart),
+    StageUpdate(Stage),
+    Thinking(Stage),
+    ToolCall(ToolCall),
+    ToolResult(ToolResult),
+    MemoryRecalled(MemoryRecalled),
+    SourcesFound(SourcesFound),
+    PlanReview(Stage),
+    MessageDelta(Delta),
+    ReportDelta(Delta),
+    Usage(UsageStep),
+    MessageComplete(MessageComplete),
+    ResearchComplete(ResearchComplete),
+    Error(ErrorEvent),
+    Done(Done),
+}
+
+impl RunEvent {
+    /// The SSE `event:` name.
+    pub fn event_type(&self) -> EventType {
+        match self {
+            RunEvent::SessionStart(_) => EventType::SessionStart,
+            RunEvent::StageUpdate(_) => EventType::StageUpdate,
+            RunEvent::Thinking(_) => EventType::Thinking,
+            RunEvent::ToolCall(_) => EventType::ToolCall,
+            RunEvent::ToolResult(_) => EventType::ToolResult,
+            RunEvent::MemoryRecalled(_) => EventType::MemoryRecalled,
+            RunEvent::SourcesFound(_) => EventType::SourcesFound,
+            RunEvent::PlanReview(_) => EventType::PlanReview,
+            RunEvent::MessageDelta(_) => EventType::MessageDelta,
+            RunEvent::ReportDelta(_) => EventType::ReportDelta,
+            RunEvent::Usage(_) => EventType::Usage,
+            RunEvent::MessageComplete(_) => EventType::MessageComplete,
+            RunEvent::ResearchComplete(_) => EventType::ResearchComplete,
+            RunEvent::Error(_) => EventType::Error,
+            RunEvent::Done(_) => EventType::Done,
+        }
+    }
+
+    /// A stage update (`stage_update`) with empty metadata.
+    pub fn stage(stage: impl Into<String>, content: impl Into<String>) -> Self {
+        RunEvent::StageUpdate(Stage {
+            stage: stage.into(),
+            content: content.into(),
+            metadata: Some(Value::Object(Default::default())),
+        })
+    }
+
+    /// A `thinking` event of a research stage.
+    pub fn thinking(stage: &str, content: impl Into<String>, metadata: Option<Value>) -> Self {
+        RunEvent::Thinking(Stage {
+            stage: stage.to_string(),
+            content: content.into(),
+            metadata,
+        })
+    }
+
+    /// The end of a run.
+    pub fn done(status: RunStatus) -> Self {
+        RunEvent::Done(Done { status })
+    }
+}
+
+/// The start of a chat turn or of a research.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionStart {
+    pub kind: RunKind,
+    /// The model answering (`null` for a chat without a model).
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<ThreadId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_message_id: Option<MessageId>,
+    /// The research question (research only; `content` repeats it, as the seed API does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
+}
+
+/// A research stage's progress: `stage_update`, `thinking` and `plan_review`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stage {
+    /// `clarification`, `research_brief`, `research_execution`, `final_report_generation`
+    /// or `completed`.
+    pub stage: String,
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
+}
+
+/// A tool the model called: in chat `id`, `name` and `arguments`; in research the seed
+/// API's `stage`, `tool`, `arguments`, `content` and `metadata`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    pub arguments: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
+}
+
+/// What a chat tool returned to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolResult {
+    pub id: String,
+    pub name: String,
+    pub ok: bool,
+    pub result: Value,
+}
+
+/// Memories recalled for the query.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryRecalled {
+    pub query: String,
+    pub memories: Vec<RecalledMemory>,
+}
+
+/// One recalled memory as events show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecalledMemory {
+    pub id: MemoryId,
+    pub kind: MemoryKind,
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<MemorySource>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<DateTime<Utc>>,
+    pub score: f64,
+}
+
+/// Search results or the sources kept for the report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SourcesFound {
+    pub stage: String,
+    pub content: String,
+    pub sources: Value,
+    pub metadata: Value,
+}
+
+/// A chunk of streamed text (`message_delta`, `report_delta`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Delta {
+    pub content: String,
+}
+
+/// Tokens of one model call (and the running total in chat).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageStep {
+    pub model: String,
+    pub step: String,
+    pub usage: Usage,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<Usage>,
+}
+
+/// The assistant's whole reply, stored as a message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MessageComplete {
+    pub message_id: MessageId,
+    pub content: String,
+    pub usage: Usage,
+}
+
+/// The finished report with its statistics in `metadata`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResearchComplete {
+    pub content: String,
+    pub metadata: Value,
+}
+
+/// The closed set of `error_type`s carried by `error` events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunErrorType {
+    Llm,
+    Tool,
+    Search,
+    Network,
+    Validation,
+    Internal,
+}
+
+impl RunErrorType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunErrorType::Llm => "llm",
+            RunErrorType::Tool => "tool",
+            RunErrorType::Search => "search",
+            RunErrorType::Network => "network",
+            RunErrorType::Validation => "validation",
+            RunErrorType::Internal => "internal",
+        }
+    }
+}
+
+/// Something went wrong; the run goes on or ends after it (then `done` says how).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorEvent {
+    pub error_type: RunErrorType,
+    pub message: String,
+    pub retryable: bool,
+    /// Research repeats the message here, as the seed API does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
+}
+
+/// The last event of every run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Done {
+    pub status: RunStatus,
+}

@@ -1,0 +1,884 @@
+//! Durable runs: every chat turn and research job is a run whose events are appended to the
+//! SQL run-event log with a per-run sequence. The SSE responses are live views of that log
+//! (`follow`), so a client can disconnect and resume after any sequence number — after the run
+//! ended and after a server restart.
+//!
+//! `RunHub` owns the runs executing in this process: their next sequence number, a watch
+//! channel that wakes followers, a cancellation token, and a count of connected readers (a run
+//! nobody follows for the configured grace period is cancelled).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::SecondsFormat;
+use futures::Stream;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub mod events;
+pub mod stream;
+
+pub use events::{ErrorEvent, RunErrorType, RunEvent};
+pub use stream::stream_to_events;
+
+use crate::store::{
+    EventType, Run, RunId, RunKind, RunStatus, Store, StoreError, StoreResult, StoredEvent,
+    ThreadId, UserId,
+};
+
+/// How a run body ended when it was not cancelled.
+#[derive(Debug)]
+pub enum RunFailure {
+    /// The body failed; an `error` event with this type is written before `done`.
+    Failed {
+        error_type: RunErrorType,
+        message: String,
+        retryable: bool,
+    },
+}
+
+impl From<crate::llm::prompts::PromptError> for RunFailure {
+    fn from(error: crate::llm::prompts::PromptError) -> Self {
+        RunFailure::Failed {
+            error_type: RunErrorType::Internal,
+            message: error.to_string(),
+            retryable: false,
+        }
+    }
+}
+
+impl From<StoreError> for RunFailure {
+    fn from(error: StoreError) -> Self {
+        RunFailure::Failed {
+            error_type: RunErrorType::Internal,
+            message: error.to_string(),
+            retryable: true,
+        }
+    }
+}
+
+struct LiveRun {
+    notify: watch::Sender<i64>,
+    cancel: CancellationToken,
+    readers: Arc<AtomicUsize>,
+    input: Arc<RunInput>,
+}
+
+/// Input a run waits for from its user (a plan approval, an answer to a clarifying question).
+struct RunInput {
+    awaiting: std::sync::atomic::AtomicBool,
+    sender: tokio::sync::mpsc::UnboundedSender<Value>,
+    receiver: tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<Value>>,
+}
+
+/// Why input could not be delivered to a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputRefused {
+    /// The run is not executing in this process (finished, or on another replica).
+    NotLive,
+    /// The run is executing but is not waiting for input.
+    NotAwaiting,
+}
+
+/// Runs executing in this process.
+pub struct RunHub {
+    store: Arc<dyn Store>,
+    live: Mutex<HashMap<RunId, LiveRun>>,
+    tracker: TaskTracker,
+    /// Cancelled when the server shuts down; runs then end as `interrupted`.
+    shutdown: CancellationToken,
+    abandon_after: Option<Duration>,
+}
+
+/// What every event of a research carries besides its own fields.
+#[derive(Debug, Clone)]
+pub struct ResearchEnvelope {
+    pub research_id: RunId,
+    /// The research's main model (`null` without one).
+    pub model: Option<String>,
+}
+
+/// An event's JSON as stored and sent: its own fields, `type`, and the envelope (`run_id`,
+/// `seq`, `timestamp`; for research `research_id` and, when the event names none, `model`).
+fn event_data(
+    event: &RunEvent,
+    run: RunId,
+    seq: i64,
+    research_id: Option<RunId>,
+    model: Option<&Option<String>>,
+) -> StoreResult<Value> {
+    let mut data = match serde_json::to_value(event) {
+        Ok(Value::Object(map)) => map,
+        Ok(_) | Err(_) => {
+            return Err(StoreError::BadRequest(format!(
+                "a {} event did not serialise to an object",
+                event.event_type().as_str()
+            )));
+        }
+    };
+    data.insert("run_id".into(), json!(run));
+    data.insert("seq".into(), json!(seq));
+    data.insert(
+        "timestamp".into(),
+        json!(chrono::Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)),
+    );
+    if let Some(research_id) = research_id {
+        data.insert("research_id".into(), json!(research_id));
+    }
+    if let Some(model) = model
+        && data.get("model").is_none_or(Value::is_null)
+    {
+        data.insert("model".into(), json!(model));
+    }
+    Ok(Value::Object(data))
+}
+
+/// The writing side of one run, handed to its body.
+pub struct RunContext {
+    pub run: Run,
+    pub user: UserId,
+    store: Arc<dyn Store>,
+    next_seq: tokio::sync::Mutex<i64>,
+    notify: watch::Sender<i64>,
+    cancel: CancellationToken,
+    input: Arc<RunInput>,
+}
+
+impl RunContext {
+    /// Waits for the user's input (`POST /v1/runs/{id}/input`). The caller emits the event
+    /// that asks for it first; cancellation ends the wait with the run.
+    pub async fn wait_input(&self) -> Option<Value> {
+        let mut receiver = self.input.receiver.lock().await;
+        // Input sent while nobody waited is stale.
+        while receiver.try_recv().is_ok() {}
+        self.input.awaiting.store(true, Ordering::SeqCst);
+        let value = receiver.recv().await;
+        self.input.awaiting.store(false, Ordering::SeqCst);
+        value
+    }
+
+    /// Appends an event to the log and wakes followers. The envelope `run_id`, `seq` and
+    /// `timestamp` (and `research_id` in a research run) are added here.
+    pub async fn emit(&self, event: RunEvent) -> StoreResult<i64> {
+        self.emit_for(event, None).await
+    }
+
+    /// As `emit`, for an event of a research running inside this run: it carries that
+    /// research's id and, when the event names none, its model.
+    pub async fn emit_for(
+        &self,
+        event: RunEvent,
+        research: Option<&ResearchEnvelope>,
+    ) -> StoreResult<i64> {
+        let mut next = self.next_seq.lock().await;
+        let seq = *next + 1;
+        let research_id = research
+            .map(|research| research.research_id)
+            .or((self.run.kind == RunKind::Research).then_some(self.run.id));
+        let model = research.map(|research| &research.model);
+        let data = event_data(&event, self.run.id, seq, research_id, model)?;
+        self.store
+            .user(self.user)
+            .append_run_event(self.run.id, seq, event.event_type(), &data)
+            .await?;
+        *next = seq;
+        self.notify.send_replace(seq);
+        Ok(seq)
+    }
+
+    /// Cancelled when the user cancels the run, nobody follows it, or the server shuts down.
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    pub fn thread_id(&self) -> Option<ThreadId> {
+        self.run.thread_id
+    }
+}
+
+impl RunHub {
+    pub fn new(
+        store: Arc<dyn Store>,
+        shutdown: CancellationToken,
+        abandon_after: Option<Duration>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            store,
+            live: Mutex::new(HashMap::new()),
+            tracker: TaskTracker::new(),
+            shutdown,
+            abandon_after,
+        })
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<RunId, LiveRun>> {
+        self.live
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Marks runs left `running` by a previous process as interrupted, appending an `error`
+    /// and a `done` event so that followers see them end. Returns how many were recovered.
+    pub async fn recover_interrupted(&self) -> StoreResult<usize> {
+        let stale = self.store.maintenance().running_runs().await?;
+        for &(run, owner, last_seq) in &stale {
+            let message = "the server stopped while this run was in progress";
+            let error = RunEvent::Error(ErrorEvent {
+                error_type: RunErrorType::Internal,
+                message: message.into(),
+                retryable: true,
+                content: None,
+                metadata: None,
+            });
+            let done = RunEvent::done(RunStatus::Interrupted);
+            let scope = self.store.user(owner);
+            for (seq, event) in [(last_seq + 1, error), (last_seq + 2, done)] {
+                let data = event_data(&event, run, seq, None, None)?;
+                scope
+                    .append_run_event(run, seq, event.event_type(), &data)
+                    .await?;
+            }
+            scope
+                .finish_run(run, RunStatus::Interrupted, Some(message))
+                .await?;
+        }
+        Ok(stale.len())
+    }
+
+    /// Creates a run row and executes `body` in the background. The body's future is dropped
+    /// (stopping any upstream request) as soon as the run is cancelled. The hub writes the
+    /// terminal `error`/`done` events and the final status.
+    pub async fn start<F, Fut>(
+        self: &Arc<Self>,
+        user: UserId,
+        thread: Option<ThreadId>,
+        kind: RunKind,
+        body: F,
+    ) -> StoreResult<Run>
+    where
+        F: FnOnce(Arc<RunContext>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<(), RunFailure>> + Send + 'static,
+    {
+        let run = self.store.user(user).create_run(thread, kind).await?;
+        let (notify, _) = watch::channel(0);
+        let cancel = self.shutdown.child_token();
+        let readers = Arc::new(AtomicUsize::new(0));
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let input = Arc::new(RunInput {
+            awaiting: std::sync::atomic::AtomicBool::new(false),
+            sender,
+            receiver: tokio::sync::Mutex::new(receiver),
+        });
+        self.live().insert(
+            run.id,
+            LiveRun {
+                notify: notify.clone(),
+                cancel: cancel.clone(),
+                readers: readers.clone(),
+                input: input.clone(),
+            },
+        );
+        metrics::counter!("mnemo_runs_started_total", "kind" => kind.as_str()).increment(1);
+        metrics::gauge!("mnemo_runs_active").increment(1.0);
+        let context = Arc::new(RunContext {
+            run: run.clone(),
+            user,
+            store: self.store.clone(),
+            next_seq: tokio::sync::Mutex::new(0),
+            notify,
+            cancel: cancel.clone(),
+            input,
+        });
+        let hub = self.clone();
+        self.tracker.spawn(async move {
+            let watchdog = hub.watch_readers(cancel.clone(), readers);
+            let outcome = tokio::select! {
+                outcome = body(context.clone()) => Some(outcome),
+                _ = cancel.cancelled() => None,
+            };
+            watchdog.abort();
+            let status = hub.finish(&context, outcome).await;
+            hub.live().remove(&context.run.id);
+            metrics::gauge!("mnemo_runs_active").decrement(1.0);
+            metrics::counter!("mnemo_runs_finished_total", "status" => status.as_str())
+                .increment(1);
+        });
+        Ok(run)
+    }
+
+    /// Cancels the run when it has had no reader for the grace period.
+    fn watch_readers(
+        &self,
+        cancel: CancellationToken,
+        readers: Arc<AtomicUsize>,
+    ) -> tokio::task::JoinHandle<()> {
+        let grace = self.abandon_after;
+        tokio::spawn(async move {
+            let Some(grace) = grace else { return };
+            let tick = Duration::from_millis(250).min(grace);
+            let mut unread_for = Duration::ZERO;
+            loop {
+                tokio::time::sleep(tick).await;
+                if readers.load(Ordering::Relaxed) == 0 {
+                    unread_for += tick;
+                    if unread_for >= grace {
+                        tracing::info!("cancelling a run nobody has followed for {grace:?}");
+                        cancel.cancel();
+                        return;
+                    }
+                } else {
+                    unread_for = Duration::ZERO;
+                }
+            }
+        })
+    }
+
+    async fn finish(
+        &self,
+        context: &RunContext,
+        outcome: Option<Result<(), RunFailure>>,
+    ) -> RunStatus {
+        let (status, error) = match outcome {
+            Some(Ok(())) => (RunStatus::Completed, None),
+            Some(Err(RunFailure::Failed {
+                error_type,
+                message,
+                retryable,
+            })) => (RunStatus::Failed, Some((error_type, message, retryable))),
+            None if self.shutdown.is_cancelled() => (
+                RunStatus::Interrupted,
+                Some((
+                    RunErrorType::Internal,
+                    "the server shut down during this run".to_string(),
+                    true,
+                )),
+            ),
+            None => (RunStatus::Cancelled, None),
+        };
+        if let Some((error_type, message, retryable)) = &error {
+            let event = RunEvent::Error(ErrorEvent {
+                error_type: *error_type,
+                message: message.clone(),
+                retryable: *retryable,
+                content: None,
+                metadata: None,
+            });
+            if let Err(failure) = context.emit(event).await {
+                tracing::error!(run = %context.run.id, %failure, "could not record a run error");
+            }
+        }
+        if let Err(failure) = context.emit(RunEvent::done(status)).await {
+            tracing::error!(run = %context.run.id, %failure, "could not record the end of a run");
+        }
+        let message = error.as_ref().map(|(_, message, _)| message.as_str());
+        if let Err(failure) = self
+            .store
+            .user(context.user)
+            .finish_run(context.run.id, status, message)
+            .await
+        {
+            tracing::error!(run = %context.run.id, %failure, "could not record a run's status");
+        }
+        status
+    }
+
+    /// Requests cancellation; false when the run is not executing in this process.
+    pub fn cancel(&self, run: RunId) -> bool {
+        match self.live().get(&run) {
+            Some(live) => {
+                live.cancel.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Delivers the user's input to a run that waits for it. The owner check must have been
+    /// done by the caller.
+    pub fn send_input(&self, run: RunId, value: Value) -> Result<(), InputRefused> {
+        let live = self.live();
+        let live = live.get(&run).ok_or(InputRefused::NotLive)?;
+        if !live.input.awaiting.load(Ordering::SeqCst) {
+            return Err(InputRefused::NotAwaiting);
+        }
+        live.input
+            .sender
+            .send(value)
+            .map_err(|_| InputRefused::NotLive)
+    }
+
+    /// Cancels every run (shutdown) and waits up to `grace` for them to record their end.
+    pub async fn shutdown(&self, grace: Duration) {
+        self.shutdown.cancel();
+        self.tracker.close();
+        if tokio::time::timeout(grace, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("some runs did not finish writing within {grace:?}");
+        }
+    }
+
+    /// Number of runs executing in this process.
+    pub fn active(&self) -> usize {
+        self.live().len()
+    }
+
+    /// A stream of the run's events with `seq > after`: first the log, then live events as they
+    /// are appended, ending after the `done` event (or when `stop` is cancelled). The owner
+    /// check must have been done by the caller (`Store::get_run`).
+    pub fn follow(
+        self: &Arc<Self>,
+        user: UserId,
+        run: RunId,
+        after: i64,
+        stop: CancellationToken,
+    ) -> impl Stream<Item = StoredEvent> + Send + 'static {
+        let hub = self.clone();
+        let (receiver, readers) = match hub.live().get(&run) {
+            Some(live) => (Some(live.notify.subscribe()), Some(live.readers.clone())),
+            None => (None, None),
+        };
+        let guard = readers.map(ReaderGuard::new);
+        async_stream(move |sender| async move {
+            let _guard = guard;
+            let mut receiver = receiver;
+            let mut last = after;
+            let mut stopping = false;
+            loop {
+                let events = match hub.store.user(user).run_events_after(run, last, 500).await {
+                    Ok(events) => events,
+                    Err(error) => {
+                        tracing::warn!(%run, %error, "reading run events failed");
+                        return;
+                    }
+                };
+                let full_page = events.len() == 500;
+                for event in events {
+                    last = event.seq;
+                    let is_done = event.event_type == EventType::Done;
+                    if sender.send(event).await.is_err() || is_done {
+                        return;
+                    }
+                }
+                if full_page {
+                    continue;
+                }
+                if stopping {
+                    // Shutdown: what was written before it has been delivered.
+                    return;
+                }
+                match hub.store.user(user).get_run(run).await {
+                    Ok(state) if state.status.is_terminal() && state.last_seq <= last => return,
+                    Ok(_) => {}
+                    Err(_) => return,
+                }
+                let wait = async {
+                    match receiver.as_mut() {
+                        Some(receiver) => {
+                            if receiver.changed().await.is_err() {
+                                // The run ended in this process; read what is left.
+                                tokio::time::sleep(Duration::from_millis(20)).await;
+                            }
+                        }
+                        // Executing elsewhere (another replica) or recovered: poll the log.
+                        None => tokio::time::sleep(Duration::from_millis(500)).await,
+                    }
+                };
+                tokio::select! {
+                    _ = wait => {}
+                    _ = stop.cancelled() => stopping = true,
+                    _ = sender.closed() => return,
+                }
+            }
+        })
+    }
+}
+
+/// Counts a connected reader for as long as it lives.
+struct ReaderGuard(Arc<AtomicUsize>);
+
+impl ReaderGuard {
+    fn new(readers: Arc<AtomicUsize>) -> Self {
+        readers.fetch_add(1, Ordering::Relaxed);
+        Self(readers)
+    }
+}
+
+impl Drop for ReaderGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A stream fed by a producer task through a small channel; the task stops when the receiver
+/// is dropped.
+fn async_stream<T, F, Fut>(producer: F) -> impl Stream<Item = T> + Send + 'static
+where
+    T: Send + 'static,
+    F: FnOnce(tokio::sync::mpsc::Sender<T>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let (sender, receiver) = tokio::sync::mpsc::channel(64);
+    let task = tokio::spawn(producer(sender));
+    let aborter = AbortOnDrop(task);
+    futures::stream::unfold((receiver, aborter), |(mut receiver, aborter)| async move {
+        receiver
+            .recv()
+            .await
+            .map(|item| (item, (receiver, aborter)))
+    })
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod wire_tests {
+    //! The wire format of every event type, pinned: what `emit` stores and SSE sends (the
+    //! envelope included; `timestamp` is checked for shape and left out of the comparison).
+
+    use serde_json::{Value, json};
+
+    use super::events::*;
+    use super::{RunEvent, event_data};
+    use crate::llm::chat::Usage;
+    use crate::store::{
+        MemoryId, MemoryKind, MemorySource, MessageId, RunId, RunKind, RunStatus, ThreadId,
+    };
+
+    fn uuid(text: &str) -> uuid::Uuid {
+        uuid::Uuid::parse_str(text).unwrap()
+    }
+
+    const RUN: &str = "01900000-0000-7000-8000-000000000001";
+    const THREAD: &str = "01900000-0000-7000-8000-000000000002";
+    const MESSAGE: &str = "01900000-0000-7000-8000-000000000003";
+    const MEMORY: &str = "01900000-0000-7000-8000-000000000004";
+    const RESEARCH: &str = "01900000-0000-7000-8000-000000000005";
+
+    /// `event` as stored: in a chat run, or (with `research`) as part of a research.
+    fn wire(event: RunEvent, research: Option<Option<&str>>) -> Value {
+        let run = RunId::from_uuid(uuid(RUN));
+        let research_id = research.map(|_| RunId::from_uuid(uuid(RESEARCH)));
+        let model = research.map(|model| model.map(str::to_string));
+        let mut data = event_data(&event, run, 7, research_id, model.as_ref()).unwrap();
+        let timestamp = data.as_object_mut().unwrap().remove("timestamp").unwrap();
+        assert!(
+            chrono::DateTime::parse_from_rfc3339(timestamp.as_str().unwrap()).is_ok(),
+            "{timestamp}"
+        );
+        data
+    }
+
+    fn usage() -> Usage {
+        Usage {
+            prompt_tokens: 10,
+            completion_tokens: 5,
+            total_tokens: 15,
+            cost_usd: None,
+        }
+    }
+
+    fn envelope(mut value: Value, research: bool) -> Value {
+        value["run_id"] = json!(RUN);
+        value["seq"] = json!(7);
+        if research {
+            value["research_id"] = json!(RESEARCH);
+        }
+        value
+    }
+
+    #[test]
+    fn every_event_type_keeps_its_wire_format() {
+        let usage_json = json!({ "prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15, "cost_usd": null });
+        let cases: Vec<(RunEvent, Option<Option<&str>>, Value)> = vec![
+            (
+                RunEvent::SessionStart(SessionStart {
+                    kind: RunKind::Chat,
+                    model: None,
+                    thread_id: Some(ThreadId::from_uuid(uuid(THREAD))),
+                    user_message_id: Some(MessageId::from_uuid(uuid(MESSAGE))),
+                    query: None,
+                    content: None,
+                    metadata: None,
+                }),
+                None,
+                envelope(
+                    json!({ "type": "session_start", "kind": "chat", "model": null,
+                            "thread_id": THREAD, "user_message_id": MESSAGE }),
+                    false,
+                ),
+            ),
+            (
+                RunEvent::SessionStart(SessionStart {
+                    kind: RunKind::Research,
+                    model: None,
+                    thread_id: None,
+                    user_message_id: None,
+                    query: Some("tides".into()),
+                    content: Some("tides".into()),
+                    metadata: Some(json!({ "config": { "max_sources": 12 } })),
+                }),
+                Some(Some("writer")),
+                envelope(
+                    json!({ "type": "session_start", "kind": "research", "model": "writer",
+                            "query": "tides", "content": "tides",
+                            "metadata": { "config": { "max_sources": 12 } } }),
+                    true,
+                ),
+            ),
+            (
+                RunEvent::stage("research_brief", "Writing the brief"),
+                Some(None),
+                envelope(
+                    json!({ "type": "stage_update", "stage": "research_brief",
+                            "content": "Writing the brief", "metadata": {}, "model": null }),
+                    true,
+                ),
+            ),
+            (
+                RunEvent::thinking("research_execution", "Level 1", Some(json!({ "level": 1 }))),
+                Some(Some("m")),
+                envelope(
+                    json!({ "type": "thinking", "stage": "research_execution", "content": "Level 1",
+                            "metadata": { "level": 1 }, "model": "m" }),
+                    true,
+                ),
+            ),
+            (
+                RunEvent::PlanReview(Stage {
+                    stage: "research_execution".into(),
+                    content: "1. tides".into(),
+                    metadata: Some(json!({ "topics": ["tides"], "awaiting_input": true })),
+                }),
+                Some(Some("m")),
+                envelope(
+                    json!({ "type": "plan_review", "stage": "research_execution", "content": "1. tides",
+                            "metadata": { "topics": ["tides"], "awaiting_input": true }, "model": "m" }),
+                    true,
+                ),
+            ),
+            (
+                RunEvent::ToolCall(ToolCall {
+                    id: Some("call_1".into()),
+                    name: Some("recall_memory".into()),
+                    tool: None,
+                    arguments: json!({ "query": "tea" }),
+                    stage: None,
+                    content: None,
+                    metadata: None,
+                }),
+                None,
+                envelope(
+                    json!({ "type": "tool_call", "id": "call_1", "name": "recall_memory",
+                            "arguments": { "query": "tea" } }),
+                    false,
+                ),
+            ),
+            (
+                RunEvent::ToolCall(ToolCall {
+                    id: None,
+                    name: None,
+                    tool: Some("web_search".into()),
+                    arguments: json!({ "query": "tides" }),
+                    stage: Some("research_execution".into()),
+                    content: Some("web_search {\"query\":\"tides\"}".into()),
+                    metadata: Some(json!({ "researcher": 1, "topic": "tides" })),
+                }),
+                Some(Some("m")),
+                envelope(
+                    json!({ "type": "tool_call", "tool": "web_search", "arguments": { "query": "tides" },
+                            "stage": "research_execution", "content": "web_search {\"query\":\"tides\"}",
+                            "metadata": { "researcher": 1, "topic": "tides" }, "model": "m" }),
+                    true,
+                ),
+            ),
+            (
+                RunEvent::ToolResult(ToolResult {
+                    id: "call_1".into(),
+                    name: "remember".into(),
+                    ok: true,
+                    result: json!({ "queued": true }),
+                }),
+                None,
+                envelope(
+                    json!({ "type": "tool_result", "id": "call_1", "name": "remember", "ok": true,
+                            "result": { "queued": true } }),
+                    false,
+                ),
+            ),
+            (
+                RunEvent::MemoryRecalled(MemoryRecalled {
+                    query: "tea".into(),
+                    memories: vec![RecalledMemory {
+                        id: MemoryId::from_uuid(uuid(MEMORY)),
+                        kind: MemoryKind::Preference,
+                        content: "I like oolong".into(),
+                        source: Some(MemorySource::User),
+                        created_at: Some(
+                            chrono::DateTime::parse_from_rfc3339("2026-05-01T10:00:00Z")
+                                .unwrap()
+                                .to_utc(),
+                        ),
+                        score: 0.5,
+                    }],
+                }),
+                None,
+                envelope(
+                    json!({ "type": "memory_recalled", "query": "tea", "memories": [
+                        { "id": MEMORY, "kind": "preference", "content": "I like oolong",
+                          "source": "user", "created_at": "2026-05-01T10:00:00Z", "score": 0.5 }
+                    ] }),
+                    false,
+                ),
+            ),
+            (
+                RunEvent::SourcesFound(SourcesFound {
+                    stage: "research_execution".into(),
+                    content: "1 results for \"tides\"".into(),
+                    sources: json!([{ "url": "https://example.org", "title": "Tides" }]),
+                    metadata: json!({ "researcher": 1 }),
+                }),
+                Some(Some("m")),
+                envelope(
+                    json!({ "type": "sources_found", "stage": "research_execution",
+                            "content": "1 results for \"tides\"",
+                            "sources": [{ "url": "https://example.org", "title": "Tides" }],
+                            "metadata": { "researcher": 1 }, "model": "m" }),
+                    true,
+                ),
+            ),
+            (
+                RunEvent::MessageDelta(Delta {
+                    content: "Hel".into(),
+                }),
+                None,
+                envelope(json!({ "type": "message_delta", "content": "Hel" }), false),
+            ),
+            (
+                RunEvent::ReportDelta(Delta {
+                    content: "# Tides".into(),
+                }),
+                None,
+                envelope(
+                    json!({ "type": "report_delta", "content": "# Tides" }),
+                    false,
+                ),
+            ),
+            (
+                RunEvent::Usage(UsageStep {
+                    model: "m".into(),
+                    step: "chat".into(),
+                    usage: usage(),
+                    total: Some(usage()),
+                }),
+                None,
+                envelope(
+                    json!({ "type": "usage", "model": "m", "step": "chat", "usage": usage_json,
+                            "total": usage_json }),
+                    false,
+                ),
+            ),
+            (
+                RunEvent::Usage(UsageStep {
+                    model: "writer".into(),
+                    step: "final_report".into(),
+                    usage: usage(),
+                    total: None,
+                }),
+                Some(Some("m")),
+                envelope(
+                    json!({ "type": "usage", "model": "writer", "step": "final_report",
+                            "usage": usage_json }),
+                    true,
+                ),
+            ),
+            (
+                RunEvent::MessageComplete(MessageComplete {
+                    message_id: MessageId::from_uuid(uuid(MESSAGE)),
+                    content: "Hello".into(),
+                    usage: usage(),
+                }),
+                None,
+                envelope(
+                    json!({ "type": "message_complete", "message_id": MESSAGE, "content": "Hello",
+                            "usage": usage_json }),
+                    false,
+                ),
+            ),
+            (
+                RunEvent::ResearchComplete(ResearchComplete {
+                    content: "# Tides".into(),
+                    metadata: json!({ "word_count": 2 }),
+                }),
+                Some(Some("m")),
+                envelope(
+                    json!({ "type": "research_complete", "content": "# Tides",
+                            "metadata": { "word_count": 2 }, "model": "m" }),
+                    true,
+                ),
+            ),
+            (
+                RunEvent::Error(ErrorEvent {
+                    error_type: RunErrorType::Llm,
+                    message: "the model is down".into(),
+                    retryable: true,
+                    content: None,
+                    metadata: None,
+                }),
+                None,
+                envelope(
+                    json!({ "type": "error", "error_type": "llm", "message": "the model is down",
+                            "retryable": true }),
+                    false,
+                ),
+            ),
+            (
+                RunEvent::Error(ErrorEvent {
+                    error_type: RunErrorType::Search,
+                    message: "search failed".into(),
+                    retryable: false,
+                    content: Some("search failed".into()),
+                    metadata: Some(json!({ "researcher": 2 })),
+                }),
+                Some(Some("m")),
+                envelope(
+                    json!({ "type": "error", "error_type": "search", "message": "search failed",
+                            "retryable": false, "content": "search failed",
+                            "metadata": { "researcher": 2 }, "model": "m" }),
+                    true,
+                ),
+            ),
+            (
+                RunEvent::done(RunStatus::Completed),
+                None,
+                envelope(json!({ "type": "done", "status": "completed" }), false),
+            ),
+        ];
+        let mut seen = std::collections::BTreeSet::new();
+        for (event, research, expected) in cases {
+            seen.insert(event.event_type().as_str());
+            let sent = wire(event, research);
+            assert_eq!(sent, expected);
+            // Clients can read every event back into its type.
+            let read: RunEvent = serde_json::from_value(sent).unwrap();
+            assert_eq!(wire(read, research), expected);
+        }
+        let all: std::collections::BTreeSet<&str> = crate::store::EventType::ALL
+            .iter()
+            .map(|t| t.as_str())
+            .collect();
+        assert_eq!(seen, all, "every event type has a pinned example");
+    }
+}

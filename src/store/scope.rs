@@ -1,0 +1,205 @@
+//! The store as the rest of the server sees it. The backend traits (`MemoryStore`, `JobStore`,
+//! `DocumentStore`, `ResearchStore`, `StoreCore`) are visible only inside `store`; outside it an
+//! `Arc<dyn Store>` offers three doors:
+//!
+//! - [`UserScope`] (`store.user(id)`): everything that touches one user's data. Its methods take
+//!   no `UserId`: the scope was opened with one, and every statement filters on it.
+//! - [`Maintenance`] (`store.maintenance()`): the cross-user work of indexers, the job queue,
+//!   crash recovery and the decay job. Rows it returns carry their owner.
+//! - [`Accounts`] (`store.accounts()`): users and API keys, for the auth layer and the CLI.
+
+use chrono::{DateTime, Utc};
+
+use super::*;
+
+/// Delegates to the backend trait method of the same name, with the scope's user first.
+macro_rules! scoped {
+    ($( $(#[$meta:meta])* fn $name:ident(&self $(, $arg:ident: $ty:ty)* $(,)?) -> $ret:ty; )*) => {
+        $(
+            $(#[$meta])*
+            pub async fn $name(&self $(, $arg: $ty)*) -> $ret {
+                self.store.$name(self.user $(, $arg)*).await
+            }
+        )*
+    };
+}
+
+/// Delegates to the backend trait method of the same name.
+macro_rules! delegated {
+    ($( $(#[$meta:meta])* fn $name:ident(&self $(, $arg:ident: $ty:ty)* $(,)?) -> $ret:ty; )*) => {
+        $(
+            $(#[$meta])*
+            pub async fn $name(&self $(, $arg: $ty)*) -> $ret {
+                self.store.$name($($arg),*).await
+            }
+        )*
+    };
+}
+
+impl dyn Store {
+    /// The store seen by `user`.
+    pub fn user(&self, user: UserId) -> UserScope<'_> {
+        UserScope { store: self, user }
+    }
+
+    /// Cross-user work: indexers, jobs, recovery, decay.
+    pub fn maintenance(&self) -> Maintenance<'_> {
+        Maintenance { store: self }
+    }
+
+    /// Users and their API keys.
+    pub fn accounts(&self) -> Accounts<'_> {
+        Accounts { store: self }
+    }
+
+    /// "sqlite" or "postgres".
+    pub fn backend(&self) -> &'static str {
+        StoreCore::backend(self)
+    }
+
+    /// A cheap round trip, for `/health`.
+    pub async fn ping(&self) -> StoreResult<()> {
+        StoreCore::ping(self).await
+    }
+
+    /// Closes the pool after in-flight statements finish.
+    pub async fn close(&self) {
+        StoreCore::close(self).await
+    }
+}
+
+/// One user's data. Another user's object answers `NotFound`.
+#[derive(Clone, Copy)]
+pub struct UserScope<'a> {
+    store: &'a dyn Store,
+    user: UserId,
+}
+
+impl UserScope<'_> {
+    /// Whose data this is.
+    pub fn id(&self) -> UserId {
+        self.user
+    }
+
+    scoped! {
+        fn insert_memories(&self, memories: Vec<(NewMemory, Embedded)>) -> StoreResult<Vec<Memory>>;
+        fn get_memory(&self, id: MemoryId) -> StoreResult<Memory>;
+        fn memory_history(&self, id: MemoryId) -> StoreResult<Vec<MemoryVersion>>;
+        fn update_memory(&self, id: MemoryId, patch: MemoryPatch) -> StoreResult<Memory>;
+        /// Deletes the memory and its history.
+        fn delete_memory(&self, id: MemoryId) -> StoreResult<()>;
+        /// Deletes every memory of the user; returns how many.
+        fn delete_all_memories(&self) -> StoreResult<u64>;
+        /// Newest first, before an optional cursor.
+        fn list_memories(&self, filter: &MemoryFilter, limit: i64, before: Option<MemoryId>) -> StoreResult<Vec<Memory>>;
+        /// Every memory that passes `filter`, newest first, read page by page.
+        fn all_memories(&self, filter: &MemoryFilter) -> StoreResult<Vec<Memory>>;
+        /// The user's memories among `ids` (others' ids are silently absent).
+        fn memories_by_ids(&self, ids: &[MemoryId]) -> StoreResult<Vec<Memory>>;
+        /// Bumps access stats; no log entry (access does not change what is indexed).
+        fn record_access(&self, ids: &[MemoryId], at: DateTime<Utc>) -> StoreResult<()>;
+        /// Writes `new` as superseding `old` in one transaction.
+        fn supersede_memory(&self, old: MemoryId, new: NewMemory, embedded: Embedded) -> StoreResult<Memory>;
+        /// Deletes the memories made from one thread only; returns their ids.
+        fn delete_thread_memories(&self, thread: ThreadId) -> StoreResult<Vec<MemoryId>>;
+        /// Replaces a memory's vector (re-embedding after a model change).
+        fn set_embedding(&self, id: MemoryId, embedded: &Embedded) -> StoreResult<()>;
+
+        /// Queues a job; false when a job with this key already exists.
+        fn enqueue_job(&self, kind: JobKind, key: &str, payload: &serde_json::Value, after_run: Option<RunId>) -> StoreResult<bool>;
+        /// The status of the user's job with this key.
+        fn job_status(&self, key: &str) -> StoreResult<Option<JobStatus>>;
+
+        fn insert_document(&self, document: NewDocument) -> StoreResult<Document>;
+        fn list_documents(&self, limit: i64, before: Option<DocumentId>) -> StoreResult<Vec<Document>>;
+        fn get_document(&self, id: DocumentId) -> StoreResult<Document>;
+        fn delete_document(&self, id: DocumentId) -> StoreResult<()>;
+        fn document_chunk_ids(&self, id: DocumentId) -> StoreResult<Vec<MemoryId>>;
+
+        fn create_research(&self, research: &NewResearch) -> StoreResult<()>;
+        fn finish_research(&self, id: RunId, outcome: &ResearchOutcome) -> StoreResult<()>;
+        fn get_research(&self, id: RunId) -> StoreResult<ResearchRecord>;
+        fn list_research(&self, limit: i64) -> StoreResult<Vec<ResearchRecord>>;
+        fn delete_research(&self, id: RunId) -> StoreResult<()>;
+
+        fn create_thread(&self, title: &str) -> StoreResult<Thread>;
+        fn list_threads(&self, limit: i64, before: Option<ThreadId>) -> StoreResult<Vec<Thread>>;
+        fn get_thread(&self, id: ThreadId) -> StoreResult<Thread>;
+        fn delete_thread(&self, id: ThreadId) -> StoreResult<()>;
+        fn append_message(&self, thread: ThreadId, role: Role, content: &str, run: Option<RunId>) -> StoreResult<Message>;
+        fn list_messages(&self, thread: ThreadId) -> StoreResult<Vec<Message>>;
+        /// The rolling summary of a thread and the last message it covers.
+        fn thread_summary(&self, thread: ThreadId) -> StoreResult<Option<(String, MessageId)>>;
+        fn set_thread_summary(&self, thread: ThreadId, summary: &str, covered_until: MessageId) -> StoreResult<()>;
+
+        fn create_run(&self, thread: Option<ThreadId>, kind: RunKind) -> StoreResult<Run>;
+        fn get_run(&self, id: RunId) -> StoreResult<Run>;
+        fn list_runs(&self, kind: RunKind, limit: i64) -> StoreResult<Vec<Run>>;
+        /// Moves a running run to a terminal status; a run already terminal is left as it is.
+        fn finish_run(&self, id: RunId, status: RunStatus, error: Option<&str>) -> StoreResult<()>;
+        /// Appends an event with the given sequence number (the caller serialises appends per
+        /// run); another user's run is `NotFound`.
+        fn append_run_event(&self, run: RunId, seq: i64, event_type: EventType, data: &serde_json::Value) -> StoreResult<()>;
+        /// Events with `seq > after`, in order, at most `limit`.
+        fn run_events_after(&self, run: RunId, after: i64, limit: i64) -> StoreResult<Vec<StoredEvent>>;
+    }
+}
+
+/// Cross-user work of indexers, the job queue, crash recovery and the decay job.
+#[derive(Clone, Copy)]
+pub struct Maintenance<'a> {
+    store: &'a dyn Store,
+}
+
+impl Maintenance<'_> {
+    delegated! {
+        fn memory_log_after(&self, after: i64, limit: i64) -> StoreResult<Vec<LogEntry>>;
+        /// The highest sequence number in the memory log (0 when empty).
+        fn memory_log_head(&self) -> StoreResult<i64>;
+        /// Current rows of these memories with their owners (missing ids are deleted ones).
+        fn owned_memories(&self, ids: &[MemoryId]) -> StoreResult<Vec<OwnedMemory>>;
+        /// Every memory in id order after a cursor, for rebuilding indexes.
+        fn scan_memories(&self, after: Option<MemoryId>, limit: i64) -> StoreResult<Vec<OwnedMemory>>;
+        fn count_memories(&self) -> StoreResult<i64>;
+        fn watermark(&self, name: &str) -> StoreResult<i64>;
+        fn set_watermark(&self, name: &str, seq: i64) -> StoreResult<()>;
+        /// Archives low-importance memories unused since `now - unused_for`.
+        fn archive_unused(&self, now: DateTime<Utc>, unused_for: chrono::Duration, max_importance: u8) -> StoreResult<Vec<MemoryId>>;
+        /// Memories whose vector was made by another model than `model`, oldest first.
+        fn memories_not_embedded_by(&self, model: &str, limit: i64) -> StoreResult<Vec<OwnedMemory>>;
+        fn count_memories_not_embedded_by(&self, model: &str) -> StoreResult<i64>;
+
+        /// Claims the oldest ready job (see `JobStore::claim_job`).
+        fn claim_job(&self, lease: chrono::Duration, max_attempts: i64) -> StoreResult<Option<Job>>;
+        fn complete_job(&self, id: JobId) -> StoreResult<()>;
+        /// Records a failure: retried at `retry_at`, or failed for good when `None`.
+        fn fail_job(&self, id: JobId, error: &str, retry_at: Option<DateTime<Utc>>) -> StoreResult<()>;
+        fn queue_stats(&self) -> StoreResult<QueueStats>;
+
+        /// Runs left `running` by a previous process, with their owners and last sequence.
+        fn running_runs(&self) -> StoreResult<Vec<(RunId, UserId, i64)>>;
+        /// Marks researches left `running` by a previous process as `interrupted`.
+        fn interrupt_running_research(&self) -> StoreResult<u64>;
+    }
+}
+
+/// Users and their API keys.
+#[derive(Clone, Copy)]
+pub struct Accounts<'a> {
+    store: &'a dyn Store,
+}
+
+impl Accounts<'_> {
+    delegated! {
+        fn create_user(&self, name: &str, kind: UserKind) -> StoreResult<User>;
+        /// Finds or creates the user behind an external identity (JWT subject, dev user).
+        fn ensure_user(&self, name: &str, kind: UserKind) -> StoreResult<User>;
+        fn user_by_name(&self, name: &str) -> StoreResult<Option<User>>;
+        fn list_users(&self) -> StoreResult<Vec<User>>;
+        fn add_api_key(&self, user: UserId, key_hash: &str, prefix: &str) -> StoreResult<()>;
+        /// The user owning an unrevoked key with this hash.
+        fn user_by_key_hash(&self, key_hash: &str) -> StoreResult<Option<User>>;
+        /// Revokes every key of the named user; returns how many were revoked.
+        fn revoke_keys(&self, name: &str) -> StoreResult<u64>;
+    }
+}

@@ -1,0 +1,233 @@
+//! Accumulating results: one run per (memory unit, retrieval, fusion constant), the answers
+//! file, WordPiece counts, and the embedder that caches vectors across runs.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use mnemo::config::Settings;
+use mnemo::llm::embed::Embedder;
+
+use super::*;
+
+/// Identifies one result row; orders the rows of the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct RunKey {
+    pub(super) unit: MemoryUnit,
+    pub(super) credit: Credit,
+    pub(super) sweep: bool,
+    pub(super) retrieval: Retrieval,
+    /// `-rrf_k × 1000`, so larger constants come first.
+    pub(super) rrf_order: i64,
+}
+
+impl RunKey {
+    pub(super) fn new(unit: MemoryUnit, credit: Credit, probe: Probe) -> Self {
+        Self {
+            unit,
+            credit,
+            sweep: probe.sweep,
+            retrieval: probe.retrieval,
+            rrf_order: -(probe.rrf_k * 1000.0).round() as i64,
+        }
+    }
+
+    /// `dated`, `window` or `window-centre`.
+    pub(super) fn unit_label(&self) -> String {
+        match self.credit {
+            Credit::AllRefs => self.unit.key().to_string(),
+            Credit::Centre => format!("{}-centre", self.unit.key()),
+        }
+    }
+
+    pub(super) fn label(&self, rrf_k: f64) -> String {
+        if self.sweep {
+            format!(
+                "{}/{} rrf_k={}",
+                self.unit_label(),
+                self.retrieval.key(),
+                rrf_k
+            )
+        } else {
+            format!("{}/{}", self.unit_label(), self.retrieval.key())
+        }
+    }
+}
+
+pub(super) struct Accumulator {
+    pub(super) aggregate: metrics::Aggregate,
+    pub(super) rrf_k: f64,
+    pub(super) latencies_ms: Vec<f64>,
+    pub(super) returned: usize,
+    pub(super) words: usize,
+    pub(super) wordpieces: Option<usize>,
+}
+
+impl Accumulator {
+    pub(super) fn new(ks: &[usize], rrf_k: f64) -> Self {
+        Self {
+            aggregate: metrics::Aggregate::new(ks),
+            rrf_k,
+            latencies_ms: Vec::new(),
+            returned: 0,
+            words: 0,
+            wordpieces: Some(0),
+        }
+    }
+
+    pub(super) fn result(&self, key: &RunKey, plan: &Plan) -> RunResult {
+        let n = self.latencies_ms.len().max(1) as f64;
+        RunResult {
+            key: key.label(self.rrf_k),
+            unit: key.unit_label(),
+            credit: match key.credit {
+                Credit::AllRefs => "all refs",
+                Credit::Centre => "centre turn",
+            }
+            .to_string(),
+            single_turn_credit: key.unit != MemoryUnit::Window || key.credit == Credit::Centre,
+            retrieval: key.retrieval.key().to_string(),
+            rrf_k: key.retrieval.fuses().then_some(self.rrf_k),
+            decay: key.retrieval.decay(),
+            sweep: key.sweep,
+            overall: self.aggregate.overall(),
+            categories: self.aggregate.by_category(),
+            latency: metrics::latency(&self.latencies_ms),
+            returned_at_tokens_k: self.returned as f64 / n,
+            words_at_tokens_k: self.words as f64 / n,
+            wordpieces_at_tokens_k: self.wordpieces.map(|count| count as f64 / n),
+            tokens_k: plan.tokens_k,
+        }
+    }
+}
+
+/// Where query results go.
+pub(super) struct Sink {
+    pub(super) accumulators: BTreeMap<RunKey, Accumulator>,
+    pub(super) per_question: std::io::BufWriter<std::fs::File>,
+    pub(super) wordpieces: Option<WordPieces>,
+    pub(super) answers: answer::AnswerTally,
+    pub(super) answers_file: Option<std::io::BufWriter<std::fs::File>>,
+}
+
+/// Counts BERT WordPiece tokens with the local embedding model's tokenizer.
+pub(super) struct WordPieces(pub(super) tokenizers::Tokenizer);
+
+impl WordPieces {
+    pub(super) fn load(settings: &Settings) -> Option<Self> {
+        if settings.embedder.provider != mnemo::config::EmbedderProvider::Local {
+            return None;
+        }
+        let path = settings.embedder.model_dir.join("tokenizer.json");
+        let mut tokenizer = tokenizers::Tokenizer::from_file(&path).ok()?;
+        tokenizer.with_truncation(None).ok()?;
+        tokenizer.with_padding(None);
+        Some(Self(tokenizer))
+    }
+
+    pub(super) fn count(&self, text: &str) -> usize {
+        self.0
+            .encode(text, false)
+            .map(|encoding| encoding.len())
+            .unwrap_or(0)
+    }
+}
+
+/// What every pass of one evaluation shares.
+pub(super) struct Env<'a> {
+    pub(super) dataset: &'a str,
+    pub(super) conversations: &'a [Conversation],
+    pub(super) scratch_root: PathBuf,
+    pub(super) settings: &'a Settings,
+    pub(super) embedder: Arc<EvalEmbedder>,
+    pub(super) plan: Plan,
+    /// `--answer`: the models, the memory unit answered from, and how many memories.
+    pub(super) answers: Option<(answer::AnswerModels, MemoryUnit, usize)>,
+    /// The model extracting the `facts` unit (the `memory` role), when an LLM is configured.
+    pub(super) facts: Option<(mnemo::llm::chat::RoleModel, u32)>,
+}
+
+impl Env<'_> {
+    /// The scratch store of one (memory unit, conversation): created on the first open,
+    /// reopened as it was left afterwards.
+    pub(super) async fn open(&self, unit: MemoryUnit, index: usize) -> anyhow::Result<Scratch> {
+        let dir = self.scratch_root.join(unit.key()).join(format!(
+            "{:03}-{}",
+            index + 1,
+            slug(&self.conversations[index].id)
+        ));
+        let embedder: Arc<dyn Embedder> = self.embedder.clone();
+        Scratch::open(&dir, self.settings, embedder).await
+    }
+}
+
+/// The configured embedder, shared by every scratch store, with two changes that leave the
+/// vectors as they are (up to float rounding): a batch is embedded in order of text length (the local model pads each chunk of 32
+/// texts to its longest, and LoCoMo turns vary enough that session-ordered chunks do twice the
+/// work), and single texts — queries — are cached, so the dozen probes of one question embed
+/// it once. The time of that one real embedding is kept: latencies still include it.
+pub(super) struct EvalEmbedder {
+    pub(super) inner: Arc<dyn Embedder>,
+    pub(super) queries: std::sync::Mutex<std::collections::HashMap<String, (Vec<f32>, f64)>>,
+}
+
+impl EvalEmbedder {
+    pub(super) fn new(inner: Arc<dyn Embedder>) -> Self {
+        Self {
+            inner,
+            queries: std::sync::Mutex::new(std::collections::HashMap::new()),
+        }
+    }
+
+    pub(super) fn queries(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, (Vec<f32>, f64)>> {
+        self.queries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// How long the real embedding of `text` took, if it was embedded alone.
+    pub(super) fn embed_ms(&self, text: &str) -> Option<f64> {
+        self.queries().get(text).map(|(_, ms)| *ms)
+    }
+}
+
+#[async_trait::async_trait]
+impl Embedder for EvalEmbedder {
+    fn model_id(&self) -> &str {
+        self.inner.model_id()
+    }
+
+    fn dimension(&self) -> usize {
+        self.inner.dimension()
+    }
+
+    async fn embed(
+        &self,
+        texts: &[String],
+    ) -> Result<Vec<Vec<f32>>, mnemo::llm::embed::EmbedError> {
+        let [text] = texts else {
+            let mut order: Vec<usize> = (0..texts.len()).collect();
+            order.sort_by_key(|&i| (texts[i].len(), i));
+            let sorted: Vec<String> = order.iter().map(|&i| texts[i].clone()).collect();
+            let vectors = self.inner.embed(&sorted).await?;
+            let mut out = vec![Vec::new(); texts.len()];
+            for (vector, &i) in vectors.into_iter().zip(&order) {
+                out[i] = vector;
+            }
+            return Ok(out);
+        };
+        if let Some((vector, _)) = self.queries().get(text) {
+            return Ok(vec![vector.clone()]);
+        }
+        let started = Instant::now();
+        let vectors = self.inner.embed(texts).await?;
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        if let Some(vector) = vectors.first() {
+            self.queries().insert(text.clone(), (vector.clone(), ms));
+        }
+        Ok(vectors)
+    }
+}

@@ -1,0 +1,1059 @@
+//! Memory-quality evaluation (`mnemo eval locomo --data PATH`): evidence recall of the memory
+//! engine on conversational benchmarks, without any LLM.
+//!
+//! Each conversation of a dataset is ingested as one fresh user's history through the paths a
+//! real conversation takes: one thread per session (`Store::create_thread`), every turn
+//! appended as a message (`Store::append_message`), and turn memories written with
+//! `MemoryEngine::add` (kind `turn`, `created_at` = the session date, `source_refs` = the
+//! dataset's turn ids, `thread_id` = the session's thread). Every question is then asked as the
+//! agent would ask it — `recall` with the question text — and the returned memories are mapped
+//! back to turn ids through their `source_refs` and scored ([`metrics`]).
+//!
+//! One run crosses *memory units* (what one memory holds: [`MemoryUnit`]) with *retrieval
+//! variants* (BM25 only, vector only, hybrid RRF, hybrid + decay: [`Retrieval`]), and sweeps
+//! the RRF constant for every unit. Each (unit, conversation) gets a fresh scratch store
+//! (SQLite + Qdrant Edge + tantivy) under `settings.data_dir`, whatever the settings say about
+//! PostgreSQL or a Qdrant server: the evaluation never writes into a real database.
+//!
+//! Repeatability: after ingestion the indexes are rebuilt from SQL (`Indexer::rebuild`, the
+//! `mnemo reindex` path), so each user's keyword index is one tantivy segment in insertion
+//! order; BM25 ties are then broken the same way on every run (with several segments their
+//! order depends on tantivy's segment bookkeeping). Recall goes through
+//! `MemoryEngine::recall_at`, which is `recall` at a fixed clock (the day after the
+//! conversation's last session, so decay follows the dataset's timeline) and without access
+//! recording (the evaluation's own reads must not refresh what decay sees).
+//!
+//! Datasets plug in through [`Dataset`]: [`locomo`] and [`longmemeval`] are the adapters.
+//! Output ([`report`]): `results.json` (everything), `results.md` (tables beside the
+//! dataset's reference points), `recall.svg` (recall@k against k) and `per_question.jsonl`.
+
+mod accumulate;
+pub mod answer;
+pub mod locomo;
+pub mod longmemeval;
+pub mod metrics;
+pub mod report;
+mod scratch;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use chrono::{DateTime, Utc};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use sha2::Digest;
+
+use mnemo::config::ModelRole;
+use mnemo::config::{MemorySettings, Settings};
+use mnemo::llm::embed::Embedder;
+use mnemo::memory::rank::RecallMode;
+use mnemo::store::Role;
+
+use accumulate::*;
+pub use report::{Report, RunResult};
+use scratch::*;
+
+// --- the dataset model ----------------------------------------------------------------------
+
+/// One user's history: dated sessions of turns, and the questions asked about it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Conversation {
+    pub id: String,
+    pub sessions: Vec<Session>,
+    pub questions: Vec<Question>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Session {
+    pub id: String,
+    pub date: DateTime<Utc>,
+    pub turns: Vec<Turn>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Turn {
+    /// The dataset's id for the turn (LoCoMo `D3:7`); memories carry it in `source_refs`.
+    pub id: String,
+    /// The speaker's name as it should appear in a memory ("Caroline", "User").
+    pub speaker: String,
+    /// Which seat the speaker takes in mnemo: `User` for the user whose history this is,
+    /// `Assistant` for the other party.
+    pub role: Role,
+    pub text: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Question {
+    pub id: String,
+    pub text: String,
+    pub category: String,
+    /// Turn ids holding the answer, normalised and deduplicated; empty scores 1.
+    pub evidence: Vec<String>,
+    pub answer: String,
+}
+
+/// A published result on the same data, shown beside ours (percent).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Reference {
+    pub name: String,
+    pub recall_at_5: f64,
+    pub recall_at_10: f64,
+}
+
+/// A benchmark adapter: adding a dataset is one file implementing this.
+pub trait Dataset {
+    fn name(&self) -> &str;
+    fn conversations(&self) -> Vec<Conversation>;
+    /// Category names in display order.
+    fn categories(&self) -> Vec<String>;
+    /// Published reference points on this data.
+    fn references(&self) -> Vec<Reference> {
+        Vec::new()
+    }
+    /// How the adapter read the data (normalised ids, skipped entries…), for the report.
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+// --- what is measured -----------------------------------------------------------------------
+
+/// What one memory holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryUnit {
+    /// The turn's text as it was said.
+    Raw,
+    /// `[8 May 2023] Caroline: text` — the session date and the speaker's name.
+    Dated,
+    /// The dated turn with its neighbours in the session (±1 turn), one speaker per line;
+    /// `source_refs` = [centre, previous, next].
+    Window,
+    /// Facts extracted by an LLM; skipped when none is configured.
+    Facts,
+}
+
+impl MemoryUnit {
+    pub const ALL: [MemoryUnit; 4] = [
+        MemoryUnit::Raw,
+        MemoryUnit::Dated,
+        MemoryUnit::Window,
+        MemoryUnit::Facts,
+    ];
+
+    pub fn key(self) -> &'static str {
+        match self {
+            MemoryUnit::Raw => "raw",
+            MemoryUnit::Dated => "dated",
+            MemoryUnit::Window => "window",
+            MemoryUnit::Facts => "facts",
+        }
+    }
+
+    pub fn description(self) -> &'static str {
+        match self {
+            MemoryUnit::Raw => "one memory per turn: the turn text",
+            MemoryUnit::Dated => "one memory per turn: `[8 May 2023] Speaker: text`",
+            MemoryUnit::Window => {
+                "one memory per turn: the dated turn with the turns before and after it in the session"
+            }
+            MemoryUnit::Facts => "facts extracted by an LLM from the turns",
+        }
+    }
+
+    /// How results are credited: every unit by all its refs; the window unit also by its
+    /// centre turn alone, which makes it comparable with one-turn units at equal k.
+    fn credits(self) -> &'static [Credit] {
+        match self {
+            MemoryUnit::Window => &[Credit::AllRefs, Credit::Centre],
+            _ => &[Credit::AllRefs],
+        }
+    }
+
+    /// The memories of one session: (content, refs, the centre turn).
+    fn memories(self, session: &Session) -> Vec<(String, Vec<String>, &Turn)> {
+        let date = session.date.format("%-d %B %Y").to_string();
+        let turns = &session.turns;
+        let line = |turn: &Turn| format!("{}: {}", turn.speaker, turn.text);
+        turns
+            .iter()
+            .enumerate()
+            .filter(|(_, turn)| !turn.text.trim().is_empty())
+            .map(|(index, turn)| match self {
+                MemoryUnit::Raw | MemoryUnit::Facts => {
+                    (turn.text.clone(), vec![turn.id.clone()], turn)
+                }
+                MemoryUnit::Dated => (
+                    format!("[{date}] {}", line(turn)),
+                    vec![turn.id.clone()],
+                    turn,
+                ),
+                MemoryUnit::Window => {
+                    let mut refs = vec![turn.id.clone()];
+                    let mut lines = Vec::with_capacity(3);
+                    if let Some(previous) = index.checked_sub(1).and_then(|i| turns.get(i)) {
+                        refs.push(previous.id.clone());
+                        lines.push(line(previous));
+                    }
+                    lines.push(line(turn));
+                    if let Some(next) = turns.get(index + 1) {
+                        refs.push(next.id.clone());
+                        lines.push(line(next));
+                    }
+                    (format!("[{date}] {}", lines.join("\n")), refs, turn)
+                }
+            })
+            .collect()
+    }
+}
+
+/// Which refs of a returned memory count as retrieved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Credit {
+    /// Every turn the memory was derived from (the protocol).
+    AllRefs,
+    /// Only the first ref, the turn the memory is about (window memories list it first).
+    Centre,
+}
+
+/// How recall is asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Retrieval {
+    Bm25,
+    Vector,
+    Hybrid,
+    HybridDecay,
+}
+
+impl Retrieval {
+    pub const ALL: [Retrieval; 4] = [
+        Retrieval::Bm25,
+        Retrieval::Vector,
+        Retrieval::Hybrid,
+        Retrieval::HybridDecay,
+    ];
+
+    pub fn key(self) -> &'static str {
+        match self {
+            Retrieval::Bm25 => "bm25",
+            Retrieval::Vector => "vector",
+            Retrieval::Hybrid => "hybrid",
+            Retrieval::HybridDecay => "hybrid+decay",
+        }
+    }
+
+    fn mode(self) -> RecallMode {
+        match self {
+            Retrieval::Bm25 => RecallMode::Keyword,
+            Retrieval::Vector => RecallMode::Vector,
+            Retrieval::Hybrid | Retrieval::HybridDecay => RecallMode::Hybrid,
+        }
+    }
+
+    fn decay(self) -> bool {
+        self == Retrieval::HybridDecay
+    }
+
+    fn fuses(self) -> bool {
+        self.mode() == RecallMode::Hybrid
+    }
+}
+
+// --- options and entry points ---------------------------------------------------------------
+
+/// What `mnemo eval` runs.
+#[derive(Debug, Clone)]
+pub struct EvalOptions {
+    /// The dataset file (read only; never copied).
+    pub data: PathBuf,
+    /// Where results go (created): `results.json`, `results.md`, `recall.svg`,
+    /// `per_question.jsonl`.
+    pub out_dir: PathBuf,
+    /// The k of recall@k and NDCG@k; the largest is what recall is asked for.
+    pub ks: Vec<usize>,
+    /// Memory units (`raw`, `dated`, `window`, `facts`) and/or retrieval variants (`bm25`,
+    /// `vector`, `hybrid`, `hybrid+decay`) to run; a kind not named runs in full. `None`: all.
+    pub variants: Option<Vec<String>>,
+    /// Only the first N conversations.
+    pub limit_conversations: Option<usize>,
+    /// Embedder and memory settings. `data_dir` is the scratch directory: it must be absent,
+    /// empty, or a previous evaluation's scratch; it is wiped at the start and removed at the
+    /// end. An empty `data_dir` means `<out_dir>/scratch`. Database and Qdrant URLs are ignored.
+    pub settings: Settings,
+    /// Candidates per signal (vector top-N and BM25 top-N) for every recall.
+    pub candidates: usize,
+    /// RRF constants tried for every memory unit (hybrid, no decay), besides
+    /// `settings.memory.rrf_k`.
+    pub rrf_sweep: Vec<f64>,
+    /// Answer every question from the memories recalled by `answer_unit` with hybrid recall,
+    /// and score the answers with an LLM judge and token F1 (needs an LLM: the `chat` role
+    /// answers, the `memory` role judges).
+    pub answer: bool,
+    pub answer_unit: MemoryUnit,
+    /// Memories given to the answer model.
+    pub answer_k: usize,
+}
+
+impl EvalOptions {
+    pub const DEFAULT_KS: [usize; 6] = [1, 3, 5, 10, 25, 50];
+    pub const DEFAULT_CANDIDATES: usize = 100;
+    pub const DEFAULT_RRF_SWEEP: [f64; 4] = [60.0, 20.0, 10.0, 5.0];
+
+    /// Defaults for everything else; the scratch directory becomes `<out_dir>/scratch`.
+    pub fn new(data: PathBuf, out_dir: PathBuf, mut settings: Settings) -> Self {
+        settings.data_dir = out_dir.join("scratch");
+        Self {
+            data,
+            out_dir,
+            ks: Self::DEFAULT_KS.to_vec(),
+            variants: None,
+            limit_conversations: None,
+            settings,
+            candidates: Self::DEFAULT_CANDIDATES,
+            rrf_sweep: Self::DEFAULT_RRF_SWEEP.to_vec(),
+            answer: false,
+            answer_unit: MemoryUnit::Dated,
+            answer_k: 10,
+        }
+    }
+}
+
+/// What a finished evaluation returns (the report is also in `results.json`).
+#[derive(Debug, Clone)]
+pub struct EvalSummary {
+    pub results_json: PathBuf,
+    pub results_md: PathBuf,
+    pub recall_svg: PathBuf,
+    pub report: Report,
+}
+
+impl EvalSummary {
+    /// One line for the terminal: the best run and where the results are.
+    pub fn headline(&self) -> String {
+        let best = self
+            .report
+            .best
+            .as_ref()
+            .and_then(|key| self.report.runs.iter().find(|run| &run.key == key));
+        match best {
+            Some(run) => format!(
+                "{}: best {} R@5 {:.1} R@10 {:.1} ({} questions, {:.0} s); results in {}",
+                self.report.dataset,
+                run.key,
+                100.0 * run.overall.recall.get(&5).copied().unwrap_or(0.0),
+                100.0 * run.overall.recall.get(&10).copied().unwrap_or(0.0),
+                self.report.questions,
+                self.report.elapsed_secs,
+                self.results_md.display()
+            ),
+            None => format!(
+                "{}: no run completed; results in {}",
+                self.report.dataset,
+                self.results_md.display()
+            ),
+        }
+    }
+}
+
+/// The answer and judge models for `--answer`; an error when no LLM is configured.
+fn answer_models(
+    options: &EvalOptions,
+    models: &mnemo::llm::roles::Models,
+) -> anyhow::Result<Option<(answer::AnswerModels, MemoryUnit, usize)>> {
+    if !options.answer {
+        return Ok(None);
+    }
+    let (Some(answer), Some(judge)) =
+        (models.role(ModelRole::Chat), models.role(ModelRole::Memory))
+    else {
+        bail!("--answer needs an LLM (llm.base_url and llm.model)");
+    };
+    if options.answer_unit == MemoryUnit::Facts {
+        bail!("--answer-unit must be raw, dated or window");
+    }
+    Ok(Some((
+        answer::AnswerModels {
+            answer: answer.clone(),
+            judge: judge.clone(),
+            structured_retries: models.structured_retries,
+        },
+        options.answer_unit,
+        options.answer_k.max(1),
+    )))
+}
+
+/// `mnemo eval locomo --data PATH`.
+pub async fn run_locomo(options: EvalOptions) -> anyhow::Result<EvalSummary> {
+    let data = locomo::Locomo::load(&options.data)?;
+    run(&data, options).await
+}
+
+/// `mnemo eval longmemeval --data PATH`.
+pub async fn run_longmemeval(options: EvalOptions) -> anyhow::Result<EvalSummary> {
+    let data = longmemeval::LongMemEval::load(&options.data)?;
+    run(&data, options).await
+}
+
+/// Runs the evaluation of `dataset` and writes the results into `options.out_dir`.
+pub async fn run(dataset: &dyn Dataset, options: EvalOptions) -> anyhow::Result<EvalSummary> {
+    let started = Instant::now();
+    let plan = Plan::new(&options)?;
+    let mut conversations = dataset.conversations();
+    if let Some(limit) = options.limit_conversations {
+        conversations.truncate(limit);
+    }
+    if conversations.is_empty() {
+        bail!("the dataset has no conversations");
+    }
+    std::fs::create_dir_all(&options.out_dir)
+        .with_context(|| format!("creating {}", options.out_dir.display()))?;
+    let scratch_root = if options.settings.data_dir.as_os_str().is_empty() {
+        options.out_dir.join("scratch")
+    } else {
+        options.settings.data_dir.clone()
+    };
+    prepare_scratch(&scratch_root, &options.out_dir)?;
+    let data_sha256 = std::fs::read(&options.data)
+        .map(|bytes| hex::encode(sha2::Sha256::digest(&bytes)))
+        .unwrap_or_default();
+
+    let models = mnemo::llm::roles::Models::from_settings(&options.settings.llm);
+    let env = Env {
+        dataset: dataset.name(),
+        conversations: &conversations,
+        scratch_root: scratch_root.clone(),
+        settings: &options.settings,
+        embedder: Arc::new(EvalEmbedder::new(
+            mnemo::llm::embed::from_settings(&options.settings.embedder).await?,
+        )),
+        plan,
+        answers: answer_models(&options, &models)?,
+        facts: models
+            .role(ModelRole::Memory)
+            .cloned()
+            .map(|role| (role, models.structured_retries)),
+    };
+    let mut sink = Sink {
+        accumulators: BTreeMap::new(),
+        per_question: std::io::BufWriter::new(
+            std::fs::File::create(options.out_dir.join("per_question.jsonl"))
+                .context("creating per_question.jsonl")?,
+        ),
+        wordpieces: WordPieces::load(&options.settings),
+        answers: answer::AnswerTally::default(),
+        answers_file: if options.answer {
+            Some(std::io::BufWriter::new(
+                std::fs::File::create(options.out_dir.join("answers.jsonl"))
+                    .context("creating answers.jsonl")?,
+            ))
+        } else {
+            None
+        },
+    };
+    let total_turns: u64 = conversations
+        .iter()
+        .flat_map(|c| &c.sessions)
+        .map(|s| s.turns.len() as u64)
+        .sum();
+    let total_questions: usize = conversations.iter().map(|c| c.questions.len()).sum();
+
+    // Main pass: every memory unit with every retrieval variant.
+    let mut units = Vec::new();
+    for &unit in &env.plan.units {
+        if unit == MemoryUnit::Facts && env.facts.is_none() {
+            units.push(report::UnitResult {
+                unit: unit.key().to_string(),
+                description: unit.description().to_string(),
+                status: "skipped (no LLM configured)".to_string(),
+                memories: 0,
+                ingest_secs: 0.0,
+                query_secs: 0.0,
+                recalls: 0,
+            });
+            continue;
+        }
+        let bars = indicatif::MultiProgress::new();
+        let ingest_bar = bars.add(progress_bar(total_turns, &format!("ingest {}", unit.key())));
+        let query_bar = bars.add(progress_bar(
+            (total_questions * (env.plan.probes.len() + env.plan.sweep.len())) as u64,
+            &format!("recall {}", unit.key()),
+        ));
+        let mut memories = 0usize;
+        let (mut ingest_secs, mut query_secs, mut recalls) = (0.0, 0.0, 0usize);
+        for (index, conversation) in conversations.iter().enumerate() {
+            let ingest_started = Instant::now();
+            let scratch = env.open(unit, index).await?;
+            let ingested = ingest(&scratch, &env, index, unit, &ingest_bar)
+                .await
+                .with_context(|| format!("ingesting {} ({})", conversation.id, unit.key()))?;
+            memories += ingested.memories;
+            ingest_secs += ingest_started.elapsed().as_secs_f64();
+            let query_started = Instant::now();
+            recalls += query(
+                &scratch,
+                &ingested,
+                &env.plan.all_probes(),
+                &env,
+                &mut sink,
+                &query_bar,
+            )
+            .await
+            .with_context(|| format!("querying {} ({})", conversation.id, unit.key()))?;
+            query_secs += query_started.elapsed().as_secs_f64();
+            scratch.close().await;
+        }
+        ingest_bar.finish_and_clear();
+        query_bar.finish_and_clear();
+        eprintln!(
+            "{:>8}: {memories} memories ingested in {ingest_secs:.1} s; {recalls} recalls in {query_secs:.1} s",
+            unit.key()
+        );
+        units.push(report::UnitResult {
+            unit: unit.key().to_string(),
+            description: unit.description().to_string(),
+            status: "ok".to_string(),
+            memories,
+            ingest_secs,
+            query_secs,
+            recalls,
+        });
+    }
+
+    sink.per_question
+        .flush()
+        .context("writing per_question.jsonl")?;
+
+    let runs: Vec<RunResult> = sink
+        .accumulators
+        .iter()
+        .map(|(key, accumulator)| accumulator.result(key, &env.plan))
+        .collect();
+    let report = Report::new(
+        dataset,
+        &options,
+        report::RunInfo {
+            data_sha256,
+            conversations: &conversations,
+            ks: env.plan.ks.clone(),
+            candidates: env.plan.candidates,
+            tokens_k: env.plan.tokens_k,
+            turn_importance: TURN_IMPORTANCE,
+            embedder_model: env.embedder.model_id().to_string(),
+            dimension: env.embedder.dimension(),
+            wordpiece_tokenizer: sink.wordpieces.is_some(),
+            all_conversations: dataset.conversations().into_iter().map(|c| c.id).collect(),
+            elapsed_secs: started.elapsed().as_secs_f64(),
+        },
+        units,
+        runs,
+    );
+    let mut report = report;
+    if let Some((models, unit, k)) = &env.answers {
+        if let Some(file) = sink.answers_file.as_mut() {
+            file.flush().context("writing answers.jsonl")?;
+        }
+        report.answers = Some(sink.answers.report(
+            format!("{}/{}", unit.key(), Retrieval::Hybrid.key()),
+            *k,
+            models,
+        ));
+    }
+    let summary = report::write(report, &options.out_dir)?;
+    if let Err(error) = std::fs::remove_dir_all(&scratch_root) {
+        tracing::warn!(%error, dir = %scratch_root.display(), "removing the eval scratch directory failed");
+    }
+    Ok(summary)
+}
+
+// --- the plan of one evaluation -------------------------------------------------------------
+
+/// Importance of turn memories: ordinary (3), so they decay.
+const TURN_IMPORTANCE: u8 = 3;
+/// Memories per `MemoryEngine::add` call during ingestion.
+const ADD_BATCH: usize = 256;
+/// The returned text is measured over this many top results (or fewer if k is smaller).
+const TOKENS_AT: usize = 10;
+const SCRATCH_MARKER: &str = ".mnemo-eval-scratch";
+
+/// One recall asked per question and memory unit.
+#[derive(Debug, Clone, Copy)]
+struct Probe {
+    retrieval: Retrieval,
+    rrf_k: f64,
+    /// Part of the RRF sweep rather than the main table.
+    sweep: bool,
+}
+
+struct Plan {
+    units: Vec<MemoryUnit>,
+    /// The main retrieval variants.
+    probes: Vec<Probe>,
+    /// The RRF sweep (hybrid with other constants).
+    sweep: Vec<Probe>,
+    ks: Vec<usize>,
+    max_k: usize,
+    tokens_k: usize,
+    candidates: usize,
+    memory: MemorySettings,
+}
+
+impl Plan {
+    /// The main retrieval variants, then the sweep.
+    fn all_probes(&self) -> Vec<Probe> {
+        self.probes.iter().chain(&self.sweep).copied().collect()
+    }
+
+    fn new(options: &EvalOptions) -> anyhow::Result<Self> {
+        let mut ks = options.ks.clone();
+        ks.sort_unstable();
+        ks.dedup();
+        if ks.is_empty() || ks[0] == 0 {
+            bail!("ks must be positive and not empty");
+        }
+        let max_k = ks[ks.len() - 1];
+        let memory = options.settings.memory.clone();
+        if max_k > memory.max_k {
+            bail!(
+                "the largest k ({max_k}) exceeds memory.max_k ({})",
+                memory.max_k
+            );
+        }
+        if options.candidates == 0 {
+            bail!("candidates must be positive");
+        }
+        let (units, retrievals) = parse_variants(options.variants.as_deref())?;
+        let base = memory.rrf_k;
+        let probes: Vec<Probe> = retrievals
+            .iter()
+            .map(|&retrieval| Probe {
+                retrieval,
+                rrf_k: base,
+                sweep: false,
+            })
+            .collect();
+        let mut sweep = Vec::new();
+        if retrievals.contains(&Retrieval::Hybrid) {
+            let mut seen = vec![base];
+            for &rrf_k in &options.rrf_sweep {
+                if !rrf_k.is_finite() || rrf_k < 0.0 {
+                    bail!("rrf_k values must be finite and >= 0, not {rrf_k}");
+                }
+                if !seen.contains(&rrf_k) {
+                    seen.push(rrf_k);
+                    sweep.push(Probe {
+                        retrieval: Retrieval::Hybrid,
+                        rrf_k,
+                        sweep: true,
+                    });
+                }
+            }
+        }
+        Ok(Self {
+            units,
+            probes,
+            sweep,
+            tokens_k: TOKENS_AT.min(max_k),
+            ks,
+            max_k,
+            candidates: options.candidates,
+            memory,
+        })
+    }
+}
+
+/// Splits variant names into memory units and retrieval variants; a kind not named runs in
+/// full.
+fn parse_variants(names: Option<&[String]>) -> anyhow::Result<(Vec<MemoryUnit>, Vec<Retrieval>)> {
+    let mut units = Vec::new();
+    let mut retrievals = Vec::new();
+    for name in names.unwrap_or_default() {
+        let name = name.trim().to_lowercase();
+        if let Some(unit) = MemoryUnit::ALL.iter().find(|u| u.key() == name) {
+            if !units.contains(unit) {
+                units.push(*unit);
+            }
+        } else if let Some(retrieval) = Retrieval::ALL
+            .iter()
+            .find(|r| r.key() == name || (name == "decay" && **r == Retrieval::HybridDecay))
+        {
+            if !retrievals.contains(retrieval) {
+                retrievals.push(*retrieval);
+            }
+        } else {
+            let known: Vec<&str> = MemoryUnit::ALL
+                .iter()
+                .map(|u| u.key())
+                .chain(Retrieval::ALL.iter().map(|r| r.key()))
+                .collect();
+            bail!("unknown variant {name:?}; known: {}", known.join(", "));
+        }
+    }
+    if units.is_empty() {
+        units = MemoryUnit::ALL.to_vec();
+    }
+    if retrievals.is_empty() {
+        retrievals = Retrieval::ALL.to_vec();
+    }
+    units.sort();
+    retrievals.sort();
+    Ok((units, retrievals))
+}
+
+// --- helpers --------------------------------------------------------------------------------
+
+/// Wipes and recreates the scratch directory — only if it is new, empty, or ours.
+fn prepare_scratch(root: &Path, out_dir: &Path) -> anyhow::Result<()> {
+    if out_dir.starts_with(root) {
+        bail!(
+            "the scratch directory {} must not contain the output directory {}",
+            root.display(),
+            out_dir.display()
+        );
+    }
+    if root.exists() {
+        let empty = std::fs::read_dir(root)
+            .with_context(|| format!("reading {}", root.display()))?
+            .next()
+            .is_none();
+        if !empty && !root.join(SCRATCH_MARKER).exists() {
+            bail!(
+                "refusing to wipe {}: it is not empty and is not an evaluation scratch directory (pass a new or empty data directory)",
+                root.display()
+            );
+        }
+        std::fs::remove_dir_all(root).with_context(|| format!("wiping {}", root.display()))?;
+    }
+    std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
+    std::fs::write(
+        root.join(SCRATCH_MARKER),
+        "scratch data of `mnemo eval`; wiped by the next run\n",
+    )
+    .context("marking the scratch directory")?;
+    Ok(())
+}
+
+fn progress_bar(len: u64, message: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{msg:>16} {bar:40} {human_pos}/{human_len} ({per_sec}, eta {eta})",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_message(message.to_string());
+    bar
+}
+
+/// A file-name-safe form of an id.
+fn slug(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
+fn truncate_chars(text: String, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => text[..end].to_string(),
+        None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn model_dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2")
+    }
+
+    fn session() -> Session {
+        let turn = |id: &str, speaker: &str, role, text: &str| Turn {
+            id: id.into(),
+            speaker: speaker.into(),
+            role,
+            text: text.into(),
+        };
+        Session {
+            id: "session_1".into(),
+            date: Utc.with_ymd_and_hms(2023, 5, 8, 13, 56, 0).unwrap(),
+            turns: vec![
+                turn("D1:1", "Caroline", Role::User, "Hey Mel!"),
+                turn("D1:2", "Melanie", Role::Assistant, "Hi! I went hiking."),
+                turn("D1:3", "Caroline", Role::User, "   "),
+                turn("D1:4", "Caroline", Role::User, "Where?"),
+            ],
+        }
+    }
+
+    #[test]
+    fn memory_units_format_turns_and_carry_their_refs() {
+        let session = session();
+        let raw = MemoryUnit::Raw.memories(&session);
+        assert_eq!(raw.len(), 3, "an empty turn makes no memory");
+        assert_eq!(
+            (raw[0].0.as_str(), raw[0].1.as_slice()),
+            ("Hey Mel!", &["D1:1".to_string()][..])
+        );
+        let dated = MemoryUnit::Dated.memories(&session);
+        assert_eq!(dated[1].0, "[8 May 2023] Melanie: Hi! I went hiking.");
+        assert_eq!(dated[1].1, ["D1:2"]);
+        let window = MemoryUnit::Window.memories(&session);
+        assert_eq!(
+            window[0].0,
+            "[8 May 2023] Caroline: Hey Mel!\nMelanie: Hi! I went hiking."
+        );
+        assert_eq!(window[0].1, ["D1:1", "D1:2"]);
+        // The centre comes first; neighbours are the adjacent turns of the session.
+        assert_eq!(window[1].1, ["D1:2", "D1:1", "D1:3"]);
+        assert_eq!(window[2].1, ["D1:4", "D1:3"]);
+        assert_eq!(window[2].2.id, "D1:4");
+        assert_eq!(credited(&window[1].1, Credit::Centre), ["D1:2"]);
+        assert_eq!(credited(&window[1].1, Credit::AllRefs), window[1].1);
+    }
+
+    #[test]
+    fn variants_split_into_units_and_retrievals() {
+        let names = |list: &[&str]| list.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        let (units, retrievals) = parse_variants(None).unwrap();
+        assert_eq!(units, MemoryUnit::ALL);
+        assert_eq!(retrievals, Retrieval::ALL);
+        let (units, retrievals) =
+            parse_variants(Some(&names(&["hybrid", "Dated", "bm25"]))).unwrap();
+        assert_eq!(units, [MemoryUnit::Dated]);
+        assert_eq!(retrievals, [Retrieval::Bm25, Retrieval::Hybrid]);
+        let (units, retrievals) = parse_variants(Some(&names(&["window", "decay"]))).unwrap();
+        assert_eq!(units, [MemoryUnit::Window]);
+        assert_eq!(retrievals, [Retrieval::HybridDecay]);
+        let error = parse_variants(Some(&names(&["dense"]))).unwrap_err();
+        assert!(error.to_string().contains("known: raw, dated"), "{error}");
+    }
+
+    #[test]
+    fn the_plan_sweeps_rrf_only_with_hybrid_and_checks_k() {
+        let mut options = EvalOptions::new("d.json".into(), "out".into(), Settings::default());
+        let plan = Plan::new(&options).unwrap();
+        // The four retrievals in the main pass; the sweep holds the values other than the
+        // setting (10).
+        assert_eq!(plan.probes.len(), 4);
+        assert!(plan.probes.iter().all(|p| !p.sweep && p.rrf_k == 10.0));
+        let sweep: Vec<f64> = plan.sweep.iter().map(|p| p.rrf_k).collect();
+        assert_eq!(sweep, [60.0, 20.0, 5.0]);
+        assert!(
+            plan.sweep
+                .iter()
+                .all(|p| p.sweep && p.retrieval == Retrieval::Hybrid)
+        );
+        assert_eq!((plan.max_k, plan.tokens_k), (50, 10));
+        options.variants = Some(vec!["bm25".into()]);
+        let plan = Plan::new(&options).unwrap();
+        assert_eq!((plan.probes.len(), plan.sweep.len()), (1, 0));
+        options.ks = vec![500];
+        assert!(Plan::new(&options).is_err());
+        options.ks = vec![0, 1];
+        assert!(Plan::new(&options).is_err());
+    }
+
+    #[test]
+    fn a_foreign_directory_is_never_wiped() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let foreign = dir.path().join("data");
+        std::fs::create_dir_all(&foreign).unwrap();
+        std::fs::write(foreign.join("mnemo.db"), "precious").unwrap();
+        let error = prepare_scratch(&foreign, &out).unwrap_err();
+        assert!(error.to_string().contains("refusing to wipe"), "{error}");
+        assert!(foreign.join("mnemo.db").exists());
+        // New, then ours: wiped and re-marked.
+        let scratch = dir.path().join("scratch");
+        prepare_scratch(&scratch, &out).unwrap();
+        std::fs::write(scratch.join("left-over"), "x").unwrap();
+        prepare_scratch(&scratch, &out).unwrap();
+        assert!(!scratch.join("left-over").exists());
+        assert!(scratch.join(SCRATCH_MARKER).exists());
+        assert!(
+            prepare_scratch(dir.path(), &out).is_err(),
+            "scratch must not hold the output"
+        );
+    }
+
+    /// Records the batches it sees; a text's vector is `[length, call number]`.
+    #[derive(Default)]
+    struct Recording {
+        batches: std::sync::Mutex<Vec<Vec<String>>>,
+    }
+
+    #[async_trait::async_trait]
+    impl Embedder for Recording {
+        fn model_id(&self) -> &str {
+            "recording"
+        }
+
+        fn dimension(&self) -> usize {
+            2
+        }
+
+        async fn embed(
+            &self,
+            texts: &[String],
+        ) -> Result<Vec<Vec<f32>>, mnemo::llm::embed::EmbedError> {
+            let mut batches = self.batches.lock().unwrap();
+            batches.push(texts.to_vec());
+            let call = batches.len() as f32;
+            Ok(texts.iter().map(|t| vec![t.len() as f32, call]).collect())
+        }
+    }
+
+    #[tokio::test]
+    async fn the_eval_embedder_sorts_batches_and_caches_queries() {
+        let inner = Arc::new(Recording::default());
+        let embedder = EvalEmbedder::new(inner.clone());
+        let texts: Vec<String> = ["ccc", "a", "bb", "a"]
+            .iter()
+            .map(|t| t.to_string())
+            .collect();
+        let vectors = embedder.embed(&texts).await.unwrap();
+        let lengths: Vec<f32> = vectors.iter().map(|v| v[0]).collect();
+        assert_eq!(
+            lengths,
+            [3.0, 1.0, 2.0, 1.0],
+            "results in the caller's order"
+        );
+        assert_eq!(inner.batches.lock().unwrap()[0], ["a", "a", "bb", "ccc"]);
+        let query = vec!["what did I say?".to_string()];
+        let first = embedder.embed(&query).await.unwrap();
+        let again = embedder.embed(&query).await.unwrap();
+        assert_eq!(first, again);
+        assert_eq!(
+            inner.batches.lock().unwrap().len(),
+            2,
+            "the second query came from the cache"
+        );
+        assert!(embedder.embed_ms("what did I say?").is_some());
+        assert!(embedder.embed_ms("never asked").is_none());
+    }
+
+    /// The whole pipeline on the hand-written LongMemEval fixture with the real local model.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn longmemeval_fixture_end_to_end() {
+        if !model_dir().join("model.safetensors").exists() {
+            println!(
+                "skipped: {} not present (run scripts/fetch-model)",
+                model_dir().display()
+            );
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut settings = Settings::default();
+        settings.embedder.model_dir = model_dir();
+        let mut options = EvalOptions::new(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/longmemeval-mini.json"),
+            dir.path().join("results"),
+            settings,
+        );
+        options.ks = vec![1, 3, 10];
+        options.rrf_sweep = vec![60.0];
+        let summary = run_longmemeval(options).await.unwrap();
+        for path in [
+            &summary.results_json,
+            &summary.results_md,
+            &summary.recall_svg,
+        ] {
+            assert!(path.exists(), "{}", path.display());
+        }
+        assert!(
+            !dir.path().join("results/scratch").exists(),
+            "scratch removed"
+        );
+        let report = &summary.report;
+        assert_eq!((report.conversations, report.questions), (3, 3));
+        let facts = report.units.iter().find(|u| u.unit == "facts").unwrap();
+        assert_eq!(facts.status, "skipped (no LLM configured)");
+        let run = |key: &str| {
+            report
+                .runs
+                .iter()
+                .find(|r| r.key == key)
+                .unwrap_or_else(|| panic!("{key}"))
+        };
+        // Each haystack has at most 8 turns, so k = 10 returns every memory the vector side
+        // sees: full recall. BM25 returns only turns sharing a word with the question ("We
+        // finally moved to Lisbon" shares none with "Which city do I live in now?").
+        // In a two-turn session both ±1 windows hold the same text, and recall drops one as a
+        // duplicate: credited by its centre turn alone, the other turn is then missing.
+        assert!(run("raw/bm25").overall.recall[&10] < 1.0);
+        assert!(run("window-centre/hybrid").overall.recall[&10] < 1.0);
+        for key in ["dated/vector", "dated/hybrid", "window/hybrid+decay"] {
+            assert_eq!(run(key).overall.recall[&10], 1.0, "{key}");
+        }
+        // "What degree did I graduate with?" finds its turn first by keywords.
+        let degree = report.runs.iter().find(|r| r.key == "dated/bm25").unwrap();
+        assert!(degree.categories["single-session-user"].recall[&1] == 1.0);
+        // The sweep ran on every memory unit.
+        let swept: Vec<&RunResult> = report.runs.iter().filter(|r| r.sweep).collect();
+        assert_eq!(swept.len(), 4, "raw, dated, window, window-centre");
+        assert!(swept.iter().all(|r| r.rrf_k == Some(60.0)));
+        assert!(report.recommended_rrf_k.is_some());
+        assert_eq!(run("dated/hybrid").rrf_k, Some(10.0));
+        let lines = std::fs::read_to_string(dir.path().join("results/per_question.jsonl")).unwrap();
+        // 3 questions × 4 retrievals × (raw, dated, window, window-centre).
+        assert_eq!(lines.lines().count(), 3 * 4 * 4);
+        let markdown = std::fs::read_to_string(&summary.results_md).unwrap();
+        assert!(markdown.contains("| dated | hybrid |"), "{markdown}");
+        assert!(
+            summary.headline().contains("best"),
+            "{}",
+            summary.headline()
+        );
+    }
+
+    /// The full LoCoMo dev evaluation (minutes). Run it with
+    /// `cargo test --lib eval -- --ignored --nocapture`; results go to `eval/results/dev`
+    /// (`MNEMO_EVAL_OUT` overrides; `MNEMO_EVAL_VARIANTS=dated,hybrid` and
+    /// `MNEMO_EVAL_LIMIT=2` narrow it down; `MNEMO_EVAL_RRF_K=10` sets `memory.rrf_k` and
+    /// `MNEMO_EVAL_RRF_SWEEP=3,2,1` the sweep).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "full LoCoMo dev evaluation; needs ../shared/eval/locomo-dev.json and the model"]
+    async fn locomo_dev_full() {
+        let data = PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../shared/eval/locomo-dev.json"
+        ));
+        let out = std::env::var("MNEMO_EVAL_OUT")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("eval/results/dev"));
+        let mut settings = Settings::default();
+        settings.embedder.model_dir = model_dir();
+        let mut options = EvalOptions::new(data, out, settings);
+        if let Ok(variants) = std::env::var("MNEMO_EVAL_VARIANTS") {
+            options.variants = Some(variants.split(',').map(str::to_string).collect());
+        }
+        if let Ok(rrf_k) = std::env::var("MNEMO_EVAL_RRF_K") {
+            options.settings.memory.rrf_k = rrf_k.parse().expect("MNEMO_EVAL_RRF_K");
+        }
+        if let Ok(sweep) = std::env::var("MNEMO_EVAL_RRF_SWEEP") {
+            options.rrf_sweep = sweep
+                .split(',')
+                .map(|k| k.trim().parse().expect("MNEMO_EVAL_RRF_SWEEP"))
+                .collect();
+        }
+        if let Ok(limit) = std::env::var("MNEMO_EVAL_LIMIT") {
+            options.limit_conversations = Some(limit.parse().expect("MNEMO_EVAL_LIMIT"));
+        }
+        let summary = run_locomo(options).await.expect("evaluation");
+        println!("{}", std::fs::read_to_string(&summary.results_md).unwrap());
+        println!("{}", summary.headline());
+    }
+}

@@ -1,0 +1,332 @@
+//! One scratch store per (memory unit, conversation): ingestion through the real write path
+//! and queries through the real recall.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use chrono::{DateTime, Utc};
+use indicatif::ProgressBar;
+use tokio_util::sync::CancellationToken;
+
+use mnemo::config::Settings;
+use mnemo::index::edge::EdgeVectorIndex;
+use mnemo::index::indexer::VectorWatermark;
+use mnemo::index::keyword::KeywordIndex;
+use mnemo::index::vector::VectorIndex;
+use mnemo::llm::embed::Embedder;
+use mnemo::memory::rank::RecallMode;
+use mnemo::memory::{MAX_MEMORY_CHARS, MemoryEngine, RecallRequest};
+use mnemo::store::{self, MemoryKind, MemorySource, NewMemory, Role, Store, Trust, UserKind};
+
+use super::*;
+
+pub(super) struct Scratch {
+    pub(super) engine: Arc<MemoryEngine>,
+    pub(super) store: Arc<dyn Store>,
+    pub(super) shutdown: CancellationToken,
+}
+
+impl Scratch {
+    /// SQLite + Qdrant Edge + tantivy in `dir`, laid out as `MemoryEngine::open` lays out a
+    /// data directory, sharing one loaded embedder.
+    pub(super) async fn open(
+        dir: &Path,
+        settings: &Settings,
+        embedder: Arc<dyn Embedder>,
+    ) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let url = format!("sqlite://{}?mode=rwc", dir.join("mnemo.db").display());
+        let store = store::connect(&url, settings.database.max_connections.max(2)).await?;
+        let dimension = embedder.dimension();
+        let vector_dir = dir.join(format!("vectors-{dimension}"));
+        let vector = EdgeVectorIndex::open(&vector_dir, dimension).await?;
+        vector.set_search_ef(settings.qdrant.search_ef);
+        vector.set_tenant_shard_points(settings.qdrant.tenant_shard_points);
+        let keyword_dir = dir.join("keyword");
+        let keyword = tokio::task::spawn_blocking(move || KeywordIndex::open(Some(&keyword_dir)))
+            .await
+            .context("opening the keyword index")??;
+        let shutdown = CancellationToken::new();
+        let engine = MemoryEngine::assemble(
+            store.clone(),
+            embedder,
+            Arc::new(vector),
+            keyword,
+            VectorWatermark::File(vector_dir.join("applied.seq")),
+            settings.memory.clone(),
+            settings.qdrant.optimize_after_upserts,
+            shutdown.clone(),
+        )
+        .await?;
+        Ok(Self {
+            engine,
+            store,
+            shutdown,
+        })
+    }
+
+    pub(super) async fn close(self) {
+        self.shutdown.cancel();
+        // Let the idle indexer follower see the cancellation and flush before the pool goes.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        drop(self.engine);
+        self.store.close().await;
+    }
+}
+
+/// A conversation as stored: its user, how many memories, and the clock for its questions.
+#[derive(Debug, Clone)]
+pub(super) struct Ingested {
+    /// Index into `Env::conversations`.
+    pub(super) conversation: usize,
+    pub(super) unit: MemoryUnit,
+    pub(super) user: store::UserId,
+    pub(super) memories: usize,
+    /// The day after the last session: "now" for decay.
+    pub(super) now: DateTime<Utc>,
+}
+
+/// Writes the conversation as one fresh user's history (threads, messages, turn memories),
+/// waits until it is recallable, and rebuilds the indexes from SQL (see the module docs).
+pub(super) async fn ingest(
+    scratch: &Scratch,
+    env: &Env<'_>,
+    index: usize,
+    unit: MemoryUnit,
+    bar: &ProgressBar,
+) -> anyhow::Result<Ingested> {
+    let conversation = &env.conversations[index];
+    let store = &scratch.store;
+    let user = store
+        .accounts()
+        .create_user(
+            &format!("{}-{}", slug(env.dataset), slug(&conversation.id)),
+            UserKind::Key,
+        )
+        .await?;
+    let mut memories = 0usize;
+    // Memories are added in batches that span sessions, so the embedder can group texts of
+    // similar length (see `EvalEmbedder`); each memory keeps its own session's thread and date.
+    let mut pending: Vec<NewMemory> = Vec::new();
+    let mut pending_turns = 0u64;
+    for (position, session) in conversation.sessions.iter().enumerate() {
+        let title = format!(
+            "{} {} ({})",
+            conversation.id,
+            session.id,
+            session.date.format("%-d %B %Y")
+        );
+        let thread = store.user(user.id).create_thread(&title).await?;
+        for turn in session.turns.iter().filter(|t| !t.text.trim().is_empty()) {
+            store
+                .user(user.id)
+                .append_message(thread.id, turn.role, &turn.text, None)
+                .await?;
+        }
+        if let (MemoryUnit::Facts, Some((model, retries))) = (unit, &env.facts) {
+            let date = session.date.format("%-d %B %Y").to_string();
+            let turns: Vec<(String, String, String)> = session
+                .turns
+                .iter()
+                .filter(|t| !t.text.trim().is_empty())
+                .map(|t| (t.id.clone(), t.speaker.clone(), t.text.clone()))
+                .collect();
+            let facts = answer::extract_facts(model, *retries, &date, &turns)
+                .await
+                .map_err(|error| {
+                    anyhow::anyhow!("extracting the facts of {}: {}", session.id, error.message)
+                })?;
+            pending.extend(facts.into_iter().map(|(content, refs)| NewMemory {
+                kind: MemoryKind::Fact,
+                content: truncate_chars(format!("[{date}] {content}"), MAX_MEMORY_CHARS),
+                source: MemorySource::User,
+                trust: Trust::User,
+                importance: TURN_IMPORTANCE,
+                thread_id: Some(thread.id),
+                source_refs: refs,
+                created_at: Some(session.date),
+                supersedes: None,
+            }));
+        } else {
+            pending.extend(
+                unit.memories(session)
+                    .into_iter()
+                    .map(|(content, refs, turn)| {
+                        let (source, trust) = match turn.role {
+                            Role::User => (MemorySource::User, Trust::User),
+                            _ => (MemorySource::Assistant, Trust::Assistant),
+                        };
+                        NewMemory {
+                            kind: MemoryKind::Turn,
+                            content: truncate_chars(content, MAX_MEMORY_CHARS),
+                            source,
+                            trust,
+                            importance: TURN_IMPORTANCE,
+                            thread_id: Some(thread.id),
+                            source_refs: refs,
+                            created_at: Some(session.date),
+                            supersedes: None,
+                        }
+                    }),
+            );
+        }
+        pending_turns += session.turns.len() as u64;
+        let last = position + 1 == conversation.sessions.len();
+        if pending.len() >= ADD_BATCH || (last && !pending.is_empty()) {
+            memories += pending.len();
+            scratch
+                .engine
+                .add(user.id, std::mem::take(&mut pending))
+                .await?;
+        }
+        if pending.is_empty() {
+            bar.inc(std::mem::take(&mut pending_turns));
+        }
+    }
+    bar.inc(pending_turns);
+    if !scratch
+        .engine
+        .wait_recallable(Duration::from_secs(600))
+        .await?
+    {
+        bail!("the indexes did not catch up with the memory log within 10 minutes");
+    }
+    scratch.engine.indexer().rebuild(|_, _| {}).await?;
+    let last = conversation
+        .sessions
+        .iter()
+        .map(|session| session.date)
+        .max()
+        .unwrap_or(DateTime::UNIX_EPOCH);
+    Ok(Ingested {
+        conversation: index,
+        unit,
+        user: user.id,
+        memories,
+        now: last + chrono::Duration::days(1),
+    })
+}
+
+/// Asks every question of the conversation with every probe; returns how many recalls ran.
+pub(super) async fn query(
+    scratch: &Scratch,
+    ingested: &Ingested,
+    probes: &[Probe],
+    env: &Env<'_>,
+    sink: &mut Sink,
+    bar: &ProgressBar,
+) -> anyhow::Result<usize> {
+    let plan = &env.plan;
+    let unit = ingested.unit;
+    let conversation = &env.conversations[ingested.conversation];
+    let mut recalls = 0usize;
+    for question in &conversation.questions {
+        let evidence: BTreeSet<String> = question.evidence.iter().cloned().collect();
+        for &probe in probes {
+            let mut settings = plan.memory.clone();
+            settings.rrf_k = probe.rrf_k;
+            let request = RecallRequest {
+                query: question.text.clone(),
+                k: Some(plan.max_k),
+                mode: probe.retrieval.mode(),
+                decay: probe.retrieval.decay(),
+                candidates: Some(plan.candidates),
+                ..RecallRequest::default()
+            };
+            let started = Instant::now();
+            let response = scratch
+                .engine
+                .recall_at(ingested.user, request, &settings, ingested.now)
+                .await
+                .with_context(|| format!("recall for {}", question.id))?;
+            // The query vector is cached across probes; its one real embedding time is
+            // counted in every probe that uses vectors.
+            let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0 - response.timings.embed_ms
+                + if probe.retrieval.mode() == RecallMode::Keyword {
+                    0.0
+                } else {
+                    env.embedder.embed_ms(question.text.trim()).unwrap_or(0.0)
+                };
+            recalls += 1;
+            bar.inc(1);
+            if let Some((models, answer_unit, answer_k)) = &env.answers
+                && *answer_unit == unit
+                && probe.retrieval == Retrieval::Hybrid
+                && !probe.sweep
+                && !answer::UNSCORED_CATEGORIES.contains(&question.category.as_str())
+            {
+                let given = &response.results[..response.results.len().min(*answer_k)];
+                match answer::answer_and_judge(models, &question.text, &question.answer, given)
+                    .await
+                {
+                    Ok((answer, correct, f1)) => {
+                        sink.answers.add(&question.category, correct, f1);
+                        if let Some(file) = sink.answers_file.as_mut() {
+                            let line = serde_json::json!({
+                                "question": question.id, "category": question.category,
+                                "text": question.text, "gold": question.answer,
+                                "answer": answer, "correct": correct, "f1": f1,
+                            });
+                            writeln!(file, "{line}").context("writing answers.jsonl")?;
+                        }
+                    }
+                    Err(error) => {
+                        sink.answers.failures += 1;
+                        tracing::warn!(question = %question.id, error = %error.message, "answering failed");
+                    }
+                }
+            }
+            let results = &response.results;
+            let top = &results[..results.len().min(plan.tokens_k)];
+            let words: usize = top.iter().map(|r| metrics::words(&r.memory.content)).sum();
+            let wordpieces: Option<usize> = sink
+                .wordpieces
+                .as_ref()
+                .map(|counter| top.iter().map(|r| counter.count(&r.memory.content)).sum());
+            for &credit in unit.credits() {
+                let refs: Vec<Vec<String>> = results
+                    .iter()
+                    .map(|r| credited(&r.memory.source_refs, credit))
+                    .collect();
+                let score = metrics::score(&evidence, &refs, &plan.ks);
+                let key = RunKey::new(unit, credit, probe);
+                let accumulator = sink
+                    .accumulators
+                    .entry(key)
+                    .or_insert_with(|| Accumulator::new(&plan.ks, probe.rrf_k));
+                accumulator.aggregate.add(&question.category, &score);
+                accumulator.latencies_ms.push(elapsed_ms);
+                accumulator.returned += top.len();
+                accumulator.words += words;
+                accumulator.wordpieces = match (accumulator.wordpieces, wordpieces) {
+                    (Some(sum), Some(count)) => Some(sum + count),
+                    _ => None,
+                };
+                if !probe.sweep {
+                    let line = serde_json::json!({
+                        "run": key.label(probe.rrf_k),
+                        "question": question.id,
+                        "category": question.category,
+                        "evidence": question.evidence,
+                        "retrieved": refs.iter().take(plan.tokens_k).collect::<Vec<_>>(),
+                        "recall": plan.ks.iter().copied().zip(score.recall.iter().copied()).collect::<BTreeMap<usize, f64>>(),
+                        "ndcg": plan.ks.iter().copied().zip(score.ndcg.iter().copied()).collect::<BTreeMap<usize, f64>>(),
+                    });
+                    writeln!(sink.per_question, "{line}").context("writing per_question.jsonl")?;
+                }
+            }
+        }
+    }
+    Ok(recalls)
+}
+
+pub(super) fn credited(refs: &[String], credit: Credit) -> Vec<String> {
+    match credit {
+        Credit::AllRefs => refs.to_vec(),
+        Credit::Centre => refs.iter().take(1).cloned().collect(),
+    }
+}

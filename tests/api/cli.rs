@@ -1,0 +1,395 @@
+//! The `mnemo` binary as an operator uses it: `user add` prints a key alone on stdout, `serve`
+//! prints where it listens and its backends, answers with that key, and exits cleanly on
+//! SIGTERM; bad usage exits with 2.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn mnemo(data_dir: &std::path::Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mnemo"));
+    command
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env_remove("MNEMO__DATABASE__URL")
+        .env("MNEMO__LOG__LEVEL", "warn")
+        .env(
+            "MNEMO__EMBEDDER__MODEL_DIR",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/models/all-MiniLM-L6-v2"),
+        );
+    command
+}
+
+#[test]
+fn user_commands_manage_keys_that_the_server_accepts() {
+    let dir = tempfile::tempdir().unwrap();
+    let added = mnemo(dir.path())
+        .args(["user", "add", "alice"])
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "{added:?}");
+    let key = String::from_utf8(added.stdout).unwrap().trim().to_string();
+    assert!(
+        key.starts_with("mnemo_") && key.len() == 70,
+        "stdout is the key alone: {key}"
+    );
+
+    let duplicate = mnemo(dir.path())
+        .args(["user", "add", "alice"])
+        .output()
+        .unwrap();
+    assert_eq!(duplicate.status.code(), Some(2));
+    let message = String::from_utf8(duplicate.stderr).unwrap();
+    assert!(message.contains("already exists"), "{message}");
+    assert_eq!(message.trim().lines().count(), 1);
+
+    let invalid = mnemo(dir.path())
+        .args(["user", "add", "bad name!"])
+        .output()
+        .unwrap();
+    assert_eq!(invalid.status.code(), Some(2));
+    let unknown = mnemo(dir.path()).args(["frobnicate"]).output().unwrap();
+    assert_eq!(unknown.status.code(), Some(2));
+
+    let mut server = mnemo(dir.path())
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    let listening = lines.next().unwrap().unwrap();
+    let base = listening
+        .strip_prefix("mnemo listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {listening}"))
+        .to_string();
+    assert!(!base.ends_with(":0"), "the real port is printed: {base}");
+    let backends = lines.next().unwrap().unwrap();
+    assert!(backends.contains("database=sqlite"), "{backends}");
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let status = |key: Option<&str>| {
+        let client = reqwest::Client::new();
+        let mut request = client.get(format!("{base}/v1/threads"));
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        runtime.block_on(async { request.send().await.unwrap().status().as_u16() })
+    };
+    assert_eq!(status(Some(&key)), 200);
+    assert_eq!(status(None), 401);
+
+    // User management works against the database while the server runs.
+    let listed = mnemo(dir.path()).args(["user", "list"]).output().unwrap();
+    let listed = String::from_utf8(listed.stdout).unwrap();
+    assert!(
+        listed
+            .lines()
+            .any(|line| line.starts_with("alice") && line.contains(" 1 ")),
+        "{listed}"
+    );
+    let revoked = mnemo(dir.path())
+        .args(["user", "revoke", "alice"])
+        .output()
+        .unwrap();
+    assert!(revoked.status.success());
+    assert_eq!(status(Some(&key)), 401);
+
+    let pid = server.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(exit) = server.try_wait().unwrap() {
+            assert!(exit.success(), "serve exits 0 on SIGTERM: {exit:?}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "serve did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn chat_runs_an_embedded_server_and_streams_answers_to_the_terminal() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let mut chat = mnemo(dir.path())
+        .arg("chat")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = chat.stdin.take().unwrap();
+    stdin
+        .write_all(b"what do you remember about me?\n/quit\n")
+        .unwrap();
+    drop(stdin);
+    let output = chat.wait_with_output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        stdout.contains("No language model is configured"),
+        "{stdout}"
+    );
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("embedded server on 127.0.0.1:"), "{stderr}");
+    assert!(!stderr.contains("did not stop in time"), "{stderr}");
+}
+
+#[test]
+fn ingest_reads_a_directory_and_reports_each_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = dir.path().join("docs");
+    std::fs::create_dir_all(docs.join("nested")).unwrap();
+    std::fs::write(
+        docs.join("otters.md"),
+        "# Otters of Pellwick\n\nThe Pellwick otters crack clams with flat stones.",
+    )
+    .unwrap();
+    std::fs::write(
+        docs.join("nested/page.html"),
+        "<html><head><title>Tide table</title></head><body><p>High tide at Pellwick is at 6.</p></body></html>",
+    )
+    .unwrap();
+    std::fs::write(docs.join("picture.png"), b"\x89PNG").unwrap();
+    let data = dir.path().join("data");
+    let added = mnemo(&data).args(["user", "add", "erin"]).output().unwrap();
+    assert!(added.status.success(), "{added:?}");
+
+    let ingested = mnemo(&data)
+        .args(["ingest", "--user", "erin"])
+        .arg(&docs)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(ingested.stdout).unwrap();
+    let stderr = String::from_utf8(ingested.stderr).unwrap();
+    assert!(ingested.status.success(), "{stdout}\n{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    // Directories are walked in name order: nested/page.html, then otters.md.
+    assert!(
+        lines[0].ends_with("page.html") && lines[0].contains("  1 chunks  "),
+        "{stdout}"
+    );
+    assert!(
+        lines[1].ends_with("otters.md") && lines[1].contains("  1 chunks  "),
+        "{stdout}"
+    );
+    let id = lines[1].split_whitespace().next().unwrap();
+    assert!(uuid::Uuid::parse_str(id).is_ok(), "{id}");
+    assert!(
+        stderr.contains("skipping") && stderr.contains("picture.png"),
+        "{stderr}"
+    );
+
+    // The chunks are in the user's memory as documents, out of default recall.
+    let listed = mnemo(&data)
+        .args(["memory", "list", "--user", "erin", "--kinds", "document"])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8(listed.stdout).unwrap();
+    assert!(listed.contains("crack clams"), "{listed}");
+    assert!(listed.contains("High tide"), "{listed}");
+    let searched = mnemo(&data)
+        .args(["memory", "search", "--user", "erin", "otters clams"])
+        .output()
+        .unwrap();
+    assert!(searched.status.success());
+    assert!(
+        String::from_utf8(searched.stdout)
+            .unwrap()
+            .trim()
+            .is_empty()
+    );
+
+    // Bad usage: a missing path, and no user for an embedded run.
+    let missing = mnemo(&data)
+        .args(["ingest", "--user", "erin", "/nonexistent/file.md"])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+    let no_user = mnemo(&data).arg("ingest").arg(&docs).output().unwrap();
+    assert_eq!(no_user.status.code(), Some(2));
+    let empty = dir.path().join("empty.txt");
+    std::fs::write(&empty, "   ").unwrap();
+    let failed = mnemo(&data)
+        .args(["ingest", "--user", "erin"])
+        .arg(&empty)
+        .output()
+        .unwrap();
+    assert_eq!(failed.status.code(), Some(2));
+    let message = String::from_utf8(failed.stderr).unwrap();
+    assert!(message.contains("empty"), "{message}");
+}
+
+#[test]
+fn research_without_a_model_over_local_documents_writes_a_cited_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = dir.path().join("docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    std::fs::write(
+        docs.join("otters.md"),
+        "# Otters of Pellwick\n\nThe Pellwick otters crack clams open with flat stones they keep under their arms.\n\nThey float on their backs in the kelp beds while they eat.",
+    )
+    .unwrap();
+    std::fs::write(
+        docs.join("tides.md"),
+        "# Pellwick harbour\n\nHigh tide at Pellwick harbour comes twice a day, about twelve hours and twenty-five minutes apart.",
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    assert!(
+        mnemo(&data)
+            .args(["user", "add", "erin"])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    let ingested = mnemo(&data)
+        .args(["ingest", "--user", "erin"])
+        .arg(&docs)
+        .output()
+        .unwrap();
+    assert!(ingested.status.success(), "{ingested:?}");
+
+    let researched = mnemo(&data)
+        .args([
+            "research",
+            "--user",
+            "erin",
+            "--search-api",
+            "local",
+            "How do the Pellwick otters open clams?",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(researched.stdout).unwrap();
+    let stderr = String::from_utf8(researched.stderr).unwrap();
+    assert!(researched.status.success(), "{stdout}\n{stderr}");
+    // An extractive digest: the document's own words, cited, with the source listed.
+    let (body, sources) = stdout.split_once("## Sources").expect("a sources section");
+    assert!(
+        body.contains("crack clams open with flat stones"),
+        "{stdout}"
+    );
+    let line = body
+        .lines()
+        .find(|line| line.contains("crack clams"))
+        .unwrap();
+    let cited: usize = line
+        .rsplit('[')
+        .next()
+        .and_then(|rest| rest.trim_end().trim_end_matches(']').parse().ok())
+        .unwrap_or_else(|| panic!("the passage is cited: {line}"));
+    let source = sources
+        .lines()
+        .find(|l| l.starts_with(&format!("[{cited}] ")))
+        .unwrap_or_else(|| panic!("[{cited}] is listed: {sources}"));
+    assert!(source.contains("doc:"), "{source}");
+    assert!(stderr.contains("== completed"), "{stderr}");
+    // The embedded state shuts down in order: no background task has to be aborted.
+    assert!(!stderr.contains("did not stop in time"), "{stderr}");
+
+    // Another user has no documents: nothing to research.
+    assert!(
+        mnemo(&data)
+            .args(["user", "add", "finn"])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    let other = mnemo(&data)
+        .args([
+            "research",
+            "--user",
+            "finn",
+            "--search-api",
+            "local",
+            "Pellwick otters clams",
+        ])
+        .output()
+        .unwrap();
+    let other_out = String::from_utf8(other.stdout).unwrap();
+    assert!(!other_out.contains("crack clams"), "{other_out}");
+}
+
+#[test]
+fn ingest_sends_files_to_a_running_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let added = mnemo(&data).args(["user", "add", "fay"]).output().unwrap();
+    assert!(added.status.success(), "{added:?}");
+    let key = String::from_utf8(added.stdout).unwrap().trim().to_string();
+    let file = dir.path().join("kilns.txt");
+    std::fs::write(
+        &file,
+        "Pellwick kilns burn driftwood.\n\nThey glow all night.",
+    )
+    .unwrap();
+
+    let mut server = mnemo(&data)
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    let listening = lines.next().unwrap().unwrap();
+    let base = listening
+        .strip_prefix("mnemo listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {listening}"))
+        .to_string();
+
+    let ingested = mnemo(&data)
+        .args(["ingest", "--server", &base, "--key", &key])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(ingested.status.success(), "{ingested:?}");
+    let stdout = String::from_utf8(ingested.stdout).unwrap();
+    assert!(stdout.trim().ends_with("kilns.txt"), "{stdout}");
+    assert!(stdout.contains("  1 chunks  "), "{stdout}");
+    let wrong_key = mnemo(&data)
+        .args(["ingest", "--server", &base, "--key", "mnemo_wrong"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(wrong_key.status.code(), Some(2));
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let documents: serde_json::Value = runtime.block_on(async {
+        reqwest::Client::new()
+            .get(format!("{base}/v1/documents"))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    });
+    let documents = documents["documents"].as_array().unwrap().clone();
+    assert_eq!(documents.len(), 1);
+    assert_eq!(documents[0]["title"], "Pellwick kilns burn driftwood.");
+    assert_eq!(documents[0]["content_type"], "text/plain");
+    assert!(
+        documents[0]["source"]
+            .as_str()
+            .unwrap()
+            .ends_with("kilns.txt"),
+        "{documents:?}"
+    );
+
+    let pid = server.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while server.try_wait().unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "serve did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -1,0 +1,264 @@
+//! Memory-engine behaviour across the process lifetime: re-embedding after a model change,
+//! the decay job at start, access statistics, and index lag in `/health` and `/metrics`.
+
+use crate::support;
+
+use std::time::Duration;
+
+use mnemo::store::{Embedded, MemoryKind, NewMemory};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use support::{Backend, Home, TestApp};
+
+async fn search(app: &TestApp, key: &str, body: Value) -> Value {
+    let (status, response) = app
+        .call(Method::POST, "/v1/memories/search", Some(key), Some(body))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{response}");
+    response
+}
+
+fn contents(response: &Value) -> Vec<String> {
+    response["results"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|result| {
+            result["memory"]["content"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn memories_from_another_model_are_reembedded_at_start_and_become_recallable() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let key = app.user_key("alice").await;
+    let user = app
+        .state
+        .store
+        .accounts()
+        .user_by_name("alice")
+        .await
+        .unwrap()
+        .unwrap();
+    // Memories written by an older, 8-dimensional model.
+    let old = Embedded {
+        vector: vec![0.5; 8],
+        model: "old-model".into(),
+    };
+    let news = [
+        "My daughter's name is Priya",
+        "The office wifi password rotates every Monday",
+    ]
+    .iter()
+    .map(|content| {
+        (
+            NewMemory::from_user(MemoryKind::Fact, *content, 3),
+            old.clone(),
+        )
+    })
+    .collect();
+    app.state
+        .store
+        .user(user.id)
+        .insert_memories(news)
+        .await
+        .unwrap();
+    app.stop().await;
+
+    let app = TestApp::spawn(&home).await;
+    let model = app.state.memory.embedder().model_id().to_string();
+    let mut remaining = 1;
+    for _ in 0..100 {
+        remaining = app
+            .state
+            .store
+            .maintenance()
+            .count_memories_not_embedded_by(&model)
+            .await
+            .unwrap();
+        if remaining == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(remaining, 0, "every memory is re-embedded with {model}");
+    assert!(
+        app.state
+            .memory
+            .wait_recallable(Duration::from_secs(10))
+            .await
+            .unwrap()
+    );
+    let found = search(
+        &app,
+        &key,
+        json!({ "query": "what is my child called", "mode": "vector", "k": 1 }),
+    )
+    .await;
+    assert_eq!(contents(&found), ["My daughter's name is Priya"]);
+    let listed = app
+        .state
+        .store
+        .user(user.id)
+        .list_memories(&Default::default(), 10, None)
+        .await
+        .unwrap();
+    assert!(listed.iter().all(|memory| memory.embedding.len() == 384));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn the_decay_job_archives_unused_trivia_at_start_and_recall_respects_it() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let key = app.user_key("alice").await;
+    let user = app
+        .state
+        .store
+        .accounts()
+        .user_by_name("alice")
+        .await
+        .unwrap()
+        .unwrap();
+    let long_ago = chrono::Utc::now() - chrono::Duration::days(400);
+    let mut trivia = NewMemory::from_user(MemoryKind::Fact, "The hotel lobby had green carpets", 1);
+    trivia.created_at = Some(long_ago);
+    let mut essential = NewMemory::from_user(
+        MemoryKind::Fact,
+        "The hotel booking is under my maiden name",
+        5,
+    );
+    essential.created_at = Some(long_ago);
+    app.state
+        .memory
+        .add(user.id, vec![trivia, essential])
+        .await
+        .unwrap();
+    app.stop().await;
+
+    // The job runs once at start.
+    let app = TestApp::spawn(&home).await;
+    let mut archived = Vec::new();
+    for _ in 0..50 {
+        archived = app
+            .state
+            .store
+            .user(user.id)
+            .list_memories(
+                &mnemo::store::MemoryFilter {
+                    include_archived: true,
+                    ..Default::default()
+                },
+                10,
+                None,
+            )
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|memory| memory.archived_at.is_some())
+            .map(|memory| memory.content)
+            .collect();
+        if !archived.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(archived, ["The hotel lobby had green carpets"]);
+    assert!(
+        app.state
+            .memory
+            .wait_recallable(Duration::from_secs(10))
+            .await
+            .unwrap()
+    );
+    let default = search(&app, &key, json!({ "query": "hotel", "mode": "keyword" })).await;
+    assert_eq!(
+        contents(&default),
+        ["The hotel booking is under my maiden name"]
+    );
+    let all = search(
+        &app,
+        &key,
+        json!({ "query": "hotel", "mode": "keyword", "include_archived": true }),
+    )
+    .await;
+    assert_eq!(contents(&all).len(), 2);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn recall_records_access_and_health_reports_index_lag() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let key = app.user_key("alice").await;
+    let (status, memory) = app
+        .call(
+            Method::POST,
+            "/v1/memories",
+            Some(&key),
+            Some(json!({ "content": "I keep my passport in the blue drawer", "kind": "fact" })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{memory}");
+    let id = memory["id"].as_str().unwrap().to_string();
+    assert!(
+        app.state
+            .memory
+            .wait_recallable(Duration::from_secs(10))
+            .await
+            .unwrap()
+    );
+    let found = search(&app, &key, json!({ "query": "where is my passport" })).await;
+    assert_eq!(contents(&found)[0], "I keep my passport in the blue drawer");
+    let signals = &found["results"][0]["signals"];
+    assert_eq!(signals["vector_rank"], 1);
+    assert_eq!(signals["bm25_rank"], 1);
+    assert!(found["timings"]["embed_ms"].as_f64().unwrap() > 0.0);
+    let mut count = 0;
+    for _ in 0..50 {
+        let (_, body) = app
+            .call(Method::GET, &format!("/v1/memories/{id}"), Some(&key), None)
+            .await;
+        count = body["memory"]["access_count"].as_i64().unwrap_or(0);
+        if count > 0 {
+            assert!(body["memory"]["last_accessed_at"].is_string());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(count, 1);
+
+    let (status, health) = app.call(Method::GET, "/health", None, None).await;
+    assert_eq!(status, StatusCode::OK, "{health}");
+    let components = &health["components"];
+    assert_eq!(components["embedder"]["dimension"], 384);
+    assert_eq!(components["vector_index"]["backend"], "qdrant-edge");
+    assert_eq!(components["keyword_index"]["backend"], "tantivy");
+    let indexes = &components["indexes"];
+    assert!(indexes["log_head"].as_i64().unwrap() >= 1);
+    assert_eq!(indexes["vector"]["lag"], 0);
+    assert_eq!(indexes["keyword"]["lag"], 0);
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("mnemo_index_lag{index=\"vector\"} 0"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("mnemo_recall_duration_seconds"),
+        "{metrics}"
+    );
+    app.stop().await;
+}

@@ -1,0 +1,786 @@
+//! The HTTP surface against the real app on port 0: authentication, isolation between users,
+//! resumable run streams (across a restart), errors, and the service endpoints.
+
+use crate::support;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use support::fake_llm::{FakeLlm, Reply};
+use support::{Backend, Home, ReceivedEvent, TestApp};
+
+/// A fake LLM whose every answer is `words` words streamed slowly.
+async fn slow_llm(words: usize, delay_ms: u64) -> (FakeLlm, String) {
+    let llm = FakeLlm::start().await;
+    let text: Vec<String> = (0..words).map(|index| format!("word{index}")).collect();
+    let text = text.join(" ");
+    llm.set_default(Reply::slow_text(&text, 6, delay_ms));
+    (llm, text)
+}
+
+const SECRET: &str = "test-secret-0123456789abcdef-0123456789";
+const AUDIENCE: &str = "mnemo-test";
+const ISSUER: &str = "https://issuer.test";
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()
+}
+
+fn hs256_env() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("MNEMO__AUTH__JWT__HS256_SECRET", SECRET),
+        ("MNEMO__AUTH__JWT__AUDIENCE", AUDIENCE),
+        ("MNEMO__AUTH__JWT__ISSUER", ISSUER),
+    ]
+}
+
+fn hs256(claims: &Value, secret: &str) -> String {
+    encode(
+        &Header::new(Algorithm::HS256),
+        claims,
+        &EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .expect("encode")
+}
+
+fn valid_claims(sub: &str) -> Value {
+    json!({ "sub": sub, "aud": AUDIENCE, "iss": ISSUER, "exp": now_secs() + 600 })
+}
+
+/// A token with `alg: none` and no signature.
+fn alg_none(claims: &Value) -> String {
+    use base64::Engine;
+    let engine = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let header = engine.encode(br#"{"alg":"none","typ":"JWT"}"#);
+    let payload = engine.encode(claims.to_string());
+    format!("{header}.{payload}.")
+}
+
+async fn status_with(app: &TestApp, token: Option<&str>) -> StatusCode {
+    app.call(Method::GET, "/v1/threads", token, None).await.0
+}
+
+#[tokio::test]
+async fn api_keys_and_hs256_tokens_authenticate_and_every_bad_credential_is_401() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn_with(&home, &hs256_env()).await;
+    let key = app.user_key("alice").await;
+    assert_eq!(status_with(&app, Some(&key)).await, StatusCode::OK);
+    let token = hs256(&valid_claims("user-1"), SECRET);
+    assert_eq!(status_with(&app, Some(&token)).await, StatusCode::OK);
+
+    let mut expired = valid_claims("user-1");
+    expired["exp"] = json!(now_secs() - 3600);
+    let mut no_aud = valid_claims("user-1");
+    no_aud.as_object_mut().unwrap().remove("aud");
+    let mut wrong_aud = valid_claims("user-1");
+    wrong_aud["aud"] = json!("someone-else");
+    let mut wrong_iss = valid_claims("user-1");
+    wrong_iss["iss"] = json!("https://evil.test");
+    let mut no_sub = valid_claims("user-1");
+    no_sub.as_object_mut().unwrap().remove("sub");
+    let mut no_exp = valid_claims("user-1");
+    no_exp.as_object_mut().unwrap().remove("exp");
+    let bad_tokens = [
+        ("expired", hs256(&expired, SECRET)),
+        (
+            "wrong key",
+            hs256(
+                &valid_claims("user-1"),
+                "another-secret-0123456789abcdef-xx",
+            ),
+        ),
+        ("alg none", alg_none(&valid_claims("user-1"))),
+        ("missing aud", hs256(&no_aud, SECRET)),
+        ("wrong aud", hs256(&wrong_aud, SECRET)),
+        ("wrong iss", hs256(&wrong_iss, SECRET)),
+        ("missing sub", hs256(&no_sub, SECRET)),
+        ("missing exp", hs256(&no_exp, SECRET)),
+        ("garbage", "not-a-token".to_string()),
+        ("unknown key", format!("mnemo_{}", "ab".repeat(32))),
+        ("tampered", format!("{token}x")),
+    ];
+    for (what, bad) in &bad_tokens {
+        let (status, body) = app.call(Method::GET, "/v1/threads", Some(bad), None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{what}: {body}");
+        assert_eq!(body["error"]["code"], "unauthenticated", "{what}");
+    }
+    assert_eq!(status_with(&app, None).await, StatusCode::UNAUTHORIZED);
+
+    // Revoking a key takes effect at once.
+    app.state
+        .store
+        .accounts()
+        .revoke_keys("alice")
+        .await
+        .unwrap();
+    assert_eq!(
+        status_with(&app, Some(&key)).await,
+        StatusCode::UNAUTHORIZED
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn rs256_tokens_verify_and_algorithm_confusion_is_refused() {
+    let home = Home::new(Backend::Sqlite).await;
+    let public = include_str!("../fixtures/jwt-test-rsa.pub.pem");
+    let private = include_str!("../fixtures/jwt-test-rsa.pem");
+    let app = TestApp::spawn_with(
+        &home,
+        &[
+            ("MNEMO__AUTH__JWT__RS256_PUBLIC_KEY", public),
+            ("MNEMO__AUTH__JWT__AUDIENCE", AUDIENCE),
+            ("MNEMO__AUTH__JWT__ISSUER", ISSUER),
+        ],
+    )
+    .await;
+    let signing = EncodingKey::from_rsa_pem(private.as_bytes()).expect("rsa key");
+    let good = encode(
+        &Header::new(Algorithm::RS256),
+        &valid_claims("rs-user"),
+        &signing,
+    )
+    .expect("encode");
+    assert_eq!(status_with(&app, Some(&good)).await, StatusCode::OK);
+    // Algorithm confusion: HS256 signed with the public key as the shared secret.
+    let confused = hs256(&valid_claims("rs-user"), public);
+    assert_eq!(
+        status_with(&app, Some(&confused)).await,
+        StatusCode::UNAUTHORIZED
+    );
+    let mut expired = valid_claims("rs-user");
+    expired["exp"] = json!(now_secs() - 3600);
+    let expired = encode(&Header::new(Algorithm::RS256), &expired, &signing).expect("encode");
+    assert_eq!(
+        status_with(&app, Some(&expired)).await,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        status_with(&app, Some(&alg_none(&valid_claims("rs-user")))).await,
+        StatusCode::UNAUTHORIZED
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn jwt_subjects_are_distinct_users() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn_with(&home, &hs256_env()).await;
+    let first = hs256(&valid_claims("subject-a"), SECRET);
+    let second = hs256(&valid_claims("subject-b"), SECRET);
+    let thread = app.create_thread(&first, "a's thread").await;
+    let id = thread["id"].as_str().unwrap();
+    let (status, _) = app
+        .call(
+            Method::GET,
+            &format!("/v1/threads/{id}"),
+            Some(&second),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, body) = app
+        .call(
+            Method::GET,
+            &format!("/v1/threads/{id}"),
+            Some(&first),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["thread"]["title"], "a's thread");
+    app.stop().await;
+}
+
+async fn users_cannot_touch_each_others_threads_or_runs(backend: Backend) {
+    let home = Home::new(backend).await;
+    let app = TestApp::spawn(&home).await;
+    let alice = app.user_key("alice").await;
+    let bob = app.user_key("bob").await;
+    let thread = app.create_thread(&alice, "alice private").await;
+    let thread_id = thread["id"].as_str().unwrap().to_string();
+    let run = app.post_message(&alice, &thread_id, "secret plans").await;
+    let run_id = run["id"].as_str().unwrap().to_string();
+
+    let (status, listed) = app.call(Method::GET, "/v1/threads", Some(&bob), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(listed["threads"], json!([]));
+    let forbidden = [
+        (Method::GET, format!("/v1/threads/{thread_id}"), None),
+        (Method::DELETE, format!("/v1/threads/{thread_id}"), None),
+        (
+            Method::POST,
+            format!("/v1/threads/{thread_id}/messages"),
+            Some(json!({ "content": "hi", "stream": false })),
+        ),
+        (Method::GET, format!("/v1/runs/{run_id}"), None),
+        (Method::GET, format!("/v1/runs/{run_id}/events"), None),
+        (Method::POST, format!("/v1/runs/{run_id}/cancel"), None),
+    ];
+    for (method, path, body) in forbidden {
+        let (status, answer) = app.call(method.clone(), &path, Some(&bob), body).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{method} {path}: {answer}");
+        assert_eq!(answer["error"]["code"], "not_found");
+        assert!(!answer.to_string().contains("secret plans"));
+    }
+    // A body field naming a user is not identity.
+    let (status, _) = app
+        .call(
+            Method::POST,
+            &format!("/v1/threads/{thread_id}/messages"),
+            Some(&bob),
+            Some(json!({ "content": "hi", "user_id": "alice" })),
+        )
+        .await;
+    assert_ne!(status, StatusCode::OK);
+    // Alice still sees everything, including the finished run's events.
+    let events = app.events(&alice, &run_id, None).await.collect().await;
+    assert_eq!(events.last().map(|e| e.event.as_str()), Some("done"));
+    let (status, body) = app
+        .call(
+            Method::GET,
+            &format!("/v1/threads/{thread_id}"),
+            Some(&alice),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["messages"][0]["content"], "secret plans");
+    assert_eq!(body["messages"][1]["role"], "assistant");
+    app.stop().await;
+}
+
+#[rstest::rstest]
+#[case::sqlite(Backend::Sqlite)]
+#[case::postgres(Backend::Postgres)]
+#[tokio::test]
+async fn isolation(#[case] backend: Backend) {
+    users_cannot_touch_each_others_threads_or_runs(backend).await;
+}
+
+fn assert_contiguous(events: &[ReceivedEvent]) {
+    for (index, event) in events.iter().enumerate() {
+        assert_eq!(
+            event.id,
+            index as i64 + 1,
+            "events out of order: {events:?}"
+        );
+        assert_eq!(event.data["seq"], event.id);
+        assert_eq!(event.data["type"], event.event.as_str());
+    }
+}
+
+fn reply_text(events: &[ReceivedEvent]) -> String {
+    events
+        .iter()
+        .filter(|event| event.event == "message_delta")
+        .map(|event| event.data["content"].as_str().unwrap_or_default())
+        .collect()
+}
+
+async fn a_cut_stream_resumes_with_every_event_exactly_once(backend: Backend) {
+    let home = Home::new(backend).await;
+    let (llm, reply) = slow_llm(40, 15).await;
+    let app = TestApp::spawn_with_llm(&home, &llm, &[]).await;
+    let key = app.user_key("alice").await;
+    let thread = app.create_thread(&key, "resume").await;
+    let content = "tell me forty words";
+    let response = app
+        .client
+        .post(app.url(&format!(
+            "/v1/threads/{}/messages",
+            thread["id"].as_str().unwrap()
+        )))
+        .bearer_auth(&key)
+        .json(&json!({ "content": content }))
+        .send()
+        .await
+        .unwrap();
+    let mut reader = support::SseReader::new(response);
+    assert_eq!(reader.status, StatusCode::OK);
+    assert_eq!(
+        reader.headers["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    assert_eq!(reader.headers["cache-control"], "no-cache");
+    assert_eq!(reader.headers["x-accel-buffering"], "no");
+    let run_id = reader.headers["x-run-id"].to_str().unwrap().to_string();
+    let mut received = Vec::new();
+    for _ in 0..6 {
+        received.push(reader.next().await.expect("an event before the cut"));
+    }
+    drop(reader); // the client is cut off mid-run
+    let run = app
+        .call(Method::GET, &format!("/v1/runs/{run_id}"), Some(&key), None)
+        .await
+        .1;
+    assert_eq!(run["status"], "running", "the run goes on without a reader");
+    let last = received.last().unwrap().id;
+    let rest = app.events(&key, &run_id, Some(last)).await.collect().await;
+    received.extend(rest);
+    assert_contiguous(&received);
+    assert_eq!(received.first().unwrap().event, "session_start");
+    assert_eq!(received.last().unwrap().event, "done");
+    assert_eq!(received.last().unwrap().data["status"], "completed");
+    let complete = received
+        .iter()
+        .find(|event| event.event == "message_complete")
+        .expect("message_complete");
+    assert_eq!(
+        reply_text(&received),
+        complete.data["content"].as_str().unwrap()
+    );
+    assert_eq!(reply_text(&received), reply);
+    // `?after=` resumes the same way as the header, and a finished run replays in full.
+    let (status, _) = app
+        .call(
+            Method::GET,
+            &format!("/v1/runs/{run_id}/events?after=-1"),
+            Some(&key),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let response = app
+        .client
+        .get(app.url(&format!("/v1/runs/{run_id}/events?after=3")))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    let replay = support::SseReader::new(response).collect().await;
+    assert_eq!(replay.first().unwrap().id, 4);
+    assert_eq!(replay.len(), received.len() - 3);
+    app.stop().await;
+}
+
+#[rstest::rstest]
+#[case::sqlite(Backend::Sqlite)]
+#[case::postgres(Backend::Postgres)]
+#[tokio::test]
+async fn resume(#[case] backend: Backend) {
+    a_cut_stream_resumes_with_every_event_exactly_once(backend).await;
+}
+
+async fn a_stream_resumes_across_a_server_restart(backend: Backend) {
+    let home = Home::new(backend).await;
+    let (llm, _) = slow_llm(100, 200).await;
+    let app = TestApp::spawn_with_llm(&home, &llm, &[]).await;
+    let key = app.user_key("alice").await;
+    let thread = app.create_thread(&key, "restart").await;
+    let thread_id = thread["id"].as_str().unwrap().to_string();
+    let run = app
+        .post_message(&key, &thread_id, "a long answer please")
+        .await;
+    let run_id = run["id"].as_str().unwrap().to_string();
+    let mut reader = app.events(&key, &run_id, None).await;
+    let mut received = Vec::new();
+    for _ in 0..4 {
+        received.push(reader.next().await.unwrap());
+    }
+    // The server shuts down mid-run: the open stream receives the run's end, then closes.
+    let stop = tokio::spawn(app.stop());
+    while let Some(event) = reader.next().await {
+        received.push(event);
+    }
+    stop.await.unwrap();
+    assert_eq!(received.last().unwrap().event, "done");
+    assert_eq!(received.last().unwrap().data["status"], "interrupted");
+    let cut_at = 3; // a client that only saw the first three events reconnects later
+    let app = TestApp::spawn_with_llm(&home, &llm, &[]).await;
+    let rest = app
+        .events(&key, &run_id, Some(cut_at))
+        .await
+        .collect()
+        .await;
+    let mut combined: Vec<ReceivedEvent> = received[..cut_at as usize].to_vec();
+    combined.extend(rest);
+    assert_contiguous(&combined);
+    assert_eq!(combined.len(), received.len());
+    let error = combined
+        .iter()
+        .find(|event| event.event == "error")
+        .expect("an error event says why the run ended");
+    assert_eq!(error.data["error_type"], "internal");
+    assert_eq!(error.data["retryable"], true);
+    let state = app
+        .call(Method::GET, &format!("/v1/runs/{run_id}"), Some(&key), None)
+        .await
+        .1;
+    assert_eq!(state["status"], "interrupted");
+    app.stop().await;
+}
+
+#[rstest::rstest]
+#[case::sqlite(Backend::Sqlite)]
+#[case::postgres(Backend::Postgres)]
+#[tokio::test]
+async fn restart_resume(#[case] backend: Backend) {
+    a_stream_resumes_across_a_server_restart(backend).await;
+}
+
+#[tokio::test]
+async fn runs_left_running_by_a_crash_are_closed_at_start_and_stay_resumable() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let key = app.user_key("alice").await;
+    let thread = app.create_thread(&key, "crash").await;
+    let thread_id = thread["id"].as_str().unwrap().to_string();
+    let store = app.state.store.clone();
+    let user = store
+        .accounts()
+        .user_by_name("alice")
+        .await
+        .unwrap()
+        .unwrap();
+    let thread_id: mnemo::store::ThreadId = thread_id.parse().unwrap();
+    // What a killed process leaves behind: a running run with part of its log.
+    let run = store
+        .user(user.id)
+        .create_run(Some(thread_id), mnemo::store::RunKind::Chat)
+        .await
+        .unwrap();
+    for seq in 1..=3 {
+        store
+            .user(user.id)
+            .append_run_event(
+                run.id,
+                seq,
+                mnemo::store::EventType::MessageDelta,
+                &json!({ "seq": seq, "type": "message_delta", "content": "x " }),
+            )
+            .await
+            .unwrap();
+    }
+    app.stop().await;
+    let app = TestApp::spawn(&home).await;
+    let events = app
+        .events(&key, &run.id.to_string(), Some(1))
+        .await
+        .collect()
+        .await;
+    let kinds: Vec<&str> = events.iter().map(|event| event.event.as_str()).collect();
+    assert_eq!(kinds, ["message_delta", "message_delta", "error", "done"]);
+    assert_eq!(
+        events.iter().map(|event| event.id).collect::<Vec<_>>(),
+        [2, 3, 4, 5]
+    );
+    assert_eq!(events[3].data["status"], "interrupted");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn cancel_stops_a_run_and_a_second_cancel_conflicts() {
+    let home = Home::new(Backend::Sqlite).await;
+    let (llm, _) = slow_llm(200, 200).await;
+    let app = TestApp::spawn_with_llm(&home, &llm, &[]).await;
+    let key = app.user_key("alice").await;
+    let thread = app.create_thread(&key, "cancel").await;
+    let run = app
+        .post_message(&key, thread["id"].as_str().unwrap(), "go on and on")
+        .await;
+    let run_id = run["id"].as_str().unwrap().to_string();
+    let mut reader = app.events(&key, &run_id, None).await;
+    reader.next().await.unwrap();
+    let started = std::time::Instant::now();
+    let (status, body) = app
+        .call(
+            Method::POST,
+            &format!("/v1/runs/{run_id}/cancel"),
+            Some(&key),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let rest = reader.collect().await;
+    assert!(started.elapsed() < Duration::from_secs(2));
+    let done = rest.last().unwrap();
+    assert_eq!(done.event, "done");
+    assert_eq!(done.data["status"], "cancelled");
+    assert!(rest.iter().all(|event| event.event != "message_complete"));
+    let (status, body) = app
+        .call(
+            Method::POST,
+            &format!("/v1/runs/{run_id}/cancel"),
+            Some(&key),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cancelled")
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn client_mistakes_are_clear_json_4xx() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn_with(&home, &[("MNEMO__SERVER__MAX_BODY_BYTES", "4096")]).await;
+    let key = app.user_key("alice").await;
+    let thread = app.create_thread(&key, "errors").await;
+    let messages = format!("/v1/threads/{}/messages", thread["id"].as_str().unwrap());
+    let raw = |body: &'static str| {
+        app.client
+            .post(app.url(&messages))
+            .bearer_auth(&key)
+            .header("content-type", "application/json")
+            .body(body)
+    };
+    let cases = [
+        ("bad json", raw("{\"content\": "), StatusCode::BAD_REQUEST),
+        (
+            "wrong type",
+            raw("{\"content\": 42}"),
+            StatusCode::BAD_REQUEST,
+        ),
+        ("missing field", raw("{}"), StatusCode::BAD_REQUEST),
+        (
+            "unknown field",
+            raw("{\"content\": \"x\", \"nope\": 1}"),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "empty content",
+            raw("{\"content\": \"   \"}"),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "no content type",
+            app.client
+                .post(app.url(&messages))
+                .bearer_auth(&key)
+                .body("{}"),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "oversized",
+            app.client
+                .post(app.url(&messages))
+                .bearer_auth(&key)
+                .json(&json!({ "content": "x".repeat(10_000) })),
+            StatusCode::PAYLOAD_TOO_LARGE,
+        ),
+        (
+            "unknown thread",
+            app.client
+                .post(app.url("/v1/threads/0190a4f6-7d2e-7c3b-8a00-000000000000/messages"))
+                .bearer_auth(&key)
+                .json(&json!({ "content": "x" })),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            "malformed id",
+            app.client
+                .get(app.url("/v1/threads/not-a-uuid"))
+                .bearer_auth(&key),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "bad limit",
+            app.client
+                .get(app.url("/v1/threads?limit=0"))
+                .bearer_auth(&key),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "bad last-event-id",
+            app.client
+                .get(app.url("/v1/runs/0190a4f6-7d2e-7c3b-8a00-000000000000/events"))
+                .bearer_auth(&key)
+                .header("Last-Event-ID", "abc"),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "unknown run",
+            app.client
+                .get(app.url("/v1/runs/0190a4f6-7d2e-7c3b-8a00-000000000000"))
+                .bearer_auth(&key),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            "unknown route",
+            app.client.get(app.url("/v2/nothing")),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            "wrong method",
+            app.client.put(app.url("/v1/threads")).bearer_auth(&key),
+            StatusCode::METHOD_NOT_ALLOWED,
+        ),
+    ];
+    for (what, request, expected) in cases {
+        let response = request.send().await.unwrap();
+        let status = response.status();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        assert_eq!(status, expected, "{what}: {body}");
+        assert!(
+            body["error"]["code"].is_string() && body["error"]["message"].is_string(),
+            "{what}: {body}"
+        );
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn threads_list_paginates_and_delete_removes_messages() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let key = app.user_key("alice").await;
+    for index in 0..3 {
+        app.create_thread(&key, &format!("t{index}")).await;
+    }
+    let (_, page) = app
+        .call(Method::GET, "/v1/threads?limit=2", Some(&key), None)
+        .await;
+    assert_eq!(page["threads"][0]["title"], "t2");
+    assert_eq!(page["threads"][1]["title"], "t1");
+    let cursor = page["next_before"].as_str().unwrap();
+    let (_, page) = app
+        .call(
+            Method::GET,
+            &format!("/v1/threads?limit=2&before={cursor}"),
+            Some(&key),
+            None,
+        )
+        .await;
+    assert_eq!(page["threads"].as_array().unwrap().len(), 1);
+    assert_eq!(page["threads"][0]["title"], "t0");
+    assert!(page["next_before"].is_null());
+    let id = page["threads"][0]["id"].as_str().unwrap().to_string();
+    let (status, _) = app
+        .call(
+            Method::DELETE,
+            &format!("/v1/threads/{id}"),
+            Some(&key),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = app
+        .call(Method::GET, &format!("/v1/threads/{id}"), Some(&key), None)
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn service_endpoints_report_health_metrics_and_docs() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let key = app.user_key("alice").await;
+    app.create_thread(&key, "x").await;
+    let (status, root) = app.call(Method::GET, "/", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(root["name"], "mnemo");
+    let (status, health) = app.call(Method::GET, "/health", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(health["status"], "ok");
+    assert_eq!(health["components"]["database"]["backend"], "sqlite");
+    assert_eq!(health["components"]["database"]["status"], "ok");
+    let head = app.client.head(app.url("/health")).send().await.unwrap();
+    assert_eq!(head.status(), StatusCode::OK);
+    let head = app.client.head(app.url("/")).send().await.unwrap();
+    assert_eq!(head.status(), StatusCode::OK);
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("mnemo_http_requests_total"), "{metrics}");
+    assert!(metrics.contains("route=\"/v1/threads\""), "{metrics}");
+    assert!(metrics.contains("mnemo_http_request_duration_seconds"));
+    let (status, spec) = app.call(Method::GET, "/openapi.json", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    for path in [
+        "/v1/threads",
+        "/v1/threads/{id}",
+        "/v1/threads/{id}/messages",
+        "/v1/runs/{id}/events",
+        "/v1/runs/{id}/cancel",
+        "/health",
+    ] {
+        assert!(spec["paths"][path].is_object(), "openapi lacks {path}");
+    }
+    let docs = app.client.get(app.url("/docs")).send().await.unwrap();
+    assert_eq!(docs.status(), StatusCode::OK);
+    let html = docs.text().await.unwrap();
+    assert!(html.contains("/openapi.json") && html.contains("Try it"));
+    assert!(
+        !html.contains("https://"),
+        "the docs page must work offline"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn dev_mode_serves_a_local_user_and_is_refused_off_loopback() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn_with(&home, &[("MNEMO__SERVER__DEV", "true")]).await;
+    let (status, body) = app.call(Method::GET, "/v1/threads", None, None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (_, health) = app.call(Method::GET, "/health", None, None).await;
+    assert_eq!(health["components"]["auth"]["dev_mode"], true);
+    app.stop().await;
+    let settings = support::test_settings(
+        &home,
+        &[
+            ("MNEMO__SERVER__DEV", "true"),
+            ("MNEMO__SERVER__ADDR", "0.0.0.0:0"),
+        ],
+    );
+    let refused = mnemo::startup::build_state(settings, Default::default()).await;
+    let message = refused
+        .err()
+        .expect("dev mode off loopback is refused")
+        .to_string();
+    assert!(message.contains("loopback"), "{message}");
+}
+
+#[tokio::test]
+async fn a_run_nobody_follows_is_cancelled_after_the_grace_period() {
+    let home = Home::new(Backend::Sqlite).await;
+    let (llm, _) = slow_llm(100, 100).await;
+    let app = TestApp::spawn_with_llm(
+        &home,
+        &llm,
+        &[("MNEMO__SERVER__ABANDON_RUN_AFTER_SECS", "1")],
+    )
+    .await;
+    let key = app.user_key("alice").await;
+    let thread = app.create_thread(&key, "abandoned").await;
+    let run = app
+        .post_message(&key, thread["id"].as_str().unwrap(), "talk for a while")
+        .await;
+    let run_id = run["id"].as_str().unwrap().to_string();
+    let mut status = Value::Null;
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        status = app
+            .call(Method::GET, &format!("/v1/runs/{run_id}"), Some(&key), None)
+            .await
+            .1["status"]
+            .clone();
+        if status != "running" {
+            break;
+        }
+    }
+    assert_eq!(status, "cancelled");
+    let events = app.events(&key, &run_id, None).await.collect().await;
+    assert_eq!(events.last().unwrap().data["status"], "cancelled");
+    assert!(events.iter().all(|event| event.event != "message_complete"));
+    app.stop().await;
+}

@@ -1,0 +1,17 @@
+//! mnemo's integration tests, one binary: the real server on loopback (SQLite and PostgreSQL),
+//! the `mnemo` binary itself, a fake web and a fake OpenAI server where the outside world would
+//! be. Shared helpers are in `support`.
+
+mod support;
+
+mod chat;
+mod cli;
+mod crash;
+mod documents;
+mod engine;
+mod eval;
+mod http;
+mod memory;
+mod research;
+mod ssrf;
+mod writer;

@@ -1,0 +1,886 @@
+//! Deep research end to end: the real server, a fake web on loopback (SearXNG-style search and
+//! pages, allowed through the fetcher's test allowlist) and, where a model is involved, the fake
+//! OpenAI server. What is checked: stage order, the concurrency cap, citations that map to
+//! fetched sources, failures reported without sinking the report, cancellation, plan review,
+//! conclusions in the right user's memory, and the research API around it.
+
+use crate::support;
+use crate::support::research_site;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use support::fake_llm::{FakeLlm, Reply, prompt_text};
+use support::{Backend, Home, ReceivedEvent, SseReader, TestApp};
+
+use research_site::ResearchSite;
+
+async fn spawn(home: &Home, site: &ResearchSite, llm: Option<&FakeLlm>) -> TestApp {
+    let mut env = site.env();
+    if let Some(llm) = llm {
+        env.extend(llm.env());
+    }
+    let borrowed: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    TestApp::spawn_with(home, &borrowed).await
+}
+
+/// Starts a research and returns its event stream.
+async fn research(app: &TestApp, token: &str, body: Value) -> SseReader {
+    let response = app
+        .client
+        .post(app.url("/research/stream"))
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await
+        .expect("research request");
+    let status = response.status();
+    if status != StatusCode::OK {
+        let body = response.text().await.unwrap_or_default();
+        panic!("POST /research/stream answered {status}: {body}");
+    }
+    SseReader::new(response)
+}
+
+fn of_type<'a>(events: &'a [ReceivedEvent], kind: &str) -> Vec<&'a ReceivedEvent> {
+    events.iter().filter(|e| e.event == kind).collect()
+}
+
+fn stages(events: &[ReceivedEvent]) -> Vec<String> {
+    let mut stages: Vec<String> = of_type(events, "stage_update")
+        .iter()
+        .filter_map(|e| e.data["stage"].as_str().map(str::to_string))
+        .collect();
+    stages.dedup();
+    stages
+}
+
+fn report_text(events: &[ReceivedEvent]) -> String {
+    of_type(events, "report_delta")
+        .iter()
+        .filter_map(|e| e.data["content"].as_str())
+        .collect()
+}
+
+/// The `[n]` citations of a text.
+fn cited_numbers(text: &str) -> BTreeSet<usize> {
+    let mut out = BTreeSet::new();
+    let mut rest = text;
+    while let Some(open) = rest.find('[') {
+        let after = &rest[open + 1..];
+        if let Some(close) = after.find(']') {
+            for part in after[..close].split(',') {
+                if let Ok(n) = part.trim().parse::<usize>() {
+                    out.insert(n);
+                }
+            }
+            rest = &after[close + 1..];
+        } else {
+            break;
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn research_without_a_model_writes_a_cited_digest_and_remembers_it_for_its_user_only() {
+    let site = ResearchSite::start(Duration::ZERO).await;
+    let home = Home::new(Backend::Sqlite).await;
+    let app = spawn(&home, &site, None).await;
+    let alice = app.user_key("alice").await;
+    let bob = app.user_key("bob").await;
+
+    let events = research(
+        &app,
+        &alice,
+        json!({ "query": "Why do spring tides happen at full moon?" }),
+    )
+    .await
+    .collect()
+    .await;
+    assert_eq!(
+        stages(&events),
+        [
+            "research_brief",
+            "research_execution",
+            "final_report_generation",
+            "completed"
+        ]
+    );
+    let first = &events[0];
+    assert_eq!(first.event, "session_start");
+    let research_id = first.data["research_id"].as_str().unwrap().to_string();
+    for event in &events {
+        assert!(event.data["timestamp"].is_string());
+        assert_eq!(event.data["type"], event.event);
+    }
+    assert_eq!(events.last().unwrap().event, "done");
+    assert_eq!(events.last().unwrap().data["status"], "completed");
+
+    // The report streamed is the report stored, and every citation names a fetched source.
+    let streamed = report_text(&events);
+    let (status, record) = app
+        .call(
+            Method::GET,
+            &format!("/research/{research_id}"),
+            Some(&alice),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{record}");
+    assert_eq!(record["status"], "completed");
+    assert_eq!(record["report"].as_str().unwrap(), streamed);
+    let sources = record["sources"].as_array().unwrap();
+    assert!(!sources.is_empty());
+    let fetched = site.fetched();
+    let cited = cited_numbers(streamed.split("## Sources").next().unwrap());
+    assert!(
+        !cited.is_empty(),
+        "the digest cites its sources: {streamed}"
+    );
+    for n in &cited {
+        let source = sources
+            .iter()
+            .find(|s| s["n"].as_u64() == Some(*n as u64))
+            .unwrap_or_else(|| panic!("citation [{n}] has no source"));
+        let url = source["url"].as_str().unwrap();
+        assert!(
+            fetched.contains(url),
+            "[{n}] {url} was never fetched ({fetched:?})"
+        );
+    }
+    assert!(streamed.contains("Spring tides happen at new and full moon"));
+    // Sources came from search and were announced.
+    assert!(!of_type(&events, "sources_found").is_empty());
+    let complete = of_type(&events, "research_complete");
+    assert_eq!(complete.len(), 1);
+    assert!(
+        complete[0].data["metadata"]["duration_seconds"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    assert!(record["stage_timings"]["research_execution"].is_number());
+
+    // The conclusions are memories of alice (source research), not of bob.
+    let recall = |token: String| {
+        let app = &app;
+        async move {
+            app.call(
+                Method::POST,
+                "/v1/memories/search",
+                Some(&token),
+                Some(json!({ "query": "spring tides full moon", "kinds": ["conclusion"] })),
+            )
+            .await
+        }
+    };
+    let mut found = Vec::new();
+    for _ in 0..50 {
+        let (_, body) = recall(alice.clone()).await;
+        found = body["results"].as_array().cloned().unwrap_or_default();
+        if !found.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!found.is_empty(), "a conclusion is recallable");
+    let memory = &found[0]["memory"];
+    assert_eq!(memory["source"], "research");
+    assert!(memory["content"].as_str().unwrap().contains("tides"));
+    let refs: Vec<&str> = memory["source_refs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(refs.contains(&format!("research:{research_id}").as_str()));
+    let (_, theirs) = recall(bob.clone()).await;
+    assert_eq!(theirs["results"].as_array().unwrap().len(), 0);
+
+    // History, isolation, comparison, delete.
+    let (_, history) = app
+        .call(Method::GET, "/research/history", Some(&alice), None)
+        .await;
+    assert_eq!(history["research"][0]["id"], research_id.as_str());
+    let (status, _) = app
+        .call(
+            Method::GET,
+            &format!("/research/{research_id}"),
+            Some(&bob),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (_, empty) = app
+        .call(Method::GET, "/research/history", Some(&bob), None)
+        .await;
+    assert_eq!(empty["research"].as_array().unwrap().len(), 0);
+    let (_, comparison) = app
+        .call(Method::GET, "/research/comparison", Some(&alice), None)
+        .await;
+    let stats = &comparison["models"][0];
+    assert_eq!(stats["runs"], 1);
+    assert_eq!(stats["success_rate"], 1.0);
+    assert!(stats["mean_sources"].as_f64().unwrap() >= 1.0);
+    let (status, _) = app
+        .call(
+            Method::DELETE,
+            &format!("/research/history/{research_id}"),
+            Some(&bob),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = app
+        .call(
+            Method::DELETE,
+            &format!("/research/history/{research_id}"),
+            Some(&alice),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    app.stop_and_release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_fetch_is_reported_and_an_edited_plan_still_completes() {
+    let site = ResearchSite::start(Duration::ZERO).await;
+    let home = Home::new(Backend::Sqlite).await;
+    let app = spawn(&home, &site, None).await;
+    let alice = app.user_key("alice").await;
+
+    let mut stream = research(
+        &app,
+        &alice,
+        json!({ "query": "tides", "plan_review": true, "remember": false }),
+    )
+    .await;
+    // The run pauses with the plan.
+    let mut events = Vec::new();
+    let plan = loop {
+        let event = stream.next().await.expect("a plan_review event");
+        events.push(event.clone());
+        if event.event == "plan_review" {
+            break event;
+        }
+    };
+    assert_eq!(plan.data["metadata"]["topics"], json!(["tides"]));
+    let run = plan.data["run_id"].as_str().unwrap().to_string();
+    // The user replaces the plan: one topic whose only source is broken, one that works.
+    let (status, body) = app
+        .call(
+            Method::POST,
+            &format!("/v1/runs/{run}/input"),
+            Some(&alice),
+            Some(json!({ "topics": ["broken mirror", "lighthouse fresnel lens"] })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    while let Some(event) = stream.next().await {
+        events.push(event);
+    }
+    assert_eq!(events.last().unwrap().data["status"], "completed");
+    let errors = of_type(&events, "error");
+    assert!(
+        errors.iter().any(|e| e.data["error_type"] == "network"
+            && e.data["metadata"]["url"]
+                .as_str()
+                .unwrap_or("")
+                .contains("/broken/")),
+        "the failed fetch is an error event: {errors:?}"
+    );
+    assert!(
+        errors.iter().any(|e| e.data["error_type"] == "tool"
+            && e.data["message"]
+                .as_str()
+                .unwrap()
+                .contains("broken mirror")),
+        "the researcher that got nothing is reported: {errors:?}"
+    );
+    let report = report_text(&events);
+    assert!(report.contains("Fresnel"), "{report}");
+    assert!(report.contains("## Not covered") && report.contains("broken mirror"));
+    // Input to a run that no longer waits is refused.
+    let (status, _) = app
+        .call(
+            Method::POST,
+            &format!("/v1/runs/{run}/input"),
+            Some(&alice),
+            Some(json!({ "approve": true })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    app.stop_and_release().await;
+}
+
+/// Routes the fake model's replies by the prompt: the supervisor dispatches `topics`, each
+/// researcher searches, reads the first result and answers; every other step answers in kind.
+fn scripted_model(llm: &FakeLlm, topics: Vec<&'static str>, report: &'static str) {
+    llm.set_handler(research_script(topics, report));
+}
+
+/// The replies of `scripted_model`, as a handler to combine with others.
+fn research_script(
+    topics: Vec<&'static str>,
+    report: &'static str,
+) -> impl Fn(&Value) -> Option<Reply> + Send + Sync + 'static {
+    move |request: &Value| {
+        let prompt = prompt_text(request);
+        let tool_results: Vec<&str> = request["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|m| m["role"] == "tool")
+            .filter_map(|m| m["content"].as_str())
+            .collect();
+        if prompt.contains("You are the research supervisor") {
+            if !tool_results.is_empty() {
+                return Some(Reply::tool("research_complete", json!({})));
+            }
+            return Some(Reply::ToolCalls(
+                topics
+                    .iter()
+                    .map(|t| {
+                        (
+                            "conduct_research".to_string(),
+                            json!({ "research_topic": t }),
+                        )
+                    })
+                    .collect(),
+            ));
+        }
+        if prompt.contains("You are a researcher") {
+            return Some(match tool_results.as_slice() {
+                [] => {
+                    let topic = request["messages"][1]["content"]
+                        .as_str()
+                        .unwrap_or("tides");
+                    Reply::tool("web_search", json!({ "query": topic }))
+                }
+                [search] => {
+                    let url = search
+                        .split_whitespace()
+                        .find(|word| word.starts_with("http://"))
+                        .unwrap_or("http://127.0.0.1:9/none");
+                    Reply::tool("fetch_url", json!({ "url": url }))
+                }
+                _ => Reply::text("The findings are in the sources read."),
+            });
+        }
+        if prompt.contains("You compress") {
+            return Some(Reply::text("- Tides follow the Moon [source]"));
+        }
+        if prompt.contains("You score the sources") {
+            return Some(Reply::text(r#"{"sources": []}"#));
+        }
+        if prompt.contains("You write the final report") {
+            return Some(Reply::slow_text(report, 8, 1));
+        }
+        if prompt.contains("worth remembering from a finished research") {
+            return Some(Reply::text(
+                r#"{"conclusions": ["Spring tides occur when the Sun and Moon line up."]}"#,
+            ));
+        }
+        if prompt.contains("You write the research brief") {
+            return Some(Reply::text(
+                r#"{"brief": "Explain tides and lighthouse optics."}"#,
+            ));
+        }
+        None
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn researchers_run_in_parallel_up_to_the_cap_and_citations_map_to_fetched_sources() {
+    let site = ResearchSite::start(Duration::from_millis(300)).await;
+    let llm = FakeLlm::start().await;
+    scripted_model(
+        &llm,
+        vec![
+            "tides moon",
+            "tides harbour",
+            "lighthouse lens",
+            "ocean tides",
+            "fresnel lens",
+        ],
+        "# Tides and lights\n\nTides follow the Moon [1]. Lenses focus light [2]. Made up [9].",
+    );
+    let home = Home::new(Backend::Sqlite).await;
+    let app = spawn(&home, &site, Some(&llm)).await;
+    let alice = app.user_key("alice").await;
+    let events = research(
+        &app,
+        &alice,
+        json!({ "query": "tides and lighthouses", "max_concurrent_research_units": 2 }),
+    )
+    .await
+    .collect()
+    .await;
+    assert_eq!(
+        events.last().unwrap().data["status"],
+        "completed",
+        "{events:?}"
+    );
+    assert_eq!(site.searches(), 5, "one search per researcher");
+    assert_eq!(
+        site.peak_concurrent_searches(),
+        2,
+        "researchers ran in parallel, never more than the cap"
+    );
+    let complete = of_type(&events, "research_complete");
+    assert_eq!(
+        complete[0].data["metadata"]["peak_concurrent_researchers"],
+        2
+    );
+    // The invented citation [9] is reported and removed from the stored report.
+    assert!(
+        of_type(&events, "error")
+            .iter()
+            .any(|e| e.data["error_type"] == "validation"
+                && e.data["metadata"]["invalid_citations"] == json!([9]))
+    );
+    let id = events[0].data["research_id"].as_str().unwrap();
+    let (_, record) = app
+        .call(Method::GET, &format!("/research/{id}"), Some(&alice), None)
+        .await;
+    let report = record["report"].as_str().unwrap();
+    assert!(!report.contains("[9]"));
+    let sources = record["sources"].as_array().unwrap();
+    let fetched_or_read: BTreeSet<String> = sources
+        .iter()
+        .map(|s| s["url"].as_str().unwrap().to_string())
+        .collect();
+    for n in cited_numbers(report.split("## Sources").next().unwrap()) {
+        assert!(
+            n >= 1 && n <= sources.len(),
+            "[{n}] maps to a listed source"
+        );
+    }
+    assert!(!fetched_or_read.is_empty());
+    // Every stage reported usage, and the model saw the user's brief as data.
+    assert!(of_type(&events, "usage").len() >= 5);
+    let reports: Vec<Value> = llm
+        .requests()
+        .into_iter()
+        .filter(|r| prompt_text(r).contains("You write the final report"))
+        .collect();
+    assert_eq!(reports.len(), 1);
+    assert!(prompt_text(&reports[0]).contains("[1] "));
+    app.stop_and_release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_stops_every_researcher_within_a_second() {
+    let site = ResearchSite::start(Duration::ZERO).await;
+    let llm = FakeLlm::start().await;
+    llm.set_handler(|request| {
+        let prompt = prompt_text(request);
+        if prompt.contains("You are the research supervisor") {
+            return Some(Reply::ToolCalls(
+                ["a", "b", "c"]
+                    .iter()
+                    .map(|t| {
+                        (
+                            "conduct_research".to_string(),
+                            json!({ "research_topic": t }),
+                        )
+                    })
+                    .collect(),
+            ));
+        }
+        if prompt.contains("You are a researcher") {
+            return Some(Reply::Hang);
+        }
+        if prompt.contains("You write the research brief") {
+            return Some(Reply::text(r#"{"brief": "b"}"#));
+        }
+        None
+    });
+    let home = Home::new(Backend::Postgres).await;
+    let app = spawn(&home, &site, Some(&llm)).await;
+    let alice = app.user_key("alice").await;
+    let mut stream = research(&app, &alice, json!({ "query": "anything" })).await;
+    let mut run = None;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // Wait until the three researchers are waiting on the model.
+    while llm
+        .requests()
+        .iter()
+        .filter(|r| prompt_text(r).contains("You are a researcher"))
+        .count()
+        < 3
+    {
+        assert!(Instant::now() < deadline, "researchers started");
+        if run.is_none()
+            && let Some(event) = stream.next().await
+        {
+            run = event.data["run_id"].as_str().map(str::to_string);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let run = run.expect("run id");
+    let cancelled_at = Instant::now();
+    let (status, _) = app
+        .call(
+            Method::POST,
+            &format!("/v1/runs/{run}/cancel"),
+            Some(&alice),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let mut last = None;
+    while let Some(event) = stream.next().await {
+        last = Some(event);
+    }
+    let last = last.expect("events");
+    assert_eq!(last.event, "done");
+    assert_eq!(last.data["status"], "cancelled");
+    while llm.hangs_dropped() < 3 {
+        assert!(
+            cancelled_at.elapsed() < Duration::from_secs(1),
+            "all researchers' model calls closed within 1 s (closed {})",
+            llm.hangs_dropped()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The record says so.
+    let mut status = String::new();
+    for _ in 0..50 {
+        let (_, record) = app
+            .call(Method::GET, &format!("/research/{run}"), Some(&alice), None)
+            .await;
+        status = record["status"].as_str().unwrap_or("").to_string();
+        if status != "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(status, "cancelled");
+    app.stop_and_release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn research_requests_are_validated_and_the_test_endpoint_resolves_them() {
+    let site = ResearchSite::start(Duration::ZERO).await;
+    let llm = FakeLlm::start().await;
+    let home = Home::new(Backend::Sqlite).await;
+    let app = spawn(&home, &site, Some(&llm)).await;
+    let alice = app.user_key("alice").await;
+    for (body, needle) in [
+        (json!({ "query": "" }), "query must not be empty"),
+        (
+            json!({ "query": "q", "max_concurrent_research_units": 1000 }),
+            "above this server's limit",
+        ),
+        (
+            json!({ "query": "q", "search_api": "altavista" }),
+            "altavista",
+        ),
+        (json!({ "query": "q", "mode": "sideways" }), "sideways"),
+    ] {
+        let (status, error) = app
+            .call(
+                Method::POST,
+                "/research/stream",
+                Some(&alice),
+                Some(body.clone()),
+            )
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(
+            error["error"]["message"].as_str().unwrap().contains(needle),
+            "{error}"
+        );
+        let (status, tested) = app
+            .call(Method::POST, "/research/test", Some(&alice), Some(body))
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(tested["valid"], false);
+    }
+    let (status, tested) = app
+        .call(
+            Method::POST,
+            "/research/test",
+            Some(&alice),
+            Some(json!({ "query": "tides", "model": "other-model", "api_key": "sk-mine-123456", "depth": 3, "mode": "recursive" })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(tested["valid"], true, "{tested}");
+    assert_eq!(tested["config"]["mode"], "recursive");
+    assert_eq!(tested["config"]["depth"], 3);
+    assert_eq!(tested["config"]["api_key"], "request");
+    assert_eq!(tested["config"]["search_api"], "searxng");
+    assert!(!tested.to_string().contains("sk-mine"));
+    assert!(
+        tested["config"]["models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["model"] == "other-model")
+    );
+    let (_, models) = app.call(Method::GET, "/models", Some(&alice), None).await;
+    assert_eq!(models["default_model"], "fake-model");
+    assert!(
+        models["search_providers"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("local"))
+    );
+    let (status, _) = app.call(Method::GET, "/research/history", None, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    app.stop_and_release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_web_page_that_says_remember_this_never_becomes_more_than_web_trust() {
+    let site = ResearchSite::start(Duration::ZERO).await;
+    let home = Home::new(Backend::Sqlite).await;
+    let app = spawn(&home, &site, None).await;
+    let alice = app.user_key("alice").await;
+    let events = research(
+        &app,
+        &alice,
+        json!({ "query": "How should I choose an account password?" }),
+    )
+    .await
+    .collect()
+    .await;
+    assert_eq!(events.last().unwrap().data["status"], "completed");
+    assert!(
+        site.fetched()
+            .iter()
+            .any(|url| url.ends_with("/page/account-tips"))
+    );
+    // Give the memory writer time to act on anything it was (wrongly) handed.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (status, listed) = app
+        .call(
+            Method::GET,
+            "/v1/memories?limit=500&include_invalid=true",
+            Some(&alice),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let memories = listed["memories"].as_array().unwrap();
+    assert!(
+        !memories.is_empty(),
+        "the research's conclusions were written"
+    );
+    for memory in memories {
+        assert_eq!(memory["trust"], "web", "{memory}");
+        assert_eq!(memory["source"], "research", "{memory}");
+        assert_ne!(memory["kind"], "fact", "{memory}");
+    }
+    // Nothing the page said was stored as a fact or preference about the user.
+    let (_, recalled) = app
+        .call(
+            Method::POST,
+            "/v1/memories/search",
+            Some(&alice),
+            Some(json!({ "query": "user's password hunter2", "kinds": ["fact", "preference"] })),
+        )
+        .await;
+    assert_eq!(
+        recalled["results"].as_array().unwrap().len(),
+        0,
+        "{recalled}"
+    );
+    app.stop_and_release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recursive_mode_goes_a_level_deeper_and_models_can_be_compared() {
+    let site = ResearchSite::start(Duration::ZERO).await;
+    let llm = FakeLlm::start().await;
+    llm.set_handler(|request| {
+        let prompt = prompt_text(request);
+        if prompt.contains("You plan web searches") {
+            return Some(if !prompt.contains("Tides follow") {
+                Reply::text(r#"{"queries": [{"query": "tides moon", "goal": "cause"}, {"query": "lighthouse lens", "goal": "optics"}]}"#)
+            } else {
+                Reply::text(r#"{"queries": [{"query": "harbour tide tables", "goal": "prediction"}]}"#)
+            });
+        }
+        if prompt.contains("You read the sources found for one search") {
+            return Some(Reply::text(
+                r#"{"learnings": ["Tides follow the Moon [http://x]"], "follow_up_questions": ["How are tide tables computed?"]}"#,
+            ));
+        }
+        if prompt.contains("You write the research brief") {
+            return Some(Reply::text(r#"{"brief": "Tides and lighthouses."}"#));
+        }
+        if prompt.contains("You score the sources") {
+            return Some(Reply::text(r#"{"sources": []}"#));
+        }
+        if prompt.contains("You write the final report") {
+            return Some(Reply::text("# Report\n\nTides follow the Moon [1]."));
+        }
+        if prompt.contains("worth remembering from a finished research") {
+            return Some(Reply::text(r#"{"conclusions": []}"#));
+        }
+        None
+    });
+    let home = Home::new(Backend::Sqlite).await;
+    let app = spawn(&home, &site, Some(&llm)).await;
+    let alice = app.user_key("alice").await;
+    let secret = "sk-user-own-key-5f1e";
+    let events = research(
+        &app,
+        &alice,
+        json!({ "query": "tides and lighthouses", "mode": "recursive", "breadth": 2, "depth": 2, "api_key": secret }),
+    )
+    .await
+    .collect()
+    .await;
+    assert_eq!(
+        events.last().unwrap().data["status"],
+        "completed",
+        "{events:?}"
+    );
+    let levels: Vec<&str> = of_type(&events, "thinking")
+        .iter()
+        .filter_map(|e| e.data["content"].as_str())
+        .filter(|c| c.starts_with("Level "))
+        .collect();
+    assert_eq!(levels, ["Level 1: 2 queries", "Level 2: 1 queries"]);
+    let queries = site.queries();
+    assert!(
+        queries.contains(&"harbour tide tables".to_string()),
+        "{queries:?}"
+    );
+    // The user's key was used for this research only and never shows.
+    let all: String = events.iter().map(|e| e.data.to_string()).collect();
+    assert!(!all.contains(secret));
+    let id = events[0].data["research_id"].as_str().unwrap();
+    let (_, record) = app
+        .call(Method::GET, &format!("/research/{id}"), Some(&alice), None)
+        .await;
+    assert!(!record.to_string().contains(secret));
+    assert_eq!(record["config"]["api_key"], "request");
+
+    // Two models side by side on one query.
+    let (status, compared) = app
+        .call(
+            Method::POST,
+            "/research/compare",
+            Some(&alice),
+            Some(json!({ "query": "tides", "models": ["model-a", "model-b"], "mode": "recursive", "depth": 1, "breadth": 1 })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{compared}");
+    let results = compared["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[0]["model"], "model-a");
+    assert_eq!(results[1]["research"]["model"], "model-b");
+    assert!(
+        results
+            .iter()
+            .all(|r| r["research"]["status"] == "completed")
+    );
+    let used: BTreeSet<String> = llm
+        .requests()
+        .iter()
+        .filter_map(|r| r["model"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        used.contains("model-a") && used.contains("model-b"),
+        "{used:?}"
+    );
+    let (_, comparison) = app
+        .call(Method::GET, "/research/comparison", Some(&alice), None)
+        .await;
+    let models: Vec<&str> = comparison["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["model"].as_str())
+        .collect();
+    assert!(
+        models.contains(&"model-a") && models.contains(&"model-b"),
+        "{models:?}"
+    );
+    app.stop_and_release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chat_agent_runs_deep_research_as_a_tool_inside_its_turn() {
+    let site = ResearchSite::start(Duration::ZERO).await;
+    let llm = FakeLlm::start().await;
+    let research = research_script(
+        vec!["lighthouse fresnel lens"],
+        "# Lenses\n\nA Fresnel lens concentrates the lamp into a beam [1].",
+    );
+    // The chat model asks for a research, then answers from its result; every other request
+    // belongs to the research.
+    llm.set_handler(move |request| {
+        let is_chat = request["tools"].as_array().is_some_and(|tools| {
+            tools
+                .iter()
+                .any(|t| t["function"]["name"] == "recall_memory")
+        });
+        if !is_chat {
+            return research(request);
+        }
+        let answered = request["messages"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+        Some(if answered {
+            Reply::text("The research says Fresnel lenses concentrate the light.")
+        } else {
+            Reply::tool(
+                "deep_research",
+                json!({ "query": "How do lighthouse lenses work?" }),
+            )
+        })
+    });
+    let home = Home::new(Backend::Sqlite).await;
+    let app = spawn(&home, &site, Some(&llm)).await;
+    let alice = app.user_key("alice").await;
+    let thread = app.create_thread(&alice, "lenses").await;
+    let thread = thread["id"].as_str().unwrap();
+    let run = app
+        .post_message(
+            &alice,
+            thread,
+            "Please research how lighthouse lenses work.",
+        )
+        .await;
+    let events = app
+        .events(&alice, run["id"].as_str().unwrap(), None)
+        .await
+        .collect()
+        .await;
+    assert_eq!(
+        events.last().unwrap().data["status"],
+        "completed",
+        "{events:?}"
+    );
+    let kinds: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
+    let call = kinds.iter().position(|k| *k == "tool_call").unwrap();
+    let report = kinds.iter().position(|k| *k == "report_delta").unwrap();
+    let result = kinds.iter().position(|k| *k == "tool_result").unwrap();
+    let answer = kinds
+        .iter()
+        .rposition(|k| *k == "message_complete")
+        .unwrap();
+    assert!(
+        call < report && report < result && result < answer,
+        "{kinds:?}"
+    );
+    let tool_result = &events[result].data;
+    assert!(tool_result.to_string().contains("Fresnel"), "{tool_result}");
+    // The research is in the user's history, attached to the thread.
+    let (_, history) = app
+        .call(Method::GET, "/research/history", Some(&alice), None)
+        .await;
+    assert_eq!(history["research"].as_array().unwrap().len(), 1);
+    assert_eq!(history["research"][0]["status"], "completed");
+    app.stop_and_release().await;
+}

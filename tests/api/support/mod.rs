@@ -1,0 +1,366 @@
+//! `TestApp`: the real application on 127.0.0.1:0 with a fresh database (SQLite file or a new
+//! PostgreSQL database), one method per endpoint, and an SSE reader. Logs are silent unless
+//! `TEST_LOG` is set.
+
+#![allow(dead_code)]
+
+pub mod databases;
+pub mod fake_llm;
+pub mod research_site;
+pub mod site;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use mnemo::auth::keys;
+use mnemo::config::{Overrides, Settings};
+use mnemo::http::AppState;
+use mnemo::startup;
+use mnemo::store::UserKind;
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Where a test app keeps its data, so it can be restarted on the same database.
+pub struct Home {
+    pub dir: tempfile::TempDir,
+    pub database_url: String,
+}
+
+impl Home {
+    pub async fn new(backend: Backend) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let database_url = match backend {
+            Backend::Sqlite => databases::sqlite_url(dir.path()),
+            Backend::Postgres => databases::fresh_postgres_url().await,
+        };
+        Self { dir, database_url }
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().to_path_buf()
+    }
+}
+
+pub struct TestApp {
+    pub base: String,
+    pub client: reqwest::Client,
+    pub state: AppState,
+    shutdown: CancellationToken,
+    server: JoinHandle<()>,
+}
+
+fn init_logs() {
+    if std::env::var("TEST_LOG").is_ok() {
+        mnemo::telemetry::init("info,mnemo=debug", false, false, std::io::stderr);
+    } else {
+        mnemo::telemetry::init("off", false, false, std::io::sink);
+    }
+}
+
+/// The local embedding model fetched by `scripts/fetch-model`.
+pub fn model_dir() -> String {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/models/all-MiniLM-L6-v2");
+    assert!(
+        std::path::Path::new(dir).join("model.safetensors").exists(),
+        "the embedding model is missing: run scripts/fetch-model"
+    );
+    dir.to_string()
+}
+
+/// Settings for a test app in `home`, with extra `MNEMO__…` variables.
+pub fn test_settings(home: &Home, env: &[(&str, &str)]) -> Settings {
+    let mut vars: Vec<(String, String)> = vec![
+        ("MNEMO__SERVER__ADDR".into(), "127.0.0.1:0".into()),
+        ("MNEMO__DATABASE__URL".into(), home.database_url.clone()),
+        ("MNEMO__EMBEDDER__MODEL_DIR".into(), model_dir()),
+    ];
+    for (key, value) in env {
+        vars.retain(|(existing, _)| existing != key);
+        vars.push((key.to_string(), value.to_string()));
+    }
+    let overrides = Overrides {
+        data_dir: Some(home.data_dir()),
+        ..Overrides::default()
+    };
+    Settings::load_from(&overrides, vars).expect("test settings")
+}
+
+impl TestApp {
+    pub async fn spawn(home: &Home) -> Self {
+        Self::spawn_with(home, &[]).await
+    }
+
+    pub async fn spawn_with(home: &Home, env: &[(&str, &str)]) -> Self {
+        Self::spawn_settings(test_settings(home, env)).await
+    }
+
+    /// A test app whose LLM is `llm`, with extra environment.
+    pub async fn spawn_with_llm(
+        home: &Home,
+        llm: &fake_llm::FakeLlm,
+        env: &[(&str, &str)],
+    ) -> Self {
+        let mut vars = llm.env();
+        vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let borrowed: Vec<(&str, &str)> =
+            vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        Self::spawn_with(home, &borrowed).await
+    }
+
+    pub async fn spawn_settings(settings: Settings) -> Self {
+        init_logs();
+        let shutdown = CancellationToken::new();
+        let listener = startup::bind(&settings).await.expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let state = startup::build_state(settings, shutdown.clone())
+            .await
+            .expect("build state");
+        let server_state = state.clone();
+        let server = tokio::spawn(async move {
+            mnemo::http::serve(listener, server_state)
+                .await
+                .expect("serve");
+        });
+        Self {
+            base: format!("http://{addr}"),
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .expect("client"),
+            state,
+            shutdown,
+            server,
+        }
+    }
+
+    /// Graceful shutdown; waits for the server task to end.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(20), self.server)
+            .await
+            .expect("server stops within 20 s")
+            .expect("server task");
+    }
+
+    /// Creates a user with an API key and returns the key.
+    pub async fn user_key(&self, name: &str) -> String {
+        let user = self
+            .state
+            .store
+            .accounts()
+            .create_user(name, UserKind::Key)
+            .await
+            .expect("create user");
+        let key = keys::generate();
+        self.state
+            .store
+            .accounts()
+            .add_api_key(user.id, &key.hash, &key.prefix)
+            .await
+            .expect("add key");
+        key.plaintext
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// A request with an optional bearer token and JSON body; returns status and parsed body
+    /// (`Value::Null` when the body is empty or not JSON).
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut request = self.client.request(method, self.url(path));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.expect("request");
+        let status = response.status();
+        let text = response.text().await.expect("body");
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    pub async fn create_thread(&self, token: &str, title: &str) -> Value {
+        let (status, body) = self
+            .call(
+                Method::POST,
+                "/v1/threads",
+                Some(token),
+                Some(serde_json::json!({ "title": title })),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        body
+    }
+
+    /// Posts a message without streaming; returns the run.
+    pub async fn post_message(&self, token: &str, thread: &str, content: &str) -> Value {
+        let (status, body) = self
+            .call(
+                Method::POST,
+                &format!("/v1/threads/{thread}/messages"),
+                Some(token),
+                Some(serde_json::json!({ "content": content, "stream": false })),
+            )
+            .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        body
+    }
+
+    /// Opens the event stream of a run after `last_event_id`.
+    pub async fn events(&self, token: &str, run: &str, last_event_id: Option<i64>) -> SseReader {
+        let mut request = self
+            .client
+            .get(self.url(&format!("/v1/runs/{run}/events")))
+            .bearer_auth(token);
+        if let Some(seq) = last_event_id {
+            request = request.header("Last-Event-ID", seq.to_string());
+        }
+        let response = request.send().await.expect("events request");
+        SseReader::new(response)
+    }
+}
+
+/// One received SSE event.
+#[derive(Debug, Clone)]
+pub struct ReceivedEvent {
+    pub id: i64,
+    pub event: String,
+    pub data: Value,
+}
+
+pub struct SseReader {
+    pub status: StatusCode,
+    pub headers: reqwest::header::HeaderMap,
+    stream: std::pin::Pin<
+        Box<
+            dyn futures::Stream<
+                    Item = Result<
+                        eventsource_stream::Event,
+                        eventsource_stream::EventStreamError<reqwest::Error>,
+                    >,
+                > + Send,
+        >,
+    >,
+}
+
+impl SseReader {
+    pub fn new(response: reqwest::Response) -> Self {
+        Self {
+            status: response.status(),
+            headers: response.headers().clone(),
+            stream: Box::pin(response.bytes_stream().eventsource()),
+        }
+    }
+
+    /// The next event, or `None` when the stream ends. Fails the test after 15 s of silence.
+    pub async fn next(&mut self) -> Option<ReceivedEvent> {
+        let item = tokio::time::timeout(Duration::from_secs(15), self.stream.next())
+            .await
+            .expect("an SSE event within 15 s")?;
+        let event = item.ok()?;
+        Some(ReceivedEvent {
+            id: event.id.parse().expect("numeric event id"),
+            event: event.event,
+            data: serde_json::from_str(&event.data).expect("JSON event data"),
+        })
+    }
+
+    /// Every remaining event up to the end of the stream.
+    pub async fn collect(mut self) -> Vec<ReceivedEvent> {
+        let mut events = Vec::new();
+        while let Some(event) = self.next().await {
+            events.push(event);
+        }
+        events
+    }
+}
+
+impl TestApp {
+    /// `stop`, then waits until the memory engine's indexer (which owns the vector shard) has
+    /// been dropped. The shard flushes into the data directory when it is dropped, and the
+    /// background tasks holding it can outlive `stop`; a test that drops its `Home` right after
+    /// `stop` would otherwise delete the directory under that last flush.
+    pub async fn stop_and_release(self) {
+        let indexer = std::sync::Arc::downgrade(self.state.memory.indexer());
+        self.stop().await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while indexer.strong_count() > 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the memory indexer is still alive 20 s after shutdown"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// Documents for local research.
+impl TestApp {
+    /// `POST /v1/documents` with a JSON body; returns status and body.
+    pub async fn ingest_document(&self, token: &str, body: Value) -> (StatusCode, Value) {
+        self.call(Method::POST, "/v1/documents", Some(token), Some(body))
+            .await
+    }
+
+    /// `POST /v1/documents` with a raw body of `content_type` (none when `None`) and a query
+    /// string such as `title=…`; returns status and body.
+    pub async fn upload_document(
+        &self,
+        token: &str,
+        content_type: Option<&str>,
+        bytes: Vec<u8>,
+        query: &str,
+    ) -> (StatusCode, Value) {
+        let mut request = self
+            .client
+            .post(self.url(&format!("/v1/documents?{query}")))
+            .bearer_auth(token)
+            .body(bytes);
+        if let Some(content_type) = content_type {
+            request = request.header("content-type", content_type);
+        }
+        let response = request.send().await.expect("upload request");
+        let status = response.status();
+        let text = response.text().await.expect("body");
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// `GET /v1/documents`; the documents.
+    pub async fn list_documents(&self, token: &str) -> Vec<Value> {
+        let (status, body) = self
+            .call(Method::GET, "/v1/documents", Some(token), None)
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body["documents"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// `DELETE /v1/documents/{id}`; the status.
+    pub async fn delete_document(&self, token: &str, id: &str) -> StatusCode {
+        self.call(
+            Method::DELETE,
+            &format!("/v1/documents/{id}"),
+            Some(token),
+            None,
+        )
+        .await
+        .0
+    }
+}

@@ -1,0 +1,565 @@
+//! The background memory writer: rule and LLM extraction, deduplication, contradictions that
+//! supersede, durable jobs, and per-user isolation of the jobs' results.
+
+use crate::support;
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use support::fake_llm::{FakeLlm, Reply};
+use support::{Backend, Home, TestApp};
+
+/// Posts a message and waits until its turn's memory job has run.
+async fn say(app: &TestApp, key: &str, thread: &str, content: &str) {
+    let run = app.post_message(key, thread, content).await;
+    let run_id = run["id"].as_str().unwrap();
+    app.events(key, run_id, None).await.collect().await;
+    wait_for_jobs(app).await;
+}
+
+async fn wait_for_jobs(app: &TestApp) {
+    for _ in 0..300 {
+        let stats = app.state.store.maintenance().queue_stats().await.unwrap();
+        if stats.queued == 0 && stats.running == 0 {
+            assert!(
+                app.state
+                    .memory
+                    .wait_recallable(Duration::from_secs(10))
+                    .await
+                    .unwrap()
+            );
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("memory jobs did not finish");
+}
+
+async fn memories(app: &TestApp, key: &str, query: &str) -> Vec<Value> {
+    let (status, body) = app
+        .call(
+            Method::GET,
+            &format!("/v1/memories?limit=500{query}"),
+            Some(key),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["memories"].as_array().unwrap().clone()
+}
+
+fn contents(memories: &[Value]) -> Vec<&str> {
+    memories
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect()
+}
+
+async fn thread(app: &TestApp, key: &str) -> String {
+    app.create_thread(key, "t").await["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test]
+async fn rules_remember_dedupe_and_supersede_without_an_llm() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let key = app.user_key("alice").await;
+    let thread = thread(&app, &key).await;
+    for _ in 0..3 {
+        say(
+            &app,
+            &key,
+            &thread,
+            "Remember that I use PostgreSQL 16 at work.",
+        )
+        .await;
+    }
+    let facts = memories(&app, &key, "&kinds=fact").await;
+    assert_eq!(
+        contents(&facts),
+        ["I use PostgreSQL 16 at work"],
+        "said three times, stored once"
+    );
+    assert_eq!(facts[0]["source"], "user");
+    assert_eq!(facts[0]["trust"], "user");
+    let old_id = facts[0]["id"].as_str().unwrap().to_string();
+    // The user's messages are also searchable turn memories; without a chat model the
+    // assistant's replies only list memories and are not kept.
+    let turns = memories(&app, &key, "&kinds=turn").await;
+    assert!(contents(&turns).contains(&"User: Remember that I use PostgreSQL 16 at work."));
+    assert!(
+        turns
+            .iter()
+            .all(|turn| turn["source"] == "user" && turn["trust"] == "user")
+    );
+
+    say(
+        &app,
+        &key,
+        &thread,
+        "Remember that I use PostgreSQL 17 at work.",
+    )
+    .await;
+    let facts = memories(&app, &key, "&kinds=fact").await;
+    assert_eq!(contents(&facts), ["I use PostgreSQL 17 at work"]);
+    assert_eq!(facts[0]["supersedes"], old_id.as_str());
+    let (_, old) = app
+        .call(
+            Method::GET,
+            &format!("/v1/memories/{old_id}"),
+            Some(&key),
+            None,
+        )
+        .await;
+    assert!(old["memory"]["invalid_at"].is_string(), "{old}");
+    let changes: Vec<&str> = old["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["change"].as_str().unwrap())
+        .collect();
+    assert_eq!(changes, ["created", "superseded"]);
+    let (_, found) = app
+        .call(
+            Method::POST,
+            "/v1/memories/search",
+            Some(&key),
+            Some(
+                json!({ "query": "which PostgreSQL version do I use at work", "kinds": ["fact"] }),
+            ),
+        )
+        .await;
+    assert_eq!(
+        found["results"][0]["memory"]["content"],
+        "I use PostgreSQL 17 at work"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn chinese_rules_produce_memories() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let key = app.user_key("li").await;
+    let thread = thread(&app, &key).await;
+    say(
+        &app,
+        &key,
+        &thread,
+        "请记住，我在公司用PostgreSQL 16。以后请用中文回答我。",
+    )
+    .await;
+    let facts = memories(&app, &key, "&kinds=fact").await;
+    assert_eq!(contents(&facts), ["我在公司用PostgreSQL 16"]);
+    let preferences = memories(&app, &key, "&kinds=preference").await;
+    assert_eq!(contents(&preferences), ["以后请用中文回答我"]);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn the_llm_extracts_and_decides_contradictions() {
+    let home = Home::new(Backend::Sqlite).await;
+    let llm = FakeLlm::start().await;
+    let app = TestApp::spawn_with_llm(&home, &llm, &[]).await;
+    let key = app.user_key("alice").await;
+    let thread = thread(&app, &key).await;
+    llm.push(Reply::text("Noted."));
+    llm.push(Reply::text(
+        r#"{"memories": [{"should_remember": true, "kind": "fact", "content": "The user uses PostgreSQL 16 at work", "importance": 3}]}"#,
+    ));
+    say(
+        &app,
+        &key,
+        &thread,
+        "remember that I use PostgreSQL 16 at work",
+    )
+    .await;
+    let facts = memories(&app, &key, "&kinds=fact").await;
+    assert_eq!(contents(&facts), ["The user uses PostgreSQL 16 at work"]);
+    let old_id = facts[0]["id"].as_str().unwrap().to_string();
+    llm.push(Reply::text("Good to know."));
+    llm.push(Reply::text(
+        r#"{"memories": [{"should_remember": true, "kind": "fact", "content": "The user uses PostgreSQL 17 at work", "importance": 3}, {"should_remember": false, "kind": "fact", "content": "small talk", "importance": 1}]}"#,
+    ));
+    llm.push(Reply::text(&format!(
+        r#"{{"action": "supersede", "target_id": "{old_id}"}}"#
+    )));
+    say(&app, &key, &thread, "we moved to PostgreSQL 17").await;
+    let facts = memories(&app, &key, "&kinds=fact").await;
+    assert_eq!(contents(&facts), ["The user uses PostgreSQL 17 at work"]);
+    assert_eq!(facts[0]["supersedes"], old_id.as_str());
+    let turns = memories(&app, &key, "&kinds=turn").await;
+    assert!(
+        turns
+            .iter()
+            .any(|turn| turn["content"] == "Assistant: Good to know."
+                && turn["trust"] == "assistant"),
+        "with a model, replies are turn memories at assistant trust"
+    );
+    let prompts: Vec<String> = llm
+        .requests()
+        .iter()
+        .map(support::fake_llm::prompt_text)
+        .collect();
+    let extraction = prompts
+        .iter()
+        .find(|p| {
+            p.contains("Decide what is worth remembering")
+                && p.contains("> we moved to PostgreSQL 17")
+        })
+        .expect("the extraction prompt quotes the user's words");
+    assert!(extraction.contains("> Good to know."));
+    let consolidation = prompts
+        .iter()
+        .rfind(|p| p.contains("A new statement about the user"))
+        .expect("a consolidation prompt");
+    assert!(consolidation.contains(&old_id), "{consolidation}");
+    assert!(consolidation.contains("> The user uses PostgreSQL 17 at work"));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn queued_jobs_survive_a_restart_and_run_once() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn_with(&home, &[("MNEMO__MEMORY__WRITER_WORKERS", "0")]).await;
+    let key = app.user_key("alice").await;
+    let thread = thread(&app, &key).await;
+    for content in ["My locker code is 4471.", "I prefer window seats."] {
+        let run = app.post_message(&key, &thread, content).await;
+        app.events(&key, run["id"].as_str().unwrap(), None)
+            .await
+            .collect()
+            .await;
+    }
+    assert_eq!(
+        app.state
+            .store
+            .maintenance()
+            .queue_stats()
+            .await
+            .unwrap()
+            .queued,
+        2
+    );
+    app.stop().await;
+    let app = TestApp::spawn(&home).await;
+    wait_for_jobs(&app).await;
+    let mut found = contents(&memories(&app, &key, "&kinds=fact,preference").await)
+        .into_iter()
+        .map(str::to_string)
+        .collect::<Vec<_>>();
+    found.sort();
+    assert_eq!(found, ["I prefer window seats", "My locker code is 4471"]);
+    let (_, health) = app.call(Method::GET, "/health", None, None).await;
+    assert_eq!(health["components"]["memory_writer"]["queued"], 0);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn jobs_of_concurrent_users_land_under_their_own_user() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let mut users = Vec::new();
+    for index in 0..20 {
+        let key = app.user_key(&format!("user{index}")).await;
+        let thread = thread(&app, &key).await;
+        users.push((index, key, thread));
+    }
+    let posts = users.iter().map(|(index, key, thread)| {
+        let app = &app;
+        async move {
+            let content = format!("Remember that my badge number is B-{index:03}-canary.");
+            let run = app.post_message(key, thread, &content).await;
+            app.events(key, run["id"].as_str().unwrap(), None)
+                .await
+                .collect()
+                .await;
+        }
+    });
+    futures::future::join_all(posts).await;
+    wait_for_jobs(&app).await;
+    for (index, key, _) in &users {
+        let all = memories(&app, key, "").await;
+        assert!(!all.is_empty());
+        for memory in &all {
+            let content = memory["content"].as_str().unwrap();
+            if content.contains("-canary") {
+                assert!(
+                    content.contains(&format!("B-{index:03}-canary")),
+                    "user{index} got {content}"
+                );
+            }
+        }
+        let facts = memories(&app, key, "&kinds=fact").await;
+        assert_eq!(
+            contents(&facts),
+            [format!("My badge number is B-{index:03}-canary")]
+        );
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn the_profile_is_rebuilt_from_preferences_and_facts_and_the_agent_sees_it() {
+    let home = Home::new(Backend::Sqlite).await;
+    let llm = FakeLlm::start().await;
+    llm.set_default(Reply::text("ok"));
+    let app = TestApp::spawn_with(&home, &[("MNEMO__MEMORY__PROFILE_INTERVAL_SECS", "1")]).await;
+    let key = app.user_key("alice").await;
+    let thread = thread(&app, &key).await;
+    say(&app, &key, &thread, "I prefer answers with code examples.").await;
+    wait_for_jobs(&app).await;
+    let profiles = memories(&app, &key, "&kinds=profile").await;
+    assert_eq!(profiles.len(), 1);
+    assert!(
+        profiles[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("I prefer answers with code examples")
+    );
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    say(&app, &key, &thread, "My team's platform is Kubernetes.").await;
+    wait_for_jobs(&app).await;
+    let profiles = memories(&app, &key, "&kinds=profile").await;
+    assert_eq!(profiles.len(), 1, "the profile is rebuilt, not appended");
+    let content = profiles[0]["content"].as_str().unwrap();
+    assert!(
+        content.contains("My team's platform is Kubernetes") && content.contains("code examples"),
+        "{content}"
+    );
+    let facts = memories(&app, &key, "&kinds=fact").await;
+    let refs = profiles[0]["source_refs"].as_array().unwrap();
+    assert!(
+        refs.iter().any(|r| r == &facts[0]["id"]),
+        "the profile points at its sources"
+    );
+    app.stop().await;
+
+    // The chat agent always sees the profile.
+    let app = TestApp::spawn_with_llm(&home, &llm, &[]).await;
+    let run = app.post_message(&key, &thread, "hello again").await;
+    app.events(&key, run["id"].as_str().unwrap(), None)
+        .await
+        .collect()
+        .await;
+    let system = llm.requests()[0]["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        system.contains("> Facts:") || system.contains("> - My team's platform is Kubernetes"),
+        "{system}"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn forgetting_by_description_and_with_a_thread() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let key = app.user_key("alice").await;
+    let first = thread(&app, &key).await;
+    say(&app, &key, &first, "My home address is 12 Elm Street.").await;
+    say(&app, &key, &first, "I prefer green tea.").await;
+    let second = thread(&app, &key).await;
+    say(&app, &key, &second, "I prefer aisle seats on flights.").await;
+    let (status, body) = app
+        .call(
+            Method::POST,
+            "/v1/memories/forget",
+            Some(&key),
+            Some(json!({ "query": "my home address" })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let forgotten: Vec<&str> = body["forgotten"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert!(
+        forgotten.contains(&"My home address is 12 Elm Street"),
+        "{forgotten:?}"
+    );
+    assert!(
+        !forgotten.iter().any(|c| c.contains("aisle")),
+        "{forgotten:?}"
+    );
+    wait_for_jobs(&app).await;
+    let (_, found) = app
+        .call(
+            Method::POST,
+            "/v1/memories/search",
+            Some(&key),
+            Some(json!({ "query": "Elm Street", "mode": "keyword" })),
+        )
+        .await;
+    assert!(
+        found["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| !r["memory"]["content"]
+                .as_str()
+                .unwrap()
+                .contains("12 Elm Street")
+                || r["memory"]["kind"] == "turn"),
+        "{found}"
+    );
+    // Deleting a thread can take the memories made from it along.
+    let (status, _) = app
+        .call(
+            Method::DELETE,
+            &format!("/v1/threads/{second}?forget_memories=true"),
+            Some(&key),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let all = memories(&app, &key, "&include_archived=true").await;
+    assert!(
+        all.iter()
+            .all(|m| !m["content"].as_str().unwrap().contains("aisle")),
+        "{all:?}"
+    );
+    assert!(
+        all.iter()
+            .all(|m| !m["content"].as_str().unwrap().contains("Elm")),
+        "the address is gone from facts, turns and the profile: {all:?}"
+    );
+    assert!(
+        all.iter()
+            .any(|m| m["content"].as_str().unwrap() == "I prefer green tea"),
+        "unrelated memories stay: {all:?}"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_changed_value_supersedes_even_when_the_vectors_are_nearly_identical() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let key = app.user_key("alice").await;
+    let thread = thread(&app, &key).await;
+    say(
+        &app,
+        &key,
+        &thread,
+        "Remember that my locker code is bench00001x.",
+    )
+    .await;
+    say(
+        &app,
+        &key,
+        &thread,
+        "Remember that my locker code is bench00002x.",
+    )
+    .await;
+    let facts = memories(&app, &key, "&kinds=fact").await;
+    assert_eq!(contents(&facts), ["My locker code is bench00002x"]);
+    assert!(facts[0]["supersedes"].is_string());
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_background_import_is_a_job_per_batch_owned_by_its_user() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let alice = app.user_key("alice").await;
+    let bob = app.user_key("bob").await;
+    let lines: String = (0..3)
+        .map(|i| {
+            format!(
+                "{}\n",
+                json!({ "kind": "fact", "content": format!("Imported fact number {i} about herons"),
+                        "source": "import", "trust": "user", "importance": 3 })
+            )
+        })
+        .collect();
+    let post = |token: String, body: String| {
+        let app = &app;
+        async move {
+            let response = app
+                .client
+                .post(app.url("/v1/memories/import?background=true"))
+                .bearer_auth(token)
+                .header("content-type", "application/x-ndjson")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let status = response.status();
+            (status, response.json::<serde_json::Value>().await.unwrap())
+        }
+    };
+    let (status, queued) = post(alice.clone(), lines.clone()).await;
+    assert_eq!(status, reqwest::StatusCode::ACCEPTED, "{queued}");
+    let batches = queued["batches"].as_array().unwrap();
+    assert_eq!(batches.len(), 1);
+    assert_eq!(batches[0]["lines"], 3);
+    let id = batches[0]["id"].as_str().unwrap().to_string();
+    // Another user cannot see the batch.
+    let (status, _) = app
+        .call(
+            Method::GET,
+            &format!("/v1/memories/import/{id}"),
+            Some(&bob),
+            None,
+        )
+        .await;
+    assert_eq!(status, reqwest::StatusCode::NOT_FOUND);
+    wait_for_jobs(&app).await;
+    let (_, state) = app
+        .call(
+            Method::GET,
+            &format!("/v1/memories/import/{id}"),
+            Some(&alice),
+            None,
+        )
+        .await;
+    assert_eq!(state["status"], "done", "{state}");
+    let found = contents(&memories(&app, &alice, "&kinds=fact").await)
+        .into_iter()
+        .filter(|c| c.contains("herons"))
+        .count();
+    assert_eq!(found, 3);
+    // The same upload again is the same job: nothing is imported twice.
+    let (_, again) = post(alice.clone(), lines).await;
+    assert_eq!(again["batches"][0]["id"], id.as_str());
+    wait_for_jobs(&app).await;
+    let found = contents(&memories(&app, &alice, "&kinds=fact").await)
+        .into_iter()
+        .filter(|c| c.contains("herons"))
+        .count();
+    assert_eq!(found, 3);
+    assert!(contents(&memories(&app, &bob, "&kinds=fact").await).is_empty());
+    app.stop().await;
+}
+
+/// A message whose lowercase form is longer than itself ("İ") used to panic the rule
+/// extractor on a char boundary; the panic ended the worker loop, and the job came back after
+/// every lease, so no memory was written for anybody again.
+#[tokio::test]
+async fn a_message_that_once_panicked_the_extractor_stops_no_later_memory() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let key = app.user_key("alice").await;
+    let thread = thread(&app, &key).await;
+    say(&app, &key, &thread, "İ, remember the tea is 乌龙茶").await;
+    say(&app, &key, &thread, "Remember that my locker code is 4471.").await;
+    let facts = memories(&app, &key, "&kinds=fact").await;
+    let mut found = contents(&facts);
+    found.sort();
+    assert_eq!(found, ["My locker code is 4471", "The tea is 乌龙茶"]);
+    let health = app.call(Method::GET, "/health", None, None).await.1;
+    assert_eq!(
+        health["components"]["memory_writer"]["failed"], 0,
+        "{health}"
+    );
+    app.stop().await;
+}
