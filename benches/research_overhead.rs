@@ -162,7 +162,7 @@ async fn bench() {
             metadata["stage_timings"]
         );
     }
-    shares.sort_by(|a, b| a.total_cmp(b));
+    shares.sort_by(f64::total_cmp);
     let median = shares.get(shares.len() / 2).copied().unwrap_or(0.0);
     println!("median overhead: {median:.2}% of the research's wall time (target < 2%)");
     shutdown.cancel();

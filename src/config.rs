@@ -21,141 +21,107 @@ pub enum ConfigError {
     Invalid(String),
 }
 
-/// A web search provider, or `local` (the user's own documents).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Deserialize,
-    Serialize,
-    strum::Display,
-    strum::EnumString,
-    strum::IntoStaticStr,
-    strum::VariantArray,
-    utoipa::ToSchema,
-)]
-#[serde(rename_all = "lowercase", try_from = "String")]
-#[strum(serialize_all = "lowercase")]
-pub enum SearchApi {
-    Tavily,
-    Brave,
-    Searxng,
-    Duckduckgo,
-    Local,
+/// A setting that takes one of a closed set of words: the enum, its spelling (`as_str`,
+/// `Display`, `FromStr`, serde), and an error for unknown text that lists the choices.
+macro_rules! choice {
+    (
+        $(#[$meta:meta])*
+        $name:ident ($what:literal, $case:literal) { $($(#[$vmeta:meta])* $variant:ident),* $(,)? }
+    ) => {
+        $(#[$meta])*
+        #[derive(
+            Debug,
+            Clone,
+            Copy,
+            PartialEq,
+            Eq,
+            Hash,
+            PartialOrd,
+            Ord,
+            Deserialize,
+            Serialize,
+            strum::Display,
+            strum::EnumString,
+            strum::IntoStaticStr,
+            strum::VariantArray,
+            utoipa::ToSchema,
+        )]
+        #[serde(rename_all = $case, try_from = "String")]
+        #[strum(serialize_all = $case)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant),*
+        }
+
+        impl $name {
+            pub fn as_str(self) -> &'static str {
+                self.into()
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = String;
+
+            fn try_from(text: String) -> Result<Self, String> {
+                text.parse().map_err(|_| {
+                    let choices: Vec<&'static str> = <$name as strum::VariantArray>::VARIANTS
+                        .iter()
+                        .map(|choice| choice.as_str())
+                        .collect();
+                    format!(
+                        "{} {text:?} is unknown; expected one of {}",
+                        $what,
+                        choices.join(", ")
+                    )
+                })
+            }
+        }
+    };
 }
 
-impl SearchApi {
-    pub fn as_str(self) -> &'static str {
-        self.into()
+choice! {
+    /// A web search provider, or `local` (the user's own documents).
+    SearchApi("search provider", "lowercase") { Tavily, Brave, Searxng, Duckduckgo, Local }
+}
+
+choice! {
+    /// Where embeddings come from.
+    EmbedderProvider("embedder provider", "lowercase") {
+        /// candle BERT from `embedder.model_dir`.
+        Local,
+        /// An OpenAI-compatible `/embeddings` endpoint.
+        Openai,
     }
 }
 
-/// Where embeddings come from.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Deserialize,
-    Serialize,
-    strum::Display,
-    strum::EnumString,
-    strum::IntoStaticStr,
-    strum::VariantArray,
-)]
-#[serde(rename_all = "lowercase", try_from = "String")]
-#[strum(serialize_all = "lowercase")]
-pub enum EmbedderProvider {
-    /// candle BERT from `embedder.model_dir`.
-    Local,
-    /// An OpenAI-compatible `/embeddings` endpoint.
-    Openai,
+choice! {
+    /// How log lines are written.
+    LogFormat("log format", "lowercase") { Text, Json }
 }
 
-/// How log lines are written.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Deserialize,
-    Serialize,
-    strum::EnumString,
-    strum::IntoStaticStr,
-    strum::VariantArray,
-)]
-#[serde(rename_all = "lowercase", try_from = "String")]
-#[strum(serialize_all = "lowercase")]
-pub enum LogFormat {
-    Text,
-    Json,
+choice! {
+    /// How thoroughly Tavily searches (an advanced search costs two credits).
+    TavilyDepth("tavily search depth", "lowercase") { Basic, Advanced }
 }
 
-/// How thoroughly Tavily searches (an advanced search costs two credits).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Deserialize,
-    Serialize,
-    strum::EnumString,
-    strum::IntoStaticStr,
-    strum::VariantArray,
-)]
-#[serde(rename_all = "lowercase", try_from = "String")]
-#[strum(serialize_all = "lowercase")]
-pub enum TavilyDepth {
-    Basic,
-    Advanced,
-}
-
-/// The jobs a language model does; each may have its own model and `max_tokens`.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Deserialize,
-    Serialize,
-    strum::Display,
-    strum::EnumString,
-    strum::IntoStaticStr,
-    strum::VariantArray,
-    utoipa::ToSchema,
-)]
-#[serde(rename_all = "snake_case", try_from = "String")]
-#[strum(serialize_all = "snake_case")]
-pub enum ModelRole {
-    Chat,
-    Research,
-    Summarization,
-    Compression,
-    FinalReport,
-    Memory,
-}
-
-impl PartialEq<&str> for ModelRole {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
+choice! {
+    /// The jobs a language model does; each may have its own model and `max_tokens`.
+    ModelRole("model role", "snake_case") {
+        Chat,
+        Research,
+        Summarization,
+        Compression,
+        FinalReport,
+        Memory,
     }
 }
 
 impl ModelRole {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-
     /// `max_tokens` of the role when the configuration sets none.
     pub fn default_max_tokens(self) -> u32 {
         match self {
@@ -167,42 +133,6 @@ impl ModelRole {
             ModelRole::Memory => 1024,
         }
     }
-}
-
-/// A setting's text as one of its enum's values, or an error that lists them.
-fn parse_choice<T>(what: &str, text: &str) -> Result<T, String>
-where
-    T: std::str::FromStr + strum::VariantArray + Copy + Into<&'static str>,
-{
-    text.parse().map_err(|_| {
-        let choices: Vec<&'static str> = T::VARIANTS.iter().map(|&choice| choice.into()).collect();
-        format!(
-            "{what} {text:?} is unknown; expected one of {}",
-            choices.join(", ")
-        )
-    })
-}
-
-macro_rules! choice_from_text {
-    ($($name:ident => $what:literal),* $(,)?) => {
-        $(
-            impl TryFrom<String> for $name {
-                type Error = String;
-
-                fn try_from(text: String) -> Result<Self, String> {
-                    parse_choice($what, &text)
-                }
-            }
-        )*
-    };
-}
-
-choice_from_text! {
-    SearchApi => "search provider",
-    EmbedderProvider => "embedder provider",
-    LogFormat => "log format",
-    TavilyDepth => "tavily search depth",
-    ModelRole => "model role",
 }
 
 /// Dollars per million tokens.

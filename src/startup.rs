@@ -43,6 +43,8 @@ pub enum StartupError {
     Refused(String),
     #[error(transparent)]
     Memory(#[from] MemoryError),
+    #[error("research: {0}")]
+    Research(#[from] crate::research::SetupError),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -129,8 +131,7 @@ pub async fn build_state(
         runs.clone(),
         models.clone(),
         crate::search::build_all(&settings.research.search, memory.clone()),
-    )
-    .map_err(StartupError::Refused)?;
+    )?;
     let chat = ChatService::new(
         ChatDeps {
             store: store.clone(),

@@ -188,7 +188,7 @@ impl Backend {
             Some(RemoteBody::Text(text)) => {
                 request = request
                     .header("content-type", "application/x-ndjson")
-                    .body(text)
+                    .body(text);
             }
             Some(RemoteBody::Bytes {
                 content_type,

@@ -526,7 +526,7 @@ impl KeywordIndex {
 
     /// [`Self::clear`] on the blocking pool.
     pub async fn clear_async(&self) -> Result<(), IndexError> {
-        self.blocking(|k| k.clear()).await
+        self.blocking(KeywordIndex::clear).await
     }
 
     async fn blocking<T, F>(&self, f: F) -> Result<T, IndexError>

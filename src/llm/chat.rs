@@ -324,7 +324,7 @@ fn remove_trailing_commas(text: &str) -> String {
         }
         if *c == ',' {
             let next = chars[index + 1..].iter().find(|c| !c.is_whitespace());
-            if matches!(next, Some('}') | Some(']')) {
+            if matches!(next, Some('}' | ']')) {
                 continue;
             }
         }

@@ -641,7 +641,7 @@ mod tests {
     }
 
     fn strings(texts: &[&str]) -> Vec<String> {
-        texts.iter().map(|s| s.to_string()).collect()
+        texts.iter().map(std::string::ToString::to_string).collect()
     }
 
     #[tokio::test]

@@ -152,7 +152,7 @@ pub fn check() -> Result<(), PromptError> {
         let declared: BTreeSet<String> = prompt
             .variables()
             .iter()
-            .map(|name| name.to_string())
+            .map(std::string::ToString::to_string)
             .collect();
         if used != declared {
             return Err(error(format!(

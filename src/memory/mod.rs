@@ -126,7 +126,7 @@ impl MemoryEngine {
     pub fn track(&self, task: tokio::task::JoinHandle<()>) {
         self.background
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(task);
     }
 
@@ -137,7 +137,7 @@ impl MemoryEngine {
             &mut *self
                 .background
                 .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
         let deadline = tokio::time::Instant::now() + limit;
         for mut task in tasks {

@@ -59,7 +59,7 @@ pub enum WriterError {
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
         .downcast_ref::<&str>()
-        .map(|text| text.to_string())
+        .map(std::string::ToString::to_string)
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "no message".into())
 }
@@ -718,7 +718,7 @@ impl MemoryWriter {
                         ))
                     }
                 }
-                Some("add") | Some("noop") => Ok(None),
+                Some("add" | "noop") => Ok(None),
                 _ => Err("action must be add, noop or supersede".to_string()),
             },
         )

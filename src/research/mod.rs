@@ -32,6 +32,17 @@ pub enum StartError {
     Store(#[from] StoreError),
 }
 
+/// Why the research service could not be set up from the settings.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// `research.fetch.allow_addrs` is not a list of `ip:port`.
+    #[error("{0}")]
+    AllowList(String),
+    /// The page fetcher's HTTP client could not be built.
+    #[error("the page fetcher: {0}")]
+    Fetcher(#[from] crate::search::fetch::FetchError),
+}
+
 /// Starts and runs researches.
 pub struct ResearchService {
     settings: Arc<Settings>,
@@ -60,9 +71,9 @@ impl ResearchService {
         runs: Arc<RunHub>,
         models: Models,
         providers: search::Providers,
-    ) -> Result<Arc<Self>, String> {
+    ) -> Result<Arc<Self>, SetupError> {
         let fetch = &settings.research.fetch;
-        let allow = parse_allow(&fetch.allow_addrs)?;
+        let allow = parse_allow(&fetch.allow_addrs).map_err(SetupError::AllowList)?;
         let policy = FetchPolicy {
             max_body_bytes: fetch.max_body_bytes,
             timeout: Duration::from_secs(fetch.timeout_secs.max(1)),
@@ -70,7 +81,7 @@ impl ResearchService {
             allow,
             ..FetchPolicy::default()
         };
-        let fetcher = Fetcher::new(policy).map_err(|error| error.to_string())?;
+        let fetcher = Fetcher::new(policy)?;
         Ok(Arc::new(Self {
             settings,
             store,

@@ -143,7 +143,7 @@ impl ResearchRequest {
         }
         let limits = &settings.limits;
         let mode = match self.mode.as_deref().map(str::trim) {
-            None | Some("") | Some("supervisor") => Mode::Supervisor,
+            None | Some("" | "supervisor") => Mode::Supervisor,
             Some("recursive") => Mode::Recursive,
             Some(other) => {
                 return Err(format!(

@@ -112,14 +112,11 @@ fn event_data(
     research_id: Option<RunId>,
     model: Option<&Option<String>>,
 ) -> StoreResult<Value> {
-    let mut data = match serde_json::to_value(event) {
-        Ok(Value::Object(map)) => map,
-        Ok(_) | Err(_) => {
-            return Err(StoreError::BadRequest(format!(
-                "a {} event did not serialise to an object",
-                event.event_type().as_str()
-            )));
-        }
+    let Ok(Value::Object(mut data)) = serde_json::to_value(event) else {
+        return Err(StoreError::BadRequest(format!(
+            "a {} event did not serialise to an object",
+            event.event_type().as_str()
+        )));
     };
     data.insert("run_id".into(), json!(run));
     data.insert("seq".into(), json!(seq));
@@ -219,7 +216,7 @@ impl RunHub {
     fn live(&self) -> std::sync::MutexGuard<'_, HashMap<RunId, LiveRun>> {
         self.live
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Marks runs left `running` by a previous process as interrupted, appending an `error`

@@ -64,7 +64,7 @@ impl dyn Store {
 
     /// Closes the pool after in-flight statements finish.
     pub async fn close(&self) {
-        StoreCore::close(self).await
+        StoreCore::close(self).await;
     }
 }
 

@@ -306,7 +306,7 @@ impl Bench<'_> {
         } else {
             "release profile"
         };
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
         let settings = MemorySettings::default();
         writeln!(self.out, "## mnemo recall benchmark\n")?;
         let spread = match (o.total - o.user_memories).checked_div(others) {

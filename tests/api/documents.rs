@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use mnemo::search::{self, SearchHit, SearchProvider};
 use mnemo::store::UserId;
-use reqwest::{Method, StatusCode};
+use reqwest::StatusCode;
 use serde_json::{Value, json};
 use support::{Backend, Home, TestApp};
 
@@ -73,9 +73,7 @@ fn urls(hits: &[SearchHit]) -> Vec<&str> {
 
 /// `POST /v1/memories/search` results' memories.
 async fn recall(app: &TestApp, key: &str, body: Value) -> Vec<Value> {
-    let (status, response) = app
-        .call(Method::POST, "/v1/memories/search", Some(key), Some(body))
-        .await;
+    let (status, response) = app.post("/v1/memories/search", Some(key), Some(body)).await;
     assert_eq!(status, StatusCode::OK, "{response}");
     response["results"]
         .as_array()
@@ -135,8 +133,7 @@ async fn documents_are_searched_locally_and_private(backend: Backend) {
     let bobs_id = bobs["id"].as_str().unwrap().to_string();
     // An ordinary memory, to show that default recall still finds what the user said.
     let (status, _) = app
-        .call(
-            Method::POST,
+        .post(
             "/v1/memories",
             Some(&alice),
             Some(json!({ "content": "I want to see the Quillfeather moth-whales one day" })),
@@ -225,18 +222,11 @@ async fn documents_are_searched_locally_and_private(backend: Backend) {
     assert_eq!(chunk["importance"], 4);
     assert_eq!(chunk["source"], "import");
     assert_eq!(chunk["trust"], "user");
-    let (_, listed) = app
-        .call(Method::GET, "/v1/memories", Some(&alice), None)
-        .await;
+    let (_, listed) = app.get("/v1/memories", Some(&alice)).await;
     let listed = listed["memories"].as_array().unwrap();
     assert_eq!(listed.len(), 1, "{listed:?}");
     let (_, documents_only) = app
-        .call(
-            Method::GET,
-            "/v1/memories?kinds=document&limit=500",
-            Some(&alice),
-            None,
-        )
+        .get("/v1/memories?kinds=document&limit=500", Some(&alice))
         .await;
     let chunk_count = notes["chunks"].as_i64().unwrap() + 1;
     assert_eq!(
@@ -264,12 +254,7 @@ async fn documents_are_searched_locally_and_private(backend: Backend) {
         urls(&after)
     );
     let (_, remaining) = app
-        .call(
-            Method::GET,
-            "/v1/memories?kinds=document&limit=500",
-            Some(&alice),
-            None,
-        )
+        .get("/v1/memories?kinds=document&limit=500", Some(&alice))
         .await;
     assert_eq!(remaining["memories"].as_array().unwrap().len(), 1);
     let keyword = recall(
@@ -487,9 +472,7 @@ async fn client_mistakes_are_clear_4xx_errors() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(message(&body).contains("no text"), "{body}");
 
-    let (status, _) = app
-        .call(Method::GET, "/v1/documents?limit=0", Some(&key), None)
-        .await;
+    let (status, _) = app.get("/v1/documents?limit=0", Some(&key)).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(
         app.delete_document(&key, "not-a-uuid").await,
@@ -500,7 +483,7 @@ async fn client_mistakes_are_clear_4xx_errors() {
             .await,
         StatusCode::NOT_FOUND
     );
-    let (status, _) = app.call(Method::GET, "/v1/documents", None, None).await;
+    let (status, _) = app.get("/v1/documents", None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert!(app.list_documents(&key).await.is_empty());
     app.stop_and_release().await;

@@ -6,14 +6,12 @@ use crate::support;
 use std::time::Duration;
 
 use mnemo::store::{Embedded, MemoryKind, NewMemory};
-use reqwest::{Method, StatusCode};
+use reqwest::StatusCode;
 use serde_json::{Value, json};
 use support::{Backend, Home, TestApp};
 
 async fn search(app: &TestApp, key: &str, body: Value) -> Value {
-    let (status, response) = app
-        .call(Method::POST, "/v1/memories/search", Some(key), Some(body))
-        .await;
+    let (status, response) = app.post("/v1/memories/search", Some(key), Some(body)).await;
     assert_eq!(status, StatusCode::OK, "{response}");
     response
 }
@@ -197,8 +195,7 @@ async fn recall_records_access_and_health_reports_index_lag() {
     let app = TestApp::spawn(&home).await;
     let key = app.user_key("alice").await;
     let (status, memory) = app
-        .call(
-            Method::POST,
+        .post(
             "/v1/memories",
             Some(&key),
             Some(json!({ "content": "I keep my passport in the blue drawer", "kind": "fact" })),
@@ -221,9 +218,7 @@ async fn recall_records_access_and_health_reports_index_lag() {
     assert!(found["timings"]["embed_ms"].as_f64().unwrap() > 0.0);
     let mut count = 0;
     for _ in 0..50 {
-        let (_, body) = app
-            .call(Method::GET, &format!("/v1/memories/{id}"), Some(&key), None)
-            .await;
+        let (_, body) = app.get(&format!("/v1/memories/{id}"), Some(&key)).await;
         count = body["memory"]["access_count"].as_i64().unwrap_or(0);
         if count > 0 {
             assert!(body["memory"]["last_accessed_at"].is_string());
@@ -233,7 +228,7 @@ async fn recall_records_access_and_health_reports_index_lag() {
     }
     assert_eq!(count, 1);
 
-    let (status, health) = app.call(Method::GET, "/health", None, None).await;
+    let (status, health) = app.get("/health", None).await;
     assert_eq!(status, StatusCode::OK, "{health}");
     let components = &health["components"];
     assert_eq!(components["embedder"]["dimension"], 384);

@@ -62,7 +62,7 @@ fn alg_none(claims: &Value) -> String {
 }
 
 async fn status_with(app: &TestApp, token: Option<&str>) -> StatusCode {
-    app.call(Method::GET, "/v1/threads", token, None).await.0
+    app.get("/v1/threads", token).await.0
 }
 
 #[tokio::test]
@@ -106,7 +106,7 @@ async fn api_keys_and_hs256_tokens_authenticate_and_every_bad_credential_is_401(
         ("tampered", format!("{token}x")),
     ];
     for (what, bad) in &bad_tokens {
-        let (status, body) = app.call(Method::GET, "/v1/threads", Some(bad), None).await;
+        let (status, body) = app.get("/v1/threads", Some(bad)).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{what}: {body}");
         assert_eq!(body["error"]["code"], "unauthenticated", "{what}");
     }
@@ -176,23 +176,9 @@ async fn jwt_subjects_are_distinct_users() {
     let second = hs256(&valid_claims("subject-b"), SECRET);
     let thread = app.create_thread(&first, "a's thread").await;
     let id = thread["id"].as_str().unwrap();
-    let (status, _) = app
-        .call(
-            Method::GET,
-            &format!("/v1/threads/{id}"),
-            Some(&second),
-            None,
-        )
-        .await;
+    let (status, _) = app.get(&format!("/v1/threads/{id}"), Some(&second)).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    let (status, body) = app
-        .call(
-            Method::GET,
-            &format!("/v1/threads/{id}"),
-            Some(&first),
-            None,
-        )
-        .await;
+    let (status, body) = app.get(&format!("/v1/threads/{id}"), Some(&first)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["thread"]["title"], "a's thread");
     app.stop().await;
@@ -208,7 +194,7 @@ async fn users_cannot_touch_each_others_threads_or_runs(backend: Backend) {
     let run = app.post_message(&alice, &thread_id, "secret plans").await;
     let run_id = run["id"].as_str().unwrap().to_string();
 
-    let (status, listed) = app.call(Method::GET, "/v1/threads", Some(&bob), None).await;
+    let (status, listed) = app.get("/v1/threads", Some(&bob)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(listed["threads"], json!([]));
     let forbidden = [
@@ -231,8 +217,7 @@ async fn users_cannot_touch_each_others_threads_or_runs(backend: Backend) {
     }
     // A body field naming a user is not identity.
     let (status, _) = app
-        .call(
-            Method::POST,
+        .post(
             &format!("/v1/threads/{thread_id}/messages"),
             Some(&bob),
             Some(json!({ "content": "hi", "user_id": "alice" })),
@@ -243,12 +228,7 @@ async fn users_cannot_touch_each_others_threads_or_runs(backend: Backend) {
     let events = app.events(&alice, &run_id, None).await.collect().await;
     assert_eq!(events.last().map(|e| e.event.as_str()), Some("done"));
     let (status, body) = app
-        .call(
-            Method::GET,
-            &format!("/v1/threads/{thread_id}"),
-            Some(&alice),
-            None,
-        )
+        .get(&format!("/v1/threads/{thread_id}"), Some(&alice))
         .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["messages"][0]["content"], "secret plans");
@@ -316,10 +296,7 @@ async fn a_cut_stream_resumes_with_every_event_exactly_once(backend: Backend) {
         received.push(reader.next().await.expect("an event before the cut"));
     }
     drop(reader); // the client is cut off mid-run
-    let run = app
-        .call(Method::GET, &format!("/v1/runs/{run_id}"), Some(&key), None)
-        .await
-        .1;
+    let run = app.get(&format!("/v1/runs/{run_id}"), Some(&key)).await.1;
     assert_eq!(run["status"], "running", "the run goes on without a reader");
     let last = received.last().unwrap().id;
     let rest = app.events(&key, &run_id, Some(last)).await.collect().await;
@@ -339,12 +316,7 @@ async fn a_cut_stream_resumes_with_every_event_exactly_once(backend: Backend) {
     assert_eq!(reply_text(&received), reply);
     // `?after=` resumes the same way as the header, and a finished run replays in full.
     let (status, _) = app
-        .call(
-            Method::GET,
-            &format!("/v1/runs/{run_id}/events?after=-1"),
-            Some(&key),
-            None,
-        )
+        .get(&format!("/v1/runs/{run_id}/events?after=-1"), Some(&key))
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     let response = app
@@ -409,10 +381,7 @@ async fn a_stream_resumes_across_a_server_restart(backend: Backend) {
         .expect("an error event says why the run ended");
     assert_eq!(error.data["error_type"], "internal");
     assert_eq!(error.data["retryable"], true);
-    let state = app
-        .call(Method::GET, &format!("/v1/runs/{run_id}"), Some(&key), None)
-        .await
-        .1;
+    let state = app.get(&format!("/v1/runs/{run_id}"), Some(&key)).await.1;
     assert_eq!(state["status"], "interrupted");
     app.stop().await;
 }
@@ -490,12 +459,7 @@ async fn cancel_stops_a_run_and_a_second_cancel_conflicts() {
     reader.next().await.unwrap();
     let started = std::time::Instant::now();
     let (status, body) = app
-        .call(
-            Method::POST,
-            &format!("/v1/runs/{run_id}/cancel"),
-            Some(&key),
-            None,
-        )
+        .post(&format!("/v1/runs/{run_id}/cancel"), Some(&key), None)
         .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     let rest = reader.collect().await;
@@ -505,12 +469,7 @@ async fn cancel_stops_a_run_and_a_second_cancel_conflicts() {
     assert_eq!(done.data["status"], "cancelled");
     assert!(rest.iter().all(|event| event.event != "message_complete"));
     let (status, body) = app
-        .call(
-            Method::POST,
-            &format!("/v1/runs/{run_id}/cancel"),
-            Some(&key),
-            None,
-        )
+        .post(&format!("/v1/runs/{run_id}/cancel"), Some(&key), None)
         .await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert!(
@@ -639,36 +598,20 @@ async fn threads_list_paginates_and_delete_removes_messages() {
     for index in 0..3 {
         app.create_thread(&key, &format!("t{index}")).await;
     }
-    let (_, page) = app
-        .call(Method::GET, "/v1/threads?limit=2", Some(&key), None)
-        .await;
+    let (_, page) = app.get("/v1/threads?limit=2", Some(&key)).await;
     assert_eq!(page["threads"][0]["title"], "t2");
     assert_eq!(page["threads"][1]["title"], "t1");
     let cursor = page["next_before"].as_str().unwrap();
     let (_, page) = app
-        .call(
-            Method::GET,
-            &format!("/v1/threads?limit=2&before={cursor}"),
-            Some(&key),
-            None,
-        )
+        .get(&format!("/v1/threads?limit=2&before={cursor}"), Some(&key))
         .await;
     assert_eq!(page["threads"].as_array().unwrap().len(), 1);
     assert_eq!(page["threads"][0]["title"], "t0");
     assert!(page["next_before"].is_null());
     let id = page["threads"][0]["id"].as_str().unwrap().to_string();
-    let (status, _) = app
-        .call(
-            Method::DELETE,
-            &format!("/v1/threads/{id}"),
-            Some(&key),
-            None,
-        )
-        .await;
+    let (status, _) = app.delete(&format!("/v1/threads/{id}"), Some(&key)).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
-    let (status, _) = app
-        .call(Method::GET, &format!("/v1/threads/{id}"), Some(&key), None)
-        .await;
+    let (status, _) = app.get(&format!("/v1/threads/{id}"), Some(&key)).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     app.stop().await;
 }
@@ -679,10 +622,10 @@ async fn service_endpoints_report_health_metrics_and_docs() {
     let app = TestApp::spawn(&home).await;
     let key = app.user_key("alice").await;
     app.create_thread(&key, "x").await;
-    let (status, root) = app.call(Method::GET, "/", None, None).await;
+    let (status, root) = app.get("/", None).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(root["name"], "mnemo");
-    let (status, health) = app.call(Method::GET, "/health", None, None).await;
+    let (status, health) = app.get("/health", None).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(health["status"], "ok");
     assert_eq!(health["components"]["database"]["backend"], "sqlite");
@@ -703,7 +646,7 @@ async fn service_endpoints_report_health_metrics_and_docs() {
     assert!(metrics.contains("mnemo_http_requests_total"), "{metrics}");
     assert!(metrics.contains("route=\"/v1/threads\""), "{metrics}");
     assert!(metrics.contains("mnemo_http_request_duration_seconds"));
-    let (status, spec) = app.call(Method::GET, "/openapi.json", None, None).await;
+    let (status, spec) = app.get("/openapi.json", None).await;
     assert_eq!(status, StatusCode::OK);
     for path in [
         "/v1/threads",
@@ -730,9 +673,9 @@ async fn service_endpoints_report_health_metrics_and_docs() {
 async fn dev_mode_serves_a_local_user_and_is_refused_off_loopback() {
     let home = Home::new(Backend::Sqlite).await;
     let app = TestApp::spawn_with(&home, &[("MNEMO__SERVER__DEV", "true")]).await;
-    let (status, body) = app.call(Method::GET, "/v1/threads", None, None).await;
+    let (status, body) = app.get("/v1/threads", None).await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    let (_, health) = app.call(Method::GET, "/health", None, None).await;
+    let (_, health) = app.get("/health", None).await;
     assert_eq!(health["components"]["auth"]["dev_mode"], true);
     app.stop().await;
     let settings = support::test_settings(
@@ -769,11 +712,7 @@ async fn a_run_nobody_follows_is_cancelled_after_the_grace_period() {
     let mut status = Value::Null;
     for _ in 0..60 {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        status = app
-            .call(Method::GET, &format!("/v1/runs/{run_id}"), Some(&key), None)
-            .await
-            .1["status"]
-            .clone();
+        status = app.get(&format!("/v1/runs/{run_id}"), Some(&key)).await.1["status"].clone();
         if status != "running" {
             break;
         }

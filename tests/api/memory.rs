@@ -62,9 +62,7 @@ async fn wait_recallable(app: &TestApp) {
 
 /// `POST /v1/memories`; returns the created memory.
 async fn add(app: &TestApp, key: &str, body: Value) -> Value {
-    let (status, memory) = app
-        .call(Method::POST, "/v1/memories", Some(key), Some(body))
-        .await;
+    let (status, memory) = app.post("/v1/memories", Some(key), Some(body)).await;
     assert_eq!(status, StatusCode::CREATED, "{memory}");
     memory
 }
@@ -75,9 +73,7 @@ async fn add_text(app: &TestApp, key: &str, content: &str) -> Value {
 
 /// `POST /v1/memories/search`; returns the results.
 async fn search(app: &TestApp, key: &str, body: Value) -> Vec<Value> {
-    let (status, response) = app
-        .call(Method::POST, "/v1/memories/search", Some(key), Some(body))
-        .await;
+    let (status, response) = app.post("/v1/memories/search", Some(key), Some(body)).await;
     assert_eq!(status, StatusCode::OK, "{response}");
     response["results"]
         .as_array()
@@ -87,14 +83,7 @@ async fn search(app: &TestApp, key: &str, body: Value) -> Vec<Value> {
 
 /// `GET /v1/memories` with a query string; returns the memories.
 async fn list(app: &TestApp, key: &str, query: &str) -> Vec<Value> {
-    let (status, body) = app
-        .call(
-            Method::GET,
-            &format!("/v1/memories{query}"),
-            Some(key),
-            None,
-        )
-        .await;
+    let (status, body) = app.get(&format!("/v1/memories{query}"), Some(key)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     body["memories"].as_array().expect("memories").clone()
 }
@@ -363,12 +352,7 @@ async fn archived_memories_leave_default_recall_and_lists_and_come_back_when_res
 
     let path = format!("/v1/memories/{id}");
     let (status, archived) = app
-        .call(
-            Method::PATCH,
-            &path,
-            Some(&key),
-            Some(json!({ "archived": true })),
-        )
+        .patch(&path, Some(&key), Some(json!({ "archived": true })))
         .await;
     assert_eq!(status, StatusCode::OK, "{archived}");
     assert!(archived["archived_at"].is_string(), "{archived}");
@@ -392,12 +376,7 @@ async fn archived_memories_leave_default_recall_and_lists_and_come_back_when_res
     assert_eq!(list_ids(&all), [id_of(&other), id.as_str()], "newest first");
 
     let (status, restored) = app
-        .call(
-            Method::PATCH,
-            &path,
-            Some(&key),
-            Some(json!({ "archived": false })),
-        )
+        .patch(&path, Some(&key), Some(json!({ "archived": false })))
         .await;
     assert_eq!(status, StatusCode::OK, "{restored}");
     assert!(restored["archived_at"].is_null(), "{restored}");
@@ -412,7 +391,7 @@ async fn archived_memories_leave_default_recall_and_lists_and_come_back_when_res
         [id_of(&other), id.as_str()]
     );
 
-    let (status, detail) = app.call(Method::GET, &path, Some(&key), None).await;
+    let (status, detail) = app.get(&path, Some(&key)).await;
     assert_eq!(status, StatusCode::OK, "{detail}");
     let changes: Vec<&str> = detail["versions"]
         .as_array()
@@ -475,7 +454,7 @@ async fn the_memory_api_round_trips_through_patch_delete_export_and_import() {
     assert!(locker.get("embedding").is_none(), "vectors stay private");
     let locker_id = id_of(&locker).to_string();
     let path = format!("/v1/memories/{locker_id}");
-    let (status, detail) = app.call(Method::GET, &path, Some(&key), None).await;
+    let (status, detail) = app.get(&path, Some(&key)).await;
     assert_eq!(status, StatusCode::OK, "{detail}");
     assert_eq!(detail["memory"], locker);
     assert_eq!(detail["versions"].as_array().map(Vec::len), Some(1));
@@ -507,8 +486,7 @@ async fn the_memory_api_round_trips_through_patch_delete_export_and_import() {
     // Patch the content: the memory is re-embedded and re-indexed under its new words.
     let new_content = "My gym locker code changed to heron-9083";
     let (status, patched) = app
-        .call(
-            Method::PATCH,
+        .patch(
             &path,
             Some(&key),
             Some(json!({ "content": new_content, "importance": 5 })),
@@ -565,7 +543,7 @@ async fn the_memory_api_round_trips_through_patch_delete_export_and_import() {
     assert_eq!(ids(&found)[0], locker_id, "the new vector is indexed");
     let score = found[0]["signals"]["vector_score"].as_f64().expect("score");
     assert!(score > 0.999, "the indexed vector is the new one ({score})");
-    let (_, detail) = app.call(Method::GET, &path, Some(&key), None).await;
+    let (_, detail) = app.get(&path, Some(&key)).await;
     assert_eq!(detail["versions"][1]["change"], "updated");
     assert_eq!(
         detail["versions"][0]["snapshot"]["content"],
@@ -574,12 +552,12 @@ async fn the_memory_api_round_trips_through_patch_delete_export_and_import() {
 
     // Delete one memory.
     let doomed = format!("/v1/memories/{}", id_of(&old_news));
-    let (status, _) = app.call(Method::DELETE, &doomed, Some(&key), None).await;
+    let (status, _) = app.delete(&doomed, Some(&key)).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
-    let (status, body) = app.call(Method::GET, &doomed, Some(&key), None).await;
+    let (status, body) = app.get(&doomed, Some(&key)).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
     assert_eq!(body["error"]["code"], "not_found");
-    let (status, _) = app.call(Method::DELETE, &doomed, Some(&key), None).await;
+    let (status, _) = app.delete(&doomed, Some(&key)).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "a second delete");
     wait_recallable(&app).await;
     for mode in ["hybrid", "keyword", "vector"] {
@@ -594,8 +572,7 @@ async fn the_memory_api_round_trips_through_patch_delete_export_and_import() {
 
     // Archive one so the export carries an archived memory.
     let (status, _) = app
-        .call(
-            Method::PATCH,
+        .patch(
             &format!("/v1/memories/{}", id_of(&trip)),
             Some(&key),
             Some(json!({ "archived": true })),
@@ -625,25 +602,13 @@ async fn the_memory_api_round_trips_through_patch_delete_export_and_import() {
 
     for query in ["", "?confirm=false"] {
         let (status, body) = app
-            .call(
-                Method::DELETE,
-                &format!("/v1/memories{query}"),
-                Some(&key),
-                None,
-            )
+            .delete(&format!("/v1/memories{query}"), Some(&key))
             .await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {body}");
         assert_eq!(body["error"]["code"], "bad_request");
     }
     assert_eq!(list(&app, &key, "?include_archived=true").await.len(), 3);
-    let (status, body) = app
-        .call(
-            Method::DELETE,
-            "/v1/memories?confirm=true",
-            Some(&key),
-            None,
-        )
-        .await;
+    let (status, body) = app.delete("/v1/memories?confirm=true", Some(&key)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["deleted"], 3);
     assert!(list(&app, &key, "?include_archived=true").await.is_empty());
@@ -740,9 +705,7 @@ async fn the_memory_api_round_trips_through_patch_delete_export_and_import() {
     assert_eq!(now.len(), 5);
     assert!(now.contains("My bike is a green Brompton"));
     assert!(now.contains("I like window seats on trains"));
-    let (status, body) = app
-        .call(Method::POST, "/v1/memories/import", Some(&key), None)
-        .await;
+    let (status, body) = app.post("/v1/memories/import", Some(&key), None).await;
     assert_eq!(status, StatusCode::OK, "an empty import is fine: {body}");
     assert_eq!(body["imported"], 0);
 
@@ -875,14 +838,7 @@ async fn the_memory_api_round_trips_through_patch_delete_export_and_import() {
             "{what}: {body}"
         );
     }
-    let (_, body) = app
-        .call(
-            Method::GET,
-            "/v1/memories?kinds=fact,gossip",
-            Some(&key),
-            None,
-        )
-        .await;
+    let (_, body) = app.get("/v1/memories?kinds=fact,gossip", Some(&key)).await;
     assert!(
         body["error"]["message"]
             .as_str()
@@ -890,7 +846,7 @@ async fn the_memory_api_round_trips_through_patch_delete_export_and_import() {
         "{body}"
     );
     // Nothing was changed by the refused requests.
-    let (_, detail) = app.call(Method::GET, &tea_path, Some(&key), None).await;
+    let (_, detail) = app.get(&tea_path, Some(&key)).await;
     assert_eq!(
         detail["memory"]["content"],
         "I drink green tea in the afternoon"
@@ -1225,8 +1181,7 @@ async fn isolation_at_scale(backend: Backend, scale: Scale) {
                     Query::ForeignContent(other, i) => content(*other, *i),
                 };
                 let (status, body) = app
-                    .call(
-                        Method::POST,
+                    .post(
                         "/v1/memories/search",
                         Some(&tenants[u].key),
                         Some(json!({ "query": text, "mode": mode })),
@@ -1336,15 +1291,13 @@ async fn isolation_at_scale(backend: Backend, scale: Scale) {
             );
             assert_eq!(response["error"]["code"], "not_found");
         }
-        let (status, detail) = app
-            .call(Method::GET, &path, Some(&tenants[other].key), None)
-            .await;
+        let (status, detail) = app.get(&path, Some(&tenants[other].key)).await;
         assert_eq!(status, StatusCode::OK, "{detail}");
         assert_eq!(detail["memory"]["content"], content(other, 0));
         assert!(detail["memory"]["archived_at"].is_null());
         assert_eq!(detail["memory"]["version"], 1);
         let own = format!("/v1/memories/{}", tenant.by_index[0]);
-        let (status, _) = app.call(Method::GET, &own, Some(&tenant.key), None).await;
+        let (status, _) = app.get(&own, Some(&tenant.key)).await;
         assert_eq!(status, StatusCode::OK);
     }
     app.stop_and_release().await;

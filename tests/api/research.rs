@@ -10,7 +10,7 @@ use crate::support::research_site;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use reqwest::{Method, StatusCode};
+use reqwest::StatusCode;
 use serde_json::{Value, json};
 use support::fake_llm::{FakeLlm, Reply, prompt_text};
 use support::{Backend, Home, ReceivedEvent, SseReader, TestApp};
@@ -122,12 +122,7 @@ async fn research_without_a_model_writes_a_cited_digest_and_remembers_it_for_its
     // The report streamed is the report stored, and every citation names a fetched source.
     let streamed = report_text(&events);
     let (status, record) = app
-        .call(
-            Method::GET,
-            &format!("/research/{research_id}"),
-            Some(&alice),
-            None,
-        )
+        .get(&format!("/research/{research_id}"), Some(&alice))
         .await;
     assert_eq!(status, StatusCode::OK, "{record}");
     assert_eq!(record["status"], "completed");
@@ -168,8 +163,7 @@ async fn research_without_a_model_writes_a_cited_digest_and_remembers_it_for_its
     let recall = |token: String| {
         let app = &app;
         async move {
-            app.call(
-                Method::POST,
+            app.post(
                 "/v1/memories/search",
                 Some(&token),
                 Some(json!({ "query": "spring tides full moon", "kinds": ["conclusion"] })),
@@ -201,46 +195,25 @@ async fn research_without_a_model_writes_a_cited_digest_and_remembers_it_for_its
     assert_eq!(theirs["results"].as_array().unwrap().len(), 0);
 
     // History, isolation, comparison, delete.
-    let (_, history) = app
-        .call(Method::GET, "/research/history", Some(&alice), None)
-        .await;
+    let (_, history) = app.get("/research/history", Some(&alice)).await;
     assert_eq!(history["research"][0]["id"], research_id.as_str());
     let (status, _) = app
-        .call(
-            Method::GET,
-            &format!("/research/{research_id}"),
-            Some(&bob),
-            None,
-        )
+        .get(&format!("/research/{research_id}"), Some(&bob))
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    let (_, empty) = app
-        .call(Method::GET, "/research/history", Some(&bob), None)
-        .await;
+    let (_, empty) = app.get("/research/history", Some(&bob)).await;
     assert_eq!(empty["research"].as_array().unwrap().len(), 0);
-    let (_, comparison) = app
-        .call(Method::GET, "/research/comparison", Some(&alice), None)
-        .await;
+    let (_, comparison) = app.get("/research/comparison", Some(&alice)).await;
     let stats = &comparison["models"][0];
     assert_eq!(stats["runs"], 1);
     assert_eq!(stats["success_rate"], 1.0);
     assert!(stats["mean_sources"].as_f64().unwrap() >= 1.0);
     let (status, _) = app
-        .call(
-            Method::DELETE,
-            &format!("/research/history/{research_id}"),
-            Some(&bob),
-            None,
-        )
+        .delete(&format!("/research/history/{research_id}"), Some(&bob))
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, _) = app
-        .call(
-            Method::DELETE,
-            &format!("/research/history/{research_id}"),
-            Some(&alice),
-            None,
-        )
+        .delete(&format!("/research/history/{research_id}"), Some(&alice))
         .await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     app.stop_and_release().await;
@@ -272,8 +245,7 @@ async fn a_failing_fetch_is_reported_and_an_edited_plan_still_completes() {
     let run = plan.data["run_id"].as_str().unwrap().to_string();
     // The user replaces the plan: one topic whose only source is broken, one that works.
     let (status, body) = app
-        .call(
-            Method::POST,
+        .post(
             &format!("/v1/runs/{run}/input"),
             Some(&alice),
             Some(json!({ "topics": ["broken mirror", "lighthouse fresnel lens"] })),
@@ -306,8 +278,7 @@ async fn a_failing_fetch_is_reported_and_an_edited_plan_still_completes() {
     assert!(report.contains("## Not covered") && report.contains("broken mirror"));
     // Input to a run that no longer waits is refused.
     let (status, _) = app
-        .call(
-            Method::POST,
+        .post(
             &format!("/v1/runs/{run}/input"),
             Some(&alice),
             Some(json!({ "approve": true })),
@@ -444,9 +415,7 @@ async fn researchers_run_in_parallel_up_to_the_cap_and_citations_map_to_fetched_
                 && e.data["metadata"]["invalid_citations"] == json!([9]))
     );
     let id = events[0].data["research_id"].as_str().unwrap();
-    let (_, record) = app
-        .call(Method::GET, &format!("/research/{id}"), Some(&alice), None)
-        .await;
+    let (_, record) = app.get(&format!("/research/{id}"), Some(&alice)).await;
     let report = record["report"].as_str().unwrap();
     assert!(!report.contains("[9]"));
     let sources = record["sources"].as_array().unwrap();
@@ -525,12 +494,7 @@ async fn a_cancel_stops_every_researcher_within_a_second() {
     let run = run.expect("run id");
     let cancelled_at = Instant::now();
     let (status, _) = app
-        .call(
-            Method::POST,
-            &format!("/v1/runs/{run}/cancel"),
-            Some(&alice),
-            None,
-        )
+        .post(&format!("/v1/runs/{run}/cancel"), Some(&alice), None)
         .await;
     assert_eq!(status, StatusCode::ACCEPTED);
     let mut last = None;
@@ -551,9 +515,7 @@ async fn a_cancel_stops_every_researcher_within_a_second() {
     // The record says so.
     let mut status = String::new();
     for _ in 0..50 {
-        let (_, record) = app
-            .call(Method::GET, &format!("/research/{run}"), Some(&alice), None)
-            .await;
+        let (_, record) = app.get(&format!("/research/{run}"), Some(&alice)).await;
         status = record["status"].as_str().unwrap_or("").to_string();
         if status != "running" {
             break;
@@ -584,31 +546,19 @@ async fn research_requests_are_validated_and_the_test_endpoint_resolves_them() {
         (json!({ "query": "q", "mode": "sideways" }), "sideways"),
     ] {
         let (status, error) = app
-            .call(
-                Method::POST,
-                "/research/stream",
-                Some(&alice),
-                Some(body.clone()),
-            )
+            .post("/research/stream", Some(&alice), Some(body.clone()))
             .await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
         assert!(
             error["error"]["message"].as_str().unwrap().contains(needle),
             "{error}"
         );
-        let (status, tested) = app
-            .call(Method::POST, "/research/test", Some(&alice), Some(body))
-            .await;
+        let (status, tested) = app.post("/research/test", Some(&alice), Some(body)).await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(tested["valid"], false);
     }
     let (status, tested) = app
-        .call(
-            Method::POST,
-            "/research/test",
-            Some(&alice),
-            Some(json!({ "query": "tides", "model": "other-model", "api_key": "sk-mine-123456", "depth": 3, "mode": "recursive" })),
-        )
+        .post("/research/test", Some(&alice), Some(json!({ "query": "tides", "model": "other-model", "api_key": "sk-mine-123456", "depth": 3, "mode": "recursive" })))
         .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(tested["valid"], true, "{tested}");
@@ -624,7 +574,7 @@ async fn research_requests_are_validated_and_the_test_endpoint_resolves_them() {
             .iter()
             .all(|m| m["model"] == "other-model")
     );
-    let (_, models) = app.call(Method::GET, "/models", Some(&alice), None).await;
+    let (_, models) = app.get("/models", Some(&alice)).await;
     assert_eq!(models["default_model"], "fake-model");
     assert!(
         models["search_providers"]
@@ -632,7 +582,7 @@ async fn research_requests_are_validated_and_the_test_endpoint_resolves_them() {
             .unwrap()
             .contains(&json!("local"))
     );
-    let (status, _) = app.call(Method::GET, "/research/history", None, None).await;
+    let (status, _) = app.get("/research/history", None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     app.stop_and_release().await;
 }
@@ -660,12 +610,7 @@ async fn a_web_page_that_says_remember_this_never_becomes_more_than_web_trust() 
     // Give the memory writer time to act on anything it was (wrongly) handed.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (status, listed) = app
-        .call(
-            Method::GET,
-            "/v1/memories?limit=500&include_invalid=true",
-            Some(&alice),
-            None,
-        )
+        .get("/v1/memories?limit=500&include_invalid=true", Some(&alice))
         .await;
     assert_eq!(status, StatusCode::OK);
     let memories = listed["memories"].as_array().unwrap();
@@ -680,8 +625,7 @@ async fn a_web_page_that_says_remember_this_never_becomes_more_than_web_trust() 
     }
     // Nothing the page said was stored as a fact or preference about the user.
     let (_, recalled) = app
-        .call(
-            Method::POST,
+        .post(
             "/v1/memories/search",
             Some(&alice),
             Some(json!({ "query": "user's password hunter2", "kinds": ["fact", "preference"] })),
@@ -759,20 +703,13 @@ async fn recursive_mode_goes_a_level_deeper_and_models_can_be_compared() {
     let all: String = events.iter().map(|e| e.data.to_string()).collect();
     assert!(!all.contains(secret));
     let id = events[0].data["research_id"].as_str().unwrap();
-    let (_, record) = app
-        .call(Method::GET, &format!("/research/{id}"), Some(&alice), None)
-        .await;
+    let (_, record) = app.get(&format!("/research/{id}"), Some(&alice)).await;
     assert!(!record.to_string().contains(secret));
     assert_eq!(record["config"]["api_key"], "request");
 
     // Two models side by side on one query.
     let (status, compared) = app
-        .call(
-            Method::POST,
-            "/research/compare",
-            Some(&alice),
-            Some(json!({ "query": "tides", "models": ["model-a", "model-b"], "mode": "recursive", "depth": 1, "breadth": 1 })),
-        )
+        .post("/research/compare", Some(&alice), Some(json!({ "query": "tides", "models": ["model-a", "model-b"], "mode": "recursive", "depth": 1, "breadth": 1 })))
         .await;
     assert_eq!(status, StatusCode::OK, "{compared}");
     let results = compared["results"].as_array().unwrap();
@@ -793,9 +730,7 @@ async fn recursive_mode_goes_a_level_deeper_and_models_can_be_compared() {
         used.contains("model-a") && used.contains("model-b"),
         "{used:?}"
     );
-    let (_, comparison) = app
-        .call(Method::GET, "/research/comparison", Some(&alice), None)
-        .await;
+    let (_, comparison) = app.get("/research/comparison", Some(&alice)).await;
     let models: Vec<&str> = comparison["models"]
         .as_array()
         .unwrap()
@@ -877,9 +812,7 @@ async fn the_chat_agent_runs_deep_research_as_a_tool_inside_its_turn() {
     let tool_result = &events[result].data;
     assert!(tool_result.to_string().contains("Fresnel"), "{tool_result}");
     // The research is in the user's history, attached to the thread.
-    let (_, history) = app
-        .call(Method::GET, "/research/history", Some(&alice), None)
-        .await;
+    let (_, history) = app.get("/research/history", Some(&alice)).await;
     assert_eq!(history["research"].as_array().unwrap().len(), 1);
     assert_eq!(history["research"][0]["status"], "completed");
     app.stop_and_release().await;

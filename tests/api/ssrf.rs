@@ -146,7 +146,7 @@ fn refused_urls(canary: u16, site: &TestSite) -> Vec<(String, &'static str)> {
             "http://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/",
         ]
         .iter()
-        .map(|url| url.to_string())
+        .map(std::string::ToString::to_string)
         .collect(),
     );
 

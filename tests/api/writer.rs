@@ -5,7 +5,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use reqwest::{Method, StatusCode};
+use reqwest::StatusCode;
 use serde_json::{Value, json};
 use support::fake_llm::{FakeLlm, Reply};
 use support::{Backend, Home, TestApp};
@@ -38,12 +38,7 @@ async fn wait_for_jobs(app: &TestApp) {
 
 async fn memories(app: &TestApp, key: &str, query: &str) -> Vec<Value> {
     let (status, body) = app
-        .call(
-            Method::GET,
-            &format!("/v1/memories?limit=500{query}"),
-            Some(key),
-            None,
-        )
+        .get(&format!("/v1/memories?limit=500{query}"), Some(key))
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     body["memories"].as_array().unwrap().clone()
@@ -107,14 +102,7 @@ async fn rules_remember_dedupe_and_supersede_without_an_llm() {
     let facts = memories(&app, &key, "&kinds=fact").await;
     assert_eq!(contents(&facts), ["I use PostgreSQL 17 at work"]);
     assert_eq!(facts[0]["supersedes"], old_id.as_str());
-    let (_, old) = app
-        .call(
-            Method::GET,
-            &format!("/v1/memories/{old_id}"),
-            Some(&key),
-            None,
-        )
-        .await;
+    let (_, old) = app.get(&format!("/v1/memories/{old_id}"), Some(&key)).await;
     assert!(old["memory"]["invalid_at"].is_string(), "{old}");
     let changes: Vec<&str> = old["versions"]
         .as_array()
@@ -124,8 +112,7 @@ async fn rules_remember_dedupe_and_supersede_without_an_llm() {
         .collect();
     assert_eq!(changes, ["created", "superseded"]);
     let (_, found) = app
-        .call(
-            Method::POST,
+        .post(
             "/v1/memories/search",
             Some(&key),
             Some(
@@ -254,7 +241,7 @@ async fn queued_jobs_survive_a_restart_and_run_once() {
         .collect::<Vec<_>>();
     found.sort();
     assert_eq!(found, ["I prefer window seats", "My locker code is 4471"]);
-    let (_, health) = app.call(Method::GET, "/health", None, None).await;
+    let (_, health) = app.get("/health", None).await;
     assert_eq!(health["components"]["memory_writer"]["queued"], 0);
     app.stop().await;
 }
@@ -368,8 +355,7 @@ async fn forgetting_by_description_and_with_a_thread() {
     let second = thread(&app, &key).await;
     say(&app, &key, &second, "I prefer aisle seats on flights.").await;
     let (status, body) = app
-        .call(
-            Method::POST,
+        .post(
             "/v1/memories/forget",
             Some(&key),
             Some(json!({ "query": "my home address" })),
@@ -392,8 +378,7 @@ async fn forgetting_by_description_and_with_a_thread() {
     );
     wait_for_jobs(&app).await;
     let (_, found) = app
-        .call(
-            Method::POST,
+        .post(
             "/v1/memories/search",
             Some(&key),
             Some(json!({ "query": "Elm Street", "mode": "keyword" })),
@@ -413,11 +398,9 @@ async fn forgetting_by_description_and_with_a_thread() {
     );
     // Deleting a thread can take the memories made from it along.
     let (status, _) = app
-        .call(
-            Method::DELETE,
+        .delete(
             &format!("/v1/threads/{second}?forget_memories=true"),
             Some(&key),
-            None,
         )
         .await;
     assert_eq!(status, StatusCode::NO_CONTENT);
@@ -505,22 +488,12 @@ async fn a_background_import_is_a_job_per_batch_owned_by_its_user() {
     let id = batches[0]["id"].as_str().unwrap().to_string();
     // Another user cannot see the batch.
     let (status, _) = app
-        .call(
-            Method::GET,
-            &format!("/v1/memories/import/{id}"),
-            Some(&bob),
-            None,
-        )
+        .get(&format!("/v1/memories/import/{id}"), Some(&bob))
         .await;
     assert_eq!(status, reqwest::StatusCode::NOT_FOUND);
     wait_for_jobs(&app).await;
     let (_, state) = app
-        .call(
-            Method::GET,
-            &format!("/v1/memories/import/{id}"),
-            Some(&alice),
-            None,
-        )
+        .get(&format!("/v1/memories/import/{id}"), Some(&alice))
         .await;
     assert_eq!(state["status"], "done", "{state}");
     let found = contents(&memories(&app, &alice, "&kinds=fact").await)
@@ -556,7 +529,7 @@ async fn a_message_that_once_panicked_the_extractor_stops_no_later_memory() {
     let mut found = contents(&facts);
     found.sort();
     assert_eq!(found, ["My locker code is 4471", "The tea is 乌龙茶"]);
-    let health = app.call(Method::GET, "/health", None, None).await.1;
+    let health = app.get("/health", None).await.1;
     assert_eq!(
         health["components"]["memory_writer"]["failed"], 0,
         "{health}"

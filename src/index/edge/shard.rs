@@ -88,7 +88,7 @@ impl Drop for Shard {
             // SAFETY: `shard` is never used again after this point.
             #[allow(unsafe_code)]
             unsafe {
-                std::mem::ManuallyDrop::drop(&mut self.shard)
+                std::mem::ManuallyDrop::drop(&mut self.shard);
             }
         }));
         if dropped.is_err() {

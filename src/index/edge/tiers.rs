@@ -87,9 +87,7 @@ impl Tiers {
     }
 
     pub(super) fn tenant_dir(&self, user: Tenant, suffix: &str) -> PathBuf {
-        self.path
-            .join(TENANTS_DIR)
-            .join(format!("{}{suffix}", user))
+        self.path.join(TENANTS_DIR).join(format!("{user}{suffix}"))
     }
 
     /// Moves every user of the shared shard holding at least the configured number of points

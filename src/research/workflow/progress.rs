@@ -1,39 +1,8 @@
 //! Progress of a research: its events (with the research's id and model), stage timings,
 //! and the time spent waiting on models, searches and fetches.
 
-#![allow(unused_imports)]
-use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
-use futures::StreamExt;
-use serde::Serialize;
-use serde_json::{Value, json};
-
-use crate::config::ModelRole;
-use crate::llm::chat::{
-    ChatMessage, ChatRequest, ChatResponse, ChatRole, LlmError, RoleModel, ToolCall, ToolSpec,
-    Usage, complete_json,
-};
-use crate::llm::prompts::{Prompt, quote};
-use crate::llm::roles::Models;
-use crate::memory::rank::cosine;
-use crate::memory::{MemoryEngine, RecallRequest};
-use crate::research::request::{Mode, ResolvedConfig};
-use crate::runs::events::{
-    Delta, MemoryRecalled, RecalledMemory, ResearchComplete, SessionStart, SourcesFound, Stage,
-    ToolCall as ToolCallEvent, UsageStep,
-};
-use crate::runs::stream::{DeltaKind, stream_to_events};
-use crate::runs::{ErrorEvent, ResearchEnvelope, RunContext, RunErrorType, RunEvent, RunFailure};
-use crate::search::fetch::{FetchedPage, Fetcher};
-use crate::search::{SearchHit, SearchProvider};
-use crate::store::RunKind;
-use crate::store::{
-    MemoryKind, MemorySource, NewMemory, NewResearch, ResearchOutcome, RunId, RunStatus, Store,
-    Trust, UserId,
-};
+use crate::runs::ErrorEvent;
+use std::sync::atomic::AtomicU64;
 
 use super::*;
 

@@ -213,13 +213,13 @@ mod tests {
     const KS: [usize; 6] = [1, 3, 5, 10, 25, 50];
 
     fn set(ids: &[&str]) -> BTreeSet<String> {
-        ids.iter().map(|id| id.to_string()).collect()
+        ids.iter().map(std::string::ToString::to_string).collect()
     }
 
     fn list(memories: &[&[&str]]) -> Vec<Vec<String>> {
         memories
             .iter()
-            .map(|refs| refs.iter().map(|id| id.to_string()).collect())
+            .map(|refs| refs.iter().map(std::string::ToString::to_string).collect())
             .collect()
     }
 

@@ -826,7 +826,11 @@ mod tests {
 
     #[test]
     fn variants_split_into_units_and_retrievals() {
-        let names = |list: &[&str]| list.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        let names = |list: &[&str]| {
+            list.iter()
+                .map(std::string::ToString::to_string)
+                .collect::<Vec<_>>()
+        };
         let (units, retrievals) = parse_variants(None).unwrap();
         assert_eq!(units, MemoryUnit::ALL);
         assert_eq!(retrievals, Retrieval::ALL);
@@ -922,7 +926,7 @@ mod tests {
         let embedder = EvalEmbedder::new(inner.clone());
         let texts: Vec<String> = ["ccc", "a", "bb", "a"]
             .iter()
-            .map(|t| t.to_string())
+            .map(std::string::ToString::to_string)
             .collect();
         let vectors = embedder.embed(&texts).await.unwrap();
         let lengths: Vec<f32> = vectors.iter().map(|v| v[0]).collect();

@@ -100,7 +100,9 @@ impl FakeLlm {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub fn push(&self, reply: Reply) {
@@ -169,11 +171,11 @@ impl Drop for DropFlag {
     fn drop(&mut self) {
         self.0
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .hang_dropped = Some(Instant::now());
         self.0
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .hangs_dropped += 1;
     }
 }
@@ -182,7 +184,9 @@ async fn chat(State(inner): State<Arc<Mutex<Inner>>>, body: axum::Json<Value>) -
     let request = body.0;
     let stream = request["stream"].as_bool().unwrap_or(false);
     let (handler, latency) = {
-        let mut state = inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         state.requests.push(request.clone());
         (state.handler.clone(), state.latency)
     };
@@ -193,7 +197,9 @@ async fn chat(State(inner): State<Arc<Mutex<Inner>>>, body: axum::Json<Value>) -
     let reply = match handled {
         Some(reply) => reply,
         None => {
-            let mut state = inner.lock().unwrap_or_else(|e| e.into_inner());
+            let mut state = inner
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             state
                 .script
                 .pop_front()

@@ -175,8 +175,48 @@ impl TestApp {
         format!("{}{}", self.base, path)
     }
 
-    /// A request with an optional bearer token and JSON body; returns status and parsed body
-    /// (`Value::Null` when the body is empty or not JSON).
+    /// `GET path`: status and parsed body.
+    pub async fn get(&self, path: &str, token: Option<&str>) -> (StatusCode, Value) {
+        self.call(Method::GET, path, token, None).await
+    }
+
+    /// `POST path` with an optional JSON body.
+    pub async fn post(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        self.call(Method::POST, path, token, body).await
+    }
+
+    /// `PATCH path` with an optional JSON body.
+    pub async fn patch(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        self.call(Method::PATCH, path, token, body).await
+    }
+
+    /// `PUT path` with an optional JSON body.
+    pub async fn put(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        self.call(Method::PUT, path, token, body).await
+    }
+
+    /// `DELETE path`.
+    pub async fn delete(&self, path: &str, token: Option<&str>) -> (StatusCode, Value) {
+        self.call(Method::DELETE, path, token, None).await
+    }
+
+    /// A request whose method is data (table-driven tests); the others use `get`, `post`, …
+    /// Returns status and parsed body (`Value::Null` when the body is empty or not JSON).
     pub async fn call(
         &self,
         method: Method,

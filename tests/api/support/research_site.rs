@@ -167,7 +167,7 @@ impl ResearchSite {
         self.counters
             .fetched
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .iter()
             .map(|path| self.url(path))
             .collect()
@@ -177,7 +177,7 @@ impl ResearchSite {
         self.counters
             .queries
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
 }
@@ -204,7 +204,7 @@ async fn search(
     counters
         .queries
         .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .push(query.clone());
     tokio::time::sleep(state.search_delay).await;
     let words: Vec<&str> = query
@@ -235,7 +235,7 @@ async fn page(State(state): State<SiteState>, Path(name): Path<String>) -> Respo
         .counters
         .fetched
         .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .push(format!("/page/{name}"));
     let body: String = page
         .paragraphs
