@@ -624,15 +624,15 @@ mod tests {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2")
     }
 
+    /// The local model; a test that needs it fails with a clear message when it is missing
+    /// (`scripts/test` fetches it first).
     fn load_model() -> Option<LocalEmbedder> {
         let dir = model_dir();
-        if !dir.join("model.safetensors").exists() {
-            println!(
-                "skipped: {} not present (run scripts/fetch-model.sh)",
-                dir.display()
-            );
-            return None;
-        }
+        assert!(
+            dir.join("model.safetensors").exists(),
+            "the embedding model is missing in {}: run scripts/fetch-model",
+            dir.display()
+        );
         Some(LocalEmbedder::load(&dir).expect("load model"))
     }
 

@@ -1886,10 +1886,15 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn prepared_queries_get_the_model_vectors_only_for_the_big_user() {
-        let Some(model) = load_model(Some(&model_dir())).await.expect("load") else {
-            println!("skipped: no model in {}", model_dir().display());
-            return;
-        };
+        let model = load_model(Some(&model_dir()))
+            .await
+            .expect("load")
+            .unwrap_or_else(|| {
+                panic!(
+                    "the embedding model is missing in {}: run scripts/fetch-model",
+                    model_dir().display()
+                )
+            });
         let corpus = Arc::new(Corpus::new(SEED));
         let vectors = BenchEmbedder {
             corpus: corpus.clone(),
@@ -1914,10 +1919,11 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn tiny_bench_with_model_vectors_for_the_big_user() {
-        if !model_dir().join("config.json").exists() {
-            println!("skipped: no model in {}", model_dir().display());
-            return;
-        }
+        assert!(
+            model_dir().join("config.json").exists(),
+            "the embedding model is missing in {}: run scripts/fetch-model",
+            model_dir().display()
+        );
         let dir = tempfile::tempdir().expect("tempdir");
         let options = RecallBenchOptions {
             data_dir: dir.path().join("bench"),

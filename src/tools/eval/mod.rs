@@ -952,13 +952,11 @@ mod tests {
     /// The whole pipeline on the hand-written LongMemEval fixture with the real local model.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn longmemeval_fixture_end_to_end() {
-        if !model_dir().join("model.safetensors").exists() {
-            println!(
-                "skipped: {} not present (run scripts/fetch-model)",
-                model_dir().display()
-            );
-            return;
-        }
+        assert!(
+            model_dir().join("model.safetensors").exists(),
+            "the embedding model is missing in {}: run scripts/fetch-model",
+            model_dir().display()
+        );
         let dir = tempfile::tempdir().unwrap();
         let mut settings = Settings::default();
         settings.embedder.model_dir = model_dir();
