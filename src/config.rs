@@ -434,6 +434,46 @@ impl Default for QdrantSettings {
     }
 }
 
+choice! {
+    /// How recall fuses its signals.
+    FusionMethod("fusion method", "lowercase") {
+        /// Weighted Reciprocal Rank Fusion: `Σ weight / (rrf_k + rank)`.
+        Rrf,
+        /// The weighted sum of each list's scores divided by its best score.
+        Score,
+    }
+}
+
+/// How recall fuses the signals of its two views (own, context) × two searches (vector,
+/// BM25), and which candidates it keeps at all.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FusionSettings {
+    pub method: FusionMethod,
+    pub vector_weight: f64,
+    pub bm25_weight: f64,
+    pub context_vector_weight: f64,
+    pub context_bm25_weight: f64,
+    /// Relevance floor: a candidate is kept only if a vector view is at least this cosine-
+    /// similar to the query, or a BM25 view scores at least `floor_bm25` (0 keeps all).
+    pub floor_cosine: f64,
+    pub floor_bm25: f64,
+}
+
+impl Default for FusionSettings {
+    fn default() -> Self {
+        Self {
+            method: FusionMethod::Rrf,
+            vector_weight: 1.0,
+            bm25_weight: 1.0,
+            context_vector_weight: 0.0,
+            context_bm25_weight: 0.0,
+            floor_cosine: 0.0,
+            floor_bm25: 0.0,
+        }
+    }
+}
+
 /// Recall and decay knobs (DESIGN.md §2).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -461,6 +501,14 @@ pub struct MemorySettings {
     pub writer_workers: usize,
     /// The user profile is rebuilt at most once per this many seconds.
     pub profile_interval_secs: u64,
+    /// How the views' signals are fused, and the relevance floor.
+    pub fusion: FusionSettings,
+    /// Scores of memories at assistant (or web) trust are multiplied by this: the user's own
+    /// words rank first when both match.
+    pub assistant_weight: f64,
+    /// Scores of memories from the span of time the query names ("in May 2023", "last
+    /// week") are multiplied by this (1 = off).
+    pub time_boost: f64,
 }
 
 impl Default for MemorySettings {
@@ -478,6 +526,9 @@ impl Default for MemorySettings {
             decay_interval_secs: 3600,
             writer_workers: 2,
             profile_interval_secs: 600,
+            fusion: FusionSettings::default(),
+            assistant_weight: 1.0,
+            time_boost: 1.0,
         }
     }
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 mod chat;
+mod import_chat;
 mod ingest;
 mod memory;
 mod research;
@@ -63,6 +64,15 @@ enum Command {
         /// Files or directories.
         #[arg(required = true)]
         paths: Vec<PathBuf>,
+    },
+    /// Import a past conversation as a thread of your history, with its memories: mnemo's
+    /// JSON (`{"title", "messages": [{"role", "content", "author"?, "created_at"?}]}`) or a
+    /// ChatGPT export (`conversations.json`). Prints each new thread's id.
+    ImportChat {
+        #[command(flatten)]
+        target: memory::Target,
+        /// The file to read.
+        path: PathBuf,
     },
     /// Chat in the terminal with a running server (--server, --key) or an embedded one.
     Chat {
@@ -267,6 +277,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Memory { target, command } => {
             let settings = load_quiet(&overrides)?;
             memory::run(&settings, target, command).await
+        }
+        Command::ImportChat { target, path } => {
+            let settings = load_quiet(&overrides)?;
+            import_chat::run(&settings, target, &path).await
         }
         Command::Ingest { target, paths } => {
             let settings = load_quiet(&overrides)?;

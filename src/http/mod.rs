@@ -40,7 +40,8 @@ use error::ApiError;
     paths(
         root, health, models,
         threads::create_thread, threads::list_threads, threads::get_thread,
-        threads::delete_thread, threads::post_message,
+        threads::delete_thread, threads::post_message, threads::import_conversation,
+        threads::job_state,
         runs::get_run, runs::run_events, runs::cancel_run,
         memories::search, memories::list, memories::add, memories::get, memories::patch,
         memories::delete, memories::delete_all, memories::export, memories::import,
@@ -117,6 +118,11 @@ pub fn router(state: AppState) -> Router {
             get(threads::get_thread).delete(threads::delete_thread),
         )
         .route("/v1/threads/{id}/messages", post(threads::post_message))
+        .route(
+            "/v1/threads/{id}/import",
+            post(threads::import_conversation),
+        )
+        .route("/v1/jobs/{job}", get(threads::job_state))
         .route("/v1/runs/{id}", get(runs::get_run))
         .route("/v1/runs/{id}/events", get(runs::run_events))
         .route("/v1/runs/{id}/cancel", post(runs::cancel_run))

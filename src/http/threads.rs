@@ -12,7 +12,8 @@ use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiBytes, ApiJson, ApiPath, ApiQuery, Page};
 use super::sse::run_event_response;
 use crate::auth::AuthUser;
-use crate::store::{Message, Run, Thread, ThreadId};
+use crate::memory::writer::ImportedConversation;
+use crate::store::{JobStatus, Message, NewMessage, Run, Thread, ThreadId};
 
 const MAX_TITLE_CHARS: usize = 200;
 
@@ -171,4 +172,57 @@ pub async fn post_message(
     } else {
         Ok((StatusCode::ACCEPTED, Json(run)).into_response())
     }
+}
+
+/// A past conversation to import into a thread.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ImportConversation {
+    /// The messages in the order they were said (at most 10,000).
+    pub messages: Vec<NewMessage>,
+}
+
+#[utoipa::path(post, path = "/v1/threads/{id}/import", tag = "threads",
+    params(("id" = String, Path, format = Uuid)),
+    request_body = ImportConversation,
+    responses(
+        (status = 202, body = ImportedConversation, description = "Stored; the memory job runs in the background"),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn import_conversation(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiPath(thread): ApiPath<ThreadId>,
+    ApiJson(body): ApiJson<ImportConversation>,
+) -> ApiResult<(StatusCode, Json<ImportedConversation>)> {
+    let imported = state
+        .writer
+        .import_conversation(user.user_id, thread, body.messages)
+        .await
+        .map_err(ApiError::from_error)?;
+    Ok((StatusCode::ACCEPTED, Json(imported)))
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct JobState {
+    pub job: String,
+    pub status: JobStatus,
+}
+
+#[utoipa::path(get, path = "/v1/jobs/{job}", tag = "threads",
+    params(("job" = String, Path, description = "The `job` of an import")),
+    responses((status = 200, body = JobState), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn job_state(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiPath(job): ApiPath<String>,
+) -> ApiResult<Json<JobState>> {
+    let status = state
+        .store
+        .user(user.user_id)
+        .job_status(&job)
+        .await?
+        .ok_or_else(|| ApiError::not_found("no such job"))?;
+    Ok(Json(JobState { job, status }))
 }

@@ -18,7 +18,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::keyword::{KeywordDoc, KeywordIndex, KeywordOp};
 use super::vector::{IndexError, VectorIndex, VectorPoint};
-use crate::store::{LogEntry, LogOp, MemoryId, OwnedMemory, Store, StoreError, UserId};
+use super::views;
+use crate::store::{LogEntry, LogOp, MemoryId, MemoryKind, OwnedMemory, Store, StoreError, UserId};
 
 const BATCH: i64 = 1000;
 const POLL: Duration = Duration::from_millis(250);
@@ -178,14 +179,15 @@ impl Indexer {
             .map(|owned| (owned.memory.id, owned))
             .collect();
         let plan = plan_batch(&entries, &rows);
+        let neighbours = self.neighbours(&plan).await?;
         if last > vector_from {
-            self.apply_vector(&plan).await?;
+            self.apply_vector(&plan, &neighbours).await?;
             // Searchable now; durable (and in the watermark) once a flush has gone through.
             self.vector_applied.store(last, Ordering::Release);
             self.persist_vector().await?;
         }
         if last > keyword_from {
-            let ops = keyword_ops(&plan);
+            let ops = keyword_ops(&plan, &neighbours);
             self.keyword.apply_async(ops, last).await?;
         }
         let applied = self.applied_seq();
@@ -197,13 +199,51 @@ impl Indexer {
         Ok(entries.len())
     }
 
-    async fn apply_vector(&self, plan: &[Segment<'_>]) -> Result<(), IndexerError> {
+    /// The current rows of the turns next to every upserted turn (their views include them).
+    async fn neighbours(&self, plan: &[Segment<'_>]) -> Result<Neighbours, IndexerError> {
+        let turns: Vec<MemoryId> = plan
+            .iter()
+            .flat_map(|segment| &segment.upserts)
+            .filter(|owned| owned.memory.kind == MemoryKind::Turn)
+            .map(|owned| owned.memory.id)
+            .collect();
+        let mut neighbours = Neighbours::default();
+        if turns.is_empty() {
+            return Ok(neighbours);
+        }
+        let maintenance = self.store.maintenance();
+        let pairs = maintenance.turn_neighbours(&turns).await?;
+        let wanted: Vec<MemoryId> = pairs
+            .iter()
+            .flat_map(|(_, previous, next)| previous.iter().chain(next))
+            .copied()
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        let rows: HashMap<MemoryId, crate::store::Memory> = maintenance
+            .owned_memories(&wanted)
+            .await?
+            .into_iter()
+            .map(|owned| (owned.memory.id, owned.memory))
+            .collect();
+        for (id, previous, next) in pairs {
+            let row = |id: Option<MemoryId>| id.and_then(|id| rows.get(&id).cloned());
+            neighbours.around.insert(id, (row(previous), row(next)));
+        }
+        Ok(neighbours)
+    }
+
+    async fn apply_vector(
+        &self,
+        plan: &[Segment<'_>],
+        neighbours: &Neighbours,
+    ) -> Result<(), IndexerError> {
         for segment in plan {
             let points: Vec<VectorPoint> = segment
                 .upserts
                 .iter()
                 .filter(|owned| owned.memory.embedding.len() == self.dimension)
-                .map(|owned| vector_point(owned))
+                .map(|owned| vector_point(owned, neighbours))
                 .collect();
             // A memory whose vector has another dimension awaits re-embedding: keep it out.
             let mut deletes = segment.deletes.clone();
@@ -338,9 +378,11 @@ impl Indexer {
                 deletes: Vec::new(),
                 delete_user: None,
             };
-            self.apply_vector(std::slice::from_ref(&segment)).await?;
+            let plan = std::slice::from_ref(&segment);
+            let neighbours = self.neighbours(plan).await?;
+            self.apply_vector(plan, &neighbours).await?;
             self.keyword
-                .apply_async(keyword_ops(std::slice::from_ref(&segment)), 0)
+                .apply_async(keyword_ops(plan, &neighbours), 0)
                 .await?;
             done += page.len() as u64;
             progress(done, total);
@@ -405,12 +447,29 @@ fn plan_batch<'a>(
     segments
 }
 
-fn vector_point(owned: &OwnedMemory) -> VectorPoint {
+/// The turns around each upserted turn of a batch: (previous, next).
+#[derive(Default)]
+struct Neighbours {
+    around: HashMap<MemoryId, (Option<crate::store::Memory>, Option<crate::store::Memory>)>,
+}
+
+impl Neighbours {
+    fn of(&self, id: MemoryId) -> (Option<&crate::store::Memory>, Option<&crate::store::Memory>) {
+        match self.around.get(&id) {
+            Some((previous, next)) => (previous.as_ref(), next.as_ref()),
+            None => (None, None),
+        }
+    }
+}
+
+fn vector_point(owned: &OwnedMemory, neighbours: &Neighbours) -> VectorPoint {
     let memory = &owned.memory;
+    let (previous, next) = neighbours.of(memory.id);
     VectorPoint {
         id: memory.id,
         user_id: owned.user,
         vector: memory.embedding.clone(),
+        context: views::context_vector(previous, memory, next),
         kind: memory.kind.as_str().to_string(),
         importance: memory.importance,
         created_at_ms: memory.created_at.timestamp_millis(),
@@ -419,16 +478,18 @@ fn vector_point(owned: &OwnedMemory) -> VectorPoint {
     }
 }
 
-fn keyword_ops(plan: &[Segment<'_>]) -> Vec<KeywordOp> {
+fn keyword_ops(plan: &[Segment<'_>], neighbours: &Neighbours) -> Vec<KeywordOp> {
     let mut ops = Vec::new();
     for segment in plan {
         ops.extend(segment.deletes.iter().map(|id| KeywordOp::Delete(*id)));
         ops.extend(segment.upserts.iter().map(|owned| {
             let memory = &owned.memory;
+            let (previous, next) = neighbours.of(memory.id);
             KeywordOp::Upsert(KeywordDoc {
                 id: memory.id,
                 user_id: owned.user,
-                content: memory.content.clone(),
+                content: views::own_text(memory),
+                context: views::context_text(previous, memory, next),
                 kind: memory.kind.as_str().to_string(),
                 created_at_ms: memory.created_at.timestamp_millis(),
                 archived: memory.archived_at.is_some(),

@@ -41,7 +41,7 @@ use tantivy::{
 };
 use tantivy_jieba::{JiebaTokenStream, JiebaTokenizer};
 
-use crate::index::vector::{IndexError, KindCondition, MAX_SEARCH_LIMIT, VectorFilter};
+use crate::index::vector::{IndexError, KindCondition, MAX_SEARCH_LIMIT, VectorFilter, View};
 use crate::store::{MemoryId, UserId};
 
 /// Name under which the analyzer is registered in the index's tokenizer manager.
@@ -64,7 +64,10 @@ const MAX_TOKEN_BYTES: usize = 64;
 pub struct KeywordDoc {
     pub id: MemoryId,
     pub user_id: UserId,
+    /// The memory's own view (for a turn: `[date] Speaker: text`).
     pub content: String,
+    /// The context view (for a turn: with its neighbours; otherwise the own view again).
+    pub context: String,
     pub kind: String,
     pub created_at_ms: i64,
     pub archived: bool,
@@ -92,6 +95,7 @@ struct Fields {
     id_lo: Field,
     user_id: Field,
     content: Field,
+    context: Field,
     kind: Field,
     created_at_ms: Field,
     archived: Field,
@@ -111,7 +115,8 @@ fn build_schema() -> (Schema, Fields) {
         id_hi: builder.add_u64_field(ID_HI, FAST),
         id_lo: builder.add_u64_field(ID_LO, FAST),
         user_id: builder.add_text_field("user_id", STRING | FAST),
-        content: builder.add_text_field("content", content_options),
+        content: builder.add_text_field("content", content_options.clone()),
+        context: builder.add_text_field("context", content_options),
         kind: builder.add_text_field("kind", STRING),
         created_at_ms: builder.add_i64_field("created_at_ms", INDEXED | FAST),
         archived: builder.add_bool_field("archived", INDEXED | FAST),
@@ -367,6 +372,7 @@ impl KeywordIndex {
                                 f.id_lo => lo,
                                 f.user_id => d.user_id.as_uuid().to_string(),
                                 f.content => split_compounds(&d.content),
+                                f.context => split_compounds(&d.context),
                                 f.kind => d.kind.as_str(),
                                 f.created_at_ms => d.created_at_ms,
                                 f.archived => d.archived,
@@ -434,6 +440,18 @@ impl KeywordIndex {
         filter: &KeywordFilter,
         limit: usize,
     ) -> Result<Vec<(MemoryId, f32)>, IndexError> {
+        self.search_view(user, query, View::Own, filter, limit)
+    }
+
+    /// BM25 search of `query` over one view of `user`'s memories.
+    pub fn search_view(
+        &self,
+        user: UserId,
+        query: &str,
+        view: View,
+        filter: &KeywordFilter,
+        limit: usize,
+    ) -> Result<Vec<(MemoryId, f32)>, IndexError> {
         if limit == 0 || filter.is_unsatisfiable() {
             return Ok(Vec::new());
         }
@@ -445,11 +463,15 @@ impl KeywordIndex {
         if words.is_empty() {
             return Ok(Vec::new());
         }
+        let field = match view {
+            View::Own => f.content,
+            View::Context => f.context,
+        };
         let text: Vec<(Occur, Box<dyn Query>)> = words
             .iter()
             .map(|w| {
                 let q: Box<dyn Query> = Box::new(TermQuery::new(
-                    Term::from_field_text(f.content, w),
+                    Term::from_field_text(field, w),
                     IndexRecordOption::WithFreqs,
                 ));
                 (Occur::Should, q)
@@ -511,6 +533,19 @@ impl KeywordIndex {
         limit: usize,
     ) -> Result<Vec<(MemoryId, f32)>, IndexError> {
         self.blocking(move |k| k.search(user, &query, &filter, limit))
+            .await
+    }
+
+    /// [`Self::search_view`] on the blocking pool.
+    pub async fn search_view_async(
+        &self,
+        user: UserId,
+        query: String,
+        view: View,
+        filter: KeywordFilter,
+        limit: usize,
+    ) -> Result<Vec<(MemoryId, f32)>, IndexError> {
+        self.blocking(move |k| k.search_view(user, &query, view, &filter, limit))
             .await
     }
 
@@ -687,6 +722,7 @@ mod tests {
             id,
             user_id: user,
             content: content.into(),
+            context: content.to_string(),
             kind: "fact".into(),
             created_at_ms: 1000,
             archived: false,

@@ -8,3 +8,4 @@ pub mod keyword;
 pub mod qdrant;
 pub mod rrf;
 pub mod vector;
+pub mod views;

@@ -50,12 +50,35 @@ impl IndexError {
     }
 }
 
+/// Which text of a memory a search looks at. Every memory is indexed under both: its own
+/// text, and its context — for a turn, the turn with its neighbours in the thread (for any
+/// other memory its own text again).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum View {
+    Own,
+    Context,
+}
+
+impl View {
+    pub const ALL: [View; 2] = [View::Own, View::Context];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            View::Own => "own",
+            View::Context => "context",
+        }
+    }
+}
+
 /// One memory as stored in the vector index.
 #[derive(Clone, Debug, PartialEq)]
 pub struct VectorPoint {
     pub id: MemoryId,
     pub user_id: UserId,
+    /// The own view's vector.
     pub vector: Vec<f32>,
+    /// The context view's vector (the own one again for memories without neighbours).
+    pub context: Vec<f32>,
     /// Memory kind (e.g. `fact`, `preference`, `event`); matched exactly.
     pub kind: String,
     pub importance: u8,
@@ -248,6 +271,7 @@ pub(crate) mod conformance {
             id,
             user_id: user,
             vector: basis(dir),
+            context: basis(dir),
             kind: kind.to_string(),
             importance: 2,
             created_at_ms: created,

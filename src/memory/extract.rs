@@ -99,7 +99,9 @@ pub fn rule_candidates(user_text: &str) -> Vec<Candidate> {
             || sentence.starts_with("我更喜欢")
         {
             candidate(MemoryKind::Preference, sentence, 3)
-        } else if sentence.starts_with("我的") && sentence.contains('是') {
+        } else if sentence.starts_with("我的")
+            && (sentence.contains('是') || sentence.contains('叫'))
+        {
             candidate(MemoryKind::Fact, sentence, 3)
         } else {
             None
@@ -108,6 +110,105 @@ pub fn rule_candidates(user_text: &str) -> Vec<Candidate> {
     }
     found.dedup_by(|a, b| a.content == b.content);
     found
+}
+
+/// Words that carry nothing to remember on their own: greetings, thanks, acknowledgements
+/// (English, and Chinese by character).
+const FILLER_WORDS: &[&str] = &[
+    "hi",
+    "hello",
+    "hey",
+    "hiya",
+    "yo",
+    "there",
+    "all",
+    "everyone",
+    "good",
+    "morning",
+    "afternoon",
+    "evening",
+    "night",
+    "bye",
+    "goodbye",
+    "see",
+    "you",
+    "later",
+    "soon",
+    "thanks",
+    "thank",
+    "thx",
+    "ty",
+    "so",
+    "very",
+    "much",
+    "a",
+    "lot",
+    "ok",
+    "okay",
+    "k",
+    "kk",
+    "yes",
+    "yeah",
+    "yep",
+    "yup",
+    "no",
+    "nope",
+    "nah",
+    "sure",
+    "cool",
+    "great",
+    "nice",
+    "awesome",
+    "perfect",
+    "fine",
+    "alright",
+    "right",
+    "got",
+    "it",
+    "i",
+    "see",
+    "lol",
+    "haha",
+    "hahaha",
+    "hmm",
+    "mm",
+    "um",
+    "uh",
+    "oh",
+    "ah",
+    "wow",
+    "cheers",
+    "please",
+    "welcome",
+    "sounds",
+    "np",
+    "noted",
+    "understood",
+    "agreed",
+    "indeed",
+    "exactly",
+    "true",
+    "same",
+    "me",
+    "too",
+    "and",
+    "to",
+];
+const FILLER_CHARS: &str =
+    "你您好嗨哈啊呀吧了呢嗯哦喔噢谢再见拜早上午下晚安收到没问题对是的行可以嘿哟啦嘛";
+
+/// A message with nothing to remember: a greeting, thanks, an acknowledgement, a lone
+/// slash-command (`/help`), or no letters or digits at all. Such turns are not stored.
+pub fn content_free(text: &str) -> bool {
+    let text = text.trim();
+    if text.starts_with('/') && !text.contains(char::is_whitespace) {
+        return true;
+    }
+    let words = tokens(text);
+    words.iter().all(|word| {
+        FILLER_WORDS.contains(&word.as_str())
+            || (word.chars().count() == 1 && word.chars().all(|c| FILLER_CHARS.contains(c)))
+    })
 }
 
 /// Lowercased word tokens; CJK characters count one each.
@@ -193,6 +294,38 @@ mod tests {
                 proptest::prop_assert!(!token.is_empty());
                 proptest::prop_assert_eq!(token.to_lowercase(), token.clone());
             }
+        }
+    }
+
+    #[test]
+    fn content_free_turns_are_recognised() {
+        for text in [
+            "hello",
+            "Hi there!",
+            "thanks a lot :)",
+            "OK",
+            "/help",
+            "/new",
+            "👍",
+            "...",
+            "你好",
+            "谢谢！",
+            "好的",
+            "嗯嗯",
+            "再见",
+        ] {
+            assert!(content_free(text), "{text:?}");
+        }
+        for text in [
+            "hello, my name is Ada",
+            "thanks, I moved to Lisbon",
+            "/help me plan a trip to Kyoto",
+            "my cat is called Miso",
+            "我的猫叫小白",
+            "好的，我明天去北京",
+            "42",
+        ] {
+            assert!(!content_free(text), "{text:?}");
         }
     }
 

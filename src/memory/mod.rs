@@ -7,6 +7,7 @@ pub mod extract;
 mod portable;
 pub mod rank;
 mod recall;
+pub mod when;
 pub mod writer;
 
 pub use portable::{ImportLineError, ImportReport, PortableMemory};

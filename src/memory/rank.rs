@@ -7,9 +7,10 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::config::MemorySettings;
-use crate::index::rrf::{decay_factor, reciprocal_rank_fusion};
-use crate::store::{Memory, MemoryId};
+use crate::config::{FusionMethod, FusionSettings, MemorySettings};
+use crate::index::rrf::decay_factor;
+use crate::memory::when::Span;
+use crate::store::{Memory, MemoryId, Trust};
 
 /// Which signals take part: both (hybrid) or one alone (for ablations and diagnostics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, utoipa::ToSchema)]
@@ -21,13 +22,23 @@ pub enum RecallMode {
     Keyword,
 }
 
-/// How one result was found.
+/// How one result was found: its rank (from 1) and score in each signal's list (the own
+/// view's vector and BM25 lists, then the context view's), and the fused score.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Signals {
     pub vector_rank: Option<usize>,
     pub vector_score: Option<f32>,
     pub bm25_rank: Option<usize>,
     pub bm25_score: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_vector_rank: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_vector_score: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_bm25_rank: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_bm25_score: Option<f32>,
+    /// The fused score (`memory.fusion`) before decay and the other factors.
     pub rrf: f64,
     /// The decay multiplier applied to `rrf` (1.0 = no decay).
     pub decay: f64,
@@ -40,46 +51,131 @@ pub struct Recalled {
     pub signals: Signals,
 }
 
-/// A fused hit before its row is read: its RRF score and where each signal ranked it.
-#[derive(Debug, Clone, PartialEq)]
+/// A fused hit before its row is read: its fused score and where each signal ranked it.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Candidate {
     pub id: MemoryId,
+    /// The fused score.
     pub rrf: f64,
-    /// Rank (from 1) and cosine in the vector list.
+    /// Rank (from 1) and cosine in the own view's vector list.
     pub vector: Option<(usize, f32)>,
-    /// Rank (from 1) and BM25 score in the keyword list.
+    /// Rank (from 1) and BM25 score in the own view's keyword list.
     pub keyword: Option<(usize, f32)>,
+    /// The same in the context view's lists.
+    pub vector_context: Option<(usize, f32)>,
+    pub keyword_context: Option<(usize, f32)>,
 }
 
-/// Fuses the two hit lists by Reciprocal Rank Fusion, best first. Ranks are positions in
-/// the index's lists, so the order is known before any row is read; a hit whose row turns
-/// out to be gone (an index lagging a delete by milliseconds) is dropped later but keeps its
-/// slot.
+/// The hit lists of one recall, best first, one per signal; any may be empty.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Lists<'a> {
+    pub vector: &'a [(MemoryId, f32)],
+    pub keyword: &'a [(MemoryId, f32)],
+    pub vector_context: &'a [(MemoryId, f32)],
+    pub keyword_context: &'a [(MemoryId, f32)],
+}
+
+impl<'a> Lists<'a> {
+    /// The own views' lists only.
+    pub fn own(vector: &'a [(MemoryId, f32)], keyword: &'a [(MemoryId, f32)]) -> Self {
+        Self {
+            vector,
+            keyword,
+            ..Self::default()
+        }
+    }
+
+    fn each(&self) -> [&'a [(MemoryId, f32)]; 4] {
+        [
+            self.vector,
+            self.keyword,
+            self.vector_context,
+            self.keyword_context,
+        ]
+    }
+}
+
+/// Fuses the own views' two lists by Reciprocal Rank Fusion with constant `rrf_k`.
 pub fn fuse(
     vector_hits: &[(MemoryId, f32)],
     keyword_hits: &[(MemoryId, f32)],
     rrf_k: f64,
 ) -> Vec<Candidate> {
-    let positions = |hits: &[(MemoryId, f32)]| {
-        let mut at: HashMap<MemoryId, (usize, f32)> = HashMap::with_capacity(hits.len());
-        for (index, (id, score)) in hits.iter().enumerate() {
-            at.entry(*id).or_insert((index + 1, *score));
-        }
-        at
+    let fusion = FusionSettings {
+        method: FusionMethod::Rrf,
+        ..FusionSettings::default()
     };
-    let vector_at = positions(vector_hits);
-    let keyword_at = positions(keyword_hits);
-    let vector_ids: Vec<MemoryId> = vector_hits.iter().map(|(id, _)| *id).collect();
-    let keyword_ids: Vec<MemoryId> = keyword_hits.iter().map(|(id, _)| *id).collect();
-    reciprocal_rank_fusion(&[&vector_ids, &keyword_ids], rrf_k)
+    fuse_lists(&Lists::own(vector_hits, keyword_hits), &fusion, rrf_k)
+}
+
+/// Fuses every signal's list into one order, best first: weighted Reciprocal Rank Fusion
+/// (`Σ w / (k + rank)`) or the weighted sum of each list's scores divided by its best score.
+/// Ranks are positions in the index's lists, so the order is known before any row is read;
+/// a hit whose row turns out to be gone (an index lagging a delete by milliseconds) is
+/// dropped later but keeps its slot. Candidates no signal supports well enough (below the
+/// relevance floor) are left out.
+pub fn fuse_lists(lists: &Lists<'_>, fusion: &FusionSettings, rrf_k: f64) -> Vec<Candidate> {
+    let weights = [
+        fusion.vector_weight,
+        fusion.bm25_weight,
+        fusion.context_vector_weight,
+        fusion.context_bm25_weight,
+    ];
+    let mut by_id: HashMap<MemoryId, Candidate> = HashMap::new();
+    for (signal, (list, weight)) in lists.each().into_iter().zip(weights).enumerate() {
+        let best = list
+            .first()
+            .map(|(_, score)| f64::from(*score))
+            .unwrap_or(0.0);
+        let mut seen = std::collections::HashSet::with_capacity(list.len());
+        for (index, (id, score)) in list.iter().enumerate() {
+            if !seen.insert(*id) {
+                continue;
+            }
+            let rank = index + 1;
+            let candidate = by_id.entry(*id).or_insert_with(|| Candidate {
+                id: *id,
+                ..Candidate::default()
+            });
+            let slot = match signal {
+                0 => &mut candidate.vector,
+                1 => &mut candidate.keyword,
+                2 => &mut candidate.vector_context,
+                _ => &mut candidate.keyword_context,
+            };
+            *slot = Some((rank, *score));
+            if weight <= 0.0 {
+                continue;
+            }
+            candidate.rrf += weight
+                * match fusion.method {
+                    FusionMethod::Rrf => 1.0 / (rrf_k.max(0.0) + rank as f64),
+                    FusionMethod::Score if best > 0.0 => f64::from(*score).max(0.0) / best,
+                    FusionMethod::Score => 0.0,
+                };
+        }
+    }
+    let mut fused: Vec<Candidate> = by_id
+        .into_values()
+        .filter(|candidate| candidate.rrf > 0.0 && above_floor(candidate, fusion))
+        .collect();
+    fused.sort_by(|a, b| b.rrf.total_cmp(&a.rrf).then_with(|| a.id.cmp(&b.id)));
+    fused
+}
+
+/// Whether some signal supports the candidate well enough: a vector view at least
+/// `floor_cosine` similar, or a BM25 view scoring at least `floor_bm25`. A floor of 0 admits
+/// everything.
+fn above_floor(candidate: &Candidate, fusion: &FusionSettings) -> bool {
+    let cosine = [candidate.vector, candidate.vector_context]
         .into_iter()
-        .map(|(id, rrf)| Candidate {
-            id,
-            rrf,
-            vector: vector_at.get(&id).copied(),
-            keyword: keyword_at.get(&id).copied(),
-        })
-        .collect()
+        .flatten()
+        .any(|(_, score)| f64::from(score) >= fusion.floor_cosine);
+    let bm25 = [candidate.keyword, candidate.keyword_context]
+        .into_iter()
+        .flatten()
+        .any(|(_, score)| f64::from(score) >= fusion.floor_bm25);
+    cosine || bm25
 }
 
 /// Scores the candidates whose rows are in `memories` (read for the user and checked
@@ -91,6 +187,7 @@ pub fn select(
     settings: &MemorySettings,
     decay: bool,
     now: DateTime<Utc>,
+    span: Option<&Span>,
     k: usize,
 ) -> Vec<Recalled> {
     let mut scored: Vec<(f64, f64, &Candidate, &Memory)> = candidates
@@ -108,7 +205,21 @@ pub fn select(
             } else {
                 1.0
             };
-            Some((candidate.rrf * factor, factor, candidate, memory))
+            let trust = if memory.trust == Trust::User {
+                1.0
+            } else {
+                settings.assistant_weight
+            };
+            let time = match span {
+                Some(span) if span.contains(memory.created_at) => settings.time_boost,
+                _ => 1.0,
+            };
+            Some((
+                candidate.rrf * factor * trust * time,
+                factor,
+                candidate,
+                memory,
+            ))
         })
         .collect();
     scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| b.3.id.cmp(&a.3.id)));
@@ -129,6 +240,10 @@ pub fn select(
                     vector_score: candidate.vector.map(|(_, score)| score),
                     bm25_rank: candidate.keyword.map(|(rank, _)| rank),
                     bm25_score: candidate.keyword.map(|(_, score)| score),
+                    context_vector_rank: candidate.vector_context.map(|(rank, _)| rank),
+                    context_vector_score: candidate.vector_context.map(|(_, score)| score),
+                    context_bm25_rank: candidate.keyword_context.map(|(rank, _)| rank),
+                    context_bm25_score: candidate.keyword_context.map(|(_, score)| score),
                     rrf: candidate.rrf,
                     decay: factor,
                 },
@@ -138,13 +253,19 @@ pub fn select(
     kept
 }
 
-/// True when reading more rows cannot change `kept`: every score is rrf × a decay factor of
-/// at most 1, so a candidate not yet read (candidates are in fused order) scores at most its
-/// rrf, and once that is below the k-th kept score it would sort after everything kept.
-pub fn settled(kept: &[Recalled], k: usize, next_unread: Option<&Candidate>) -> bool {
+/// True when reading more rows cannot change `kept`: every score is the fused score times
+/// factors of at most `ceiling` (decay and trust are at most 1; the time boost may be more),
+/// so a candidate not yet read (candidates are in fused order) scores at most its fused score
+/// × `ceiling`, and once that is below the k-th kept score it would sort after everything kept.
+pub fn settled(kept: &[Recalled], k: usize, next_unread: Option<&Candidate>, ceiling: f64) -> bool {
     match next_unread {
         None => true,
-        Some(next) => kept.len() == k && kept.last().is_some_and(|last| next.rrf < last.score),
+        Some(next) => {
+            kept.len() == k
+                && kept
+                    .last()
+                    .is_some_and(|last| next.rrf * ceiling < last.score)
+        }
     }
 }
 
@@ -152,11 +273,13 @@ pub fn settled(kept: &[Recalled], k: usize, next_unread: Option<&Candidate>) -> 
 /// then twice as many each round, until [`settled`]. `read` returns the rows it found for
 /// the ids, already checked for the user and the request's filters; missing ones are
 /// dropped. Returns the results and how many candidates were read.
+#[allow(clippy::too_many_arguments)]
 pub async fn select_reading<F, Fut, E>(
     fused: &[Candidate],
     settings: &MemorySettings,
     decay: bool,
     now: DateTime<Utc>,
+    span: Option<&Span>,
     k: usize,
     first_chunk: usize,
     mut read: F,
@@ -168,9 +291,15 @@ where
     let mut memories: HashMap<MemoryId, Memory> = HashMap::with_capacity(fused.len());
     let mut done = 0;
     let mut chunk = first_chunk.max(1);
+    let ceiling = settings.assistant_weight.max(1.0)
+        * if span.is_some() {
+            settings.time_boost.max(1.0)
+        } else {
+            1.0
+        };
     loop {
-        let kept = select(fused, &memories, settings, decay, now, k);
-        if settled(&kept, k, fused.get(done)) {
+        let kept = select(fused, &memories, settings, decay, now, span, k);
+        if settled(&kept, k, fused.get(done), ceiling) {
             return Ok((kept, done));
         }
         let end = (done + chunk).min(fused.len());
@@ -198,7 +327,7 @@ pub fn rank(
         .map(|memory| (memory.id, memory))
         .collect();
     let candidates = fuse(vector_hits, keyword_hits, settings.rrf_k);
-    select(&candidates, &by_id, settings, decay, now, k)
+    select(&candidates, &by_id, settings, decay, now, None, k)
 }
 
 /// Same normalised text, or vectors of one model at least `threshold` similar.
@@ -386,7 +515,7 @@ mod tests {
             );
             let fused = fuse(&vector_hits, &keyword_hits, settings.rrf_k);
             let rows: HashMap<MemoryId, Memory> = present.into_iter().map(|m| (m.id, m)).collect();
-            let (rounds, read) = select_reading(&fused, &settings, decay, now, k, 4, |ids| {
+            let (rounds, read) = select_reading(&fused, &settings, decay, now, None, k, 4, |ids| {
                 let found: Vec<Memory> =
                     ids.iter().filter_map(|id| rows.get(id).cloned()).collect();
                 async move { Ok::<_, std::convert::Infallible>(found) }

@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::rank::{self, RecallMode, Recalled};
 use super::{MemoryEngine, MemoryError, MemoryResult, elapsed_ms};
 use crate::config::MemorySettings;
-use crate::index::vector::VectorFilter;
+use crate::index::vector::{VectorFilter, View};
 use crate::store::{Memory, MemoryFilter, MemoryId, MemoryKind, UserId};
 
 /// Rows read from SQL in the first round of a recall (then doubling): enough for the top k
@@ -119,10 +119,35 @@ impl MemoryEngine {
             include_invalid: false,
         };
         let first_chunk = (2 * k).max(HYDRATE_CHUNK_MIN);
-        let (vector_hits, keyword_hits, prefetched, embed_ms, vector_ms, keyword_ms) = {
+        let fusion = &settings.fusion;
+        let (
+            vector_hits,
+            keyword_hits,
+            context_keyword_hits,
+            prefetched,
+            embed_ms,
+            vector_ms,
+            keyword_ms,
+        ) = {
             let use_vector = request.mode != RecallMode::Keyword;
             let use_keyword = request.mode != RecallMode::Vector;
+            let use_context_keyword = use_keyword && fusion.context_bm25_weight > 0.0;
             let keyword = self.indexer.keyword().clone();
+            let context_keyword = keyword.clone();
+            let context_keyword_search = async {
+                if !use_context_keyword {
+                    return Ok::<_, MemoryError>(Vec::new());
+                }
+                Ok(context_keyword
+                    .search_view_async(
+                        user,
+                        query.to_string(),
+                        View::Context,
+                        filter.clone(),
+                        candidates,
+                    )
+                    .await?)
+            };
             let keyword_search = async {
                 if !use_keyword {
                     return Ok((Vec::new(), 0.0, Vec::new()));
@@ -160,12 +185,14 @@ impl MemoryEngine {
                     .await?;
                 Ok((hits, embed_ms, elapsed_ms(search_started)))
             };
-            let (keyword_result, vector_result) = tokio::join!(keyword_search, vector_search);
+            let (keyword_result, context_keyword_result, vector_result) =
+                tokio::join!(keyword_search, context_keyword_search, vector_search);
             let (vector_hits, embed_ms, vector_ms) = vector_result?;
             let (keyword_hits, keyword_ms, prefetched) = keyword_result?;
             (
                 vector_hits,
                 keyword_hits,
+                context_keyword_result?,
                 prefetched,
                 embed_ms,
                 vector_ms,
@@ -179,7 +206,14 @@ impl MemoryEngine {
             include_archived: request.include_archived,
             include_invalid: false,
         };
-        let fused = rank::fuse(&vector_hits, &keyword_hits, settings.rrf_k);
+        let lists = rank::Lists {
+            vector: &vector_hits,
+            keyword: &keyword_hits,
+            vector_context: &[],
+            keyword_context: &context_keyword_hits,
+        };
+        let fused = rank::fuse_lists(&lists, fusion, settings.rrf_k);
+        let span = super::when::span(query, now);
         // SQL is the truth: hits are re-read for this user and re-checked against the filter,
         // in fused order and only as far as they can still change the top k.
         let select_started = Instant::now();
@@ -193,6 +227,7 @@ impl MemoryEngine {
             settings,
             request.decay,
             now,
+            span.as_ref(),
             k,
             first_chunk,
             |ids| {

@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::MemoryError;
-use super::extract::{Candidate, rule_candidates, same_statement, same_subject_new_value};
+use super::extract::{self, Candidate, rule_candidates, same_statement, same_subject_new_value};
 use super::rank::RecallMode;
 use super::{MemoryEngine, RecallRequest};
 use crate::config::ModelRole;
@@ -24,8 +24,8 @@ use crate::llm::chat::{ChatMessage, ChatRequest, LlmError, complete_json};
 use crate::llm::prompts::{Prompt, quote};
 use crate::llm::roles::Models;
 use crate::store::{
-    Job, JobKind, JobStatus, MemoryId, MemoryKind, MemorySource, MessageId, NewMemory, Role, Store,
-    StoreError, ThreadId, Trust, UserId,
+    Job, JobKind, JobStatus, MemoryId, MemoryKind, MemorySource, Message, MessageId, NewMemory,
+    NewMessage, Role, Store, StoreError, ThreadId, Trust, UserId,
 };
 
 /// Attempts of a job before it fails for good (also the cap the claim enforces on jobs whose
@@ -54,6 +54,9 @@ pub enum WriterError {
     Panicked(String),
     #[error(transparent)]
     Prompt(#[from] crate::llm::prompts::PromptError),
+    /// The request is not one the writer accepts (a client mistake).
+    #[error("{0}")]
+    Refused(String),
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
@@ -67,7 +70,7 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 impl HasKind for WriterError {
     fn kind(&self) -> ErrorKind {
         match self {
-            WriterError::Payload { .. } => ErrorKind::BadRequest,
+            WriterError::Payload { .. } | WriterError::Refused(_) => ErrorKind::BadRequest,
             WriterError::Store(error) => error.kind(),
             WriterError::Memory(error) => error.kind(),
             WriterError::Llm(error) => error.kind(),
@@ -104,6 +107,68 @@ pub struct TurnJob {
     pub user_message_id: MessageId,
     /// The run that answered; its assistant message (if any) is found by run id.
     pub run_id: Option<crate::store::RunId>,
+}
+
+/// Payload of an `import_chat` job: the messages of a past conversation, in order.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+pub struct ImportChatJob {
+    pub thread_id: ThreadId,
+    pub message_ids: Vec<MessageId>,
+}
+
+/// What an import stored, and the job that turns it into memories.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct ImportedConversation {
+    /// The new messages' ids, in order.
+    #[schema(value_type = Vec<String>)]
+    pub messages: Vec<MessageId>,
+    /// The memory job (its status: `GET /v1/jobs/{job}`).
+    pub job: String,
+}
+
+/// Messages one import may bring.
+pub const MAX_IMPORTED_MESSAGES: usize = 10_000;
+
+/// Turn memories written per transaction by an imported conversation.
+const IMPORT_ADD_BATCH: usize = 256;
+
+/// Longest part of a message kept as one turn memory; a longer message becomes several.
+pub const TURN_PART_CHARS: usize = 2_000;
+
+/// The turn memories of one message: `Speaker: text` (the author's name when the message
+/// has one, else `User` or `Assistant`), at the speaker's trust, with the message's time and
+/// id. A message longer than [`TURN_PART_CHARS`] is cut into parts at sentence ends; a
+/// content-free message (a greeting, thanks, a slash-command) gives none.
+pub fn turn_memories(message: &Message) -> Vec<NewMemory> {
+    if extract::content_free(&message.content) {
+        return Vec::new();
+    }
+    let (source, trust, label) = match message.role {
+        Role::Assistant => (MemorySource::Assistant, Trust::Assistant, "Assistant"),
+        _ => (MemorySource::User, Trust::User, "User"),
+    };
+    let speaker = message
+        .author
+        .as_deref()
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+        .unwrap_or(label);
+    let mut parts = Vec::new();
+    crate::documents::split_long(message.content.trim(), TURN_PART_CHARS, &mut parts);
+    parts
+        .into_iter()
+        .map(|part| NewMemory {
+            kind: MemoryKind::Turn,
+            content: format!("{speaker}: {part}"),
+            source,
+            trust,
+            importance: 2,
+            thread_id: Some(message.thread_id),
+            source_refs: vec![message.id.to_string()],
+            created_at: Some(message.created_at),
+            supersedes: None,
+        })
+        .collect()
 }
 
 /// Payload of a `remember` job (the `remember` tool).
@@ -168,6 +233,93 @@ impl MemoryWriter {
     /// Wakes the workers (after an enqueue or when a run ends).
     pub fn notify(&self) {
         self.wake.notify_waiters();
+    }
+
+    /// Imports a past conversation into `thread`: its messages are stored in order (with their
+    /// authors and times) and one job turns them into memories. Errors are the caller's
+    /// mistakes (`BadRequest`) or the store's.
+    pub async fn import_conversation(
+        &self,
+        user: UserId,
+        thread: ThreadId,
+        messages: Vec<NewMessage>,
+    ) -> Result<ImportedConversation, WriterError> {
+        if messages.is_empty() {
+            return Err(WriterError::Refused(
+                "a conversation needs at least one message".into(),
+            ));
+        }
+        if messages.len() > MAX_IMPORTED_MESSAGES {
+            return Err(WriterError::Refused(format!(
+                "at most {MAX_IMPORTED_MESSAGES} messages per import"
+            )));
+        }
+        for (index, message) in messages.iter().enumerate() {
+            let number = index + 1;
+            if !matches!(message.role, Role::User | Role::Assistant) {
+                return Err(WriterError::Refused(format!(
+                    "message {number}: role must be user or assistant"
+                )));
+            }
+            if message.content.trim().is_empty() {
+                return Err(WriterError::Refused(format!(
+                    "message {number}: content is empty"
+                )));
+            }
+            if message.content.chars().count() > crate::agent::chat::MAX_MESSAGE_CHARS {
+                return Err(WriterError::Refused(format!(
+                    "message {number}: longer than {} characters",
+                    crate::agent::chat::MAX_MESSAGE_CHARS
+                )));
+            }
+            if message
+                .author
+                .as_deref()
+                .is_some_and(|author| author.chars().count() > 100)
+            {
+                return Err(WriterError::Refused(format!(
+                    "message {number}: author is longer than 100 characters"
+                )));
+            }
+        }
+        let stored = self
+            .store
+            .user(user)
+            .import_messages(thread, messages)
+            .await?;
+        let job = ImportChatJob {
+            thread_id: thread,
+            message_ids: stored.iter().map(|message| message.id).collect(),
+        };
+        let job_key = self.enqueue_import_chat(user, &job).await?;
+        Ok(ImportedConversation {
+            messages: job.message_ids,
+            job: job_key,
+        })
+    }
+
+    /// Queues the memory work of an imported conversation (one job for all its messages).
+    pub async fn enqueue_import_chat(
+        &self,
+        user: UserId,
+        job: &ImportChatJob,
+    ) -> crate::store::StoreResult<String> {
+        use sha2::Digest as _;
+        let mut digest = sha2::Sha256::new();
+        for id in &job.message_ids {
+            digest.update(id.as_uuid().as_bytes());
+        }
+        let key = format!(
+            "import_chat:{user}:{}",
+            hex::encode(&digest.finalize()[..12])
+        );
+        let payload = serde_json::to_value(job).unwrap_or(Value::Null);
+        self.store
+            .user(user)
+            .enqueue_job(JobKind::ImportChat, &key, &payload, None)
+            .await?;
+        self.notify();
+        Ok(key)
     }
 
     /// Queues the memory work of a finished turn; runs once `run` has ended.
@@ -356,6 +508,10 @@ impl MemoryWriter {
                 let payload: TurnJob = parse_payload(job)?;
                 self.process_turn(job.user, &payload).await
             }
+            JobKind::ImportChat => {
+                let payload: ImportChatJob = parse_payload(job)?;
+                self.process_import_chat(job.user, &payload).await
+            }
             JobKind::Remember => {
                 let payload: RememberJob = parse_payload(job)?;
                 let mut memory =
@@ -497,47 +653,76 @@ impl MemoryWriter {
                 .iter()
                 .find(|m| m.role == Role::Assistant && m.run_id == Some(run))
         });
-        let mut outcomes = Vec::new();
         // Every message is also a `turn` memory, so past conversation is searchable.
-        let mut turns = vec![(user_message, MemorySource::User, Trust::User)];
+        let mut turns = turn_memories(user_message);
         // Without a chat model the reply only lists memories: nothing new to keep.
         if let Some(reply) = assistant.filter(|_| self.models.role(ModelRole::Chat).is_some()) {
-            turns.push((reply, MemorySource::Assistant, Trust::Assistant));
+            turns.extend(turn_memories(reply));
         }
-        let turn_memories: Vec<NewMemory> = turns
-            .iter()
-            .map(|(message, source, trust)| NewMemory {
-                kind: MemoryKind::Turn,
-                content: format!(
-                    "{}: {}",
-                    if message.role == Role::User {
-                        "User"
-                    } else {
-                        "Assistant"
-                    },
-                    message.content
-                ),
-                source: *source,
-                trust: *trust,
-                importance: 2,
-                thread_id: Some(job.thread_id),
-                source_refs: vec![message.id.to_string()],
-                created_at: Some(message.created_at),
-                supersedes: None,
-            })
-            .filter(|memory| memory.content.chars().count() <= super::MAX_MEMORY_CHARS)
+        let mut outcomes: Vec<Outcome> = self
+            .memory
+            .add(user, turns)
+            .await?
+            .into_iter()
+            .map(|memory| Outcome::Added(memory.id))
             .collect();
-        for memory in self.memory.add(user, turn_memories).await? {
-            outcomes.push(Outcome::Added(memory.id));
-        }
-        // Candidates come from the user's words only; the assistant's reply is context.
-        let candidates = match self.models.role(ModelRole::Memory) {
-            Some(_) => {
-                self.llm_candidates(&user_message.content, assistant.map(|m| m.content.as_str()))
+        outcomes.extend(
+            self.remember_what_was_said(user, user_message, assistant.map(|m| m.content.as_str()))
+                .await?,
+        );
+        Ok(outcomes)
+    }
+
+    /// A past conversation (`POST /v1/threads/{id}/import`): every message becomes turn
+    /// memories, and what the user said is extracted like a live turn's.
+    async fn process_import_chat(
+        &self,
+        user: UserId,
+        job: &ImportChatJob,
+    ) -> Result<Vec<Outcome>, WriterError> {
+        let messages = self.store.user(user).list_messages(job.thread_id).await?;
+        let wanted: std::collections::HashSet<MessageId> =
+            job.message_ids.iter().copied().collect();
+        let imported: Vec<&Message> = messages.iter().filter(|m| wanted.contains(&m.id)).collect();
+        let turns: Vec<NewMemory> = imported.iter().flat_map(|m| turn_memories(m)).collect();
+        let mut outcomes = Vec::new();
+        for batch in turns.chunks(IMPORT_ADD_BATCH) {
+            outcomes.extend(
+                self.memory
+                    .add(user, batch.to_vec())
                     .await?
+                    .into_iter()
+                    .map(|memory| Outcome::Added(memory.id)),
+            );
+        }
+        for (index, message) in imported.iter().enumerate() {
+            if message.role != Role::User {
+                continue;
             }
-            None => rule_candidates(&user_message.content),
+            let reply = imported
+                .get(index + 1)
+                .filter(|next| next.role == Role::Assistant)
+                .map(|next| next.content.as_str());
+            outcomes.extend(self.remember_what_was_said(user, message, reply).await?);
+        }
+        Ok(outcomes)
+    }
+
+    /// Candidates from the user's own words (the reply is context only), consolidated.
+    async fn remember_what_was_said(
+        &self,
+        user: UserId,
+        message: &Message,
+        reply: Option<&str>,
+    ) -> Result<Vec<Outcome>, WriterError> {
+        if extract::content_free(&message.content) {
+            return Ok(Vec::new());
+        }
+        let candidates = match self.models.role(ModelRole::Memory) {
+            Some(_) => self.llm_candidates(&message.content, reply).await?,
+            None => rule_candidates(&message.content),
         };
+        let mut outcomes = Vec::new();
         for candidate in candidates {
             let memory = NewMemory {
                 kind: candidate.kind,
@@ -545,9 +730,9 @@ impl MemoryWriter {
                 source: MemorySource::User,
                 trust: Trust::User,
                 importance: candidate.importance.clamp(1, 5),
-                thread_id: Some(job.thread_id),
-                source_refs: vec![user_message.id.to_string()],
-                created_at: Some(user_message.created_at),
+                thread_id: Some(message.thread_id),
+                source_refs: vec![message.id.to_string()],
+                created_at: Some(message.created_at),
                 supersedes: None,
             };
             outcomes.push(self.consolidate(user, memory).await?);
@@ -650,8 +835,12 @@ impl MemoryWriter {
             _ => similar
                 .iter()
                 .find(|r| {
+                    // Two statements about one subject share most words, and their vectors
+                    // or their keywords find each other; names ("Rex", "Max") move the
+                    // vectors apart more than the words.
                     r.memory.kind == memory.kind
-                        && r.signals.vector_score.is_some_and(|score| score >= 0.6)
+                        && (r.signals.vector_score.is_some_and(|score| score >= 0.5)
+                            || r.signals.bm25_rank.is_some())
                         && same_subject_new_value(&r.memory.content, &memory.content)
                 })
                 .map(|r| r.memory.id),

@@ -126,9 +126,26 @@ pub struct Message {
     pub thread_id: ThreadId,
     pub role: Role,
     pub content: String,
+    /// Who wrote it, when known (an imported transcript names its speakers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub author: Option<String>,
     #[schema(value_type = Option<String>, format = Uuid)]
     pub run_id: Option<RunId>,
     pub created_at: DateTime<Utc>,
+}
+
+/// A message of an imported conversation.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewMessage {
+    pub role: Role,
+    pub content: String,
+    /// The speaker's name; turn memories are written as `Name: text` when it is given.
+    #[serde(default)]
+    pub author: Option<String>,
+    /// When it was said (default: now).
+    #[serde(default)]
+    pub created_at: Option<DateTime<Utc>>,
 }
 
 text_enum!(
@@ -264,6 +281,12 @@ pub(in crate::store) trait MemoryStore: Send + Sync + 'static {
     async fn memory_log_head(&self) -> StoreResult<i64>;
     /// Current rows of these memories with their owners (missing ids are deleted ones).
     async fn owned_memories(&self, ids: &[MemoryId]) -> StoreResult<Vec<OwnedMemory>>;
+    /// For each of these turn memories, the turns just before and after it in its thread
+    /// (by time, then id); memories that are not turns are absent.
+    async fn turn_neighbours(
+        &self,
+        ids: &[MemoryId],
+    ) -> StoreResult<Vec<(MemoryId, Option<MemoryId>, Option<MemoryId>)>>;
     /// Every memory in id order after a cursor, for rebuilding indexes.
     async fn scan_memories(
         &self,
@@ -324,6 +347,8 @@ text_enum!(
         Profile => "profile",
         /// Import one batch of an export's lines.
         Import => "import",
+        /// Store an imported conversation's messages as turn memories and extract from them.
+        ImportChat => "import_chat",
     }
 );
 
@@ -478,6 +503,13 @@ pub(in crate::store) trait StoreCore: Send + Sync + 'static {
         content: &str,
         run: Option<RunId>,
     ) -> StoreResult<Message>;
+    /// Appends a past conversation's messages in order, in one transaction.
+    async fn import_messages(
+        &self,
+        user: UserId,
+        thread: ThreadId,
+        messages: Vec<NewMessage>,
+    ) -> StoreResult<Vec<Message>>;
     async fn list_messages(&self, user: UserId, thread: ThreadId) -> StoreResult<Vec<Message>>;
     /// The rolling summary of a thread and the last message it covers.
     async fn thread_summary(

@@ -127,6 +127,8 @@ impl UserScope<'_> {
         fn get_thread(&self, id: ThreadId) -> StoreResult<Thread>;
         fn delete_thread(&self, id: ThreadId) -> StoreResult<()>;
         fn append_message(&self, thread: ThreadId, role: Role, content: &str, run: Option<RunId>) -> StoreResult<Message>;
+        /// Appends a past conversation's messages in order, in one transaction.
+        fn import_messages(&self, thread: ThreadId, messages: Vec<NewMessage>) -> StoreResult<Vec<Message>>;
         fn list_messages(&self, thread: ThreadId) -> StoreResult<Vec<Message>>;
         /// The rolling summary of a thread and the last message it covers.
         fn thread_summary(&self, thread: ThreadId) -> StoreResult<Option<(String, MessageId)>>;
@@ -158,6 +160,8 @@ impl Maintenance<'_> {
         fn memory_log_head(&self) -> StoreResult<i64>;
         /// Current rows of these memories with their owners (missing ids are deleted ones).
         fn owned_memories(&self, ids: &[MemoryId]) -> StoreResult<Vec<OwnedMemory>>;
+        /// For each of these turn memories, the turns just before and after it in its thread.
+        fn turn_neighbours(&self, ids: &[MemoryId]) -> StoreResult<Vec<(MemoryId, Option<MemoryId>, Option<MemoryId>)>>;
         /// Every memory in id order after a cursor, for rebuilding indexes.
         fn scan_memories(&self, after: Option<MemoryId>, limit: i64) -> StoreResult<Vec<OwnedMemory>>;
         fn count_memories(&self) -> StoreResult<i64>;

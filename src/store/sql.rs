@@ -38,6 +38,7 @@ macro_rules! sql_store {
                     thread_id: ThreadId::from_uuid(row.try_get("thread_id")?),
                     role: text_enum::decode("messages.role", row.try_get::<&str, _>("role")?)?,
                     content: row.try_get("content")?,
+                    author: row.try_get("author")?,
                     run_id: row.try_get::<Option<Uuid>, _>("run_id")?.map(RunId::from_uuid),
                     created_at: row.try_get("created_at")?,
                 })
@@ -290,6 +291,7 @@ macro_rules! sql_store {
                     thread_id: thread,
                     role,
                     content: content.to_string(),
+                    author: None,
                     run_id: run,
                     created_at: now(),
                 };
@@ -322,6 +324,54 @@ macro_rules! sql_store {
                 Ok(message)
             }
 
+            async fn import_messages(
+                &self,
+                user: UserId,
+                thread: ThreadId,
+                messages: Vec<NewMessage>,
+            ) -> StoreResult<Vec<Message>> {
+                let mut tx = self.pool.begin().await?;
+                let touched = sqlx::query(
+                    "UPDATE threads SET updated_at = $1 WHERE id = $2 AND user_id = $3",
+                )
+                .bind(now())
+                .bind(thread.as_uuid())
+                .bind(user.as_uuid())
+                .execute(&mut *tx)
+                .await?;
+                if touched.rows_affected() == 0 {
+                    return Err(StoreError::NotFound("thread"));
+                }
+                let mut stored = Vec::with_capacity(messages.len());
+                for new in messages {
+                    let message = Message {
+                        id: MessageId::new(),
+                        thread_id: thread,
+                        role: new.role,
+                        content: new.content,
+                        author: new.author,
+                        run_id: None,
+                        created_at: new.created_at.unwrap_or_else(now).trunc_subsecs(6),
+                    };
+                    sqlx::query(
+                        "INSERT INTO messages (id, thread_id, user_id, role, content, author, run_id, created_at) \
+                         VALUES ($1, $2, $3, $4, $5, $6, NULL, $7)",
+                    )
+                    .bind(message.id.as_uuid())
+                    .bind(thread.as_uuid())
+                    .bind(user.as_uuid())
+                    .bind(message.role.as_str())
+                    .bind(&message.content)
+                    .bind(&message.author)
+                    .bind(message.created_at)
+                    .execute(&mut *tx)
+                    .await?;
+                    stored.push(message);
+                }
+                tx.commit().await?;
+                Ok(stored)
+            }
+
             async fn list_messages(
                 &self,
                 user: UserId,
@@ -329,7 +379,7 @@ macro_rules! sql_store {
             ) -> StoreResult<Vec<Message>> {
                 self.get_thread(user, thread).await?;
                 let found = sqlx::query(
-                    "SELECT id, thread_id, role, content, run_id, created_at FROM messages \
+                    "SELECT id, thread_id, role, content, author, run_id, created_at FROM messages \
                      WHERE thread_id = $1 AND user_id = $2 ORDER BY id",
                 )
                 .bind(thread.as_uuid())

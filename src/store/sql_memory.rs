@@ -114,6 +114,46 @@ macro_rules! sql_memory_store {
             Ok(())
         }
 
+        /// Logs an upsert for the turn memories just before and/or just after a point of a
+        /// thread, so the indexer rebuilds their context views (which include their
+        /// neighbours) without the rows changing.
+        async fn touch_turn_neighbours(
+            tx: &mut sqlx::Transaction<'_, $db>,
+            user: UserId,
+            thread: ThreadId,
+            created_at: DateTime<Utc>,
+            id: MemoryId,
+            before: bool,
+            after: bool,
+        ) -> Result<(), sqlx::Error> {
+            use sqlx::Row as _;
+            let sides = [
+                (before, "(created_at < $3 OR (created_at = $3 AND id < $4)) ORDER BY created_at DESC, id DESC"),
+                (after, "(created_at > $3 OR (created_at = $3 AND id > $4)) ORDER BY created_at, id"),
+            ];
+            for (wanted, condition) in sides {
+                if !wanted {
+                    continue;
+                }
+                let sql = format!(
+                    "SELECT id FROM memories WHERE user_id = $1 AND thread_id = $2 AND kind = 'turn' \
+                     AND {condition} LIMIT 1"
+                );
+                let neighbour = sqlx::query(&sql)
+                    .bind(user.as_uuid())
+                    .bind(thread.as_uuid())
+                    .bind(created_at)
+                    .bind(id.as_uuid())
+                    .fetch_optional(&mut **tx)
+                    .await?;
+                if let Some(row) = neighbour {
+                    let neighbour = MemoryId::from_uuid(row.try_get("id")?);
+                    append_log(tx, user, Some(neighbour), LogOp::Upsert).await?;
+                }
+            }
+            Ok(())
+        }
+
         async fn write_memory_row(
             tx: &mut sqlx::Transaction<'_, $db>,
             user: UserId,
@@ -222,6 +262,27 @@ macro_rules! sql_memory_store {
                     write_memory_row(&mut tx, user, &memory).await?;
                     log_change(&mut tx, user, &memory, "created", LogOp::Upsert).await?;
                     written.push(memory);
+                }
+                // New turns change their neighbours' context views: per thread, the turns
+                // just before the earliest and just after the latest new one.
+                let mut spans: std::collections::HashMap<ThreadId, (&Memory, &Memory)> =
+                    std::collections::HashMap::new();
+                for memory in written.iter().filter(|m| m.kind == MemoryKind::Turn) {
+                    let Some(thread) = memory.thread_id else { continue };
+                    let key = |m: &Memory| (m.created_at, m.id);
+                    let span = spans.entry(thread).or_insert((memory, memory));
+                    if key(memory) < key(span.0) {
+                        span.0 = memory;
+                    }
+                    if key(memory) > key(span.1) {
+                        span.1 = memory;
+                    }
+                }
+                for (thread, (first, last)) in spans {
+                    touch_turn_neighbours(&mut tx, user, thread, first.created_at, first.id, true, false)
+                        .await?;
+                    touch_turn_neighbours(&mut tx, user, thread, last.created_at, last.id, false, true)
+                        .await?;
                 }
                 tx.commit().await?;
                 Ok(written)
@@ -337,14 +398,36 @@ macro_rules! sql_memory_store {
             }
 
             async fn delete_memory(&self, user: UserId, id: MemoryId) -> StoreResult<()> {
+                use sqlx::Row as _;
                 let mut tx = self.pool.begin().await?;
-                let done = sqlx::query("DELETE FROM memories WHERE id = $1 AND user_id = $2")
-                    .bind(id.as_uuid())
-                    .bind(user.as_uuid())
-                    .execute(&mut *tx)
-                    .await?;
-                if done.rows_affected() == 0 {
+                let deleted = sqlx::query(
+                    "DELETE FROM memories WHERE id = $1 AND user_id = $2 \
+                     RETURNING kind, thread_id, created_at",
+                )
+                .bind(id.as_uuid())
+                .bind(user.as_uuid())
+                .fetch_optional(&mut *tx)
+                .await?;
+                let Some(deleted) = deleted else {
                     return Err(StoreError::NotFound("memory"));
+                };
+                // A deleted turn leaves its neighbours' context views: rebuild them.
+                let kind: String = deleted.try_get("kind")?;
+                if let (true, Some(thread)) = (
+                    kind == MemoryKind::Turn.as_str(),
+                    deleted.try_get::<Option<uuid::Uuid>, _>("thread_id")?,
+                ) {
+                    let created_at: DateTime<Utc> = deleted.try_get("created_at")?;
+                    touch_turn_neighbours(
+                        &mut tx,
+                        user,
+                        ThreadId::from_uuid(thread),
+                        created_at,
+                        id,
+                        true,
+                        true,
+                    )
+                    .await?;
                 }
                 sqlx::query("DELETE FROM memory_versions WHERE memory_id = $1 AND user_id = $2")
                     .bind(id.as_uuid())
@@ -511,6 +594,45 @@ macro_rules! sql_memory_store {
                 }
                 let found = query.fetch_all(&self.pool).await?;
                 Ok(found.iter().map(memory_rows::owned).collect::<Result<_, _>>()?)
+            }
+
+            async fn turn_neighbours(
+                &self,
+                ids: &[MemoryId],
+            ) -> StoreResult<Vec<(MemoryId, Option<MemoryId>, Option<MemoryId>)>> {
+                use sqlx::Row as _;
+                if ids.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let n = ids.len();
+                let sql = format!(
+                    "SELECT id, previous, following FROM (\
+                       SELECT id, LAG(id) OVER turns AS previous, LEAD(id) OVER turns AS following \
+                       FROM memories WHERE kind = 'turn' AND thread_id IN \
+                         (SELECT thread_id FROM memories WHERE kind = 'turn' AND id IN ({})) \
+                       WINDOW turns AS (PARTITION BY thread_id ORDER BY created_at, id)\
+                     ) AS ordered WHERE id IN ({})",
+                    super::sql_memory::placeholders(1, n),
+                    super::sql_memory::placeholders(n + 1, n)
+                );
+                let mut query = sqlx::query(&sql);
+                for id in ids.iter().chain(ids) {
+                    query = query.bind(id.as_uuid());
+                }
+                let rows = query.fetch_all(&self.pool).await?;
+                let id = |row: &$row, column: &str| -> Result<Option<MemoryId>, sqlx::Error> {
+                    Ok(row.try_get::<Option<uuid::Uuid>, _>(column)?.map(MemoryId::from_uuid))
+                };
+                rows.iter()
+                    .map(|row| {
+                        Ok((
+                            MemoryId::from_uuid(row.try_get("id")?),
+                            id(row, "previous")?,
+                            id(row, "following")?,
+                        ))
+                    })
+                    .collect::<Result<_, sqlx::Error>>()
+                    .map_err(StoreError::from)
             }
 
             async fn scan_memories(

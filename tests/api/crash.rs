@@ -749,6 +749,7 @@ fn keyword_index_replays_a_commit_killed_after_its_delete_file() {
             id,
             user_id: user,
             content: content.to_string(),
+            context: content.to_string(),
             kind: "fact".into(),
             created_at_ms: 0,
             archived: false,

@@ -536,3 +536,222 @@ async fn a_message_that_once_panicked_the_extractor_stops_no_later_memory() {
     );
     app.stop().await;
 }
+
+/// Greetings, thanks and slash-commands are not memories; a message longer than one memory
+/// becomes several turn memories, each recallable.
+#[tokio::test]
+async fn content_free_turns_are_not_kept_and_long_ones_are_split() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let key = app.user_key("alice").await;
+    let thread = thread(&app, &key).await;
+    for content in ["hello", "/help", "thanks!", "你好"] {
+        say(&app, &key, &thread, content).await;
+    }
+    assert!(
+        memories(&app, &key, "&kinds=turn").await.is_empty(),
+        "no turn memory for content-free messages"
+    );
+    // 20,000 characters: sentences about numbered lighthouses, one unusual word at the end.
+    let mut long = String::new();
+    let mut index = 0;
+    while long.chars().count() < 19_900 {
+        long.push_str(&format!(
+            "Lighthouse {index} stands on the northern cliffs of the bay. "
+        ));
+        index += 1;
+    }
+    long.push_str("The keeper's parrot is called Quillanbert.");
+    assert!(long.chars().count() > 19_900);
+    say(&app, &key, &thread, &long).await;
+    let turns = memories(&app, &key, "&kinds=turn").await;
+    assert!(turns.len() >= 10, "split into {} memories", turns.len());
+    for turn in &turns {
+        let text = turn["content"].as_str().unwrap();
+        assert!(text.starts_with("User: "), "{text}");
+        assert!(
+            text.chars().count() <= 2_100,
+            "{} characters",
+            text.chars().count()
+        );
+    }
+    let (status, found) = app
+        .post(
+            "/v1/memories/search",
+            Some(&key),
+            Some(json!({ "query": "Quillanbert", "k": 3 })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{found}");
+    assert!(
+        found["results"][0]["memory"]["content"]
+            .as_str()
+            .unwrap()
+            .contains("The keeper's parrot is called Quillanbert."),
+        "{found}"
+    );
+    app.stop().await;
+}
+
+/// "My dog is called Rex", then "... Max": one valid fact, the old one superseded; the same in
+/// Chinese with 叫.
+#[tokio::test]
+async fn a_renamed_thing_leaves_one_valid_fact() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let key = app.user_key("alice").await;
+    let thread = thread(&app, &key).await;
+    say(&app, &key, &thread, "My dog is called Rex.").await;
+    say(&app, &key, &thread, "My dog is called Max.").await;
+    say(&app, &key, &thread, "我的猫叫小白").await;
+    say(&app, &key, &thread, "我的猫叫大黄").await;
+    let facts = memories(&app, &key, "&kinds=fact").await;
+    let mut valid = contents(&facts);
+    valid.sort();
+    assert_eq!(valid, ["My dog is called Max", "我的猫叫大黄"]);
+    let all = memories(&app, &key, "&kinds=fact&include_invalid=true").await;
+    assert_eq!(all.len(), 4, "the old values stay in history");
+    app.stop().await;
+}
+
+/// A turn's context view holds its neighbours: when the next turn arrives, the previous turn
+/// is found by words only its neighbour said (a log entry re-indexes it; its row is untouched).
+#[tokio::test]
+async fn the_context_view_of_a_turn_follows_the_next_turn() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn_with(
+        &home,
+        &[("MNEMO__MEMORY__FUSION__CONTEXT_BM25_WEIGHT", "1")],
+    )
+    .await;
+    let key = app.user_key("alice").await;
+    let thread = thread(&app, &key).await;
+    say(
+        &app,
+        &key,
+        &thread,
+        "What should I call my new sailing boat?",
+    )
+    .await;
+    let search = |query: &'static str| {
+        let app = &app;
+        let key = key.clone();
+        async move {
+            let (status, found) = app
+                .post(
+                    "/v1/memories/search",
+                    Some(&key),
+                    Some(json!({ "query": query, "k": 5, "mode": "keyword" })),
+                )
+                .await;
+            assert_eq!(status, StatusCode::OK, "{found}");
+            found["results"].as_array().unwrap().clone()
+        }
+    };
+    assert!(search("Seabiscuit").await.is_empty());
+    let before = memories(&app, &key, "&kinds=turn").await;
+    say(&app, &key, &thread, "I think Seabiscuit suits it.").await;
+    let found = search("Seabiscuit").await;
+    let question = found
+        .iter()
+        .find(|r| r["memory"]["content"] == "User: What should I call my new sailing boat?")
+        .unwrap_or_else(|| panic!("the earlier turn is found through its context: {found:?}"));
+    assert!(question["signals"]["bm25_rank"].is_null(), "{question}");
+    assert_eq!(question["signals"]["context_bm25_rank"], 2, "{question}");
+    // The earlier turn's row did not change.
+    let after = memories(&app, &key, "&kinds=turn").await;
+    let row = |list: &[Value]| {
+        list.iter()
+            .find(|m| m["content"] == "User: What should I call my new sailing boat?")
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(row(&before)["version"], row(&after)["version"]);
+    assert_eq!(row(&before)["updated_at"], row(&after)["updated_at"]);
+    app.stop().await;
+}
+
+/// A past conversation imported into a thread: its messages keep their authors and times,
+/// their turn memories read `Name: text`, and the job's state is the owner's alone.
+#[tokio::test]
+async fn an_imported_conversation_becomes_named_turn_memories() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let alice = app.user_key("alice").await;
+    let bob = app.user_key("bob").await;
+    let thread = thread(&app, &alice).await;
+    let body = json!({ "messages": [
+        { "role": "user", "author": "Caroline", "content": "I went to a pottery class on Saturday.",
+          "created_at": "2023-05-08T13:56:00Z" },
+        { "role": "assistant", "author": "Melanie", "content": "Did you make a bowl?",
+          "created_at": "2023-05-08T13:57:00Z" },
+        { "role": "user", "author": "Caroline", "content": "hi",
+          "created_at": "2023-05-08T13:58:00Z" },
+    ]});
+    let (status, refused) = app
+        .post(
+            &format!("/v1/threads/{thread}/import"),
+            Some(&bob),
+            Some(body.clone()),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{refused}");
+    let (status, bad) = app
+        .post(
+            &format!("/v1/threads/{thread}/import"),
+            Some(&alice),
+            Some(json!({ "messages": [{ "role": "system", "content": "x" }] })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+    let (status, imported) = app
+        .post(
+            &format!("/v1/threads/{thread}/import"),
+            Some(&alice),
+            Some(body),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{imported}");
+    assert_eq!(imported["messages"].as_array().unwrap().len(), 3);
+    let job = imported["job"].as_str().unwrap().to_string();
+    wait_for_jobs(&app).await;
+    let (status, state) = app.get(&format!("/v1/jobs/{job}"), Some(&alice)).await;
+    assert_eq!(
+        (status, state["status"].as_str()),
+        (StatusCode::OK, Some("done"))
+    );
+    let (status, _) = app.get(&format!("/v1/jobs/{job}"), Some(&bob)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let turns = memories(&app, &alice, "&kinds=turn").await;
+    let mut said: Vec<(&str, &str, &str)> = turns
+        .iter()
+        .map(|m| {
+            (
+                m["content"].as_str().unwrap(),
+                m["trust"].as_str().unwrap(),
+                m["created_at"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    said.sort();
+    assert_eq!(
+        said,
+        [
+            (
+                "Caroline: I went to a pottery class on Saturday.",
+                "user",
+                "2023-05-08T13:56:00Z"
+            ),
+            (
+                "Melanie: Did you make a bowl?",
+                "assistant",
+                "2023-05-08T13:57:00Z"
+            ),
+        ]
+    );
+    let (_, thread_view) = app
+        .get(&format!("/v1/threads/{thread}"), Some(&alice))
+        .await;
+    assert_eq!(thread_view["messages"][1]["author"], "Melanie");
+    app.stop().await;
+}

@@ -456,7 +456,7 @@ mod tests {
     fn point(user: UserId, seed: usize) -> VectorPoint {
         // splitmix64: distinct pseudo-random directions per seed.
         let mut state = seed as u64;
-        let vector = (0..DIM)
+        let vector: Vec<f32> = (0..DIM)
             .map(|_| {
                 state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
                 let mut z = state;
@@ -469,6 +469,7 @@ mod tests {
         VectorPoint {
             id: MemoryId::new(),
             user_id: user,
+            context: vector.clone(),
             vector,
             kind: "fact".into(),
             importance: 3,

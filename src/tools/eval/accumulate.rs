@@ -14,6 +14,8 @@ use super::*;
 /// Identifies one result row; orders the rows of the report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) struct RunKey {
+    /// 0 for the `product` run (the first row), 1 for the ablations.
+    pub(super) headline: u8,
     pub(super) unit: MemoryUnit,
     pub(super) credit: Credit,
     pub(super) sweep: bool,
@@ -24,7 +26,11 @@ pub(super) struct RunKey {
 
 impl RunKey {
     pub(super) fn new(unit: MemoryUnit, credit: Credit, probe: Probe) -> Self {
+        let product = unit == MemoryUnit::Product
+            && probe.retrieval == Retrieval::HybridDecay
+            && !probe.sweep;
         Self {
+            headline: if product { 0 } else { 1 },
             unit,
             credit,
             sweep: probe.sweep,
@@ -41,7 +47,12 @@ impl RunKey {
         }
     }
 
+    /// `product` for the product's own path (its memories, recalled as `recall_memory`
+    /// does, with the shipped settings), else `unit/retrieval`.
     pub(super) fn label(&self, rrf_k: f64) -> String {
+        if self.headline == 0 {
+            return "product".to_string();
+        }
         if self.sweep {
             format!(
                 "{}/{} rrf_k={}",

@@ -126,6 +126,10 @@ pub trait Dataset {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MemoryUnit {
+    /// What the product keeps: each session imported as a thread through the memory writer
+    /// (turn memories `Speaker: text` and what the rules extract), so recall ranks exactly what
+    /// a user's memory holds.
+    Product,
     /// The turn's text as it was said.
     Raw,
     /// `[8 May 2023] Caroline: text` — the session date and the speaker's name.
@@ -138,7 +142,8 @@ pub enum MemoryUnit {
 }
 
 impl MemoryUnit {
-    pub const ALL: [MemoryUnit; 4] = [
+    pub const ALL: [MemoryUnit; 5] = [
+        MemoryUnit::Product,
         MemoryUnit::Raw,
         MemoryUnit::Dated,
         MemoryUnit::Window,
@@ -147,6 +152,7 @@ impl MemoryUnit {
 
     pub fn key(self) -> &'static str {
         match self {
+            MemoryUnit::Product => "product",
             MemoryUnit::Raw => "raw",
             MemoryUnit::Dated => "dated",
             MemoryUnit::Window => "window",
@@ -156,6 +162,9 @@ impl MemoryUnit {
 
     pub fn description(self) -> &'static str {
         match self {
+            MemoryUnit::Product => {
+                "what the product stores: sessions imported as threads through the memory writer"
+            }
             MemoryUnit::Raw => "one memory per turn: the turn text",
             MemoryUnit::Dated => "one memory per turn: `[8 May 2023] Speaker: text`",
             MemoryUnit::Window => {
@@ -184,7 +193,7 @@ impl MemoryUnit {
             .enumerate()
             .filter(|(_, turn)| !turn.text.trim().is_empty())
             .map(|(index, turn)| match self {
-                MemoryUnit::Raw | MemoryUnit::Facts => {
+                MemoryUnit::Product | MemoryUnit::Raw | MemoryUnit::Facts => {
                     (turn.text.clone(), vec![turn.id.clone()], turn)
                 }
                 MemoryUnit::Dated => (
@@ -842,7 +851,10 @@ mod tests {
         assert_eq!(units, [MemoryUnit::Window]);
         assert_eq!(retrievals, [Retrieval::HybridDecay]);
         let error = parse_variants(Some(&names(&["dense"]))).unwrap_err();
-        assert!(error.to_string().contains("known: raw, dated"), "{error}");
+        assert!(
+            error.to_string().contains("known: product, raw, dated"),
+            "{error}"
+        );
     }
 
     #[test]
@@ -1005,13 +1017,16 @@ mod tests {
         assert!(degree.categories["single-session-user"].recall[&1] == 1.0);
         // The sweep ran on every memory unit.
         let swept: Vec<&RunResult> = report.runs.iter().filter(|r| r.sweep).collect();
-        assert_eq!(swept.len(), 4, "raw, dated, window, window-centre");
+        assert_eq!(swept.len(), 5, "product, raw, dated, window, window-centre");
         assert!(swept.iter().all(|r| r.rrf_k == Some(60.0)));
         assert!(report.recommended_rrf_k.is_some());
         assert_eq!(run("dated/hybrid").rrf_k, Some(10.0));
         let lines = std::fs::read_to_string(dir.path().join("results/per_question.jsonl")).unwrap();
-        // 3 questions × 4 retrievals × (raw, dated, window, window-centre).
-        assert_eq!(lines.lines().count(), 3 * 4 * 4);
+        // 3 questions × 4 retrievals × (product, raw, dated, window, window-centre).
+        assert_eq!(lines.lines().count(), 3 * 4 * 5);
+        // The product's own path is the first row, under its own name.
+        assert_eq!(report.runs[0].key, "product");
+        assert_eq!(run("product").overall.recall[&10], 1.0);
         let markdown = std::fs::read_to_string(&summary.results_md).unwrap();
         assert!(markdown.contains("| dated | hybrid |"), "{markdown}");
         assert!(

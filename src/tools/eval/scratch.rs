@@ -88,6 +88,8 @@ pub(super) struct Ingested {
     pub(super) memories: usize,
     /// The day after the last session: "now" for decay.
     pub(super) now: DateTime<Utc>,
+    /// Message ids (what product memories cite) to the dataset's turn ids.
+    pub(super) turn_of_message: std::collections::HashMap<String, String>,
 }
 
 /// Writes the conversation as one fresh user's history (threads, messages, turn memories),
@@ -108,6 +110,9 @@ pub(super) async fn ingest(
             UserKind::Key,
         )
         .await?;
+    if unit == MemoryUnit::Product {
+        return ingest_as_the_product(scratch, env, index, user.id, bar).await;
+    }
     let mut memories = 0usize;
     // Memories are added in batches that span sessions, so the embedder can group texts of
     // similar length (see `EvalEmbedder`); each memory keeps its own session's thread and date.
@@ -208,6 +213,98 @@ pub(super) async fn ingest(
         user: user.id,
         memories,
         now: last + chrono::Duration::days(1),
+        turn_of_message: Default::default(),
+    })
+}
+
+/// The product's path: each session is a thread into which its turns are imported as a past
+/// conversation (`MemoryWriter::import_conversation`, what `POST /v1/threads/{id}/import`
+/// runs), with the speakers' names and the session's date; the memory writer's jobs then
+/// write the turn memories and what the rules extract, exactly as for a user's import.
+async fn ingest_as_the_product(
+    scratch: &Scratch,
+    env: &Env<'_>,
+    index: usize,
+    user: store::UserId,
+    bar: &ProgressBar,
+) -> anyhow::Result<Ingested> {
+    let conversation = &env.conversations[index];
+    let models = mnemo::llm::roles::Models::from_settings(&env.settings.llm);
+    let writer = mnemo::memory::writer::MemoryWriter::new(
+        scratch.store.clone(),
+        scratch.engine.clone(),
+        models,
+    );
+    let mut turn_of_message = std::collections::HashMap::new();
+    for session in &conversation.sessions {
+        let title = format!(
+            "{} {} ({})",
+            conversation.id,
+            session.id,
+            session.date.format("%-d %B %Y")
+        );
+        let thread = scratch.store.user(user).create_thread(&title).await?;
+        let turns: Vec<&Turn> = session
+            .turns
+            .iter()
+            .filter(|turn| !turn.text.trim().is_empty())
+            .collect();
+        if turns.is_empty() {
+            continue;
+        }
+        let messages = turns
+            .iter()
+            .map(|turn| mnemo::store::NewMessage {
+                role: turn.role,
+                content: turn.text.clone(),
+                author: Some(turn.speaker.clone()),
+                created_at: Some(session.date),
+            })
+            .collect();
+        let imported = writer
+            .import_conversation(user, thread.id, messages)
+            .await
+            .map_err(|error| anyhow::anyhow!("importing {}: {error}", session.id))?;
+        for (message, turn) in imported.messages.iter().zip(&turns) {
+            turn_of_message.insert(message.to_string(), turn.id.clone());
+        }
+        while writer.work_one().await? {}
+        bar.inc(session.turns.len() as u64);
+    }
+    let failed = scratch.store.maintenance().queue_stats().await?.failed;
+    if failed > 0 {
+        bail!(
+            "{failed} memory jobs failed while importing {}",
+            conversation.id
+        );
+    }
+    if !scratch
+        .engine
+        .wait_recallable(Duration::from_secs(600))
+        .await?
+    {
+        bail!("the indexes did not catch up with the memory log within 10 minutes");
+    }
+    scratch.engine.indexer().rebuild(|_, _| {}).await?;
+    let memories = scratch
+        .store
+        .user(user)
+        .all_memories(&mnemo::store::MemoryFilter::default())
+        .await?
+        .len();
+    let last = conversation
+        .sessions
+        .iter()
+        .map(|session| session.date)
+        .max()
+        .unwrap_or(DateTime::UNIX_EPOCH);
+    Ok(Ingested {
+        conversation: index,
+        unit: MemoryUnit::Product,
+        user,
+        memories,
+        now: last + chrono::Duration::days(1),
+        turn_of_message,
     })
 }
 
@@ -290,7 +387,16 @@ pub(super) async fn query(
             for &credit in unit.credits() {
                 let refs: Vec<Vec<String>> = results
                     .iter()
-                    .map(|r| credited(&r.memory.source_refs, credit))
+                    .map(|r| {
+                        let refs = credited(&r.memory.source_refs, credit);
+                        if ingested.turn_of_message.is_empty() {
+                            refs
+                        } else {
+                            refs.iter()
+                                .filter_map(|id| ingested.turn_of_message.get(id).cloned())
+                                .collect()
+                        }
+                    })
                     .collect();
                 let score = metrics::score(&evidence, &refs, &plan.ks);
                 let key = RunKey::new(unit, credit, probe);
