@@ -441,6 +441,9 @@ choice! {
         Rrf,
         /// The weighted sum of each list's scores divided by its best score.
         Score,
+        /// The weighted sum of each list's min-max normalised scores (`(s - min) / (max - min)`
+        /// over the list; a candidate missing from a list counts 0 there).
+        MinMax,
     }
 }
 
@@ -507,8 +510,20 @@ pub struct MemorySettings {
     /// words rank first when both match.
     pub assistant_weight: f64,
     /// Scores of memories from the span of time the query names ("in May 2023", "last
-    /// week") are multiplied by this (1 = off).
+    /// week"), widened by `time_slack_days` each side, are multiplied by this (1 = off).
     pub time_boost: f64,
+    pub time_slack_days: i64,
+    /// When the query names exactly one of the user's speakers (the authors of imported
+    /// conversations), that speaker's turns are multiplied by this (1 = off).
+    pub speaker_boost: f64,
+    /// Turns that are themselves questions (ending with `?`) are multiplied by this: they
+    /// rarely hold the answer (1 = off).
+    pub question_factor: f64,
+    /// Turns of fewer than `length_prior_words` words are multiplied by
+    /// `(words / length_prior_words) ^ length_prior` (0 = off): short turns are rarely what
+    /// a question is after.
+    pub length_prior: f64,
+    pub length_prior_words: usize,
 }
 
 impl Default for MemorySettings {
@@ -529,6 +544,11 @@ impl Default for MemorySettings {
             fusion: FusionSettings::default(),
             assistant_weight: 1.0,
             time_boost: 1.0,
+            time_slack_days: 7,
+            speaker_boost: 1.0,
+            question_factor: 1.0,
+            length_prior: 0.0,
+            length_prior_words: 30,
         }
     }
 }

@@ -172,7 +172,8 @@ pub async fn open_memory(
     let dimension = embedder.dimension();
     let (vector, watermark): (Arc<dyn VectorIndex>, VectorWatermark) = match &settings.qdrant.url {
         Some(url) if !url.is_empty() => {
-            let collection = format!("{}_{dimension}", settings.qdrant.collection);
+            let collection =
+                QdrantServerIndex::collection_name(&settings.qdrant.collection, dimension);
             let index = QdrantServerIndex::connect(
                 url,
                 settings
@@ -190,7 +191,8 @@ pub async fn open_memory(
             )
         }
         _ => {
-            let dir = settings.data_dir.join(format!("vectors-{dimension}"));
+            EdgeVectorIndex::remove_older_layouts(&settings.data_dir, dimension);
+            let dir = EdgeVectorIndex::dir(&settings.data_dir, dimension);
             let index = EdgeVectorIndex::open(&dir, dimension).await?;
             index.set_tenant_shard_points(settings.qdrant.tenant_shard_points);
             (
@@ -218,7 +220,8 @@ pub async fn open_memory(
 }
 
 /// Re-embeds, in the background, memories made by another embedding model than the current
-/// one, logging progress.
+/// one, logging progress; then embeds the context views turns lack (older data, a crash
+/// between a turn and its context, a model change).
 fn spawn_reembedding(
     memory: Arc<MemoryEngine>,
     shutdown: CancellationToken,
@@ -237,6 +240,15 @@ fn spawn_reembedding(
             Ok(0) => {}
             Ok(count) => tracing::info!(count, "re-embedding finished"),
             Err(error) => tracing::error!(%error, "re-embedding failed"),
+        }
+        let outcome = tokio::select! {
+            outcome = memory.reembed_stale_contexts() => outcome,
+            _ = shutdown.cancelled() => return,
+        };
+        match outcome {
+            Ok(0) => {}
+            Ok(count) => tracing::info!(count, "embedded the context views of older turns"),
+            Err(error) => tracing::error!(%error, "embedding the context views of turns failed"),
         }
     })
 }

@@ -45,8 +45,7 @@ pub struct ChatDeps {
     pub research: Option<Arc<ResearchService>>,
 }
 
-/// Longest user message a turn accepts, in characters.
-pub const MAX_MESSAGE_CHARS: usize = 100_000;
+pub use crate::store::MAX_MESSAGE_CHARS;
 
 /// Why a turn could not start.
 #[derive(Debug, thiserror::Error)]

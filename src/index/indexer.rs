@@ -213,6 +213,12 @@ impl Indexer {
         }
         let maintenance = self.store.maintenance();
         let pairs = maintenance.turn_neighbours(&turns).await?;
+        neighbours.contexts = maintenance
+            .context_embeddings(&turns)
+            .await?
+            .into_iter()
+            .map(|(id, embedded)| (id, embedded.vector))
+            .collect();
         let wanted: Vec<MemoryId> = pairs
             .iter()
             .flat_map(|(_, previous, next)| previous.iter().chain(next))
@@ -451,6 +457,8 @@ fn plan_batch<'a>(
 #[derive(Default)]
 struct Neighbours {
     around: HashMap<MemoryId, (Option<crate::store::Memory>, Option<crate::store::Memory>)>,
+    /// The stored context vectors (the embedded context text).
+    contexts: HashMap<MemoryId, Vec<f32>>,
 }
 
 impl Neighbours {
@@ -469,7 +477,16 @@ fn vector_point(owned: &OwnedMemory, neighbours: &Neighbours) -> VectorPoint {
         id: memory.id,
         user_id: owned.user,
         vector: memory.embedding.clone(),
-        context: views::context_vector(previous, memory, next),
+        // A turn's embedded context text when it is stored (and of this model's dimension);
+        // until then the mean of the neighbours' vectors stands in. Other memories have none.
+        context: (memory.kind == MemoryKind::Turn).then(|| {
+            neighbours
+                .contexts
+                .get(&memory.id)
+                .filter(|vector| vector.len() == memory.embedding.len())
+                .cloned()
+                .unwrap_or_else(|| views::context_vector(previous, memory, next))
+        }),
         kind: memory.kind.as_str().to_string(),
         importance: memory.importance,
         created_at_ms: memory.created_at.timestamp_millis(),
@@ -561,7 +578,7 @@ mod tests {
 
     use super::*;
     use crate::index::edge::EdgeVectorIndex;
-    use crate::index::vector::{VectorFilter, VectorPoint};
+    use crate::index::vector::{VectorFilter, VectorPoint, View};
     use crate::store::{Embedded, MemoryKind, NewMemory, UserKind};
 
     /// The Edge index, except that `flush_if_idle` declines while `optimizing` is set — what
@@ -585,14 +602,17 @@ mod tests {
         async fn delete_user(&self, user: UserId) -> Result<(), IndexError> {
             self.inner.delete_user(user).await
         }
-        async fn search(
+        async fn search_view(
             &self,
             user: UserId,
+            view: View,
             vector: &[f32],
             filter: &VectorFilter,
             limit: usize,
         ) -> Result<Vec<(MemoryId, f32)>, IndexError> {
-            self.inner.search(user, vector, filter, limit).await
+            self.inner
+                .search_view(user, view, vector, filter, limit)
+                .await
         }
         fn set_search_ef(&self, ef: Option<usize>) {
             self.inner.set_search_ef(ef);

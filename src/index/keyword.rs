@@ -195,6 +195,38 @@ pub fn mnemo_analyzer() -> Result<TextAnalyzer, IndexError> {
         .build())
 }
 
+/// Words that shape a question but name nothing, as the analyzer leaves them (stemmed):
+/// left out of BM25 queries, where they would match every memory that asks something.
+const QUESTION_WORDS: &[&str] = &[
+    "what", "when", "where", "who", "whom", "whose", "which", "whi", "how", "do", "doe", "did",
+    "has", "have", "had", "would", "could", "should", "can", "may", "might", "s", "t", "been",
+    "being", "am", "were",
+];
+
+/// "May" as the month ("in May", "May 2023", "early May"), which stays in the query.
+fn names_the_month_may(query: &str) -> bool {
+    let words: Vec<String> = query
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|word| !word.is_empty())
+        .map(str::to_lowercase)
+        .collect();
+    words.iter().enumerate().any(|(index, word)| {
+        word == "may"
+            && (index
+                .checked_sub(1)
+                .and_then(|i| words.get(i))
+                .is_some_and(|before| {
+                    matches!(
+                        before.as_str(),
+                        "in" | "on" | "of" | "early" | "late" | "mid"
+                    )
+                })
+                || words
+                    .get(index + 1)
+                    .is_some_and(|after| after.chars().all(|c| c.is_ascii_digit())))
+    })
+}
+
 /// Runs `text` through `analyzer` and returns the token texts in order.
 /// Splits hyphen-, slash- and underscore-joined compounds (`zq7-kestrel-4471`, `555-0142`,
 /// `room_101`) so every part is its own term, in documents and queries alike.
@@ -457,8 +489,10 @@ impl KeywordIndex {
         }
         let f = self.inner.fields;
         let mut analyzer = self.inner.analyzer.clone();
+        let month_may = names_the_month_may(query);
         let words: BTreeSet<String> = analyze(&mut analyzer, &split_compounds(query))
             .into_iter()
+            .filter(|word| !QUESTION_WORDS.contains(&word.as_str()) || (word == "may" && month_may))
             .collect();
         if words.is_empty() {
             return Ok(Vec::new());

@@ -18,16 +18,29 @@ use qdrant_client::qdrant::vectors_config::Config as VectorsConfigKind;
 use qdrant_client::qdrant::{
     BoolIndexParamsBuilder, Condition, CountPointsBuilder, CreateCollectionBuilder,
     CreateFieldIndexCollectionBuilder, DeletePointsBuilder, Distance, FieldType, Filter,
-    HnswConfigDiffBuilder, IntegerIndexParamsBuilder, KeywordIndexParamsBuilder, PointId,
-    PointStruct, PointsIdsList, QueryPointsBuilder, Range, ScrollPointsBuilder,
-    SearchParamsBuilder, UpsertPointsBuilder, payload_index_params::IndexParams,
+    HnswConfigDiffBuilder, IntegerIndexParamsBuilder, KeywordIndexParamsBuilder, NamedVectors,
+    PointId, PointStruct, PointsIdsList, QueryPointsBuilder, Range, ScrollPointsBuilder,
+    SearchParamsBuilder, UpsertPointsBuilder, VectorParamsBuilder, VectorsConfigBuilder,
+    payload_index_params::IndexParams,
 };
 use qdrant_client::{Payload, Qdrant, QdrantError};
 
 use crate::index::vector::{
-    IndexError, MAX_SEARCH_LIMIT, VectorFilter, VectorIndex, VectorLayout, VectorPoint,
-    check_vector, fields,
+    IndexError, MAX_SEARCH_LIMIT, VectorFilter, VectorIndex, VectorLayout, VectorPoint, View,
+    check_point, check_vector, fields,
 };
+
+/// The collection's vectors: one per view, both cosine.
+fn vectors_config(dimension: usize) -> VectorsConfigBuilder {
+    let mut config = VectorsConfigBuilder::default();
+    for view in View::ALL {
+        config.add_named_vector_params(
+            view.as_str(),
+            VectorParamsBuilder::new(dimension as u64, Distance::Cosine),
+        );
+    }
+    config
+}
 use crate::store::{MemoryId, UserId};
 
 /// Points per upsert request, to stay well under gRPC message limits.
@@ -133,6 +146,13 @@ fn memory_id(id: Option<PointId>) -> Result<MemoryId, IndexError> {
 }
 
 impl QdrantServerIndex {
+    /// The collection that holds vectors of `dimension` under `prefix`, named by layout (named
+    /// vectors per view): a new layout starts a new collection, filled from the memory log,
+    /// while replicas of the older version keep theirs.
+    pub fn collection_name(prefix: &str, dimension: usize) -> String {
+        format!("{prefix}_{dimension}_views")
+    }
+
     /// Connects to `url` (the gRPC endpoint, usually port 6334), creating the
     /// collection and payload indexes if they are missing. Fails with
     /// [`IndexError::BadInput`] if the collection exists with another
@@ -188,10 +208,7 @@ impl QdrantServerIndex {
                 .client
                 .create_collection(
                     CreateCollectionBuilder::new(self.collection.clone())
-                        .vectors_config(qdrant_client::qdrant::VectorParamsBuilder::new(
-                            self.dimension as u64,
-                            Distance::Cosine,
-                        ))
+                        .vectors_config(vectors_config(self.dimension))
                         .hnsw_config(HnswConfigDiffBuilder::default().m(0).payload_m(16)),
                 )
                 .await;
@@ -222,30 +239,41 @@ impl QdrantServerIndex {
             .and_then(|c| c.params)
             .and_then(|p| p.vectors_config)
             .and_then(|v| v.config);
-        match params {
-            Some(VectorsConfigKind::Params(p))
-                if p.size == self.dimension as u64 && p.distance == Distance::Cosine as i32 =>
-            {
-                Ok(())
-            }
-            Some(VectorsConfigKind::Params(p)) => Err(IndexError::BadInput(format!(
-                "collection {} has dimension {} / distance {}, expected {} / Cosine",
+        let Some(VectorsConfigKind::ParamsMap(map)) = params else {
+            return Err(IndexError::BadInput(format!(
+                "collection {} does not have the named vectors {:?} (an older layout?)",
                 self.collection,
-                p.size,
-                Distance::try_from(p.distance)
-                    .map(|d| d.as_str_name())
-                    .unwrap_or("unknown"),
-                self.dimension
-            ))),
-            Some(VectorsConfigKind::ParamsMap(_)) => Err(IndexError::BadInput(format!(
-                "collection {} uses named vectors; expected one unnamed vector",
-                self.collection
-            ))),
-            None => Err(IndexError::Internal(format!(
-                "collection {} info has no vector config",
-                self.collection
-            ))),
+                View::ALL.map(View::as_str)
+            )));
+        };
+        for view in View::ALL {
+            match map.map.get(view.as_str()) {
+                Some(p)
+                    if p.size == self.dimension as u64 && p.distance == Distance::Cosine as i32 => {
+                }
+                Some(p) => {
+                    return Err(IndexError::BadInput(format!(
+                        "collection {} has {} vectors of dimension {} / distance {}, expected {} \
+                         / Cosine",
+                        self.collection,
+                        view.as_str(),
+                        p.size,
+                        Distance::try_from(p.distance)
+                            .map(|d| d.as_str_name())
+                            .unwrap_or("unknown"),
+                        self.dimension
+                    )));
+                }
+                None => {
+                    return Err(IndexError::BadInput(format!(
+                        "collection {} has no {} vectors",
+                        self.collection,
+                        view.as_str()
+                    )));
+                }
+            }
         }
+        Ok(())
     }
 
     async fn ensure_indexes(&self) -> Result<(), IndexError> {
@@ -315,7 +343,7 @@ impl VectorIndex for QdrantServerIndex {
 
     async fn upsert(&self, points: Vec<VectorPoint>) -> Result<(), IndexError> {
         for p in &points {
-            check_vector(&p.vector, self.dimension)?;
+            check_point(p, self.dimension)?;
         }
         let mut structs: Vec<PointStruct> = points
             .into_iter()
@@ -327,7 +355,11 @@ impl VectorIndex for QdrantServerIndex {
                 payload.insert(fields::CREATED_AT_MS, p.created_at_ms);
                 payload.insert(fields::ARCHIVED, p.archived);
                 payload.insert(fields::VALID, p.valid);
-                PointStruct::new(point_id(p.id), p.vector, payload)
+                let mut vectors = NamedVectors::default().add_vector(View::Own.as_str(), p.vector);
+                if let Some(context) = p.context {
+                    vectors = vectors.add_vector(View::Context.as_str(), context);
+                }
+                PointStruct::new(point_id(p.id), vectors, payload)
             })
             .collect();
         while !structs.is_empty() {
@@ -383,9 +415,10 @@ impl VectorIndex for QdrantServerIndex {
         Ok(())
     }
 
-    async fn search(
+    async fn search_view(
         &self,
         user: UserId,
+        view: View,
         vector: &[f32],
         filter: &VectorFilter,
         limit: usize,
@@ -396,6 +429,7 @@ impl VectorIndex for QdrantServerIndex {
         }
         let mut query = QueryPointsBuilder::new(self.collection.clone())
             .query(vector.to_vec())
+            .using(view.as_str())
             .filter(build_filter(user, filter))
             .limit(limit.min(MAX_SEARCH_LIMIT) as u64)
             .with_payload(false)

@@ -77,8 +77,10 @@ pub struct VectorPoint {
     pub user_id: UserId,
     /// The own view's vector.
     pub vector: Vec<f32>,
-    /// The context view's vector (the own one again for memories without neighbours).
-    pub context: Vec<f32>,
+    /// The context view's vector: for a turn, its text with its neighbours embedded; `None`
+    /// for every other memory, whose context is its own text (searches of the context view
+    /// skip them; recall reads their own score in its place).
+    pub context: Option<Vec<f32>>,
     /// Memory kind (e.g. `fact`, `preference`, `event`); matched exactly.
     pub kind: String,
     pub importance: u8,
@@ -168,11 +170,24 @@ pub trait VectorIndex: Send + Sync {
     async fn delete(&self, ids: &[MemoryId]) -> Result<(), IndexError>;
     /// Removes every point of one user.
     async fn delete_user(&self, user: UserId) -> Result<(), IndexError>;
-    /// Nearest neighbours of `vector` among `user`'s points that pass `filter`;
-    /// `limit` is clamped to [`MAX_SEARCH_LIMIT`].
+    /// Nearest neighbours of `vector` among `user`'s points that pass `filter`, by their own
+    /// view; `limit` is clamped to [`MAX_SEARCH_LIMIT`].
     async fn search(
         &self,
         user: UserId,
+        vector: &[f32],
+        filter: &VectorFilter,
+        limit: usize,
+    ) -> Result<Vec<(MemoryId, f32)>, IndexError> {
+        self.search_view(user, View::Own, vector, filter, limit)
+            .await
+    }
+    /// [`VectorIndex::search`] over one view's vectors. The context view holds only the
+    /// points that have a context vector (turns).
+    async fn search_view(
+        &self,
+        user: UserId,
+        view: View,
         vector: &[f32],
         filter: &VectorFilter,
         limit: usize,
@@ -231,6 +246,15 @@ pub(crate) mod fields {
     pub const VALID: &str = "valid";
 }
 
+/// Checks both vectors of a point (see [`check_vector`]).
+pub(crate) fn check_point(point: &VectorPoint, dimension: usize) -> Result<(), IndexError> {
+    check_vector(&point.vector, dimension)?;
+    match &point.context {
+        Some(context) => check_vector(context, dimension),
+        None => Ok(()),
+    }
+}
+
 /// Rejects vectors a cosine index cannot store or query meaningfully.
 pub(crate) fn check_vector(vector: &[f32], dimension: usize) -> Result<(), IndexError> {
     if vector.len() != dimension {
@@ -271,7 +295,7 @@ pub(crate) mod conformance {
             id,
             user_id: user,
             vector: basis(dir),
-            context: basis(dir),
+            context: None,
             kind: kind.to_string(),
             importance: 2,
             created_at_ms: created,
@@ -482,6 +506,48 @@ pub(crate) mod conformance {
                 .expect("search")
                 .is_empty()
         );
+
+        // The context view: only points with a context vector are in it, found by that
+        // vector (not their own); the user filter holds there too.
+        let (turn, other_turn) = (new_memory(), new_memory());
+        let mut with_context = point(turn, a, 5, "turn", 5000);
+        with_context.context = Some(basis(6));
+        let mut b_turn = point(other_turn, b, 5, "turn", 5000);
+        b_turn.context = Some(basis(6));
+        index
+            .upsert(vec![with_context, b_turn])
+            .await
+            .expect("upsert turns");
+        let hits = index
+            .search_view(a, View::Context, &basis(6), &all, 10)
+            .await
+            .expect("search context");
+        assert_eq!(ids_of(&hits), vec![turn], "{hits:?}");
+        assert!(hits[0].1 > 0.99, "{hits:?}");
+        let hits = index
+            .search_view(a, View::Context, &basis(0), &all, 10)
+            .await
+            .expect("search context");
+        assert_eq!(
+            ids_of(&hits),
+            vec![turn],
+            "memories without context stay out of it"
+        );
+        let own = index
+            .search_view(a, View::Own, &basis(5), &all, 1)
+            .await
+            .expect("search own");
+        assert_eq!(ids_of(&own), vec![turn]);
+        let mut bad_context = point(new_memory(), a, 0, "turn", 1);
+        bad_context.context = Some(vec![0.0; DIM]);
+        assert!(matches!(
+            index.upsert(vec![bad_context]).await,
+            Err(IndexError::BadInput(_))
+        ));
+        index
+            .delete(&[turn, other_turn])
+            .await
+            .expect("delete turns");
 
         // Idempotent upsert: same id twice counts once, payload is replaced.
         index

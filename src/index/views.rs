@@ -37,6 +37,22 @@ pub fn context_text(previous: Option<&Memory>, memory: &Memory, next: Option<&Me
     format!("[{}] {}", day(memory.created_at), lines.join("\n"))
 }
 
+/// The text embedded for a turn's context view: its neighbours and itself, one per line, no
+/// date (own vectors are of the bare `Speaker: text` too).
+pub fn context_embedding_text(
+    previous: Option<&Memory>,
+    memory: &Memory,
+    next: Option<&Memory>,
+) -> String {
+    previous
+        .into_iter()
+        .chain(std::iter::once(memory))
+        .chain(next)
+        .map(|turn| turn.content.as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The context view's vector: the normalised mean of the turn's and its neighbours' own
 /// vectors (those of the memory's dimension); the memory's own vector for anything else.
 pub fn context_vector(

@@ -13,6 +13,7 @@ pub mod writer;
 pub use portable::{ImportLineError, ImportReport, PortableMemory};
 pub use recall::{RecallRequest, RecallResponse, RecallTimings};
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -76,6 +77,9 @@ pub struct MemoryEngine {
     /// Background tasks that hold parts of the engine; joined at shutdown so the indexes are
     /// flushed and released before the process (or a restart in the same process) goes on.
     background: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Per user, the names of the speakers of their imported conversations (for the speaker
+    /// prior); refreshed after new turns are written.
+    speakers: std::sync::Mutex<HashMap<UserId, Arc<Vec<String>>>>,
 }
 
 /// What `/health` shows of the memory engine.
@@ -120,6 +124,7 @@ impl MemoryEngine {
             settings,
             access,
             background: std::sync::Mutex::new(vec![follower, recorder]),
+            speakers: std::sync::Mutex::new(HashMap::new()),
         }))
     }
 
@@ -278,8 +283,59 @@ impl MemoryEngine {
             .insert_memories(memories.into_iter().zip(embedded).collect())
             .await?;
         self.indexer.notify();
+        let turns: Vec<MemoryId> = written
+            .iter()
+            .filter(|memory| memory.kind == MemoryKind::Turn)
+            .map(|memory| memory.id)
+            .collect();
+        if !turns.is_empty() {
+            self.speakers
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remove(&user);
+            self.refresh_contexts(user, &turns, true).await?;
+        }
         metrics::counter!("mnemo_memories_written_total").increment(written.len() as u64);
         Ok(written)
+    }
+
+    /// The one speaker of the user's conversations the query names (a whole word, any
+    /// case), if it names exactly one.
+    pub(crate) async fn speaker_named_in(
+        &self,
+        user: UserId,
+        query: &str,
+    ) -> MemoryResult<Option<String>> {
+        let cached = self
+            .speakers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&user)
+            .cloned();
+        let speakers = match cached {
+            Some(speakers) => speakers,
+            None => {
+                let found = Arc::new(self.store.user(user).message_authors().await?);
+                self.speakers
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(user, found.clone());
+                found
+            }
+        };
+        let words: std::collections::HashSet<String> = query
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|word| !word.is_empty())
+            .map(str::to_lowercase)
+            .collect();
+        let named: Vec<&String> = speakers
+            .iter()
+            .filter(|speaker| words.contains(&speaker.to_lowercase()))
+            .collect();
+        Ok(match named.as_slice() {
+            [one] => Some((*one).clone()),
+            _ => None,
+        })
     }
 
     /// Waits until everything written so far is in both indexes; false on timeout.
@@ -353,8 +409,100 @@ impl MemoryEngine {
     }
 
     pub async fn delete(&self, user: UserId, id: MemoryId) -> MemoryResult<()> {
-        self.store.user(user).delete_memory(id).await?;
+        let scope = self.store.user(user);
+        let around: Vec<MemoryId> = scope
+            .turn_neighbours(&[id])
+            .await?
+            .into_iter()
+            .flat_map(|(_, previous, next)| previous.into_iter().chain(next))
+            .collect();
+        scope.delete_memory(id).await?;
+        // The neighbours' context views held the deleted turn: embed them again without it.
+        self.refresh_contexts(user, &around, false).await?;
         self.indexer.notify();
+        Ok(())
+    }
+
+    /// Embeds the context views of the user's turn memories `ids` (and, with
+    /// `with_neighbours`, of the turns around them, whose contexts now include them) and
+    /// stores them; the indexes follow through the log.
+    async fn refresh_contexts(
+        &self,
+        user: UserId,
+        ids: &[MemoryId],
+        with_neighbours: bool,
+    ) -> MemoryResult<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let scope = self.store.user(user);
+        let mut wanted: Vec<MemoryId> = ids.to_vec();
+        if with_neighbours {
+            for (_, previous, next) in scope.turn_neighbours(ids).await? {
+                wanted.extend(previous.into_iter().chain(next));
+            }
+            wanted.sort_unstable();
+            wanted.dedup();
+        }
+        let around: HashMap<MemoryId, (Option<MemoryId>, Option<MemoryId>)> = scope
+            .turn_neighbours(&wanted)
+            .await?
+            .into_iter()
+            .map(|(id, previous, next)| (id, (previous, next)))
+            .collect();
+        let mut rows_wanted: Vec<MemoryId> = wanted
+            .iter()
+            .copied()
+            .chain(
+                around
+                    .values()
+                    .flat_map(|(previous, next)| previous.iter().chain(next))
+                    .copied(),
+            )
+            .collect();
+        rows_wanted.sort_unstable();
+        rows_wanted.dedup();
+        let rows: HashMap<MemoryId, Memory> = scope
+            .memories_by_ids(&rows_wanted)
+            .await?
+            .into_iter()
+            .map(|memory| (memory.id, memory))
+            .collect();
+        let model = self.embedder.model_id();
+        let mut contexts = Vec::new();
+        let mut targets = Vec::new();
+        let mut texts = Vec::new();
+        for id in &wanted {
+            let Some(memory) = rows
+                .get(id)
+                .filter(|memory| memory.kind == MemoryKind::Turn)
+            else {
+                continue;
+            };
+            let (previous, next) = around.get(id).copied().unwrap_or_default();
+            let (previous, next) = (
+                previous.and_then(|id| rows.get(&id)),
+                next.and_then(|id| rows.get(&id)),
+            );
+            if previous.is_none() && next.is_none() && memory.embedding_model == model {
+                // Alone in its thread (or in none): its context is its own text.
+                contexts.push((
+                    *id,
+                    Embedded {
+                        vector: memory.embedding.clone(),
+                        model: model.to_string(),
+                    },
+                ));
+                continue;
+            }
+            targets.push(*id);
+            texts.push(crate::index::views::context_embedding_text(
+                previous, memory, next,
+            ));
+        }
+        let embedded = self.embed(&texts).await?;
+        contexts.extend(targets.into_iter().zip(embedded));
+        scope.set_context_embeddings(contexts).await?;
         Ok(())
     }
 
@@ -362,6 +510,32 @@ impl MemoryEngine {
         let deleted = self.store.user(user).delete_all_memories().await?;
         self.indexer.notify();
         Ok(deleted)
+    }
+
+    /// Embeds the context views of turns that have none of the current model (after a crash
+    /// between a turn and its context, or a model change), in batches. Returns how many.
+    pub async fn reembed_stale_contexts(&self) -> MemoryResult<u64> {
+        let model = self.embedder.model_id().to_string();
+        let mut done = 0u64;
+        loop {
+            let stale = self
+                .store
+                .maintenance()
+                .turns_without_context(&model, 64)
+                .await?;
+            if stale.is_empty() {
+                return Ok(done);
+            }
+            let mut by_user: HashMap<UserId, Vec<MemoryId>> = HashMap::new();
+            for owned in &stale {
+                by_user.entry(owned.user).or_default().push(owned.memory.id);
+            }
+            for (user, ids) in by_user {
+                self.refresh_contexts(user, &ids, false).await?;
+            }
+            done += stale.len() as u64;
+            self.indexer.notify();
+        }
     }
 
     /// Re-embeds memories made by another model (after a model change), in batches, calling

@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::config::{FusionMethod, FusionSettings, MemorySettings};
 use crate::index::rrf::decay_factor;
 use crate::memory::when::Span;
-use crate::store::{Memory, MemoryId, Trust};
+use crate::store::{Memory, MemoryId, MemoryKind, Trust};
 
 /// Which signals take part: both (hybrid) or one alone (for ablations and diagnostics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, utoipa::ToSchema)]
@@ -51,6 +51,68 @@ pub struct Recalled {
     pub signals: Signals,
 }
 
+/// What a query says beyond its words: the span of time it names, and the one speaker it
+/// names. Both lift matching memories (`memory.time_boost`, `memory.speaker_boost`).
+#[derive(Debug, Clone, Default)]
+pub struct QueryHints {
+    pub span: Option<Span>,
+    pub speaker: Option<String>,
+}
+
+impl QueryHints {
+    /// The product of the priors for `memory`: time span, speaker, question turns, length.
+    fn factor(&self, memory: &Memory, settings: &MemorySettings) -> f64 {
+        let mut factor = 1.0;
+        if let Some(span) = &self.span {
+            let slack = chrono::Duration::days(settings.time_slack_days.max(0));
+            if span.start - slack <= memory.created_at && memory.created_at < span.end + slack {
+                factor *= settings.time_boost;
+            }
+        }
+        if memory.kind != MemoryKind::Turn {
+            return factor;
+        }
+        let (speaker, text) = match memory.content.split_once(": ") {
+            Some((speaker, text)) if !speaker.contains('\n') && speaker.len() <= 100 => {
+                (Some(speaker), text)
+            }
+            _ => (None, memory.content.as_str()),
+        };
+        if let (Some(named), Some(speaker)) = (&self.speaker, speaker)
+            && named.eq_ignore_ascii_case(speaker)
+        {
+            factor *= settings.speaker_boost;
+        }
+        if text.trim_end().ends_with('?') {
+            factor *= settings.question_factor;
+        }
+        if settings.length_prior > 0.0 && settings.length_prior_words > 0 {
+            let words = text
+                .split_whitespace()
+                .count()
+                .min(settings.length_prior_words);
+            factor *=
+                (words as f64 / settings.length_prior_words as f64).powf(settings.length_prior);
+        }
+        factor
+    }
+
+    /// The largest factor any memory can get, for the early stop of `select_reading`.
+    fn ceiling(&self, settings: &MemorySettings) -> f64 {
+        let time = if self.span.is_some() {
+            settings.time_boost.max(1.0)
+        } else {
+            1.0
+        };
+        let speaker = if self.speaker.is_some() {
+            settings.speaker_boost.max(1.0)
+        } else {
+            1.0
+        };
+        time * speaker * settings.question_factor.max(1.0)
+    }
+}
+
 /// A fused hit before its row is read: its fused score and where each signal ranked it.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Candidate {
@@ -64,6 +126,29 @@ pub struct Candidate {
     /// The same in the context view's lists.
     pub vector_context: Option<(usize, f32)>,
     pub keyword_context: Option<(usize, f32)>,
+    /// Found by a list with a positive weight (min-max gives the last of a list 0).
+    pub found: bool,
+    /// What the context view's vector list would add if the memory is not a turn: such a
+    /// memory is its own context, so its own cosine stands in for the context one it was
+    /// never given (only turns have context vectors). Known once the row is read;
+    /// `rrf + fill` bounds the fused score until then.
+    pub fill: f64,
+}
+
+impl Candidate {
+    /// The fused score once the row says what the memory is.
+    fn fused(&self, memory: &Memory) -> f64 {
+        if memory.kind == MemoryKind::Turn {
+            self.rrf
+        } else {
+            self.rrf + self.fill
+        }
+    }
+
+    /// The most the fused score can be before the row is read.
+    fn bound(&self) -> f64 {
+        self.rrf + self.fill
+    }
 }
 
 /// The hit lists of one recall, best first, one per signal; any may be empty.
@@ -123,16 +208,16 @@ pub fn fuse_lists(lists: &Lists<'_>, fusion: &FusionSettings, rrf_k: f64) -> Vec
     ];
     let mut by_id: HashMap<MemoryId, Candidate> = HashMap::new();
     for (signal, (list, weight)) in lists.each().into_iter().zip(weights).enumerate() {
-        let best = list
-            .first()
-            .map(|(_, score)| f64::from(*score))
-            .unwrap_or(0.0);
+        let scores = list.iter().map(|(_, score)| f64::from(*score));
+        let best = scores.clone().fold(f64::NEG_INFINITY, f64::max);
+        let worst = scores.fold(f64::INFINITY, f64::min);
         let mut seen = std::collections::HashSet::with_capacity(list.len());
         for (index, (id, score)) in list.iter().enumerate() {
             if !seen.insert(*id) {
                 continue;
             }
             let rank = index + 1;
+            let score64 = f64::from(*score);
             let candidate = by_id.entry(*id).or_insert_with(|| Candidate {
                 id: *id,
                 ..Candidate::default()
@@ -147,20 +232,56 @@ pub fn fuse_lists(lists: &Lists<'_>, fusion: &FusionSettings, rrf_k: f64) -> Vec
             if weight <= 0.0 {
                 continue;
             }
+            candidate.found = true;
             candidate.rrf += weight
                 * match fusion.method {
                     FusionMethod::Rrf => 1.0 / (rrf_k.max(0.0) + rank as f64),
-                    FusionMethod::Score if best > 0.0 => f64::from(*score).max(0.0) / best,
+                    FusionMethod::Score if best > 0.0 => score64.max(0.0) / best,
                     FusionMethod::Score => 0.0,
+                    // A list of one (or of equal scores) gives its hits full weight.
+                    FusionMethod::MinMax if best > worst => (score64 - worst) / (best - worst),
+                    FusionMethod::MinMax => 1.0,
                 };
+        }
+    }
+    if fusion.context_vector_weight > 0.0 && !lists.vector_context.is_empty() {
+        for candidate in by_id.values_mut() {
+            if let (None, Some((_, own))) = (candidate.vector_context, candidate.vector) {
+                candidate.fill = fusion.context_vector_weight
+                    * placed(lists.vector_context, own, fusion.method, rrf_k);
+                candidate.found |= candidate.fill > 0.0;
+            }
         }
     }
     let mut fused: Vec<Candidate> = by_id
         .into_values()
-        .filter(|candidate| candidate.rrf > 0.0 && above_floor(candidate, fusion))
+        .filter(|candidate| candidate.found && above_floor(candidate, fusion))
         .collect();
-    fused.sort_by(|a, b| b.rrf.total_cmp(&a.rrf).then_with(|| a.id.cmp(&b.id)));
+    fused.sort_by(|a, b| {
+        b.bound()
+            .total_cmp(&a.bound())
+            .then_with(|| a.id.cmp(&b.id))
+    });
     fused
+}
+
+/// The unweighted contribution a hit scoring `score` would have made had it been in `list`
+/// (best first, not empty): by the rank it would have taken, or its score against the list's.
+fn placed(list: &[(MemoryId, f32)], score: f32, method: FusionMethod, rrf_k: f64) -> f64 {
+    let scores = list.iter().map(|(_, score)| f64::from(*score));
+    let best = scores.clone().fold(f64::NEG_INFINITY, f64::max);
+    let worst = scores.fold(f64::INFINITY, f64::min);
+    let score = f64::from(score);
+    match method {
+        FusionMethod::Rrf => {
+            let rank = 1 + list.iter().filter(|(_, s)| f64::from(*s) > score).count();
+            1.0 / (rrf_k.max(0.0) + rank as f64)
+        }
+        FusionMethod::Score if best > 0.0 => score.max(0.0) / best,
+        FusionMethod::Score => 0.0,
+        FusionMethod::MinMax if best > worst => ((score - worst) / (best - worst)).clamp(0.0, 1.0),
+        FusionMethod::MinMax => f64::from(u8::from(score >= best)),
+    }
 }
 
 /// Whether some signal supports the candidate well enough: a vector view at least
@@ -187,7 +308,7 @@ pub fn select(
     settings: &MemorySettings,
     decay: bool,
     now: DateTime<Utc>,
-    span: Option<&Span>,
+    query: &QueryHints,
     k: usize,
 ) -> Vec<Recalled> {
     let mut scored: Vec<(f64, f64, &Candidate, &Memory)> = candidates
@@ -210,12 +331,9 @@ pub fn select(
             } else {
                 settings.assistant_weight
             };
-            let time = match span {
-                Some(span) if span.contains(memory.created_at) => settings.time_boost,
-                _ => 1.0,
-            };
+            let prior = query.factor(memory, settings);
             Some((
-                candidate.rrf * factor * trust * time,
+                candidate.fused(memory) * factor * trust * prior,
                 factor,
                 candidate,
                 memory,
@@ -244,7 +362,7 @@ pub fn select(
                     context_vector_score: candidate.vector_context.map(|(_, score)| score),
                     context_bm25_rank: candidate.keyword_context.map(|(rank, _)| rank),
                     context_bm25_score: candidate.keyword_context.map(|(_, score)| score),
-                    rrf: candidate.rrf,
+                    rrf: candidate.fused(memory),
                     decay: factor,
                 },
             });
@@ -264,7 +382,7 @@ pub fn settled(kept: &[Recalled], k: usize, next_unread: Option<&Candidate>, cei
             kept.len() == k
                 && kept
                     .last()
-                    .is_some_and(|last| next.rrf * ceiling < last.score)
+                    .is_some_and(|last| next.bound() * ceiling < last.score)
         }
     }
 }
@@ -279,7 +397,7 @@ pub async fn select_reading<F, Fut, E>(
     settings: &MemorySettings,
     decay: bool,
     now: DateTime<Utc>,
-    span: Option<&Span>,
+    query: &QueryHints,
     k: usize,
     first_chunk: usize,
     mut read: F,
@@ -291,14 +409,9 @@ where
     let mut memories: HashMap<MemoryId, Memory> = HashMap::with_capacity(fused.len());
     let mut done = 0;
     let mut chunk = first_chunk.max(1);
-    let ceiling = settings.assistant_weight.max(1.0)
-        * if span.is_some() {
-            settings.time_boost.max(1.0)
-        } else {
-            1.0
-        };
+    let ceiling = settings.assistant_weight.max(1.0) * query.ceiling(settings);
     loop {
-        let kept = select(fused, &memories, settings, decay, now, span, k);
+        let kept = select(fused, &memories, settings, decay, now, query, k);
         if settled(&kept, k, fused.get(done), ceiling) {
             return Ok((kept, done));
         }
@@ -327,7 +440,15 @@ pub fn rank(
         .map(|memory| (memory.id, memory))
         .collect();
     let candidates = fuse(vector_hits, keyword_hits, settings.rrf_k);
-    select(&candidates, &by_id, settings, decay, now, None, k)
+    select(
+        &candidates,
+        &by_id,
+        settings,
+        decay,
+        now,
+        &QueryHints::default(),
+        k,
+    )
 }
 
 /// Same normalised text, or vectors of one model at least `threshold` similar.
@@ -387,6 +508,86 @@ mod tests {
             embedding_model: "m".into(),
             embedding: vector,
         }
+    }
+
+    /// Only turns have context vectors; a fact is its own context, so its own cosine counts
+    /// in the context view's place, and it is not outranked by a turn for lacking one.
+    #[test]
+    fn memories_without_a_context_vector_take_their_own_cosine_there() {
+        let fusion = FusionSettings {
+            method: FusionMethod::MinMax,
+            context_vector_weight: 1.0,
+            ..FusionSettings::default()
+        };
+        let settings = MemorySettings {
+            fusion: fusion.clone(),
+            ..MemorySettings::default()
+        };
+        let fact = memory("The user's boat is called Seabiscuit", 3, vec![1.0, 0.0], 0);
+        let mut turn = memory("User: my boat is Seabiscuit", 3, vec![0.0, 1.0], 0);
+        turn.kind = MemoryKind::Turn;
+        let mut weak_turn = memory("User: hello", 3, vec![0.6, 0.8], 0);
+        weak_turn.kind = MemoryKind::Turn;
+        let own = [(fact.id, 0.9), (turn.id, 0.9), (weak_turn.id, 0.2)];
+        let context = [(turn.id, 0.9), (weak_turn.id, 0.2)];
+        let lists = Lists {
+            vector: &own,
+            vector_context: &context,
+            ..Lists::default()
+        };
+        let fused = fuse_lists(&lists, &fusion, 10.0);
+        let by_id = |id| fused.iter().find(|c| c.id == id).unwrap().clone();
+        assert!((by_id(fact.id).fill - 1.0).abs() < 1e-9, "{fused:?}");
+        assert_eq!(by_id(turn.id).fill, 0.0);
+        let rows: HashMap<MemoryId, Memory> = [fact.clone(), turn.clone(), weak_turn.clone()]
+            .into_iter()
+            .map(|memory| (memory.id, memory))
+            .collect();
+        let ranked = select(
+            &fused,
+            &rows,
+            &settings,
+            false,
+            Utc::now(),
+            &QueryHints::default(),
+            3,
+        );
+        let scores: HashMap<MemoryId, f64> =
+            ranked.iter().map(|r| (r.memory.id, r.score)).collect();
+        assert!(
+            (scores[&fact.id] - scores[&turn.id]).abs() < 1e-9,
+            "{scores:?}"
+        );
+        assert!(scores[&weak_turn.id] < scores[&turn.id]);
+        // A turn missing from the context list gets nothing in its place.
+        let mut lonely = memory("User: Seabiscuit", 3, vec![1.0, 0.0], 0);
+        lonely.kind = MemoryKind::Turn;
+        let own = [(lonely.id, 0.9), (turn.id, 0.9)];
+        let context = [(turn.id, 0.9), (weak_turn.id, 0.2)];
+        let fused = fuse_lists(
+            &Lists {
+                vector: &own,
+                vector_context: &context,
+                ..Lists::default()
+            },
+            &fusion,
+            10.0,
+        );
+        let rows: HashMap<MemoryId, Memory> = [lonely.clone(), turn.clone(), weak_turn]
+            .into_iter()
+            .map(|memory| (memory.id, memory))
+            .collect();
+        let ranked = select(
+            &fused,
+            &rows,
+            &settings,
+            false,
+            Utc::now(),
+            &QueryHints::default(),
+            2,
+        );
+        assert_eq!(ranked[0].memory.id, turn.id, "{ranked:?}");
+        assert_eq!(ranked[1].memory.id, lonely.id);
     }
 
     #[test]
@@ -515,11 +716,20 @@ mod tests {
             );
             let fused = fuse(&vector_hits, &keyword_hits, settings.rrf_k);
             let rows: HashMap<MemoryId, Memory> = present.into_iter().map(|m| (m.id, m)).collect();
-            let (rounds, read) = select_reading(&fused, &settings, decay, now, None, k, 4, |ids| {
-                let found: Vec<Memory> =
-                    ids.iter().filter_map(|id| rows.get(id).cloned()).collect();
-                async move { Ok::<_, std::convert::Infallible>(found) }
-            })
+            let (rounds, read) = select_reading(
+                &fused,
+                &settings,
+                decay,
+                now,
+                &QueryHints::default(),
+                k,
+                4,
+                |ids| {
+                    let found: Vec<Memory> =
+                        ids.iter().filter_map(|id| rows.get(id).cloned()).collect();
+                    async move { Ok::<_, std::convert::Infallible>(found) }
+                },
+            )
             .await
             .expect("infallible");
             let ids = |results: &[Recalled]| -> Vec<(MemoryId, u64)> {

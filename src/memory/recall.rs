@@ -1,5 +1,5 @@
-//! Recall orchestration: embed the query; the vector search and the BM25 search (whose best
-//! rows are read from SQL meanwhile) in parallel; fusion and ranking (`rank`, pure); the rows
+//! Recall orchestration: embed the query; the vector and BM25 searches of both views (the
+//! best BM25 rows read from SQL meanwhile) in parallel; fusion and ranking (`rank`, pure); the rows
 //! re-read from SQL in fused order only while they can still reach the top k; access recorded
 //! in the background.
 
@@ -39,7 +39,7 @@ pub struct RecallRequest {
 pub struct RecallTimings {
     /// Embedding the query.
     pub embed_ms: f64,
-    /// The vector search alone (runs alongside the keyword search).
+    /// The vector searches alone (both views; they run alongside the keyword searches).
     pub vector_ms: f64,
     /// The BM25 search alone.
     pub keyword_ms: f64,
@@ -122,6 +122,7 @@ impl MemoryEngine {
         let fusion = &settings.fusion;
         let (
             vector_hits,
+            context_vector_hits,
             keyword_hits,
             context_keyword_hits,
             prefetched,
@@ -171,26 +172,35 @@ impl MemoryEngine {
             };
             let vector_search = async {
                 if !use_vector {
-                    return Ok::<_, MemoryError>((Vec::new(), 0.0, 0.0));
+                    return Ok::<_, MemoryError>((Vec::new(), Vec::new(), 0.0, 0.0));
                 }
                 let embed_started = Instant::now();
                 let embedded = self.embedder.embed(&[query.to_string()]).await?;
                 let embed_ms = elapsed_ms(embed_started);
                 let vector = embedded.into_iter().next().unwrap_or_default();
                 let search_started = Instant::now();
-                let hits = self
-                    .indexer
-                    .vector()
-                    .search(user, &vector, &filter, candidates)
-                    .await?;
-                Ok((hits, embed_ms, elapsed_ms(search_started)))
+                let index = self.indexer.vector();
+                let context_search = async {
+                    if fusion.context_vector_weight <= 0.0 {
+                        return Ok(Vec::new());
+                    }
+                    index
+                        .search_view(user, View::Context, &vector, &filter, candidates)
+                        .await
+                };
+                let (own, context) = tokio::join!(
+                    index.search(user, &vector, &filter, candidates),
+                    context_search
+                );
+                Ok((own?, context?, embed_ms, elapsed_ms(search_started)))
             };
             let (keyword_result, context_keyword_result, vector_result) =
                 tokio::join!(keyword_search, context_keyword_search, vector_search);
-            let (vector_hits, embed_ms, vector_ms) = vector_result?;
+            let (vector_hits, context_vector_hits, embed_ms, vector_ms) = vector_result?;
             let (keyword_hits, keyword_ms, prefetched) = keyword_result?;
             (
                 vector_hits,
+                context_vector_hits,
                 keyword_hits,
                 context_keyword_result?,
                 prefetched,
@@ -209,11 +219,18 @@ impl MemoryEngine {
         let lists = rank::Lists {
             vector: &vector_hits,
             keyword: &keyword_hits,
-            vector_context: &[],
+            vector_context: &context_vector_hits,
             keyword_context: &context_keyword_hits,
         };
         let fused = rank::fuse_lists(&lists, fusion, settings.rrf_k);
-        let span = super::when::span(query, now);
+        let hints = rank::QueryHints {
+            span: super::when::span(query, now),
+            speaker: if settings.speaker_boost != 1.0 {
+                self.speaker_named_in(user, query).await?
+            } else {
+                None
+            },
+        };
         // SQL is the truth: hits are re-read for this user and re-checked against the filter,
         // in fused order and only as far as they can still change the top k.
         let select_started = Instant::now();
@@ -227,7 +244,7 @@ impl MemoryEngine {
             settings,
             request.decay,
             now,
-            span.as_ref(),
+            &hints,
             k,
             first_chunk,
             |ids| {

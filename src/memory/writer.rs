@@ -266,10 +266,10 @@ impl MemoryWriter {
                     "message {number}: content is empty"
                 )));
             }
-            if message.content.chars().count() > crate::agent::chat::MAX_MESSAGE_CHARS {
+            if message.content.chars().count() > crate::store::MAX_MESSAGE_CHARS {
                 return Err(WriterError::Refused(format!(
                     "message {number}: longer than {} characters",
-                    crate::agent::chat::MAX_MESSAGE_CHARS
+                    crate::store::MAX_MESSAGE_CHARS
                 )));
             }
             if message

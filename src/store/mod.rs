@@ -134,6 +134,9 @@ pub struct Message {
     pub created_at: DateTime<Utc>,
 }
 
+/// Longest message a thread accepts (a chat turn or an imported one), in characters.
+pub const MAX_MESSAGE_CHARS: usize = 100_000;
+
 /// A message of an imported conversation.
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -281,12 +284,26 @@ pub(in crate::store) trait MemoryStore: Send + Sync + 'static {
     async fn memory_log_head(&self) -> StoreResult<i64>;
     /// Current rows of these memories with their owners (missing ids are deleted ones).
     async fn owned_memories(&self, ids: &[MemoryId]) -> StoreResult<Vec<OwnedMemory>>;
-    /// For each of these turn memories, the turns just before and after it in its thread
-    /// (by time, then id); memories that are not turns are absent.
+    /// For each of these turn memories (of `user` when given), the turns just before and
+    /// after it in its thread (by time, then id); memories that are not turns are absent.
     async fn turn_neighbours(
         &self,
+        user: Option<UserId>,
         ids: &[MemoryId],
     ) -> StoreResult<Vec<(MemoryId, Option<MemoryId>, Option<MemoryId>)>>;
+    /// Stores the context views' vectors of the user's memories and logs an upsert for each
+    /// (so the indexes pick them up); ids of other users' memories are ignored.
+    async fn set_context_embeddings(
+        &self,
+        user: UserId,
+        embeddings: Vec<(MemoryId, Embedded)>,
+    ) -> StoreResult<()>;
+    /// The stored context vectors of these memories (missing ones are absent).
+    async fn context_embeddings(&self, ids: &[MemoryId]) -> StoreResult<Vec<(MemoryId, Embedded)>>;
+    /// Turn memories whose context vector is missing or was made by another model than
+    /// `model`, oldest first.
+    async fn turns_without_context(&self, model: &str, limit: i64)
+    -> StoreResult<Vec<OwnedMemory>>;
     /// Every memory in id order after a cursor, for rebuilding indexes.
     async fn scan_memories(
         &self,
@@ -511,6 +528,8 @@ pub(in crate::store) trait StoreCore: Send + Sync + 'static {
         messages: Vec<NewMessage>,
     ) -> StoreResult<Vec<Message>>;
     async fn list_messages(&self, user: UserId, thread: ThreadId) -> StoreResult<Vec<Message>>;
+    /// The distinct author names of the user's messages.
+    async fn message_authors(&self, user: UserId) -> StoreResult<Vec<String>>;
     /// The rolling summary of a thread and the last message it covers.
     async fn thread_summary(
         &self,

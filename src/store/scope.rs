@@ -81,6 +81,14 @@ impl UserScope<'_> {
         self.user
     }
 
+    /// For each of the user's turn memories among `ids`, the turns just before and after it.
+    pub async fn turn_neighbours(
+        &self,
+        ids: &[MemoryId],
+    ) -> StoreResult<Vec<(MemoryId, Option<MemoryId>, Option<MemoryId>)>> {
+        self.store.turn_neighbours(Some(self.user), ids).await
+    }
+
     scoped! {
         fn insert_memories(&self, memories: Vec<(NewMemory, Embedded)>) -> StoreResult<Vec<Memory>>;
         fn get_memory(&self, id: MemoryId) -> StoreResult<Memory>;
@@ -104,6 +112,8 @@ impl UserScope<'_> {
         fn delete_thread_memories(&self, thread: ThreadId) -> StoreResult<Vec<MemoryId>>;
         /// Replaces a memory's vector (re-embedding after a model change).
         fn set_embedding(&self, id: MemoryId, embedded: &Embedded) -> StoreResult<()>;
+        /// Stores context views' vectors and logs an upsert for each memory.
+        fn set_context_embeddings(&self, embeddings: Vec<(MemoryId, Embedded)>) -> StoreResult<()>;
 
         /// Queues a job; false when a job with this key already exists.
         fn enqueue_job(&self, kind: JobKind, key: &str, payload: &serde_json::Value, after_run: Option<RunId>) -> StoreResult<bool>;
@@ -130,6 +140,8 @@ impl UserScope<'_> {
         /// Appends a past conversation's messages in order, in one transaction.
         fn import_messages(&self, thread: ThreadId, messages: Vec<NewMessage>) -> StoreResult<Vec<Message>>;
         fn list_messages(&self, thread: ThreadId) -> StoreResult<Vec<Message>>;
+        /// The distinct author names of the user's messages.
+        fn message_authors(&self) -> StoreResult<Vec<String>>;
         /// The rolling summary of a thread and the last message it covers.
         fn thread_summary(&self, thread: ThreadId) -> StoreResult<Option<(String, MessageId)>>;
         fn set_thread_summary(&self, thread: ThreadId, summary: &str, covered_until: MessageId) -> StoreResult<()>;
@@ -154,14 +166,24 @@ pub struct Maintenance<'a> {
 }
 
 impl Maintenance<'_> {
+    /// For each of these turn memories, the turns just before and after it in its thread.
+    pub async fn turn_neighbours(
+        &self,
+        ids: &[MemoryId],
+    ) -> StoreResult<Vec<(MemoryId, Option<MemoryId>, Option<MemoryId>)>> {
+        self.store.turn_neighbours(None, ids).await
+    }
+
     delegated! {
         fn memory_log_after(&self, after: i64, limit: i64) -> StoreResult<Vec<LogEntry>>;
         /// The highest sequence number in the memory log (0 when empty).
         fn memory_log_head(&self) -> StoreResult<i64>;
         /// Current rows of these memories with their owners (missing ids are deleted ones).
         fn owned_memories(&self, ids: &[MemoryId]) -> StoreResult<Vec<OwnedMemory>>;
-        /// For each of these turn memories, the turns just before and after it in its thread.
-        fn turn_neighbours(&self, ids: &[MemoryId]) -> StoreResult<Vec<(MemoryId, Option<MemoryId>, Option<MemoryId>)>>;
+        /// The stored context vectors of these memories (missing ones are absent).
+        fn context_embeddings(&self, ids: &[MemoryId]) -> StoreResult<Vec<(MemoryId, Embedded)>>;
+        /// Turn memories whose context vector is missing or another model's, oldest first.
+        fn turns_without_context(&self, model: &str, limit: i64) -> StoreResult<Vec<OwnedMemory>>;
         /// Every memory in id order after a cursor, for rebuilding indexes.
         fn scan_memories(&self, after: Option<MemoryId>, limit: i64) -> StoreResult<Vec<OwnedMemory>>;
         fn count_memories(&self) -> StoreResult<i64>;

@@ -389,6 +389,16 @@ macro_rules! sql_store {
                 Ok(found.iter().map(rows::message).collect::<Result<_, _>>()?)
             }
 
+            async fn message_authors(&self, user: UserId) -> StoreResult<Vec<String>> {
+                Ok(sqlx::query_scalar(
+                    "SELECT DISTINCT author FROM messages WHERE user_id = $1 AND author IS NOT NULL \
+                     ORDER BY author",
+                )
+                .bind(user.as_uuid())
+                .fetch_all(&self.pool)
+                .await?)
+            }
+
             async fn thread_summary(
                 &self,
                 user: UserId,

@@ -598,6 +598,7 @@ macro_rules! sql_memory_store {
 
             async fn turn_neighbours(
                 &self,
+                user: Option<UserId>,
                 ids: &[MemoryId],
             ) -> StoreResult<Vec<(MemoryId, Option<MemoryId>, Option<MemoryId>)>> {
                 use sqlx::Row as _;
@@ -605,11 +606,15 @@ macro_rules! sql_memory_store {
                     return Ok(Vec::new());
                 }
                 let n = ids.len();
+                let owner = match user {
+                    Some(_) => format!(" AND user_id = ${}", 2 * n + 1),
+                    None => String::new(),
+                };
                 let sql = format!(
                     "SELECT id, previous, following FROM (\
                        SELECT id, LAG(id) OVER turns AS previous, LEAD(id) OVER turns AS following \
                        FROM memories WHERE kind = 'turn' AND thread_id IN \
-                         (SELECT thread_id FROM memories WHERE kind = 'turn' AND id IN ({})) \
+                         (SELECT thread_id FROM memories WHERE kind = 'turn' AND id IN ({}){owner}) \
                        WINDOW turns AS (PARTITION BY thread_id ORDER BY created_at, id)\
                      ) AS ordered WHERE id IN ({})",
                     super::sql_memory::placeholders(1, n),
@@ -618,6 +623,9 @@ macro_rules! sql_memory_store {
                 let mut query = sqlx::query(&sql);
                 for id in ids.iter().chain(ids) {
                     query = query.bind(id.as_uuid());
+                }
+                if let Some(user) = user {
+                    query = query.bind(user.as_uuid());
                 }
                 let rows = query.fetch_all(&self.pool).await?;
                 let id = |row: &$row, column: &str| -> Result<Option<MemoryId>, sqlx::Error> {
@@ -633,6 +641,92 @@ macro_rules! sql_memory_store {
                     })
                     .collect::<Result<_, sqlx::Error>>()
                     .map_err(StoreError::from)
+            }
+
+            async fn set_context_embeddings(
+                &self,
+                user: UserId,
+                embeddings: Vec<(MemoryId, Embedded)>,
+            ) -> StoreResult<()> {
+                if embeddings.is_empty() {
+                    return Ok(());
+                }
+                let mut tx = self.pool.begin().await?;
+                let at = now();
+                for (id, embedded) in embeddings {
+                    let written = sqlx::query(
+                        "INSERT INTO memory_contexts (memory_id, user_id, embedding, embedding_model, updated_at) \
+                         SELECT id, user_id, $1, $2, $3 FROM memories WHERE id = $4 AND user_id = $5 \
+                         ON CONFLICT (memory_id) DO UPDATE SET embedding = $1, embedding_model = $2, updated_at = $3",
+                    )
+                    .bind(vector_to_bytes(&embedded.vector))
+                    .bind(&embedded.model)
+                    .bind(at)
+                    .bind(id.as_uuid())
+                    .bind(user.as_uuid())
+                    .execute(&mut *tx)
+                    .await?;
+                    if written.rows_affected() > 0 {
+                        append_log(&mut tx, user, Some(id), LogOp::Upsert).await?;
+                    }
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn context_embeddings(
+                &self,
+                ids: &[MemoryId],
+            ) -> StoreResult<Vec<(MemoryId, Embedded)>> {
+                use sqlx::Row as _;
+                if ids.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let sql = format!(
+                    "SELECT memory_id, embedding, embedding_model FROM memory_contexts WHERE memory_id IN ({})",
+                    super::sql_memory::placeholders(1, ids.len())
+                );
+                let mut query = sqlx::query(&sql);
+                for id in ids {
+                    query = query.bind(id.as_uuid());
+                }
+                let rows = query.fetch_all(&self.pool).await?;
+                rows.iter()
+                    .map(|row| {
+                        let bytes: Vec<u8> = row.try_get("embedding")?;
+                        Ok((
+                            MemoryId::from_uuid(row.try_get("memory_id")?),
+                            Embedded {
+                                vector: vector_from_bytes(&bytes),
+                                model: row.try_get("embedding_model")?,
+                            },
+                        ))
+                    })
+                    .collect::<Result<_, sqlx::Error>>()
+                    .map_err(StoreError::from)
+            }
+
+            async fn turns_without_context(
+                &self,
+                model: &str,
+                limit: i64,
+            ) -> StoreResult<Vec<OwnedMemory>> {
+                let columns = memory_rows::COLUMNS
+                    .split(", ")
+                    .map(|column| format!("m.{}", column.trim()))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let sql = format!(
+                    "SELECT {columns} FROM memories m LEFT JOIN memory_contexts c ON c.memory_id = m.id \
+                     WHERE m.kind = 'turn' AND (c.memory_id IS NULL OR c.embedding_model <> $1) \
+                     ORDER BY m.id LIMIT $2"
+                );
+                let found = sqlx::query(&sql)
+                    .bind(model)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?;
+                Ok(found.iter().map(memory_rows::owned).collect::<Result<_, _>>()?)
             }
 
             async fn scan_memories(

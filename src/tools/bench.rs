@@ -684,7 +684,7 @@ impl Bench<'_> {
         let sizes = format!(
             "SQLite {}, Edge {}, tantivy {}",
             bytes(dir_size(&dir.join("mnemo.db")) + wal_size(&dir)),
-            bytes(dir_size(&dir.join(format!("vectors-{DIMENSION}")))),
+            bytes(dir_size(&EdgeVectorIndex::dir(&dir, DIMENSION))),
             bytes(dir_size(&dir.join("keyword")))
         );
         self.row("1 storage", "disk space used after catch-up", &sizes, "")?;
@@ -1259,7 +1259,7 @@ async fn open_indexes(
     dimension: usize,
     options: &RecallBenchOptions,
 ) -> anyhow::Result<(Arc<dyn VectorIndex>, KeywordIndex, VectorWatermark)> {
-    let vector_dir = dir.join(format!("vectors-{dimension}"));
+    let vector_dir = EdgeVectorIndex::dir(dir, dimension);
     let vector = EdgeVectorIndex::open(&vector_dir, dimension).await?;
     vector.set_search_ef(options.search_ef);
     vector.set_tenant_shard_points(options.tenant_shard_points);

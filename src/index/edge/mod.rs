@@ -43,14 +43,17 @@ use qdrant_edge::external::serde_json::json;
 use qdrant_edge::{
     EdgeShard, NamedQuery, OperationError, PointId, PointOperations, PointStruct,
     PointStructPersisted, QueryEnum, SearchParams, SearchRequest, UpdateOperation, VectorInternal,
-    WithPayloadInterface, WithVector,
+    Vectors, WithPayloadInterface, WithVector,
 };
 
 use crate::index::vector::{
-    IndexError, MAX_SEARCH_LIMIT, VectorFilter, VectorIndex, VectorLayout, VectorPoint,
-    check_vector, fields,
+    IndexError, MAX_SEARCH_LIMIT, VectorFilter, VectorIndex, VectorLayout, VectorPoint, View,
+    check_point, check_vector, fields,
 };
 use crate::store::{MemoryId, UserId};
+
+/// The vector layout: one unnamed vector for the own view and a named `context` one.
+const LAYOUT: &str = "v2";
 
 /// A user as the tenant bookkeeping sees them: the id their points carry in `user_id`. The
 /// index never makes a `UserId` (only the store does); it routes by this key.
@@ -163,6 +166,30 @@ fn engine_err(context: &str, err: OperationError) -> IndexError {
 }
 
 impl EdgeVectorIndex {
+    /// Where a data directory keeps the index for vectors of `dimension`. The name carries the
+    /// layout: an index of an older layout is left behind (see [`Self::remove_older_layouts`])
+    /// and the new one is filled from the memory log.
+    pub fn dir(data_dir: &Path, dimension: usize) -> PathBuf {
+        data_dir.join(format!("vectors-{LAYOUT}-{dimension}"))
+    }
+
+    /// Deletes indexes of earlier layouts for `dimension` (derived data; the log rebuilds it).
+    pub fn remove_older_layouts(data_dir: &Path, dimension: usize) {
+        let old = data_dir.join(format!("vectors-{dimension}"));
+        if old.is_dir() {
+            match std::fs::remove_dir_all(&old) {
+                Ok(()) => tracing::info!(
+                    path = %old.display(),
+                    "removed a vector index of an older layout; the new one is built from the memory log"
+                ),
+                Err(error) => tracing::warn!(
+                    path = %old.display(), %error,
+                    "could not remove a vector index of an older layout"
+                ),
+            }
+        }
+    }
+
     /// Opens (or creates) the index in `dir` for vectors of `dimension`, with the tenant shards
     /// found under it.
     ///
@@ -231,7 +258,7 @@ impl VectorIndex for EdgeVectorIndex {
         }
         let dimension = self.inner.dimension;
         for p in &points {
-            check_vector(&p.vector, dimension)?;
+            check_point(p, dimension)?;
         }
         self.blocking(move |tiers| {
             let _route = gate(&tiers.route_gate);
@@ -257,7 +284,14 @@ impl VectorIndex for EdgeVectorIndex {
                     fields::ARCHIVED: p.archived,
                     fields::VALID: p.valid,
                 });
-                let point = PointStruct::new(PointId::Uuid(p.id.as_uuid()), p.vector, payload);
+                let vectors = match p.context {
+                    Some(context) => Vectors::new_named([
+                        (shard::vector_name(View::Own), p.vector),
+                        (shard::vector_name(View::Context), context),
+                    ]),
+                    None => Vectors::from(p.vector),
+                };
+                let point = PointStruct::new(PointId::Uuid(p.id.as_uuid()), vectors, payload);
                 if tenants.contains_key(&p.user_id.as_uuid()) {
                     own.entry(p.user_id.as_uuid())
                         .or_default()
@@ -317,9 +351,10 @@ impl VectorIndex for EdgeVectorIndex {
         .await
     }
 
-    async fn search(
+    async fn search_view(
         &self,
         user: UserId,
+        view: View,
         vector: &[f32],
         filter: &VectorFilter,
         limit: usize,
@@ -331,7 +366,10 @@ impl VectorIndex for EdgeVectorIndex {
         let request = SearchRequest {
             query: QueryEnum::Nearest(NamedQuery {
                 query: VectorInternal::from(vector.to_vec()),
-                using: None,
+                using: match view {
+                    View::Own => None,
+                    View::Context => Some(shard::vector_name(view).to_string()),
+                },
             }),
             filter: Some(build_filter(user.as_uuid(), Some(filter))?),
             params: match self.inner.search_ef.load(Ordering::Relaxed) {
@@ -469,7 +507,7 @@ mod tests {
         VectorPoint {
             id: MemoryId::new(),
             user_id: user,
-            context: vector.clone(),
+            context: None,
             vector,
             kind: "fact".into(),
             importance: 3,
@@ -617,6 +655,10 @@ mod tests {
             let config = EdgeConfig::builder()
                 .vector(
                     DEFAULT_VECTOR_NAME,
+                    EdgeVectorParams::builder(DIM, Distance::Cosine).build(),
+                )
+                .vector(
+                    "context",
                     EdgeVectorParams::builder(DIM, Distance::Cosine).build(),
                 )
                 .build();

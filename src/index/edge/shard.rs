@@ -12,9 +12,17 @@ use qdrant_edge::{
     ScrollRequest, UpdateOperation, WithPayloadInterface, WithVector,
 };
 
-use crate::index::vector::{IndexError, fields};
+use crate::index::vector::{IndexError, View, fields};
 
 use super::*;
+
+/// The engine's name for a view's vectors: the own view is the default (unnamed) vector.
+pub(super) fn vector_name(view: View) -> &'static str {
+    match view {
+        View::Own => DEFAULT_VECTOR_NAME,
+        View::Context => "context",
+    }
+}
 
 /// Few, large segments (see [`TARGET_SEGMENTS`]); the rest are the engine's defaults.
 pub(super) fn optimizers_config() -> EdgeOptimizersConfig {
@@ -104,28 +112,37 @@ impl Shard {
         std::fs::create_dir_all(path).map_err(|e| fs_err("create edge dir", path, e))?;
         if let Some(existing) = EdgeConfig::load(path) {
             let existing = existing.map_err(|e| engine_err("read edge config", e))?;
-            match existing.vectors.get(DEFAULT_VECTOR_NAME) {
-                Some(params) if params.size == dimension && params.distance == Distance::Cosine => {
-                }
-                Some(params) => {
-                    return Err(IndexError::BadInput(format!(
-                        "edge shard at {} has dimension {} / {:?}, requested {dimension} / Cosine",
-                        path.display(),
-                        params.size,
-                        params.distance
-                    )));
-                }
-                None => {
-                    return Err(IndexError::BadInput(format!(
-                        "edge shard at {} has no default dense vector",
-                        path.display()
-                    )));
+            for view in View::ALL {
+                match existing.vectors.get(vector_name(view)) {
+                    Some(params)
+                        if params.size == dimension && params.distance == Distance::Cosine => {}
+                    Some(params) => {
+                        return Err(IndexError::BadInput(format!(
+                            "edge shard at {} has {} vectors of dimension {} / {:?}, requested \
+                             {dimension} / Cosine",
+                            path.display(),
+                            view.as_str(),
+                            params.size,
+                            params.distance
+                        )));
+                    }
+                    None => {
+                        return Err(IndexError::BadInput(format!(
+                            "edge shard at {} has no {} vectors (an older layout)",
+                            path.display(),
+                            view.as_str()
+                        )));
+                    }
                 }
             }
         }
         let config = EdgeConfig::builder()
             .vector(
-                DEFAULT_VECTOR_NAME,
+                vector_name(View::Own),
+                EdgeVectorParams::builder(dimension, Distance::Cosine).build(),
+            )
+            .vector(
+                vector_name(View::Context),
                 EdgeVectorParams::builder(dimension, Distance::Cosine).build(),
             )
             // The default graph (m = 16) over all points; the big tenants also get their own

@@ -42,7 +42,7 @@ impl Scratch {
         let url = format!("sqlite://{}?mode=rwc", dir.join("mnemo.db").display());
         let store = store::connect(&url, settings.database.max_connections.max(2)).await?;
         let dimension = embedder.dimension();
-        let vector_dir = dir.join(format!("vectors-{dimension}"));
+        let vector_dir = EdgeVectorIndex::dir(dir, dimension);
         let vector = EdgeVectorIndex::open(&vector_dir, dimension).await?;
         vector.set_search_ef(settings.qdrant.search_ef);
         vector.set_tenant_shard_points(settings.qdrant.tenant_shard_points);
