@@ -244,11 +244,27 @@ pub fn fuse_lists(lists: &Lists<'_>, fusion: &FusionSettings, rrf_k: f64) -> Vec
                 };
         }
     }
-    if fusion.context_vector_weight > 0.0 && !lists.vector_context.is_empty() {
+    if fusion.context_vector_weight > 0.0 {
+        // The list such memories would have been in: the context view's hits, and the own
+        // scores of the own view's hits missing there (with no turns at all, the own list).
+        let in_context: std::collections::HashSet<MemoryId> =
+            lists.vector_context.iter().map(|(id, _)| *id).collect();
+        let reference: Vec<f32> = lists
+            .vector_context
+            .iter()
+            .map(|(_, score)| *score)
+            .chain(
+                lists
+                    .vector
+                    .iter()
+                    .filter(|(id, _)| !in_context.contains(id))
+                    .map(|(_, score)| *score),
+            )
+            .collect();
         for candidate in by_id.values_mut() {
             if let (None, Some((_, own))) = (candidate.vector_context, candidate.vector) {
-                candidate.fill = fusion.context_vector_weight
-                    * placed(lists.vector_context, own, fusion.method, rrf_k);
+                candidate.fill =
+                    fusion.context_vector_weight * placed(&reference, own, fusion.method, rrf_k);
                 candidate.found |= candidate.fill > 0.0;
             }
         }
@@ -265,22 +281,22 @@ pub fn fuse_lists(lists: &Lists<'_>, fusion: &FusionSettings, rrf_k: f64) -> Vec
     fused
 }
 
-/// The unweighted contribution a hit scoring `score` would have made had it been in `list`
-/// (best first, not empty): by the rank it would have taken, or its score against the list's.
-fn placed(list: &[(MemoryId, f32)], score: f32, method: FusionMethod, rrf_k: f64) -> f64 {
-    let scores = list.iter().map(|(_, score)| f64::from(*score));
-    let best = scores.clone().fold(f64::NEG_INFINITY, f64::max);
-    let worst = scores.fold(f64::INFINITY, f64::min);
+/// The unweighted contribution a hit scoring `score` would have made in a list of `scores`
+/// (one of them its own): by the rank it would have taken, or its score against the list's.
+fn placed(scores: &[f32], score: f32, method: FusionMethod, rrf_k: f64) -> f64 {
+    let all = scores.iter().map(|score| f64::from(*score));
+    let best = all.clone().fold(f64::NEG_INFINITY, f64::max);
+    let worst = all.fold(f64::INFINITY, f64::min);
     let score = f64::from(score);
     match method {
         FusionMethod::Rrf => {
-            let rank = 1 + list.iter().filter(|(_, s)| f64::from(*s) > score).count();
+            let rank = 1 + scores.iter().filter(|s| f64::from(**s) > score).count();
             1.0 / (rrf_k.max(0.0) + rank as f64)
         }
         FusionMethod::Score if best > 0.0 => score.max(0.0) / best,
         FusionMethod::Score => 0.0,
         FusionMethod::MinMax if best > worst => ((score - worst) / (best - worst)).clamp(0.0, 1.0),
-        FusionMethod::MinMax => f64::from(u8::from(score >= best)),
+        FusionMethod::MinMax => 1.0,
     }
 }
 
@@ -521,6 +537,7 @@ mod tests {
         };
         let settings = MemorySettings {
             fusion: fusion.clone(),
+            length_prior: 0.0,
             ..MemorySettings::default()
         };
         let fact = memory("The user's boat is called Seabiscuit", 3, vec![1.0, 0.0], 0);
