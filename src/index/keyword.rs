@@ -44,6 +44,31 @@ use tantivy_jieba::{JiebaTokenStream, JiebaTokenizer};
 use crate::index::vector::{IndexError, KindCondition, MAX_SEARCH_LIMIT, VectorFilter, View};
 use crate::store::{MemoryId, UserId};
 
+/// A query term in more than this share of a user's memories (and more than one of them)
+/// says little about which one the query is after: it does not count towards a hit's coverage.
+const INFORMATIVE_SHARE: f64 = 0.05;
+
+/// tantivy's BM25 idf of a term in `n` of `total` documents.
+fn bm25_idf(n: u64, total: u64) -> f64 {
+    let x = ((total - n.min(total)) as f64 + 0.5) / (n as f64 + 0.5);
+    (1.0 + x).ln()
+}
+
+/// The hits of one BM25 search, best first, and (when asked for) how much of the query each
+/// covers: the idf of the informative query terms it holds (those in at most 5 % of the
+/// user's memories) over the idf of all the query's terms. 0 for a hit that only shares
+/// common words with the query, 1 for one holding every term; a memory's length does not
+/// matter (its BM25 score does depend on it).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ViewHits {
+    pub hits: Vec<(MemoryId, f32)>,
+    /// One per hit, in the same order; empty unless asked for.
+    pub coverage: Vec<f32>,
+}
+
+/// `(id, BM25 score)`, best first.
+type Hits = Vec<(MemoryId, f32)>;
+
 /// Name under which the analyzer is registered in the index's tokenizer manager.
 pub const TOKENIZER_NAME: &str = "mnemo";
 
@@ -484,23 +509,120 @@ impl KeywordIndex {
         filter: &KeywordFilter,
         limit: usize,
     ) -> Result<Vec<(MemoryId, f32)>, IndexError> {
+        Ok(self
+            .search_view_covered(user, query, view, filter, limit, false)?
+            .hits)
+    }
+
+    /// [`Self::search_view`], and with `covered` how much of the query each hit covers
+    /// ([`ViewHits::coverage`]).
+    pub fn search_view_covered(
+        &self,
+        user: UserId,
+        query: &str,
+        view: View,
+        filter: &KeywordFilter,
+        limit: usize,
+        covered: bool,
+    ) -> Result<ViewHits, IndexError> {
         if limit == 0 || filter.is_unsatisfiable() {
-            return Ok(Vec::new());
+            return Ok(ViewHits::default());
         }
-        let f = self.inner.fields;
+        let words = self.query_terms(query);
+        if words.is_empty() {
+            return Ok(ViewHits::default());
+        }
+        let field = self.view_field(view);
+        let searcher = self.inner.reader.searcher();
+        let (addresses, hits) = self.top_hits(&searcher, user, field, &words, filter, limit)?;
+        if !covered || hits.is_empty() {
+            return Ok(ViewHits {
+                hits,
+                coverage: Vec::new(),
+            });
+        }
+        // Each term weighs its idf (the index's statistics; a term the index has never seen
+        // weighs the most), and a hit covers the weight of the informative terms it holds.
+        let total = tantivy::query::Bm25StatisticsProvider::total_num_docs(&searcher)
+            .map_err(|e| tantivy_err("keyword statistics", e))?;
+        let mut query_weight = 0.0f64;
+        let mut weights = HashMap::new();
+        for word in &words {
+            let n = searcher
+                .doc_freq(&Term::from_field_text(field, word))
+                .map_err(|e| tantivy_err("keyword statistics", e))?;
+            let weight = bm25_idf(n, total);
+            query_weight += weight;
+            weights.insert(word.as_str(), weight);
+        }
+        let mut held = vec![0.0f64; addresses.len()];
+        for word in self.informative_terms(&searcher, user, &words)? {
+            let holders = self.user_docs_holding(&searcher, user, field, &word)?;
+            let weight = weights.get(word.as_str()).copied().unwrap_or_default();
+            for (address, held) in addresses.iter().zip(held.iter_mut()) {
+                if holders.contains(address) {
+                    *held += weight;
+                }
+            }
+        }
+        let coverage = held
+            .into_iter()
+            .map(|held| (held / query_weight) as f32)
+            .collect();
+        Ok(ViewHits { hits, coverage })
+    }
+
+    /// The user's documents whose `field` holds `word` (an informative term: few of them).
+    fn user_docs_holding(
+        &self,
+        searcher: &tantivy::Searcher,
+        user: UserId,
+        field: Field,
+        word: &str,
+    ) -> Result<std::collections::HashSet<DocAddress>, IndexError> {
+        let both = BooleanQuery::new(vec![
+            (
+                Occur::Must,
+                Box::new(TermQuery::new(
+                    Term::from_field_text(field, word),
+                    IndexRecordOption::Basic,
+                )) as Box<dyn Query>,
+            ),
+            (Occur::Must, Box::new(self.user_query(user))),
+        ]);
+        searcher
+            .search(&both, &DocSetCollector)
+            .map_err(|e| tantivy_err("keyword coverage", e))
+    }
+
+    /// The analysed terms of a query, each once, without the words that only make it a
+    /// question ("what", "did", ...; "may" stays when it names the month).
+    fn query_terms(&self, query: &str) -> BTreeSet<String> {
         let mut analyzer = self.inner.analyzer.clone();
         let month_may = names_the_month_may(query);
-        let words: BTreeSet<String> = analyze(&mut analyzer, &split_compounds(query))
+        analyze(&mut analyzer, &split_compounds(query))
             .into_iter()
             .filter(|word| !QUESTION_WORDS.contains(&word.as_str()) || (word == "may" && month_may))
-            .collect();
-        if words.is_empty() {
-            return Ok(Vec::new());
+            .collect()
+    }
+
+    fn view_field(&self, view: View) -> Field {
+        match view {
+            View::Own => self.inner.fields.content,
+            View::Context => self.inner.fields.context,
         }
-        let field = match view {
-            View::Own => f.content,
-            View::Context => f.context,
-        };
+    }
+
+    /// The best `limit` of `user`'s memories passing `filter` for an OR of `words` in `field`.
+    fn top_hits(
+        &self,
+        searcher: &tantivy::Searcher,
+        user: UserId,
+        field: Field,
+        words: &BTreeSet<String>,
+        filter: &KeywordFilter,
+        limit: usize,
+    ) -> Result<(Vec<DocAddress>, Hits), IndexError> {
         let text: Vec<(Occur, Box<dyn Query>)> = words
             .iter()
             .map(|w| {
@@ -518,19 +640,90 @@ impl KeywordIndex {
             clauses.push((occur, Box::new(ConstScoreQuery::new(filter_query, 0.0))));
         }
         let query = BooleanQuery::new(clauses);
-        let searcher = self.inner.reader.searcher();
         let top = searcher
             .search(
                 &query,
                 &TopDocs::with_limit(limit.min(MAX_SEARCH_LIMIT)).order_by_score(),
             )
             .map_err(|e| tantivy_err("keyword search", e))?;
-        let ids = self.memory_ids(&searcher, top.iter().map(|(_, addr)| *addr))?;
-        Ok(ids
+        let addresses: Vec<DocAddress> = top.iter().map(|(_, addr)| *addr).collect();
+        let ids = self.memory_ids(searcher, addresses.iter().copied())?;
+        let hits = ids
             .into_iter()
             .zip(top)
             .map(|(id, (score, _))| (id, score))
-            .collect())
+            .collect();
+        Ok((addresses, hits))
+    }
+
+    /// The terms in at most [`INFORMATIVE_SHARE`] of the user's memories (own text): the ones
+    /// that say which memory a query is about. Counting stops at the share, so a common term
+    /// costs no more than that many postings.
+    fn informative_terms(
+        &self,
+        searcher: &tantivy::Searcher,
+        user: UserId,
+        words: &BTreeSet<String>,
+    ) -> Result<BTreeSet<String>, IndexError> {
+        let fields = self.inner.fields;
+        let user_term = Term::from_field_text(fields.user_id, &user.as_uuid().to_string());
+        let memories = searcher
+            .doc_freq(&user_term)
+            .map_err(|e| tantivy_err("keyword statistics", e))?;
+        // A term of a single memory singles it out however few the user has.
+        let most = ((INFORMATIVE_SHARE * memories as f64).floor() as u64).max(1);
+        let mut informative = BTreeSet::new();
+        for word in words {
+            let term = Term::from_field_text(fields.content, word);
+            let anywhere = searcher
+                .doc_freq(&term)
+                .map_err(|e| tantivy_err("keyword statistics", e))?;
+            if anywhere <= most || self.user_docs_with(searcher, user, term, most)? <= most {
+                informative.insert(word.clone());
+            }
+        }
+        Ok(informative)
+    }
+
+    /// How many of `user`'s live documents hold `term`, counted up to `stop + 1`.
+    fn user_docs_with(
+        &self,
+        searcher: &tantivy::Searcher,
+        user: UserId,
+        term: Term,
+        stop: u64,
+    ) -> Result<u64, IndexError> {
+        use tantivy::{DocSet as _, TERMINATED};
+        let both = BooleanQuery::new(vec![
+            (
+                Occur::Must,
+                Box::new(TermQuery::new(term, IndexRecordOption::Basic)) as Box<dyn Query>,
+            ),
+            (Occur::Must, Box::new(self.user_query(user))),
+        ]);
+        let weight = both
+            .weight(tantivy::query::EnableScoring::disabled_from_searcher(
+                searcher,
+            ))
+            .map_err(|e| tantivy_err("keyword statistics", e))?;
+        let mut count = 0u64;
+        for reader in searcher.segment_readers() {
+            let mut scorer = weight
+                .scorer(reader, 1.0)
+                .map_err(|e| tantivy_err("keyword statistics", e))?;
+            let alive = reader.alive_bitset();
+            let mut doc = scorer.doc();
+            while doc != TERMINATED {
+                if alive.is_none_or(|alive| alive.is_alive(doc)) {
+                    count += 1;
+                    if count > stop {
+                        return Ok(count);
+                    }
+                }
+                doc = scorer.advance();
+            }
+        }
+        Ok(count)
     }
 
     /// Number of documents stored for `user`.
@@ -567,6 +760,20 @@ impl KeywordIndex {
         limit: usize,
     ) -> Result<Vec<(MemoryId, f32)>, IndexError> {
         self.blocking(move |k| k.search(user, &query, &filter, limit))
+            .await
+    }
+
+    /// [`Self::search_view_covered`] on the blocking pool.
+    pub async fn search_view_covered_async(
+        &self,
+        user: UserId,
+        query: String,
+        view: View,
+        filter: KeywordFilter,
+        limit: usize,
+        covered: bool,
+    ) -> Result<ViewHits, IndexError> {
+        self.blocking(move |k| k.search_view_covered(user, &query, view, &filter, limit, covered))
             .await
     }
 
@@ -868,6 +1075,60 @@ mod tests {
             .expect("search_async");
         assert_eq!(ids(&hits), vec![hike_en]);
         assert_eq!(index.count_async(bob).await.expect("count_async"), 1);
+    }
+
+    /// Coverage counts only the informative query terms: a word in most of the user's
+    /// memories covers nothing, a rare one a share in line with its weight in the query.
+    #[test]
+    fn coverage_counts_the_terms_that_single_memories_out() {
+        let index = KeywordIndex::open(None).expect("open");
+        let (alice, bob) = (user(), user());
+        let boat = mem();
+        let mut ops: Vec<KeywordOp> = (0..40)
+            .map(|i| KeywordOp::Upsert(kdoc(mem(), alice, &format!("Alice: I like item {i}"))))
+            .collect();
+        ops.push(KeywordOp::Upsert(kdoc(
+            boat,
+            alice,
+            "Alice: I like my boat Seabiscuit, Seabiscuit is fast",
+        )));
+        // Bob's memories count in the index's statistics, not in Alice's shares.
+        ops.extend((0..40).map(|_| KeywordOp::Upsert(kdoc(mem(), bob, "Bob: Seabiscuit"))));
+        index.apply(&ops, 1).expect("apply");
+        let covered = |query: &str| {
+            index
+                .search_view_covered(alice, query, View::Own, &KeywordFilter::default(), 50, true)
+                .expect("search")
+        };
+        let found = covered("Do I like Seabiscuit?");
+        assert_eq!(found.hits.len(), 41, "every memory shares \"like\"");
+        assert_eq!(found.coverage.len(), found.hits.len());
+        assert_eq!(found.hits[0].0, boat);
+        let boat_coverage = found.coverage[0];
+        assert!(
+            boat_coverage > 0.1 && boat_coverage < 1.0,
+            "{boat_coverage}"
+        );
+        assert!(
+            found.coverage[1..].iter().all(|coverage| *coverage == 0.0),
+            "\"like\" is in every memory: {:?}",
+            found.coverage
+        );
+        // A query word no memory holds pulls coverage down: it could have matched.
+        let with_unknown = covered("Seabiscuit zanzibar");
+        assert!(with_unknown.coverage[0] < covered("Seabiscuit").coverage[0]);
+        // Not asked for, not computed.
+        let plain = index
+            .search_view_covered(
+                alice,
+                "Seabiscuit",
+                View::Own,
+                &KeywordFilter::default(),
+                50,
+                false,
+            )
+            .expect("search");
+        assert!(plain.coverage.is_empty() && plain.hits.len() == 1);
     }
 
     #[test]

@@ -128,6 +128,8 @@ pub struct Candidate {
     pub keyword_context: Option<(usize, f32)>,
     /// Found by a list with a positive weight (min-max gives the last of a list 0).
     pub found: bool,
+    /// The larger of its BM25 hits' coverage of the query (see `ViewHits::coverage`).
+    pub coverage: f32,
     /// What the context view's vector list would add if the memory is not a turn: such a
     /// memory is its own context, so its own cosine stands in for the context one it was
     /// never given (only turns have context vectors). Known once the row is read;
@@ -158,6 +160,16 @@ pub struct Lists<'a> {
     pub keyword: &'a [(MemoryId, f32)],
     pub vector_context: &'a [(MemoryId, f32)],
     pub keyword_context: &'a [(MemoryId, f32)],
+    /// The BM25 hits' coverage of the query, one per hit of `keyword` and of
+    /// `keyword_context` (a hit without one covers nothing).
+    pub keyword_coverage: &'a [f32],
+    pub keyword_context_coverage: &'a [f32],
+    /// Apply the query gate and the relevance floor (`FusionSettings`).
+    pub gated: bool,
+    /// How many hits each search was asked for: a BM25 list that came back shorter holds
+    /// every memory sharing a term with the query, and is normalised from 0 (its only hit
+    /// gets full weight, not none).
+    pub requested: usize,
 }
 
 impl<'a> Lists<'a> {
@@ -188,17 +200,20 @@ pub fn fuse(
 ) -> Vec<Candidate> {
     let fusion = FusionSettings {
         method: FusionMethod::Rrf,
+        context_vector_weight: 0.0,
+        context_bm25_weight: 0.0,
         ..FusionSettings::default()
     };
     fuse_lists(&Lists::own(vector_hits, keyword_hits), &fusion, rrf_k)
 }
 
 /// Fuses every signal's list into one order, best first: weighted Reciprocal Rank Fusion
-/// (`Σ w / (k + rank)`) or the weighted sum of each list's scores divided by its best score.
-/// Ranks are positions in the index's lists, so the order is known before any row is read;
-/// a hit whose row turns out to be gone (an index lagging a delete by milliseconds) is
-/// dropped later but keeps its slot. Candidates no signal supports well enough (below the
-/// relevance floor) are left out.
+/// (`Σ w / (k + rank)`), or the weighted sum of each list's scores divided by its best score
+/// or min-max normalised over the list. Ranks and scores come from the index's lists, so the
+/// order is known before any row is read; a hit whose row turns out to be gone (an index
+/// lagging a delete by milliseconds) is dropped later but keeps its slot. When the lists
+/// carry coverage, the query gate may return nothing at all, and candidates below the
+/// relevance floor are left out (`FusionSettings`).
 pub fn fuse_lists(lists: &Lists<'_>, fusion: &FusionSettings, rrf_k: f64) -> Vec<Candidate> {
     let weights = [
         fusion.vector_weight,
@@ -210,7 +225,16 @@ pub fn fuse_lists(lists: &Lists<'_>, fusion: &FusionSettings, rrf_k: f64) -> Vec
     for (signal, (list, weight)) in lists.each().into_iter().zip(weights).enumerate() {
         let scores = list.iter().map(|(_, score)| f64::from(*score));
         let best = scores.clone().fold(f64::NEG_INFINITY, f64::max);
-        let worst = scores.fold(f64::INFINITY, f64::min);
+        let mut worst = scores.fold(f64::INFINITY, f64::min);
+        let keyword = matches!(signal, 1 | 3);
+        if keyword && list.len() < lists.requested {
+            worst = worst.min(0.0);
+        }
+        let coverage = match signal {
+            1 => lists.keyword_coverage,
+            3 => lists.keyword_context_coverage,
+            _ => &[],
+        };
         let mut seen = std::collections::HashSet::with_capacity(list.len());
         for (index, (id, score)) in list.iter().enumerate() {
             if !seen.insert(*id) {
@@ -229,6 +253,9 @@ pub fn fuse_lists(lists: &Lists<'_>, fusion: &FusionSettings, rrf_k: f64) -> Vec
                 _ => &mut candidate.keyword_context,
             };
             *slot = Some((rank, *score));
+            if let Some(covered) = coverage.get(index) {
+                candidate.coverage = candidate.coverage.max(*covered);
+            }
             if weight <= 0.0 {
                 continue;
             }
@@ -269,9 +296,23 @@ pub fn fuse_lists(lists: &Lists<'_>, fusion: &FusionSettings, rrf_k: f64) -> Vec
             }
         }
     }
+    let passes = |candidate: &Candidate, cosine: f64, coverage: f64| {
+        !lists.gated
+            || candidate_cosine(candidate) >= cosine
+            || f64::from(candidate.coverage) >= coverage
+    };
+    if !by_id
+        .values()
+        .any(|candidate| passes(candidate, fusion.gate_cosine, fusion.gate_coverage))
+    {
+        // Nothing the query is about: no candidate is close enough in meaning or words.
+        return Vec::new();
+    }
     let mut fused: Vec<Candidate> = by_id
         .into_values()
-        .filter(|candidate| candidate.found && above_floor(candidate, fusion))
+        .filter(|candidate| {
+            candidate.found && passes(candidate, fusion.floor_cosine, fusion.floor_coverage)
+        })
         .collect();
     fused.sort_by(|a, b| {
         b.bound()
@@ -300,19 +341,13 @@ fn placed(scores: &[f32], score: f32, method: FusionMethod, rrf_k: f64) -> f64 {
     }
 }
 
-/// Whether some signal supports the candidate well enough: a vector view at least
-/// `floor_cosine` similar, or a BM25 view scoring at least `floor_bm25`. A floor of 0 admits
-/// everything.
-fn above_floor(candidate: &Candidate, fusion: &FusionSettings) -> bool {
-    let cosine = [candidate.vector, candidate.vector_context]
+/// The candidate's closer vector view to the query (0 when no vector list holds it).
+fn candidate_cosine(candidate: &Candidate) -> f64 {
+    [candidate.vector, candidate.vector_context]
         .into_iter()
         .flatten()
-        .any(|(_, score)| f64::from(score) >= fusion.floor_cosine);
-    let bm25 = [candidate.keyword, candidate.keyword_context]
-        .into_iter()
-        .flatten()
-        .any(|(_, score)| f64::from(score) >= fusion.floor_bm25);
-    cosine || bm25
+        .map(|(_, score)| f64::from(score))
+        .fold(0.0, f64::max)
 }
 
 /// Scores the candidates whose rows are in `memories` (read for the user and checked
@@ -524,6 +559,71 @@ mod tests {
             embedding_model: "m".into(),
             embedding: vector,
         }
+    }
+
+    /// The query gate returns nothing unless some candidate is close in meaning or covers
+    /// the query's words; past it, candidates weak in both are dropped.
+    #[test]
+    fn the_gate_and_the_floor_keep_only_what_the_query_is_about() {
+        let fusion = FusionSettings::default();
+        let (close, worded, weak, vague) = (
+            MemoryId::new(),
+            MemoryId::new(),
+            MemoryId::new(),
+            MemoryId::new(),
+        );
+        let ids = |fused: &[Candidate]| {
+            let mut ids: Vec<MemoryId> = fused.iter().map(|c| c.id).collect();
+            ids.sort();
+            ids
+        };
+        // Nothing near: the best cosine 0.40 < 0.47, the best coverage 0.2 < 0.35.
+        let vector = [(vague, 0.40), (weak, 0.2)];
+        let keyword = [(weak, 3.0)];
+        let coverage = [0.2];
+        let lists = Lists {
+            vector: &vector,
+            keyword: &keyword,
+            keyword_coverage: &coverage,
+            requested: 50,
+            gated: true,
+            ..Lists::default()
+        };
+        assert!(fuse_lists(&lists, &fusion, 10.0).is_empty());
+        // Ungated, the same lists give both.
+        let open = Lists {
+            gated: false,
+            ..lists
+        };
+        assert_eq!(fuse_lists(&open, &fusion, 10.0).len(), 2);
+        // One close memory opens the gate; the floor then drops what is weak in both
+        // signals (cosine < 0.35 and coverage < 0.05) and keeps a hit by words alone.
+        let vector = [(close, 0.6), (vague, 0.40), (weak, 0.2)];
+        let keyword = [(worded, 9.0), (weak, 3.0)];
+        let coverage = [0.5, 0.01];
+        let lists = Lists {
+            vector: &vector,
+            keyword: &keyword,
+            keyword_coverage: &coverage,
+            requested: 50,
+            gated: true,
+            ..Lists::default()
+        };
+        let mut expected = vec![close, worded, vague];
+        expected.sort();
+        assert_eq!(ids(&fuse_lists(&lists, &fusion, 10.0)), expected);
+        // A short BM25 list is normalised from 0: its last hit still counts (3 / 9; the
+        // vector list's last counts 0).
+        let fused = fuse_lists(
+            &Lists {
+                gated: false,
+                ..lists
+            },
+            &fusion,
+            10.0,
+        );
+        let weak_hit = fused.iter().find(|c| c.id == weak).unwrap();
+        assert!((weak_hit.rrf - 1.0 / 3.0).abs() < 1e-6, "{weak_hit:?}");
     }
 
     /// Only turns have context vectors; a fact is its own context, so its own cosine counts

@@ -12,6 +12,7 @@ use serde::Serialize;
 use super::rank::{self, RecallMode, Recalled};
 use super::{MemoryEngine, MemoryError, MemoryResult, elapsed_ms};
 use crate::config::MemorySettings;
+use crate::index::keyword::ViewHits;
 use crate::index::vector::{VectorFilter, View};
 use crate::store::{Memory, MemoryFilter, MemoryId, MemoryKind, UserId};
 
@@ -121,6 +122,7 @@ impl MemoryEngine {
         let first_chunk = (2 * k).max(HYDRATE_CHUNK_MIN);
         let fusion = &settings.fusion;
         let (
+            covered,
             vector_hits,
             context_vector_hits,
             keyword_hits,
@@ -133,37 +135,60 @@ impl MemoryEngine {
             let use_vector = request.mode != RecallMode::Keyword;
             let use_keyword = request.mode != RecallMode::Vector;
             let use_context_keyword = use_keyword && fusion.context_bm25_weight > 0.0;
+            // Coverage feeds the gate and the floor; a search by one signal alone (an
+            // ablation, a diagnostic) keeps what it finds.
+            let covered = request.mode == RecallMode::Hybrid
+                && [
+                    fusion.gate_cosine,
+                    fusion.gate_coverage,
+                    fusion.floor_cosine,
+                    fusion.floor_coverage,
+                ]
+                .iter()
+                .any(|threshold| *threshold > 0.0);
             let keyword = self.indexer.keyword().clone();
             let context_keyword = keyword.clone();
             let context_keyword_search = async {
                 if !use_context_keyword {
-                    return Ok::<_, MemoryError>(Vec::new());
+                    return Ok::<_, MemoryError>(ViewHits::default());
                 }
                 Ok(context_keyword
-                    .search_view_async(
+                    .search_view_covered_async(
                         user,
                         query.to_string(),
                         View::Context,
                         filter.clone(),
                         candidates,
+                        covered,
                     )
                     .await?)
             };
             let keyword_search = async {
                 if !use_keyword {
-                    return Ok((Vec::new(), 0.0, Vec::new()));
+                    return Ok((ViewHits::default(), 0.0, Vec::new()));
                 }
                 let started = Instant::now();
                 let hits = keyword
-                    .search_async(user, query.to_string(), filter.clone(), candidates)
+                    .search_view_covered_async(
+                        user,
+                        query.to_string(),
+                        View::Own,
+                        filter.clone(),
+                        candidates,
+                        covered,
+                    )
                     .await?;
                 let keyword_ms = elapsed_ms(started);
                 // The vector side (embedding the query, then searching) takes longer: read
                 // the rows of the best keyword hits meanwhile, as the first reading round
                 // after fusion will want most of them.
-                let prefetched = if use_vector && !hits.is_empty() {
-                    let ids: Vec<MemoryId> =
-                        hits.iter().take(first_chunk).map(|(id, _)| *id).collect();
+                let prefetched = if use_vector && !hits.hits.is_empty() {
+                    let ids: Vec<MemoryId> = hits
+                        .hits
+                        .iter()
+                        .take(first_chunk)
+                        .map(|(id, _)| *id)
+                        .collect();
                     self.store.user(user).memories_by_ids(&ids).await?
                 } else {
                     Vec::new()
@@ -199,6 +224,7 @@ impl MemoryEngine {
             let (vector_hits, context_vector_hits, embed_ms, vector_ms) = vector_result?;
             let (keyword_hits, keyword_ms, prefetched) = keyword_result?;
             (
+                covered,
                 vector_hits,
                 context_vector_hits,
                 keyword_hits,
@@ -218,9 +244,13 @@ impl MemoryEngine {
         };
         let lists = rank::Lists {
             vector: &vector_hits,
-            keyword: &keyword_hits,
+            keyword: &keyword_hits.hits,
             vector_context: &context_vector_hits,
-            keyword_context: &context_keyword_hits,
+            keyword_context: &context_keyword_hits.hits,
+            keyword_coverage: &keyword_hits.coverage,
+            keyword_context_coverage: &context_keyword_hits.coverage,
+            requested: candidates,
+            gated: covered,
         };
         let fused = rank::fuse_lists(&lists, fusion, settings.rrf_k);
         let hints = rank::QueryHints {

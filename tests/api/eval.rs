@@ -27,7 +27,10 @@ async fn run_eval(llm: &FakeLlm, dir: &Path, args: &[&str]) -> PathBuf {
         .arg("--data-dir")
         .arg(dir.join("data"))
         .env("MNEMO__EMBEDDER__MODEL_DIR", support::model_dir())
-        .env("MNEMO__LOG__LEVEL", "warn");
+        .env("MNEMO__LOG__LEVEL", "warn")
+        // Three-question haystacks of a few turns: the gate's thresholds are not what these
+        // tests are about (the LoCoMo run measures them).
+        .envs(support::UNGATED);
     for (key, value) in llm.env() {
         command.env(key, value);
     }

@@ -220,7 +220,11 @@ async fn hybrid_recall_keeps_a_keyword_only_hit_and_a_vector_only_hit() {
     // The vector signal always returns its `candidates` nearest memories, however far: with
     // fewer memories than that, every memory would carry a vector rank. A pool of 10 (default
     // 50) lets 24 memories show which signal found what.
-    let app = TestApp::spawn_with(&home, &[("MNEMO__MEMORY__CANDIDATES", "10")]).await;
+    // Fusion is under test, not the gate: the floor would rightly drop the cats (no shared
+    // word, cosine below 0.35).
+    let mut settings = vec![("MNEMO__MEMORY__CANDIDATES", "10")];
+    settings.extend(support::UNGATED);
+    let app = TestApp::spawn_with(&home, &settings).await;
     let key = app.user_key("alice").await;
     for content in DISTRACTORS {
         add_text(&app, &key, content).await;
@@ -1332,4 +1336,35 @@ async fn users_never_see_each_others_memories_postgres() {
         },
     )
     .await;
+}
+
+/// Recall answers what the user's memories are about and nothing else: a greeting, or a
+/// question about something never said, finds nothing (the query gate), while a question
+/// about a memory finds it — by meaning or by a rare word alone.
+#[tokio::test]
+async fn recall_returns_nothing_for_what_no_memory_is_about() {
+    let home = TestHome::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let key = app.user_key("alice").await;
+    for content in DISTRACTORS {
+        add_text(&app, &key, content).await;
+    }
+    let boat = add_text(&app, &key, "My sailing boat is called Seabiscuit").await;
+    wait_recallable(&app).await;
+    for query in ["hello", "thanks!", "What is the capital of Mongolia?"] {
+        let found = search(&app, &key, json!({ "query": query })).await;
+        assert!(found.is_empty(), "{query:?} found {found:#?}");
+        // Each signal alone still answers (ablations and diagnostics are not gated).
+        let vector = search(&app, &key, json!({ "query": query, "mode": "vector" })).await;
+        assert!(!vector.is_empty(), "{query:?}");
+    }
+    let by_meaning = search(&app, &key, json!({ "query": "what is my boat's name?" })).await;
+    assert_eq!(
+        ids(&by_meaning).first(),
+        Some(&id_of(&boat)),
+        "{by_meaning:#?}"
+    );
+    let by_word = search(&app, &key, json!({ "query": "Seabiscuit" })).await;
+    assert_eq!(ids(&by_word).first(), Some(&id_of(&boat)), "{by_word:#?}");
+    app.stop_and_release().await;
 }

@@ -73,6 +73,11 @@ pub(super) struct Accumulator {
     pub(super) returned: usize,
     pub(super) words: usize,
     pub(super) wordpieces: Option<usize>,
+    /// Questions of another conversation asked (fused retrievals), how many found nothing,
+    /// and how many memories they returned in all (at most `tokens_k` each).
+    pub(super) foreign_asked: usize,
+    pub(super) foreign_nothing: usize,
+    pub(super) foreign_returned: usize,
 }
 
 impl Accumulator {
@@ -84,6 +89,9 @@ impl Accumulator {
             returned: 0,
             words: 0,
             wordpieces: Some(0),
+            foreign_asked: 0,
+            foreign_nothing: 0,
+            foreign_returned: 0,
         }
     }
 
@@ -109,6 +117,11 @@ impl Accumulator {
             words_at_tokens_k: self.words as f64 / n,
             wordpieces_at_tokens_k: self.wordpieces.map(|count| count as f64 / n),
             tokens_k: plan.tokens_k,
+            foreign: (self.foreign_asked > 0).then(|| Foreign {
+                asked: self.foreign_asked,
+                nothing: self.foreign_nothing as f64 / self.foreign_asked as f64,
+                returned: self.foreign_returned as f64 / self.foreign_asked as f64,
+            }),
         }
     }
 }

@@ -48,13 +48,13 @@ use serde::Serialize;
 use sha2::Digest;
 
 use mnemo::config::ModelRole;
-use mnemo::config::{MemorySettings, Settings};
+use mnemo::config::{FusionMethod, MemorySettings, Settings};
 use mnemo::llm::embed::Embedder;
 use mnemo::memory::rank::RecallMode;
 use mnemo::store::Role;
 
 use accumulate::*;
-pub use report::{Report, RunResult};
+pub use report::{Foreign, Report, RunResult};
 use scratch::*;
 
 // --- the dataset model ----------------------------------------------------------------------
@@ -238,14 +238,17 @@ pub enum Retrieval {
     Vector,
     Hybrid,
     HybridDecay,
+    /// `HybridDecay` without the query gate and the relevance floor: what they cost.
+    Ungated,
 }
 
 impl Retrieval {
-    pub const ALL: [Retrieval; 4] = [
+    pub const ALL: [Retrieval; 5] = [
         Retrieval::Bm25,
         Retrieval::Vector,
         Retrieval::Hybrid,
         Retrieval::HybridDecay,
+        Retrieval::Ungated,
     ];
 
     pub fn key(self) -> &'static str {
@@ -254,6 +257,7 @@ impl Retrieval {
             Retrieval::Vector => "vector",
             Retrieval::Hybrid => "hybrid",
             Retrieval::HybridDecay => "hybrid+decay",
+            Retrieval::Ungated => "hybrid+decay-ungated",
         }
     }
 
@@ -261,12 +265,26 @@ impl Retrieval {
         match self {
             Retrieval::Bm25 => RecallMode::Keyword,
             Retrieval::Vector => RecallMode::Vector,
-            Retrieval::Hybrid | Retrieval::HybridDecay => RecallMode::Hybrid,
+            Retrieval::Hybrid | Retrieval::HybridDecay | Retrieval::Ungated => RecallMode::Hybrid,
         }
     }
 
     fn decay(self) -> bool {
-        self == Retrieval::HybridDecay
+        matches!(self, Retrieval::HybridDecay | Retrieval::Ungated)
+    }
+
+    /// The memory settings this retrieval recalls with.
+    fn settings(self, base: &MemorySettings, rrf_k: f64) -> MemorySettings {
+        let mut settings = base.clone();
+        settings.rrf_k = rrf_k;
+        if self == Retrieval::Ungated {
+            let fusion = &mut settings.fusion;
+            fusion.gate_cosine = 0.0;
+            fusion.gate_coverage = 0.0;
+            fusion.floor_cosine = 0.0;
+            fusion.floor_coverage = 0.0;
+        }
+        settings
     }
 
     fn fuses(self) -> bool {
@@ -295,10 +313,11 @@ pub struct EvalOptions {
     /// empty, or a previous evaluation's scratch; it is wiped at the start and removed at the
     /// end. An empty `data_dir` means `<out_dir>/scratch`. Database and Qdrant URLs are ignored.
     pub settings: Settings,
-    /// Candidates per signal (vector top-N and BM25 top-N) for every recall.
+    /// Candidates per signal (vector top-N and BM25 top-N) for every recall; the product's
+    /// `memory.candidates` unless changed.
     pub candidates: usize,
     /// RRF constants tried for every memory unit (hybrid, no decay), besides
-    /// `settings.memory.rrf_k`.
+    /// `settings.memory.rrf_k`, when the fusion is RRF (other fusions have no constant).
     pub rrf_sweep: Vec<f64>,
     /// Answer every question from the memories recalled by `answer_unit` with hybrid recall,
     /// and score the answers with an LLM judge and token F1 (needs an LLM: the `chat` role
@@ -311,7 +330,6 @@ pub struct EvalOptions {
 
 impl EvalOptions {
     pub const DEFAULT_KS: [usize; 6] = [1, 3, 5, 10, 25, 50];
-    pub const DEFAULT_CANDIDATES: usize = 100;
     pub const DEFAULT_RRF_SWEEP: [f64; 4] = [60.0, 20.0, 10.0, 5.0];
 
     /// Defaults for everything else; the scratch directory becomes `<out_dir>/scratch`.
@@ -323,8 +341,8 @@ impl EvalOptions {
             ks: Self::DEFAULT_KS.to_vec(),
             variants: None,
             limit_conversations: None,
+            candidates: settings.memory.candidates,
             settings,
-            candidates: Self::DEFAULT_CANDIDATES,
             rrf_sweep: Self::DEFAULT_RRF_SWEEP.to_vec(),
             answer: false,
             answer_unit: MemoryUnit::Dated,
@@ -489,8 +507,20 @@ pub async fn run(dataset: &dyn Dataset, options: EvalOptions) -> anyhow::Result<
         }
         let bars = indicatif::MultiProgress::new();
         let ingest_bar = bars.add(progress_bar(total_turns, &format!("ingest {}", unit.key())));
+        // Every question with every probe, and (with two conversations or more) each
+        // conversation's questions asked of another one with the fused probes.
+        let foreign_probes = if conversations.len() > 1 {
+            env.plan
+                .probes
+                .iter()
+                .filter(|p| p.retrieval.fuses())
+                .count()
+        } else {
+            0
+        };
         let query_bar = bars.add(progress_bar(
-            (total_questions * (env.plan.probes.len() + env.plan.sweep.len())) as u64,
+            (total_questions * (env.plan.probes.len() + env.plan.sweep.len() + foreign_probes))
+                as u64,
             &format!("recall {}", unit.key()),
         ));
         let mut memories = 0usize;
@@ -647,7 +677,7 @@ impl Plan {
             })
             .collect();
         let mut sweep = Vec::new();
-        if retrievals.contains(&Retrieval::Hybrid) {
+        if retrievals.contains(&Retrieval::Hybrid) && memory.fusion.method == FusionMethod::Rrf {
             let mut seen = vec![base];
             for &rrf_k in &options.rrf_sweep {
                 if !rrf_k.is_finite() || rrf_k < 0.0 {
@@ -860,10 +890,15 @@ mod tests {
     #[test]
     fn the_plan_sweeps_rrf_only_with_hybrid_and_checks_k() {
         let mut options = EvalOptions::new("d.json".into(), "out".into(), Settings::default());
+        // The shipped fusion has no constant to sweep.
         let plan = Plan::new(&options).unwrap();
-        // The four retrievals in the main pass; the sweep holds the values other than the
+        assert_eq!((plan.probes.len(), plan.sweep.len()), (5, 0));
+        assert_eq!(plan.candidates, options.settings.memory.candidates);
+        options.settings.memory.fusion.method = FusionMethod::Rrf;
+        let plan = Plan::new(&options).unwrap();
+        // The five retrievals in the main pass; the sweep holds the values other than the
         // setting (10).
-        assert_eq!(plan.probes.len(), 4);
+        assert_eq!(plan.probes.len(), 5);
         assert!(plan.probes.iter().all(|p| !p.sweep && p.rrf_k == 10.0));
         let sweep: Vec<f64> = plan.sweep.iter().map(|p| p.rrf_k).collect();
         assert_eq!(sweep, [60.0, 20.0, 5.0]);
@@ -972,13 +1007,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut settings = Settings::default();
         settings.embedder.model_dir = model_dir();
+        // A few turns per haystack: the gate's thresholds are measured on LoCoMo, not here
+        // (the ungated row below is what the default rows would be).
+        let fusion = &mut settings.memory.fusion;
+        (fusion.gate_cosine, fusion.gate_coverage) = (0.0, 0.0);
+        (fusion.floor_cosine, fusion.floor_coverage) = (0.0, 0.0);
         let mut options = EvalOptions::new(
             Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/longmemeval-mini.json"),
             dir.path().join("results"),
             settings,
         );
         options.ks = vec![1, 3, 10];
-        options.rrf_sweep = vec![60.0];
         let summary = run_longmemeval(options).await.unwrap();
         for path in [
             &summary.results_json,
@@ -1015,15 +1054,17 @@ mod tests {
         // "What degree did I graduate with?" finds its turn first by keywords.
         let degree = report.runs.iter().find(|r| r.key == "dated/bm25").unwrap();
         assert!(degree.categories["single-session-user"].recall[&1] == 1.0);
-        // The sweep ran on every memory unit.
-        let swept: Vec<&RunResult> = report.runs.iter().filter(|r| r.sweep).collect();
-        assert_eq!(swept.len(), 5, "product, raw, dated, window, window-centre");
-        assert!(swept.iter().all(|r| r.rrf_k == Some(60.0)));
-        assert!(report.recommended_rrf_k.is_some());
-        assert_eq!(run("dated/hybrid").rrf_k, Some(10.0));
+        // Min-max fusion has no constant to sweep.
+        assert!(report.runs.iter().all(|r| !r.sweep));
+        assert!(report.recommended_rrf_k.is_none());
+        // Each conversation was also asked another one's questions, by the fused retrievals.
+        let product = run("product");
+        let foreign = product.foreign.as_ref().expect("foreign questions");
+        assert_eq!(foreign.asked, 3);
+        assert!(run("dated/bm25").foreign.is_none());
         let lines = std::fs::read_to_string(dir.path().join("results/per_question.jsonl")).unwrap();
-        // 3 questions × 4 retrievals × (product, raw, dated, window, window-centre).
-        assert_eq!(lines.lines().count(), 3 * 4 * 5);
+        // 3 questions × 5 retrievals × (product, raw, dated, window, window-centre).
+        assert_eq!(lines.lines().count(), 3 * 5 * 5);
         // The product's own path is the first row, under its own name.
         assert_eq!(report.runs[0].key, "product");
         assert_eq!(run("product").overall.recall[&10], 1.0);

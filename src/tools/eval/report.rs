@@ -10,6 +10,8 @@ use anyhow::Context;
 use chrono::{DateTime, SubsecRound, Utc};
 use serde::Serialize;
 
+use mnemo::config::MemorySettings;
+
 use super::metrics::{Latency, Means};
 use super::{Conversation, Dataset, EvalOptions, EvalSummary, Reference};
 
@@ -51,6 +53,19 @@ pub struct RunResult {
     pub returned_at_tokens_k: f64,
     pub words_at_tokens_k: f64,
     pub wordpieces_at_tokens_k: Option<f64>,
+    /// Questions of another conversation (fused retrievals only): what the relevance gate
+    /// does with queries no memory is about.
+    pub foreign: Option<Foreign>,
+}
+
+/// Questions asked of a conversation that knows nothing about them.
+#[derive(Debug, Clone, Serialize)]
+pub struct Foreign {
+    pub asked: usize,
+    /// Share that returned no memory at all.
+    pub nothing: f64,
+    /// Memories returned per question (of at most `tokens_k`).
+    pub returned: f64,
 }
 
 impl RunResult {
@@ -78,6 +93,8 @@ pub struct CategoryCount {
 /// Settings that shape the results.
 #[derive(Debug, Clone, Serialize)]
 pub struct SettingsUsed {
+    /// How the signals were fused (`memory.fusion`).
+    pub fusion: String,
     pub rrf_k: f64,
     pub candidates: usize,
     pub decay_half_life_days: f64,
@@ -86,6 +103,27 @@ pub struct SettingsUsed {
     pub turn_importance: u8,
     pub embedder_model: String,
     pub dimension: usize,
+}
+
+/// The fusion in words, for the report's header.
+fn fusion_label(memory: &MemorySettings) -> String {
+    let fusion = &memory.fusion;
+    let method = match fusion.method {
+        mnemo::config::FusionMethod::Rrf => format!("RRF k = {}", number(memory.rrf_k)),
+        mnemo::config::FusionMethod::Score => "scores over each list's best, summed".to_string(),
+        mnemo::config::FusionMethod::MinMax => "min-max per list, summed".to_string(),
+    };
+    format!(
+        "{method} (weights: vector {}, BM25 {}, context vector {}, context BM25 {}; gate cosine {} / coverage {}, floor {} / {})",
+        number(fusion.vector_weight),
+        number(fusion.bm25_weight),
+        number(fusion.context_vector_weight),
+        number(fusion.context_bm25_weight),
+        number(fusion.gate_cosine),
+        number(fusion.gate_coverage),
+        number(fusion.floor_cosine),
+        number(fusion.floor_coverage),
+    )
 }
 
 /// Everything an evaluation measured (`results.json`).
@@ -160,7 +198,8 @@ impl Report {
             .filter(|run| !run.sweep && run.single_turn_credit)
             .max_by(|a, b| a.headline().total_cmp(&b.headline()))
             .map(|run| run.key.clone());
-        let recommended_rrf_k = best.as_ref().and_then(|key| {
+        let rrf = options.settings.memory.fusion.method == mnemo::config::FusionMethod::Rrf;
+        let recommended_rrf_k = best.as_ref().filter(|_| rrf).and_then(|key| {
             let unit = &runs.iter().find(|run| &run.key == key)?.unit;
             runs.iter()
                 .filter(|run| &run.unit == unit && run.retrieval == "hybrid")
@@ -203,6 +242,7 @@ impl Report {
             .to_string(),
             ks: info.ks,
             settings: SettingsUsed {
+                fusion: fusion_label(memory),
                 rrf_k: memory.rrf_k,
                 candidates: info.candidates,
                 decay_half_life_days: memory.decay_half_life_days,
@@ -286,14 +326,14 @@ pub fn markdown(report: &Report) -> String {
     let _ = writeln!(
         out,
         "{} · {} conversations · {} questions · embedder `{}` ({}-d) · {} candidates per signal · \
-         RRF k = {} · decay half-life {} days, floor {} (hybrid+decay only) · {:.0} s ({} build)\n",
+         {} · decay half-life {} days, floor {} (hybrid+decay only) · {:.0} s ({} build)\n",
         report.generated_at.format("%Y-%m-%d %H:%M UTC"),
         report.conversations,
         report.questions,
         s.embedder_model,
         s.dimension,
         s.candidates,
-        number(s.rrf_k),
+        s.fusion,
         number(s.decay_half_life_days),
         number(s.decay_floor),
         report.elapsed_secs,
@@ -448,6 +488,37 @@ pub fn markdown(report: &Report) -> String {
                 .map(|count| format!("{count:.0}"))
                 .unwrap_or_else(|| "–".into())
         );
+    }
+
+    let gated: Vec<&RunResult> = report
+        .main_runs()
+        .filter(|run| run.foreign.is_some())
+        .collect();
+    if !gated.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n## Relevance gate: questions of another conversation\n\n\
+             Each conversation is also asked the next one's questions, which none of its memories \
+             answer. `nothing` is the share that returned no memory; `returned` the memories per \
+             question (of at most {tokens_k}).\n"
+        );
+        out.push_str("| memory unit | retrieval | questions | nothing | returned | R@5 | R@10 |\n");
+        out.push_str("|---|---|---:|---:|---:|---:|---:|\n");
+        for run in gated {
+            if let Some(foreign) = &run.foreign {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {:.1} % | {:.1} | {} | {} |",
+                    run.unit,
+                    retrieval_label(run),
+                    foreign.asked,
+                    foreign.nothing * 100.0,
+                    foreign.returned,
+                    pct_at(&run.overall.recall, 5),
+                    pct_at(&run.overall.recall, 10),
+                );
+            }
+        }
     }
 
     if let Some(answers) = &report.answers {
@@ -830,6 +901,7 @@ mod tests {
             returned_at_tokens_k: 10.0,
             words_at_tokens_k: 200.0,
             wordpieces_at_tokens_k: Some(260.0),
+            foreign: None,
         }
     }
 
@@ -843,6 +915,7 @@ mod tests {
             build: "debug".into(),
             ks: vec![1, 5, 10],
             settings: SettingsUsed {
+                fusion: "RRF k = 60".into(),
                 rrf_k: 60.0,
                 candidates: 100,
                 decay_half_life_days: 30.0,

@@ -324,8 +324,7 @@ pub(super) async fn query(
     for question in &conversation.questions {
         let evidence: BTreeSet<String> = question.evidence.iter().cloned().collect();
         for &probe in probes {
-            let mut settings = plan.memory.clone();
-            settings.rrf_k = probe.rrf_k;
+            let settings = probe.retrieval.settings(&plan.memory, probe.rrf_k);
             let request = RecallRequest {
                 query: question.text.clone(),
                 k: Some(plan.max_k),
@@ -425,6 +424,58 @@ pub(super) async fn query(
                     writeln!(sink.per_question, "{line}").context("writing per_question.jsonl")?;
                 }
             }
+        }
+    }
+    recalls += ask_foreign(scratch, ingested, probes, env, sink, bar).await?;
+    Ok(recalls)
+}
+
+/// Asks the questions of the next conversation, which this one knows nothing about, with the
+/// fused probes: how often recall rightly returns nothing (the query gate), and how much.
+async fn ask_foreign(
+    scratch: &Scratch,
+    ingested: &Ingested,
+    probes: &[Probe],
+    env: &Env<'_>,
+    sink: &mut Sink,
+    bar: &ProgressBar,
+) -> anyhow::Result<usize> {
+    let plan = &env.plan;
+    if env.conversations.len() < 2 {
+        return Ok(0);
+    }
+    let foreign = &env.conversations[(ingested.conversation + 1) % env.conversations.len()];
+    let mut recalls = 0;
+    for &probe in probes.iter().filter(|p| p.retrieval.fuses() && !p.sweep) {
+        let settings = probe.retrieval.settings(&plan.memory, probe.rrf_k);
+        let (mut nothing, mut returned) = (0usize, 0usize);
+        for question in &foreign.questions {
+            let request = RecallRequest {
+                query: question.text.clone(),
+                k: Some(plan.tokens_k),
+                mode: probe.retrieval.mode(),
+                decay: probe.retrieval.decay(),
+                candidates: Some(plan.candidates),
+                ..RecallRequest::default()
+            };
+            let response = scratch
+                .engine
+                .recall_at(ingested.user, request, &settings, ingested.now)
+                .await
+                .with_context(|| format!("recall for {} (foreign)", question.id))?;
+            nothing += usize::from(response.results.is_empty());
+            returned += response.results.len();
+            recalls += 1;
+            bar.inc(1);
+        }
+        for &credit in ingested.unit.credits() {
+            let accumulator = sink
+                .accumulators
+                .entry(RunKey::new(ingested.unit, credit, probe))
+                .or_insert_with(|| Accumulator::new(&plan.ks, probe.rrf_k));
+            accumulator.foreign_asked += foreign.questions.len();
+            accumulator.foreign_nothing += nothing;
+            accumulator.foreign_returned += returned;
         }
     }
     Ok(recalls)

@@ -68,6 +68,15 @@ fn init_logs() {
 }
 
 /// The local embedding model fetched by `scripts/fetch-model`.
+/// Settings that turn recall's query gate and relevance floor off, for tests of fusion or of
+/// the evaluation's bookkeeping on haystacks too small for the thresholds tuned on LoCoMo.
+pub const UNGATED: [(&str, &str); 4] = [
+    ("MNEMO__MEMORY__FUSION__GATE_COSINE", "0"),
+    ("MNEMO__MEMORY__FUSION__GATE_COVERAGE", "0"),
+    ("MNEMO__MEMORY__FUSION__FLOOR_COSINE", "0"),
+    ("MNEMO__MEMORY__FUSION__FLOOR_COVERAGE", "0"),
+];
+
 pub fn model_dir() -> String {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/models/all-MiniLM-L6-v2");
     assert!(
