@@ -34,6 +34,9 @@ pub enum DocumentError {
     /// The content cannot be ingested: empty, no text, unsupported type, unreadable PDF.
     #[error("{0}")]
     BadInput(String),
+    /// Past a limit of size, pages or extraction time.
+    #[error("{0}")]
+    TooLarge(String),
     #[error(transparent)]
     Memory(#[from] MemoryError),
     #[error(transparent)]
@@ -44,6 +47,7 @@ impl HasKind for DocumentError {
     fn kind(&self) -> ErrorKind {
         match self {
             DocumentError::BadInput(_) => ErrorKind::BadRequest,
+            DocumentError::TooLarge(_) => ErrorKind::PayloadTooLarge,
             DocumentError::Memory(error) => error.kind(),
             DocumentError::Store(error) => error.kind(),
         }
@@ -52,12 +56,15 @@ impl HasKind for DocumentError {
 
 impl From<ExtractError> for DocumentError {
     fn from(error: ExtractError) -> Self {
-        DocumentError::BadInput(match error {
-            ExtractError::Unsupported(kind) => format!(
+        match error {
+            ExtractError::Unsupported(kind) => DocumentError::BadInput(format!(
                 "unsupported content type {kind:?}; send text/plain, text/markdown, text/html or application/pdf"
-            ),
-            ExtractError::Pdf(reason) => format!("the PDF could not be read: {reason}"),
-        })
+            )),
+            ExtractError::Pdf(reason) => {
+                DocumentError::BadInput(format!("the PDF could not be read: {reason}"))
+            }
+            ExtractError::TooLarge(reason) => DocumentError::TooLarge(reason),
+        }
     }
 }
 
@@ -83,12 +90,8 @@ pub async fn ingest(
     if upload.bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(DocumentError::BadInput("the document is empty".into()));
     }
-    let bytes = upload.bytes;
-    let kind = content_type.clone();
-    // PDF parsing is CPU-bound and can be slow: keep it off the async workers.
-    let extracted = tokio::task::spawn_blocking(move || extract::by_content_type(&kind, &bytes))
-        .await
-        .map_err(|_| DocumentError::BadInput("the document could not be read".into()))??;
+    // PDF parsing is CPU-bound and can be slow: keep it off the async workers, bounded.
+    let extracted = extract::extract_blocking(content_type.clone(), upload.bytes).await?;
     let text = extracted.text.trim();
     let chars = text.chars().count();
     if chars == 0 {

@@ -53,6 +53,34 @@ pub trait HasKind {
     fn kind(&self) -> ErrorKind;
 }
 
+impl ErrorKind {
+    /// What a client may be told of an error of this kind: the error's own message for the
+    /// client's mistakes, a fixed text for the server's faults, whose messages can name
+    /// database or backend details.
+    pub fn public_message(self, message: &str) -> String {
+        match self {
+            ErrorKind::Unavailable => "a backend is unavailable, try again later".to_string(),
+            ErrorKind::Timeout => "the request timed out".to_string(),
+            ErrorKind::Internal => "internal error".to_string(),
+            _ => message.to_string(),
+        }
+    }
+}
+
+/// [`ErrorKind::public_message`] of `error`; a server fault is logged with its real message,
+/// which the client does not see.
+pub fn public_message<E: HasKind + std::fmt::Display>(error: &E) -> String {
+    let kind = error.kind();
+    let public = kind.public_message(&error.to_string());
+    if matches!(
+        kind,
+        ErrorKind::Unavailable | ErrorKind::Timeout | ErrorKind::Internal
+    ) {
+        tracing::error!(%error, code = kind.code(), "an operation failed");
+    }
+    public
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

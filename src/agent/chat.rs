@@ -217,7 +217,7 @@ async fn recall(
         Ok(response) => Ok(response.results),
         Err(error) => Err(failure(
             RunErrorType::Tool,
-            format!("recall failed: {error}"),
+            format!("recall failed: {}", crate::error::public_message(&error)),
         )),
     }
 }

@@ -144,7 +144,9 @@ async fn ingest_one(
                 .map_err(|error| match error {
                     DocumentError::Memory(error) => memory_failure(error),
                     DocumentError::Store(error) => error.into(),
-                    DocumentError::BadInput(message) => Failure::usage(message),
+                    DocumentError::BadInput(message) | DocumentError::TooLarge(message) => {
+                        Failure::usage(message)
+                    }
                 })?;
             Ok((document.id.to_string(), document.chunks))
         }

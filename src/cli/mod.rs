@@ -129,6 +129,11 @@ struct EvalArgs {
     /// The memory unit answered from: raw, dated (default) or window.
     #[arg(long, default_value = "dated")]
     answer_unit: String,
+    /// Query gate and floor thresholds tried beside the settings' for the product's memories,
+    /// each `gate_cosine/gate_coverage/floor_cosine/floor_coverage`; `none` for no sweep.
+    /// Default: a grid around the shipped values.
+    #[arg(long, value_delimiter = ',')]
+    gate_sweep: Option<Vec<String>>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -374,6 +379,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             options.variants = args.variants;
             options.limit_conversations = args.limit_conversations;
             options.answer = args.answer;
+            if let Some(points) = args.gate_sweep {
+                options.gate_sweep = points
+                    .iter()
+                    .filter(|point| !point.trim().eq_ignore_ascii_case("none"))
+                    .map(|point| point.parse())
+                    .collect::<Result<_, String>>()
+                    .map_err(|error| Failure::usage(format!("--gate-sweep {error}")))?;
+            }
             options.answer_unit = match args.answer_unit.as_str() {
                 "raw" => crate::tools::eval::MemoryUnit::Raw,
                 "dated" => crate::tools::eval::MemoryUnit::Dated,

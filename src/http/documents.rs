@@ -85,6 +85,7 @@ pub async fn ingest(
             )
         })?;
     let upload = if content_type == "application/json" {
+        super::extract::reject_nul(&body)?;
         let inline: IngestBody = serde_json::from_slice(&body)
             .map_err(|error| ApiError::bad_request(format!("invalid document body: {error}")))?;
         let kind = inline

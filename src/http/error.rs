@@ -121,11 +121,12 @@ impl IntoResponse for ApiError {
             cause: self.cause_chain(),
         });
         let message = if status.is_server_error() {
-            match self.kind {
-                ErrorKind::Unavailable => "a backend is unavailable, try again later".to_string(),
-                ErrorKind::Timeout => "the request timed out".to_string(),
-                _ => "internal error".to_string(),
-            }
+            // Every 5xx kind has a fixed text (the cause is logged by `log_errors`).
+            let kind = match self.kind {
+                ErrorKind::Unavailable | ErrorKind::Timeout => self.kind,
+                _ => ErrorKind::Internal,
+            };
+            kind.public_message(&self.message)
         } else {
             self.message
         };

@@ -13,10 +13,69 @@ use axum::http::request::Parts;
 use super::error::ApiError;
 use crate::auth::{AuthError, AuthUser, Authenticator};
 
-/// `axum::Json` with JSON errors.
-#[derive(FromRequest)]
-#[from_request(via(axum::Json), rejection(ApiError))]
+/// `axum::Json` with JSON errors, refusing text that holds a NUL character.
 pub struct ApiJson<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        if !json_content_type(request.headers()) {
+            return Err(ApiError::bad_request(
+                "expected a JSON body with content-type: application/json",
+            ));
+        }
+        let ApiBytes(bytes) = ApiBytes::from_request(request, state).await?;
+        reject_nul(&bytes)?;
+        let axum::Json(value) = axum::Json::<T>::from_bytes(&bytes)?;
+        Ok(Self(value))
+    }
+}
+
+/// `application/json` or `application/…+json`.
+fn json_content_type(headers: &axum::http::HeaderMap) -> bool {
+    let Some(value) = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+    else {
+        return false;
+    };
+    let essence = value
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || essence
+            .strip_prefix("application/")
+            .is_some_and(|subtype| subtype.ends_with("+json"))
+}
+
+/// Text anywhere in the API must not hold NUL: PostgreSQL cannot store it, and one rule holds
+/// for both backends. Refuses a JSON (or JSON lines) body with a `\u0000` escape or a raw NUL
+/// byte.
+pub fn reject_nul(json: &[u8]) -> Result<(), ApiError> {
+    let mut i = 0;
+    while i < json.len() {
+        match json[i] {
+            b'\\' => {
+                if json.get(i + 1) == Some(&b'u') && json.get(i + 2..i + 6) == Some(b"0000") {
+                    return Err(nul_error());
+                }
+                // Whatever is escaped is skipped, so `\\u0000` is a backslash and text.
+                i += 2;
+            }
+            0 => return Err(nul_error()),
+            _ => i += 1,
+        }
+    }
+    Ok(())
+}
+
+fn nul_error() -> ApiError {
+    ApiError::bad_request("text must not contain NUL characters (\\u0000)")
+}
 
 impl<T: serde::Serialize> IntoResponse for ApiJson<T> {
     fn into_response(self) -> Response {
@@ -29,10 +88,21 @@ impl<T: serde::Serialize> IntoResponse for ApiJson<T> {
 #[from_request(via(axum::extract::Path), rejection(ApiError))]
 pub struct ApiPath<T>(pub T);
 
-/// `axum::extract::Query` with JSON errors.
-#[derive(FromRequestParts)]
-#[from_request(via(axum::extract::Query), rejection(ApiError))]
+/// `axum::extract::Query` with JSON errors, refusing an encoded NUL (`%00`).
 pub struct ApiQuery<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        if parts.uri.query().is_some_and(|query| query.contains("%00")) {
+            return Err(nul_error());
+        }
+        let axum::extract::Query(value) =
+            axum::extract::Query::<T>::from_request_parts(parts, state).await?;
+        Ok(Self(value))
+    }
+}
 
 /// The raw body with JSON errors (a too-large body is a JSON 413).
 pub struct ApiBytes(pub axum::body::Bytes);

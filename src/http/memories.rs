@@ -335,6 +335,7 @@ pub async fn import(
     ApiQuery(query): ApiQuery<ImportQuery>,
     ApiBytes(body): ApiBytes,
 ) -> ApiResult<Response> {
+    super::extract::reject_nul(&body)?;
     let text = std::str::from_utf8(&body)
         .map_err(|_| ApiError::bad_request("the import body must be UTF-8 JSON lines"))?;
     if query.background {

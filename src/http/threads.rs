@@ -63,6 +63,7 @@ pub async fn create_thread(
     user: AuthUser,
     ApiBytes(body): ApiBytes,
 ) -> ApiResult<(StatusCode, Json<Thread>)> {
+    super::extract::reject_nul(&body)?;
     let body: CreateThread = if body.iter().all(u8::is_ascii_whitespace) {
         CreateThread { title: None }
     } else {

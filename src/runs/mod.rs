@@ -53,11 +53,12 @@ impl From<crate::llm::prompts::PromptError> for RunFailure {
 }
 
 impl From<StoreError> for RunFailure {
+    /// A database message never reaches the run's events: the client gets the kind's text.
     fn from(error: StoreError) -> Self {
         RunFailure::Failed {
             error_type: RunErrorType::Internal,
-            message: error.to_string(),
-            retryable: true,
+            message: crate::error::public_message(&error),
+            retryable: crate::error::HasKind::kind(&error).retryable(),
         }
     }
 }

@@ -1,6 +1,18 @@
 //! Readable text from fetched or ingested documents: HTML (boilerplate dropped, block
 //! structure kept as paragraphs), PDF, and plain text. Pure functions, no I/O.
+//!
+//! Hostile input is bounded: HTML is walked without recursion, and a page nested deeper than
+//! [`MAX_NESTING`] is read as tag-stripped text instead of being parsed (the HTML parser's
+//! scope checks cost its depth per tag); a PDF is refused past [`MAX_PDF_PAGES`] pages or
+//! [`MAX_PDF_EXPANDED_BYTES`] of decompressed text streams, checked before they are inflated;
+//! and every extraction stops at its [`Budget`] (a deadline, or the caller giving up).
 
+use std::io::Read;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ego_tree::iter::Edge;
 use scraper::{ElementRef, Html, Node, Selector};
 
 /// The text of a document, with its title when it has one.
@@ -17,6 +29,72 @@ pub enum ExtractError {
     Pdf(String),
     #[error("unsupported content type {0:?}")]
     Unsupported(String),
+    /// Past a size, page or time limit: the document is refused, not half read.
+    #[error("{0}")]
+    TooLarge(String),
+}
+
+/// Deeper element nesting than this is not parsed as HTML.
+pub const MAX_NESTING: usize = 512;
+/// PDFs with more pages are refused.
+pub const MAX_PDF_PAGES: usize = 2_000;
+/// PDFs whose text-bearing streams inflate to more bytes than this are refused.
+pub const MAX_PDF_EXPANDED_BYTES: u64 = 32 * 1024 * 1024;
+/// One extraction may take this long.
+pub const EXTRACT_TIME_LIMIT: Duration = Duration::from_secs(20);
+
+/// When an extraction must stop: a deadline, and a flag the caller sets when it stops waiting.
+#[derive(Debug, Clone)]
+pub struct Budget {
+    deadline: Instant,
+    abandoned: Arc<AtomicBool>,
+}
+
+impl Budget {
+    pub fn new(limit: Duration) -> Self {
+        Self {
+            deadline: Instant::now() + limit,
+            abandoned: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    fn check(&self) -> Result<(), ExtractError> {
+        if self.abandoned.load(Ordering::Relaxed) || Instant::now() >= self.deadline {
+            return Err(ExtractError::TooLarge(
+                "reading the document took too long".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Self::new(EXTRACT_TIME_LIMIT)
+    }
+}
+
+/// Sets the budget's flag when dropped: the awaiting side went away (its deadline fired or
+/// its request was cancelled), so the blocking extraction stops at its next check.
+struct AbandonOnDrop(Arc<AtomicBool>);
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// [`by_content_type`] on a blocking thread, within [`EXTRACT_TIME_LIMIT`]; dropping the
+/// future (a caller's own deadline) stops the extraction too.
+pub async fn extract_blocking(
+    content_type: String,
+    bytes: Vec<u8>,
+) -> Result<Extracted, ExtractError> {
+    let budget = Budget::default();
+    let _guard = AbandonOnDrop(budget.abandoned.clone());
+    tokio::task::spawn_blocking(move || by_content_type_within(&content_type, &bytes, &budget))
+        .await
+        .map_err(|_| ExtractError::Pdf("the extraction failed".into()))?
 }
 
 /// Elements whose content is never readable text.
@@ -64,7 +142,21 @@ const MAIN_SHARE: f64 = 0.3;
 
 /// Extracts the title and the readable text of an HTML page.
 pub fn html_to_text(html: &str) -> Extracted {
+    html_within(html, &Budget::default()).unwrap_or_else(|_| Extracted {
+        title: None,
+        text: strip_tags(html),
+    })
+}
+
+fn html_within(html: &str, budget: &Budget) -> Result<Extracted, ExtractError> {
+    if nested_deeper_than(html, MAX_NESTING) {
+        return Ok(Extracted {
+            title: None,
+            text: strip_tags(html),
+        });
+    }
     let document = Html::parse_document(html);
+    budget.check()?;
     let title = selector("title")
         .and_then(|s| document.select(&s).next())
         .map(|t| collapse(&t.text().collect::<String>()))
@@ -73,30 +165,114 @@ pub fn html_to_text(html: &str) -> Extracted {
     let body = selector("body")
         .and_then(|s| document.select(&s).next())
         .unwrap_or(root);
-    let whole = render(body);
-    let main = selector("article, main, [role=main]")
-        .and_then(|s| document.select(&s).next())
-        .map(render)
-        .filter(|text| text.len() as f64 >= whole.len() as f64 * MAIN_SHARE);
-    Extracted {
+    let whole = render(body, budget)?;
+    let main = match selector("article, main, [role=main]").and_then(|s| document.select(&s).next())
+    {
+        Some(region) => Some(render(region, budget)?)
+            .filter(|text| text.len() as f64 >= whole.len() as f64 * MAIN_SHARE),
+        None => None,
+    };
+    Ok(Extracted {
         title,
         text: main.unwrap_or(whole),
-    }
+    })
 }
 
 /// Extracts the text of a PDF document.
 pub fn pdf_to_text(bytes: &[u8]) -> Result<String, ExtractError> {
+    pdf_within(bytes, &Budget::default())
+}
+
+fn pdf_within(bytes: &[u8], budget: &Budget) -> Result<String, ExtractError> {
     // pdf-extract panics on some malformed files; a bad upload must not take a worker down.
-    let result = std::panic::catch_unwind(|| pdf_extract::extract_text_from_mem(bytes));
+    let result = std::panic::catch_unwind(|| -> Result<String, ExtractError> {
+        let document = pdf_extract::Document::load_mem(bytes)
+            .map_err(|error| ExtractError::Pdf(error.to_string()))?;
+        let pages = document.get_pages();
+        if pages.len() > MAX_PDF_PAGES {
+            return Err(ExtractError::TooLarge(format!(
+                "the PDF has {} pages; at most {MAX_PDF_PAGES} are read",
+                pages.len()
+            )));
+        }
+        check_expansion(&document, budget)?;
+        let mut text = String::new();
+        {
+            let mut output = pdf_extract::PlainTextOutput::new(&mut text);
+            for &page in pages.keys() {
+                budget.check()?;
+                pdf_extract::output_doc_page(&document, &mut output, page)
+                    .map_err(|error| ExtractError::Pdf(error.to_string()))?;
+            }
+        }
+        Ok(text)
+    });
     match result {
         Ok(Ok(text)) => Ok(paragraphs(&text)),
-        Ok(Err(error)) => Err(ExtractError::Pdf(error.to_string())),
+        Ok(Err(error)) => Err(error),
         Err(_) => Err(ExtractError::Pdf("malformed document".into())),
     }
 }
 
+/// Refuses a PDF whose streams that text is read from (all but images) inflate past
+/// [`MAX_PDF_EXPANDED_BYTES`], counting as they inflate and stopping at the cap.
+fn check_expansion(document: &pdf_extract::Document, budget: &Budget) -> Result<(), ExtractError> {
+    let too_large = || {
+        ExtractError::TooLarge(format!(
+            "the PDF expands to more than {} MiB of content; it is refused",
+            MAX_PDF_EXPANDED_BYTES / (1024 * 1024)
+        ))
+    };
+    let mut total: u64 = 0;
+    for object in document.objects.values() {
+        let pdf_extract::Object::Stream(stream) = object else {
+            continue;
+        };
+        let dict = &stream.dict;
+        let is_image = dict
+            .get(b"Subtype")
+            .and_then(pdf_extract::Object::as_name)
+            .is_ok_and(|name| name == b"Image");
+        if is_image {
+            continue;
+        }
+        let filters = stream.filters().unwrap_or_default();
+        let size = if filters.iter().any(|f| *f == b"FlateDecode") {
+            budget.check()?;
+            let remaining = MAX_PDF_EXPANDED_BYTES.saturating_sub(total) + 1;
+            let mut inflated =
+                flate2::read::ZlibDecoder::new(stream.content.as_slice()).take(remaining);
+            // A truncated or corrupt stream counts what inflated before the error.
+            let mut counted: u64 = 0;
+            let mut buffer = [0u8; 64 * 1024];
+            loop {
+                match inflated.read(&mut buffer) {
+                    Ok(0) | Err(_) => break,
+                    Ok(read) => counted += read as u64,
+                }
+            }
+            counted
+        } else {
+            stream.content.len() as u64
+        };
+        total = total.saturating_add(size);
+        if total > MAX_PDF_EXPANDED_BYTES {
+            return Err(too_large());
+        }
+    }
+    Ok(())
+}
+
 /// Extracts text by content type (`text/html`, `application/pdf`, `text/*`, markdown).
 pub fn by_content_type(content_type: &str, bytes: &[u8]) -> Result<Extracted, ExtractError> {
+    by_content_type_within(content_type, bytes, &Budget::default())
+}
+
+fn by_content_type_within(
+    content_type: &str,
+    bytes: &[u8],
+    budget: &Budget,
+) -> Result<Extracted, ExtractError> {
     let essence = content_type
         .split(';')
         .next()
@@ -104,10 +280,12 @@ pub fn by_content_type(content_type: &str, bytes: &[u8]) -> Result<Extracted, Ex
         .trim()
         .to_ascii_lowercase();
     match essence.as_str() {
-        "text/html" | "application/xhtml+xml" => Ok(html_to_text(&String::from_utf8_lossy(bytes))),
+        "text/html" | "application/xhtml+xml" => {
+            html_within(&String::from_utf8_lossy(bytes), budget)
+        }
         "application/pdf" => Ok(Extracted {
             title: None,
-            text: pdf_to_text(bytes)?,
+            text: pdf_within(bytes, budget)?,
         }),
         "" | "application/json" | "application/xml" | "text/xml" | "application/markdown" => {
             Ok(plain(bytes))
@@ -129,45 +307,204 @@ fn selector(css: &str) -> Option<Selector> {
 }
 
 /// The text below `element`, one paragraph per block element.
-fn render(element: ElementRef<'_>) -> String {
+fn render(element: ElementRef<'_>, budget: &Budget) -> Result<String, ExtractError> {
     let mut out = String::new();
-    walk(element, &mut out);
-    paragraphs(&out)
+    walk(element, &mut out, budget)?;
+    Ok(paragraphs(&out))
 }
 
-fn walk(element: ElementRef<'_>, out: &mut String) {
-    let name = element.value().name();
-    if SKIPPED.contains(&name) || element.value().attr("hidden").is_some() {
-        return;
-    }
-    let block = BLOCKS.contains(&name);
-    if block {
-        out.push_str("\n\n");
-    }
-    for child in element.children() {
-        match child.value() {
-            Node::Text(text) => {
-                out.push_str(text);
-            }
-            Node::Element(_) => {
-                if let Some(child) = ElementRef::wrap(child) {
-                    walk(child, out);
+/// Nodes walked between two budget checks.
+const NODES_PER_CHECK: usize = 4096;
+
+/// Appends the text below `element`, without recursion: the tree's open and close edges in
+/// document order, skipping the subtrees of [`SKIPPED`] and hidden elements.
+fn walk(element: ElementRef<'_>, out: &mut String, budget: &Budget) -> Result<(), ExtractError> {
+    let mut skipping = None;
+    for (index, edge) in element.traverse().enumerate() {
+        if index % NODES_PER_CHECK == 0 {
+            budget.check()?;
+        }
+        match edge {
+            Edge::Open(node) => {
+                if skipping.is_some() {
+                    continue;
+                }
+                match node.value() {
+                    Node::Text(text) => out.push_str(text),
+                    Node::Element(element) => {
+                        if SKIPPED.contains(&element.name()) || element.attr("hidden").is_some() {
+                            skipping = Some(node.id());
+                        } else if BLOCKS.contains(&element.name()) {
+                            out.push_str("\n\n");
+                        }
+                    }
+                    _ => {}
                 }
             }
-            _ => {}
+            Edge::Close(node) => {
+                if let Some(skipped) = skipping {
+                    if skipped == node.id() {
+                        skipping = None;
+                    }
+                    continue;
+                }
+                if let Node::Element(element) = node.value() {
+                    if BLOCKS.contains(&element.name()) {
+                        out.push_str("\n\n");
+                    } else {
+                        // Inline elements still separate words (`<td>a</td><td>b</td>`).
+                        out.push(' ');
+                    }
+                }
+            }
         }
     }
-    if block {
-        out.push_str("\n\n");
-    } else {
-        // Inline elements still separate words (`<td>a</td><td>b</td>`).
-        out.push(' ');
+    Ok(())
+}
+
+/// Elements that never hold children.
+const VOID: &[&str] = &[
+    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source",
+    "track", "wbr",
+];
+/// Elements whose content is raw text, not markup.
+const RAW_TEXT: &[&str] = &["script", "style", "textarea", "title", "xmp", "noscript"];
+
+/// A tag of a scanned page: its lower-cased name, whether it closes, where it ends.
+struct Tag {
+    name: String,
+    closing: bool,
+    end: usize,
+}
+
+/// The tag starting at `bytes[at] == b'<'`, if it is one (comments, doctypes and stray `<`
+/// are not).
+fn tag_at(bytes: &[u8], at: usize) -> Option<Tag> {
+    let mut i = at + 1;
+    let closing = bytes.get(i) == Some(&b'/');
+    if closing {
+        i += 1;
     }
+    let start = i;
+    while bytes.get(i).is_some_and(u8::is_ascii_alphanumeric) {
+        i += 1;
+    }
+    if i == start || !bytes[start].is_ascii_alphabetic() {
+        return None;
+    }
+    let name = String::from_utf8_lossy(&bytes[start..i]).to_ascii_lowercase();
+    let end = bytes[i..]
+        .iter()
+        .position(|&b| b == b'>')
+        .map_or(bytes.len(), |p| i + p + 1);
+    Some(Tag { name, closing, end })
+}
+
+/// Whether elements nest deeper than `limit` in `html`, by a linear scan that keeps the names
+/// of the open elements (an end tag closes up to its name when open, and is ignored when not,
+/// as an HTML parser does; elements closed implicitly are counted as open, so it
+/// over-estimates, never under).
+pub fn nested_deeper_than(html: &str, limit: usize) -> bool {
+    let bytes = html.as_bytes();
+    let mut open: Vec<String> = Vec::new();
+    let mut i = 0;
+    while let Some(offset) = bytes[i..].iter().position(|&b| b == b'<') {
+        let at = i + offset;
+        if bytes[at..].starts_with(b"<!--") {
+            i = find(bytes, at + 4, b"-->").map_or(bytes.len(), |end| end + 3);
+            continue;
+        }
+        let Some(tag) = tag_at(bytes, at) else {
+            i = at + 1;
+            continue;
+        };
+        i = tag.end;
+        if tag.closing {
+            if let Some(position) = open.iter().rposition(|name| *name == tag.name) {
+                open.truncate(position);
+            }
+            continue;
+        }
+        if VOID.contains(&tag.name.as_str()) {
+            continue;
+        }
+        if RAW_TEXT.contains(&tag.name.as_str()) {
+            let closer = format!("</{}", tag.name);
+            i = find_ignoring_case(bytes, i, closer.as_bytes()).unwrap_or(bytes.len());
+            continue;
+        }
+        open.push(tag.name);
+        if open.len() > limit {
+            return true;
+        }
+    }
+    false
+}
+
+fn find(bytes: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
+    bytes
+        .get(from..)?
+        .windows(needle.len())
+        .position(|window| window == needle)
+        .map(|p| from + p)
+}
+
+fn find_ignoring_case(bytes: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
+    bytes
+        .get(from..)?
+        .windows(needle.len())
+        .position(|window| window.eq_ignore_ascii_case(needle))
+        .map(|p| from + p)
+}
+
+/// The text of a page without parsing it: tags, comments and raw-text elements' content
+/// dropped, block tags ending paragraphs, the common entities decoded.
+pub fn strip_tags(html: &str) -> String {
+    let bytes = html.as_bytes();
+    let mut out = String::with_capacity(html.len() / 2);
+    let mut text_from = 0;
+    let mut i = 0;
+    while let Some(offset) = bytes[i..].iter().position(|&b| b == b'<') {
+        let at = i + offset;
+        let skip_to = if bytes[at..].starts_with(b"<!--") {
+            find(bytes, at + 4, b"-->").map_or(bytes.len(), |end| end + 3)
+        } else if let Some(tag) = tag_at(bytes, at) {
+            if tag.closing {
+                tag.end
+            } else if RAW_TEXT.contains(&tag.name.as_str()) {
+                let closer = format!("</{}", tag.name);
+                find_ignoring_case(bytes, tag.end, closer.as_bytes()).unwrap_or(bytes.len())
+            } else {
+                tag.end
+            }
+        } else if bytes.get(at + 1).is_some_and(|b| *b == b'!' || *b == b'?') {
+            find(bytes, at, b">").map_or(bytes.len(), |end| end + 1)
+        } else {
+            i = at + 1;
+            continue;
+        };
+        out.push_str(&html[text_from..at]);
+        let block = tag_at(bytes, at).is_some_and(|tag| BLOCKS.contains(&tag.name.as_str()));
+        out.push_str(if block { "\n\n" } else { " " });
+        text_from = skip_to.min(bytes.len());
+        i = text_from;
+    }
+    out.push_str(&html[text_from..]);
+    let decoded = out
+        .replace("&nbsp;", " ")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&amp;", "&");
+    paragraphs(&decoded)
 }
 
 /// Whitespace collapsed inside paragraphs; paragraphs separated by one blank line.
 pub fn paragraphs(text: &str) -> String {
+    // NUL is never text (and PostgreSQL cannot store it).
     text.replace("\r\n", "\n")
+        .replace('\0', "")
         .split("\n\n")
         .map(collapse)
         .filter(|p| !p.is_empty())
@@ -176,7 +513,10 @@ pub fn paragraphs(text: &str) -> String {
 }
 
 fn collapse(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+    text.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace('\0', "")
 }
 
 #[cfg(test)]
@@ -206,6 +546,63 @@ mod tests {
         );
         assert_eq!(page.title, None);
         assert_eq!(page.text, "alpha\n\nbeta gamma\n\na b");
+    }
+
+    /// The recursive walk overflowed the stack (and aborted the process) past ~17,000 levels.
+    #[test]
+    fn deep_trees_are_walked_without_recursion() {
+        let depth = 20_000;
+        let html = format!(
+            "{}<p>deep <b>inside</b></p>{}",
+            "<div>".repeat(depth),
+            "</div>".repeat(depth)
+        );
+        let document = Html::parse_document(&html);
+        let text = render(document.root_element(), &Budget::default()).unwrap();
+        assert_eq!(text, "deep inside");
+        // Through the public path the page is too deep to parse and is read as text.
+        assert!(nested_deeper_than(&html, MAX_NESTING));
+        assert_eq!(html_to_text(&html).text, "deep inside");
+    }
+
+    #[test]
+    fn a_spent_budget_stops_the_walk() {
+        let html = "<p>x</p>".repeat(10);
+        let spent = Budget::new(Duration::ZERO);
+        assert!(matches!(
+            by_content_type_within("text/html", html.as_bytes(), &spent),
+            Err(ExtractError::TooLarge(_))
+        ));
+        let abandoned = Budget::default();
+        drop(AbandonOnDrop(abandoned.abandoned.clone()));
+        assert!(abandoned.check().is_err());
+    }
+
+    #[test]
+    fn nesting_is_estimated_like_a_parser_would_build_it() {
+        let balanced = "<div><span>x</span></div>".repeat(2_000);
+        assert!(!nested_deeper_than(&balanced, 8));
+        assert!(!nested_deeper_than(&"<br><img src=x>".repeat(1_000), 8));
+        // An end tag of an element that is not open closes nothing.
+        assert!(nested_deeper_than(&"<div></x>".repeat(9), 8));
+        // Markup inside comments and scripts is text.
+        let quoted = format!(
+            "<!-- {} --><script>{}</script><p>ok</p>",
+            "<div>".repeat(100),
+            "'<div>'.repeat(100)".repeat(20)
+        );
+        assert!(!nested_deeper_than(&quoted, 8));
+        assert!(nested_deeper_than(&"<DIV>".repeat(9), 8));
+    }
+
+    #[test]
+    fn stripped_tags_keep_the_text_and_its_paragraphs() {
+        let html = "<html><head><title>T</title><style>p{}</style></head><body>\
+            <p>one &amp; <b>two</b></p><script>alert('<p>')</script><!-- <p>hidden</p> -->\
+            <div>three&nbsp;four</div> 1 < 2</body></html>";
+        assert_eq!(strip_tags(html), "one & two\n\nthree four\n\n1 < 2");
+        assert_eq!(strip_tags("a<"), "a<");
+        assert_eq!(strip_tags("é<i>ü</i>ß"), "é ü ß");
     }
 
     #[test]

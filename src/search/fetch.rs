@@ -272,11 +272,9 @@ impl Fetcher {
         }
         let bytes = body.len();
         let extraction_type = content_type.clone();
-        let extracted =
-            tokio::task::spawn_blocking(move || extract::by_content_type(&extraction_type, &body))
-                .await
-                .map_err(|error| FetchError::Extract(format!("extraction failed: {error}")))?
-                .map_err(|error| FetchError::Extract(format!("{}: {error}", display_url(&url))))?;
+        let extracted = extract::extract_blocking(extraction_type, body)
+            .await
+            .map_err(|error| FetchError::Extract(format!("{}: {error}", display_url(&url))))?;
         Ok(FetchedPage {
             url: display_url(&url),
             status,

@@ -55,6 +55,9 @@ const ZIPF_OFFSET: f64 = 20.0;
 const SQL_BATCH: usize = 2000;
 /// The corpus is written in this many rounds over all users, so users' memories interleave.
 const ROUNDS: usize = 10;
+/// The big user's memories are turns of threads this long (so recall searches their context
+/// views too, as for a real conversation's turns).
+const TURNS_PER_THREAD: usize = 50;
 /// Memories per `MemoryEngine::add` call in the model ingest.
 const MODEL_BATCH: usize = 16;
 /// Texts per call when the model embeds the big user's memories or a set of queries.
@@ -586,6 +589,21 @@ impl Bench<'_> {
         let users = create_users(store.as_ref(), "bench-user", self.options.users).await?;
 
         let big_user = self.big_user_memories().await?;
+        // The big user's threads: their memories are turns, each with its neighbours' view.
+        let big_threads = {
+            let scope = store.user(users[0]);
+            let mut threads = Vec::new();
+            for index in 0..self.options.user_memories.div_ceil(TURNS_PER_THREAD) {
+                threads.push(
+                    scope
+                        .create_thread(&format!("bench thread {index}"))
+                        .await?
+                        .id,
+                );
+            }
+            threads
+        };
+        let turns_since = Utc::now() - chrono::Duration::days(365);
         // The plan: ROUNDS passes over all users, each writing its share in batches.
         let mut plan = Vec::new();
         for round in 0..ROUNDS {
@@ -605,12 +623,22 @@ impl Bench<'_> {
             let corpus = self.corpus.clone();
             let mut rng = Rng::new(self.rng.next_u64());
             let mut big_user = big_user.map(Vec::into_iter);
+            let mut turns = 0usize;
             tokio::task::spawn_blocking(move || {
                 for (user, batch) in plan {
-                    let memories: Vec<(NewMemory, Embedded)> = match big_user.as_mut() {
+                    let mut memories: Vec<(NewMemory, Embedded)> = match big_user.as_mut() {
                         Some(made) if user == 0 => made.by_ref().take(batch).collect(),
                         _ => (0..batch).map(|_| corpus.memory(&mut rng)).collect(),
                     };
+                    if user == 0 {
+                        for (memory, _) in &mut memories {
+                            memory.kind = MemoryKind::Turn;
+                            memory.thread_id = Some(big_threads[turns / TURNS_PER_THREAD]);
+                            memory.created_at =
+                                Some(turns_since + chrono::Duration::seconds(60 * turns as i64));
+                            turns += 1;
+                        }
+                    }
                     if sender.blocking_send((user, memories)).is_err() {
                         return;
                     }
@@ -634,7 +662,9 @@ impl Bench<'_> {
         self.row(
             "1 ingest, precomputed vectors",
             &format!(
-                "`insert_memories` of {} memories in {} calls (≤ {SQL_BATCH} rows, one user each)",
+                "`insert_memories` of {} memories in {} calls (≤ {SQL_BATCH} rows, one user \
+                 each; the big user's are turns, {TURNS_PER_THREAD} per thread, indexed with \
+                 their context views)",
                 count(total),
                 count(calls)
             ),

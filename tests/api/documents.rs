@@ -339,10 +339,35 @@ fn pdf(lines: &[&str]) -> Vec<u8> {
     }
     operations.push(Operation::new("ET", vec![]));
     let content = Content { operations };
-    let content_id = document.add_object(Stream::new(
-        dictionary! {},
-        content.encode().expect("content"),
-    ));
+    one_page_pdf(
+        document,
+        pages_id,
+        resources_id,
+        Stream::new(dictionary! {}, content.encode().expect("content")),
+    )
+}
+
+/// A one-page PDF whose page content is one FlateDecode stream that inflates to `expanded`
+/// bytes of blanks (a few KB on the wire).
+fn pdf_bomb(expanded: usize) -> Vec<u8> {
+    use lopdf::{Stream, dictionary};
+    let mut document = lopdf::Document::with_version("1.5");
+    let pages_id = document.new_object_id();
+    let resources_id = document.add_object(dictionary! {});
+    let mut stream = Stream::new(dictionary! {}, vec![b' '; expanded]);
+    stream.compress().expect("compress");
+    assert!(stream.content.len() < expanded / 100, "compressed");
+    one_page_pdf(document, pages_id, resources_id, stream)
+}
+
+fn one_page_pdf(
+    mut document: lopdf::Document,
+    pages_id: lopdf::ObjectId,
+    resources_id: lopdf::ObjectId,
+    content: lopdf::Stream,
+) -> Vec<u8> {
+    use lopdf::{Object, dictionary};
+    let content_id = document.add_object(content);
     let page_id = document.add_object(dictionary! {
         "Type" => "Page",
         "Parent" => pages_id,
@@ -396,6 +421,51 @@ async fn pdf_documents_are_extracted_and_searchable() {
         text.contains("Zentrovian") && text.contains("Pellwick"),
         "{text}"
     );
+    app.stop_and_release().await;
+}
+
+/// Hostile documents: HTML nested 20,000 deep (it overflowed the stack of a recursive walk
+/// and aborted the process) is read, and a PDF that inflates to 40 MiB is refused with 413
+/// before it is parsed.
+#[tokio::test]
+async fn hostile_documents_neither_crash_nor_exhaust_the_server() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let key = app.user_key("erin").await;
+    let depth = 20_000;
+    let html = format!(
+        "<html><body>{}<p>Quillfeather otters nest under the Marrowby bridge.</p>{}</body></html>",
+        "<div>".repeat(depth),
+        "</div>".repeat(depth)
+    );
+    let (status, document) = app
+        .upload_document(&key, Some("text/html"), html.into_bytes(), "")
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{document}");
+    wait_recallable(&app).await;
+    let erin = user_id(&app, "erin").await;
+    let hits = local(&app)
+        .search(erin, "where do Quillfeather otters nest", 5)
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert!(
+        hits[0]
+            .content
+            .as_deref()
+            .unwrap_or("")
+            .contains("Marrowby bridge"),
+        "{hits:?}"
+    );
+
+    let (status, body) = app
+        .upload_document(&key, Some("application/pdf"), pdf_bomb(40 << 20), "")
+        .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("expands to more than 32 MiB"), "{body}");
+    // The server is still there, and the refused PDF left no document behind.
+    assert_eq!(app.list_documents(&key).await.len(), 1);
     app.stop_and_release().await;
 }
 

@@ -723,3 +723,102 @@ async fn a_run_nobody_follows_is_cancelled_after_the_grace_period() {
     assert!(events.iter().all(|event| event.event != "message_complete"));
     app.stop().await;
 }
+
+/// NUL in text is refused at the edge with one rule for both backends (PostgreSQL answered
+/// 500 for it, and its message reached a research `error` event); an escaped backslash
+/// before `u0000` is text, and a NUL byte inside an uploaded text document is dropped.
+async fn nul_characters_are_refused_at_the_edge(backend: Backend) {
+    let home = Home::new(backend).await;
+    let app = TestApp::spawn(&home).await;
+    let key = app.user_key("nina").await;
+    let thread = app.create_thread(&key, "plain").await;
+    let thread_id = thread["id"].as_str().expect("thread id").to_string();
+    let nul = "before\u{0}after";
+    let refused = [
+        ("/v1/threads", json!({ "title": nul })),
+        ("/v1/memories", json!({ "content": nul })),
+        (
+            "/v1/memories",
+            json!({ "content": "fine", "source_refs": [nul] }),
+        ),
+        (
+            &format!("/v1/threads/{thread_id}/messages"),
+            json!({ "content": nul }),
+        ),
+        (
+            &format!("/v1/threads/{thread_id}/import"),
+            json!({ "messages": [{ "role": "user", "content": nul }] }),
+        ),
+        ("/v1/documents", json!({ "content": nul, "title": "t" })),
+        ("/v1/memories/search", json!({ "query": nul })),
+        ("/research/stream", json!({ "query": nul })),
+    ];
+    for (path, body) in refused {
+        let (status, answer) = app.post(path, Some(&key), Some(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {answer}");
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("NUL"),
+            "{path}: {answer}"
+        );
+    }
+    let client = reqwest::Client::new();
+    let response = client
+        .post(app.url("/v1/memories/import"))
+        .bearer_auth(&key)
+        .body("{\"content\":\"a\\u0000b\",\"kind\":\"fact\"}\n")
+        .send()
+        .await
+        .expect("import");
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let (status, _) = app.get("/v1/memories?kind=%00", Some(&key)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    // Nothing of the refused requests was stored.
+    let (_, stored) = app
+        .get(&format!("/v1/threads/{thread_id}"), Some(&key))
+        .await;
+    assert_eq!(
+        stored["messages"].as_array().map(Vec::len),
+        Some(0),
+        "{stored}"
+    );
+    let (_, memories) = app.get("/v1/memories", Some(&key)).await;
+    assert_eq!(
+        memories["memories"].as_array().map(Vec::len),
+        Some(0),
+        "{memories}"
+    );
+
+    // `\\u0000` in JSON is a backslash and text.
+    let (status, memory) = app
+        .post(
+            "/v1/memories",
+            Some(&key),
+            Some(json!({ "content": "path C:\\u0000x" })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{memory}");
+    assert_eq!(memory["content"], "path C:\\u0000x");
+    // A text document with a NUL byte is stored without it.
+    let (status, document) = app
+        .upload_document(
+            &key,
+            Some("text/plain"),
+            b"tidal\0 notes about kelp".to_vec(),
+            "",
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{document}");
+    app.stop_and_release().await;
+}
+
+#[rstest::rstest]
+#[case::sqlite(Backend::Sqlite)]
+#[case::postgres(Backend::Postgres)]
+#[tokio::test]
+async fn nul_characters_are_refused(#[case] backend: Backend) {
+    nul_characters_are_refused_at_the_edge(backend).await;
+}

@@ -429,7 +429,10 @@ impl Research {
                 self.progress
                     .error(
                         RunErrorType::Internal,
-                        &format!("recalling memories failed: {error}"),
+                        &format!(
+                            "recalling memories failed: {}",
+                            crate::error::public_message(&error)
+                        ),
                         true,
                         json!({ "stage": "research_brief" }),
                     )

@@ -205,7 +205,10 @@ impl Research {
                 self.progress
                     .error(
                         RunErrorType::Internal,
-                        &format!("writing the conclusions to memory failed: {error}"),
+                        &format!(
+                            "writing the conclusions to memory failed: {}",
+                            crate::error::public_message(&error)
+                        ),
                         true,
                         json!({ "stage": "completed" }),
                     )

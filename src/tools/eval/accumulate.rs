@@ -22,6 +22,8 @@ pub(super) struct RunKey {
     pub(super) retrieval: Retrieval,
     /// `-rrf_k × 1000`, so larger constants come first.
     pub(super) rrf_order: i64,
+    /// The gate sweep's thresholds in thousandths.
+    pub(super) gate_order: Option<[i64; 4]>,
 }
 
 impl RunKey {
@@ -36,6 +38,7 @@ impl RunKey {
             sweep: probe.sweep,
             retrieval: probe.retrieval,
             rrf_order: -(probe.rrf_k * 1000.0).round() as i64,
+            gate_order: probe.gate.map(GatePoint::order),
         }
     }
 
@@ -49,9 +52,12 @@ impl RunKey {
 
     /// `product` for the product's own path (its memories, recalled as `recall_memory`
     /// does, with the shipped settings), else `unit/retrieval`.
-    pub(super) fn label(&self, rrf_k: f64) -> String {
+    pub(super) fn label(&self, rrf_k: f64, gate: Option<GatePoint>) -> String {
         if self.headline == 0 {
             return "product".to_string();
+        }
+        if let Some(gate) = gate {
+            return format!("{} {}", self.unit_label(), gate.label());
         }
         if self.sweep {
             format!(
@@ -69,6 +75,9 @@ impl RunKey {
 pub(super) struct Accumulator {
     pub(super) aggregate: metrics::Aggregate,
     pub(super) rrf_k: f64,
+    /// The probe's own gate (gate sweep rows), and the gate it recalled with.
+    pub(super) gate: Option<GatePoint>,
+    pub(super) gate_used: Option<GatePoint>,
     pub(super) latencies_ms: Vec<f64>,
     pub(super) returned: usize,
     pub(super) words: usize,
@@ -81,10 +90,12 @@ pub(super) struct Accumulator {
 }
 
 impl Accumulator {
-    pub(super) fn new(ks: &[usize], rrf_k: f64) -> Self {
+    pub(super) fn new(ks: &[usize], probe: Probe, memory: &MemorySettings) -> Self {
         Self {
             aggregate: metrics::Aggregate::new(ks),
-            rrf_k,
+            rrf_k: probe.rrf_k,
+            gate: probe.gate,
+            gate_used: probe.gate_used(memory),
             latencies_ms: Vec::new(),
             returned: 0,
             words: 0,
@@ -98,7 +109,7 @@ impl Accumulator {
     pub(super) fn result(&self, key: &RunKey, plan: &Plan) -> RunResult {
         let n = self.latencies_ms.len().max(1) as f64;
         RunResult {
-            key: key.label(self.rrf_k),
+            key: key.label(self.rrf_k, self.gate),
             unit: key.unit_label(),
             credit: match key.credit {
                 Credit::AllRefs => "all refs",
@@ -110,6 +121,7 @@ impl Accumulator {
             rrf_k: key.retrieval.fuses().then_some(self.rrf_k),
             decay: key.retrieval.decay(),
             sweep: key.sweep,
+            gate: self.gate_used,
             overall: self.aggregate.overall(),
             categories: self.aggregate.by_category(),
             latency: metrics::latency(&self.latencies_ms),

@@ -48,7 +48,7 @@ use serde::Serialize;
 use sha2::Digest;
 
 use mnemo::config::ModelRole;
-use mnemo::config::{FusionMethod, MemorySettings, Settings};
+use mnemo::config::{FusionMethod, FusionSettings, MemorySettings, Settings};
 use mnemo::llm::embed::Embedder;
 use mnemo::memory::rank::RecallMode;
 use mnemo::store::Role;
@@ -273,22 +273,99 @@ impl Retrieval {
         matches!(self, Retrieval::HybridDecay | Retrieval::Ungated)
     }
 
-    /// The memory settings this retrieval recalls with.
-    fn settings(self, base: &MemorySettings, rrf_k: f64) -> MemorySettings {
-        let mut settings = base.clone();
-        settings.rrf_k = rrf_k;
-        if self == Retrieval::Ungated {
-            let fusion = &mut settings.fusion;
-            fusion.gate_cosine = 0.0;
-            fusion.gate_coverage = 0.0;
-            fusion.floor_cosine = 0.0;
-            fusion.floor_coverage = 0.0;
-        }
-        settings
-    }
-
     fn fuses(self) -> bool {
         self.mode() == RecallMode::Hybrid
+    }
+}
+
+/// The query gate's and the candidate floor's thresholds (`memory.fusion`): one point of the
+/// gate sweep.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct GatePoint {
+    pub gate_cosine: f64,
+    pub gate_coverage: f64,
+    pub floor_cosine: f64,
+    pub floor_coverage: f64,
+}
+
+impl GatePoint {
+    /// No gate and no floor.
+    pub const OFF: GatePoint = GatePoint::new(0.0, 0.0, 0.0, 0.0);
+
+    pub const fn new(
+        gate_cosine: f64,
+        gate_coverage: f64,
+        floor_cosine: f64,
+        floor_coverage: f64,
+    ) -> Self {
+        Self {
+            gate_cosine,
+            gate_coverage,
+            floor_cosine,
+            floor_coverage,
+        }
+    }
+
+    pub fn of(fusion: &FusionSettings) -> Self {
+        Self::new(
+            fusion.gate_cosine,
+            fusion.gate_coverage,
+            fusion.floor_cosine,
+            fusion.floor_coverage,
+        )
+    }
+
+    fn apply(self, fusion: &mut FusionSettings) {
+        fusion.gate_cosine = self.gate_cosine;
+        fusion.gate_coverage = self.gate_coverage;
+        fusion.floor_cosine = self.floor_cosine;
+        fusion.floor_coverage = self.floor_coverage;
+    }
+
+    fn values(self) -> [f64; 4] {
+        [
+            self.gate_cosine,
+            self.gate_coverage,
+            self.floor_cosine,
+            self.floor_coverage,
+        ]
+    }
+
+    /// Thousandths, for ordering rows.
+    fn order(self) -> [i64; 4] {
+        self.values().map(|value| (value * 1000.0).round() as i64)
+    }
+
+    /// `gate 0.47/0.6 floor 0.35/0.1`.
+    pub fn label(self) -> String {
+        format!(
+            "gate {}/{} floor {}/{}",
+            report::number(self.gate_cosine),
+            report::number(self.gate_coverage),
+            report::number(self.floor_cosine),
+            report::number(self.floor_coverage)
+        )
+    }
+}
+
+impl std::str::FromStr for GatePoint {
+    type Err = String;
+
+    /// `gate_cosine/gate_coverage/floor_cosine/floor_coverage`, e.g. `0.47/0.6/0.35/0.1`.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let values: Vec<f64> = text
+            .split('/')
+            .map(|part| part.trim().parse::<f64>())
+            .collect::<Result<_, _>>()
+            .map_err(|_| format!("{text:?}: four numbers a/b/c/d expected"))?;
+        match values[..] {
+            [a, b, c, d] if values.iter().all(|v| v.is_finite() && *v >= 0.0) => {
+                Ok(Self::new(a, b, c, d))
+            }
+            _ => Err(format!(
+                "{text:?}: four numbers ≥ 0 expected (gate cosine/coverage, floor cosine/coverage)"
+            )),
+        }
     }
 }
 
@@ -319,6 +396,9 @@ pub struct EvalOptions {
     /// RRF constants tried for every memory unit (hybrid, no decay), besides
     /// `settings.memory.rrf_k`, when the fusion is RRF (other fusions have no constant).
     pub rrf_sweep: Vec<f64>,
+    /// Query gate and floor thresholds tried for the product's memories (hybrid + decay),
+    /// besides the settings' own; each also asks the foreign questions.
+    pub gate_sweep: Vec<GatePoint>,
     /// Answer every question from the memories recalled by `answer_unit` with hybrid recall,
     /// and score the answers with an LLM judge and token F1 (needs an LLM: the `chat` role
     /// answers, the `memory` role judges).
@@ -331,6 +411,21 @@ pub struct EvalOptions {
 impl EvalOptions {
     pub const DEFAULT_KS: [usize; 6] = [1, 3, 5, 10, 25, 50];
     pub const DEFAULT_RRF_SWEEP: [f64; 4] = [60.0, 20.0, 10.0, 5.0];
+    /// Stricter and looser gates around the defaults, then other floors under the default gate.
+    pub const DEFAULT_GATE_SWEEP: [GatePoint; 12] = [
+        GatePoint::new(0.42, 0.35, 0.35, 0.05),
+        GatePoint::new(0.42, 0.5, 0.35, 0.05),
+        GatePoint::new(0.42, 0.7, 0.35, 0.05),
+        GatePoint::new(0.47, 0.35, 0.35, 0.05),
+        GatePoint::new(0.47, 0.5, 0.35, 0.05),
+        GatePoint::new(0.47, 0.7, 0.35, 0.05),
+        GatePoint::new(0.52, 0.35, 0.35, 0.05),
+        GatePoint::new(0.52, 0.5, 0.35, 0.05),
+        GatePoint::new(0.52, 0.7, 0.35, 0.05),
+        GatePoint::new(0.47, 0.5, 0.3, 0.1),
+        GatePoint::new(0.47, 0.5, 0.4, 0.1),
+        GatePoint::new(0.47, 0.5, 0.35, 0.2),
+    ];
 
     /// Defaults for everything else; the scratch directory becomes `<out_dir>/scratch`.
     pub fn new(data: PathBuf, out_dir: PathBuf, mut settings: Settings) -> Self {
@@ -344,6 +439,7 @@ impl EvalOptions {
             candidates: settings.memory.candidates,
             settings,
             rrf_sweep: Self::DEFAULT_RRF_SWEEP.to_vec(),
+            gate_sweep: Self::DEFAULT_GATE_SWEEP.to_vec(),
             answer: false,
             answer_unit: MemoryUnit::Dated,
             answer_k: 10,
@@ -509,18 +605,14 @@ pub async fn run(dataset: &dyn Dataset, options: EvalOptions) -> anyhow::Result<
         let ingest_bar = bars.add(progress_bar(total_turns, &format!("ingest {}", unit.key())));
         // Every question with every probe, and (with two conversations or more) each
         // conversation's questions asked of another one with the fused probes.
+        let probes = env.plan.probes_for(unit);
         let foreign_probes = if conversations.len() > 1 {
-            env.plan
-                .probes
-                .iter()
-                .filter(|p| p.retrieval.fuses())
-                .count()
+            probes.iter().filter(|p| p.asks_foreign()).count()
         } else {
             0
         };
         let query_bar = bars.add(progress_bar(
-            (total_questions * (env.plan.probes.len() + env.plan.sweep.len() + foreign_probes))
-                as u64,
+            (total_questions * (probes.len() + foreign_probes)) as u64,
             &format!("recall {}", unit.key()),
         ));
         let mut memories = 0usize;
@@ -534,16 +626,9 @@ pub async fn run(dataset: &dyn Dataset, options: EvalOptions) -> anyhow::Result<
             memories += ingested.memories;
             ingest_secs += ingest_started.elapsed().as_secs_f64();
             let query_started = Instant::now();
-            recalls += query(
-                &scratch,
-                &ingested,
-                &env.plan.all_probes(),
-                &env,
-                &mut sink,
-                &query_bar,
-            )
-            .await
-            .with_context(|| format!("querying {} ({})", conversation.id, unit.key()))?;
+            recalls += query(&scratch, &ingested, &probes, &env, &mut sink, &query_bar)
+                .await
+                .with_context(|| format!("querying {} ({})", conversation.id, unit.key()))?;
             query_secs += query_started.elapsed().as_secs_f64();
             scratch.close().await;
         }
@@ -625,8 +710,47 @@ const SCRATCH_MARKER: &str = ".mnemo-eval-scratch";
 struct Probe {
     retrieval: Retrieval,
     rrf_k: f64,
-    /// Part of the RRF sweep rather than the main table.
+    /// Gate and floor thresholds other than the settings' (the gate sweep).
+    gate: Option<GatePoint>,
+    /// Part of a sweep rather than the main table.
     sweep: bool,
+}
+
+impl Probe {
+    fn main(retrieval: Retrieval, rrf_k: f64) -> Self {
+        Self {
+            retrieval,
+            rrf_k,
+            gate: None,
+            sweep: false,
+        }
+    }
+
+    /// The memory settings this probe recalls with.
+    fn settings(self, base: &MemorySettings) -> MemorySettings {
+        let mut settings = base.clone();
+        settings.rrf_k = self.rrf_k;
+        if self.retrieval == Retrieval::Ungated {
+            GatePoint::OFF.apply(&mut settings.fusion);
+        }
+        if let Some(gate) = self.gate {
+            gate.apply(&mut settings.fusion);
+        }
+        settings
+    }
+
+    /// The gate this probe recalls with (fused retrievals only).
+    fn gate_used(self, base: &MemorySettings) -> Option<GatePoint> {
+        self.retrieval
+            .fuses()
+            .then(|| GatePoint::of(&self.settings(base).fusion))
+    }
+
+    /// Asked the questions of another conversation too: the main fused retrievals and the
+    /// gate sweep.
+    fn asks_foreign(self) -> bool {
+        self.retrieval.fuses() && (!self.sweep || self.gate.is_some())
+    }
 }
 
 struct Plan {
@@ -643,9 +767,18 @@ struct Plan {
 }
 
 impl Plan {
-    /// The main retrieval variants, then the sweep.
-    fn all_probes(&self) -> Vec<Probe> {
-        self.probes.iter().chain(&self.sweep).copied().collect()
+    /// The main retrieval variants, then the sweeps; the gate sweep for the product's
+    /// memories only.
+    fn probes_for(&self, unit: MemoryUnit) -> Vec<Probe> {
+        self.probes
+            .iter()
+            .chain(
+                self.sweep
+                    .iter()
+                    .filter(|p| p.gate.is_none() || unit == MemoryUnit::Product),
+            )
+            .copied()
+            .collect()
     }
 
     fn new(options: &EvalOptions) -> anyhow::Result<Self> {
@@ -670,11 +803,7 @@ impl Plan {
         let base = memory.rrf_k;
         let probes: Vec<Probe> = retrievals
             .iter()
-            .map(|&retrieval| Probe {
-                retrieval,
-                rrf_k: base,
-                sweep: false,
-            })
+            .map(|&retrieval| Probe::main(retrieval, base))
             .collect();
         let mut sweep = Vec::new();
         if retrievals.contains(&Retrieval::Hybrid) && memory.fusion.method == FusionMethod::Rrf {
@@ -686,9 +815,24 @@ impl Plan {
                 if !seen.contains(&rrf_k) {
                     seen.push(rrf_k);
                     sweep.push(Probe {
-                        retrieval: Retrieval::Hybrid,
-                        rrf_k,
                         sweep: true,
+                        ..Probe::main(Retrieval::Hybrid, rrf_k)
+                    });
+                }
+            }
+        }
+        if retrievals.contains(&Retrieval::HybridDecay) && units.contains(&MemoryUnit::Product) {
+            let mut seen = vec![GatePoint::of(&memory.fusion)];
+            for &point in &options.gate_sweep {
+                if !point.values().iter().all(|v| v.is_finite() && *v >= 0.0) {
+                    bail!("gate sweep values must be finite and >= 0");
+                }
+                if !seen.contains(&point) {
+                    seen.push(point);
+                    sweep.push(Probe {
+                        gate: Some(point),
+                        sweep: true,
+                        ..Probe::main(Retrieval::HybridDecay, base)
                     });
                 }
             }
@@ -890,10 +1034,33 @@ mod tests {
     #[test]
     fn the_plan_sweeps_rrf_only_with_hybrid_and_checks_k() {
         let mut options = EvalOptions::new("d.json".into(), "out".into(), Settings::default());
-        // The shipped fusion has no constant to sweep.
+        let shipped = GatePoint::of(&options.settings.memory.fusion);
+        let stricter: GatePoint = "0.5/0.6/0.3/0.1".parse().unwrap();
+        options.gate_sweep = vec![stricter, shipped];
+        // The shipped fusion has no constant to sweep; the gate sweep skips the settings' own
+        // thresholds and runs for the product's memories only.
         let plan = Plan::new(&options).unwrap();
-        assert_eq!((plan.probes.len(), plan.sweep.len()), (5, 0));
+        assert_eq!((plan.probes.len(), plan.sweep.len()), (5, 1));
         assert_eq!(plan.candidates, options.settings.memory.candidates);
+        let gate = plan.sweep[0];
+        assert_eq!(gate.gate, Some(GatePoint::new(0.5, 0.6, 0.3, 0.1)));
+        assert!(gate.asks_foreign() && gate.retrieval == Retrieval::HybridDecay);
+        let fusion = gate.settings(&plan.memory).fusion;
+        assert_eq!((fusion.gate_coverage, fusion.floor_cosine), (0.6, 0.3));
+        assert_eq!(plan.probes_for(MemoryUnit::Dated).len(), 5);
+        assert_eq!(plan.probes_for(MemoryUnit::Product).len(), 6);
+        let ungated = plan
+            .probes
+            .iter()
+            .find(|p| p.retrieval == Retrieval::Ungated);
+        assert_eq!(
+            ungated.and_then(|p| p.gate_used(&plan.memory)),
+            Some(GatePoint::OFF)
+        );
+        for bad in ["1/2/3", "a/b/c/d", "-1/0/0/0", "0/0/0/0/0"] {
+            assert!(bad.parse::<GatePoint>().is_err(), "{bad}");
+        }
+        options.gate_sweep.clear();
         options.settings.memory.fusion.method = FusionMethod::Rrf;
         let plan = Plan::new(&options).unwrap();
         // The five retrievals in the main pass; the sweep holds the values other than the
@@ -1018,6 +1185,8 @@ mod tests {
             settings,
         );
         options.ks = vec![1, 3, 10];
+        // One gate sweep point that no candidate passes: nothing recalled, foreign or not.
+        options.gate_sweep = vec![GatePoint::new(2.0, 2.0, 0.0, 0.0)];
         let summary = run_longmemeval(options).await.unwrap();
         for path in [
             &summary.results_json,
@@ -1054,8 +1223,18 @@ mod tests {
         // "What degree did I graduate with?" finds its turn first by keywords.
         let degree = report.runs.iter().find(|r| r.key == "dated/bm25").unwrap();
         assert!(degree.categories["single-session-user"].recall[&1] == 1.0);
-        // Min-max fusion has no constant to sweep.
-        assert!(report.runs.iter().all(|r| !r.sweep));
+        // Min-max fusion has no constant to sweep; the one gate sweep row is the product's.
+        let swept: Vec<&RunResult> = report.runs.iter().filter(|r| r.sweep).collect();
+        assert_eq!(swept.len(), 1);
+        let closed = swept[0];
+        assert_eq!(closed.key, "product gate 2/2 floor 0/0");
+        assert_eq!(closed.gate, Some(GatePoint::new(2.0, 2.0, 0.0, 0.0)));
+        assert_eq!(closed.overall.recall[&10], 0.0);
+        let foreign = closed
+            .foreign
+            .as_ref()
+            .expect("the gate sweep asks foreign questions");
+        assert_eq!((foreign.asked, foreign.nothing), (3, 1.0));
         assert!(report.recommended_rrf_k.is_none());
         // Each conversation was also asked another one's questions, by the fused retrievals.
         let product = run("product");
@@ -1070,6 +1249,18 @@ mod tests {
         assert_eq!(run("product").overall.recall[&10], 1.0);
         let markdown = std::fs::read_to_string(&summary.results_md).unwrap();
         assert!(markdown.contains("| dated | hybrid |"), "{markdown}");
+        assert!(
+            markdown.contains("## Query gate and floor sweep"),
+            "{markdown}"
+        );
+        assert!(
+            markdown.contains("| 0 (setting) | 0 | 0 | 0 |"),
+            "{markdown}"
+        );
+        assert!(
+            markdown.contains("| 2 | 2 | 0 | 0 |  | 0.0 | – | 100.0 % |"),
+            "{markdown}"
+        );
         assert!(
             summary.headline().contains("best"),
             "{}",

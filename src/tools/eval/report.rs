@@ -42,8 +42,10 @@ pub struct RunResult {
     /// The RRF constant (fused retrievals only).
     pub rrf_k: Option<f64>,
     pub decay: bool,
-    /// A row of the RRF sweep rather than of the main tables.
+    /// A row of a sweep (RRF constant, query gate) rather than of the main tables.
     pub sweep: bool,
+    /// The query gate and floor thresholds recalled with (fused retrievals only).
+    pub gate: Option<super::GatePoint>,
     pub overall: Means,
     pub categories: BTreeMap<String, Means>,
     /// Wall time of one `recall_at` call, query embedding included.
@@ -103,6 +105,68 @@ pub struct SettingsUsed {
     pub turn_importance: u8,
     pub embedder_model: String,
     pub dimension: usize,
+}
+
+/// The query gate and floor sweep: the product's row, the sweep rows and the ungated
+/// ablation, with what each costs in recall and what it keeps from foreign questions.
+fn gate_sweep(report: &Report, out: &mut String) {
+    let mut rows: Vec<(&RunResult, super::GatePoint)> = report
+        .runs
+        .iter()
+        .filter(|run| {
+            run.unit == "product"
+                && (run.key == "product"
+                    || (run.sweep && run.gate.is_some())
+                    || run.retrieval == "hybrid+decay-ungated")
+        })
+        .filter_map(|run| Some((run, run.gate?)))
+        .collect();
+    if !rows.iter().any(|(run, _)| run.sweep) {
+        return;
+    }
+    rows.sort_by_key(|(_, gate)| gate.order());
+    out.push_str(
+        "\n## Query gate and floor sweep (product, hybrid + decay)\n\n\
+         A recall returns nothing unless a candidate reaches the gate's cosine or BM25 coverage; \
+         past it, candidates below both floor values are dropped. `foreign nothing` is the share \
+         of another conversation's questions that returned no memory.\n\n",
+    );
+    out.push_str(
+        "| gate cosine | gate coverage | floor cosine | floor coverage | R@5 | R@10 | multi-hop R@10 | foreign nothing | foreign returned |\n",
+    );
+    out.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (run, gate) in rows {
+        let mark = if run.key == "product" {
+            " (setting)"
+        } else {
+            ""
+        };
+        let (nothing, returned) = run
+            .foreign
+            .as_ref()
+            .map(|f| {
+                (
+                    format!("{:.1} %", f.nothing * 100.0),
+                    format!("{:.1}", f.returned),
+                )
+            })
+            .unwrap_or_else(|| ("–".into(), "–".into()));
+        let multi_hop = run
+            .categories
+            .get("multi-hop")
+            .map(|means| pct_at(&means.recall, 10))
+            .unwrap_or_else(|| "–".into());
+        let _ = writeln!(
+            out,
+            "| {}{mark} | {} | {} | {} | {} | {} | {multi_hop} | {nothing} | {returned} |",
+            number(gate.gate_cosine),
+            number(gate.gate_coverage),
+            number(gate.floor_cosine),
+            number(gate.floor_coverage),
+            pct_at(&run.overall.recall, 5),
+            pct_at(&run.overall.recall, 10),
+        );
+    }
 }
 
 /// The fusion in words, for the report's header.
@@ -306,7 +370,7 @@ fn pct_at(map: &BTreeMap<usize, f64>, k: usize) -> String {
     map.get(&k).map(|v| pct(*v)).unwrap_or_default()
 }
 
-fn number(value: f64) -> String {
+pub(super) fn number(value: f64) -> String {
     if value.fract() == 0.0 {
         format!("{value:.0}")
     } else {
@@ -466,6 +530,8 @@ pub fn markdown(report: &Report) -> String {
             );
         }
     }
+
+    gate_sweep(report, &mut out);
 
     let tokens_k = report.runs.first().map(|run| run.tokens_k).unwrap_or(10);
     let _ = writeln!(out, "\n## Latency and returned text (top {tokens_k})\n");
@@ -888,6 +954,7 @@ mod tests {
             rrf_k,
             decay: false,
             sweep,
+            gate: None,
             overall: means(r5, r10),
             categories: [("single-hop".to_string(), means(r5, r10))]
                 .into_iter()

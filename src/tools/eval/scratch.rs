@@ -324,7 +324,7 @@ pub(super) async fn query(
     for question in &conversation.questions {
         let evidence: BTreeSet<String> = question.evidence.iter().cloned().collect();
         for &probe in probes {
-            let settings = probe.retrieval.settings(&plan.memory, probe.rrf_k);
+            let settings = probe.settings(&plan.memory);
             let request = RecallRequest {
                 query: question.text.clone(),
                 k: Some(plan.max_k),
@@ -402,7 +402,7 @@ pub(super) async fn query(
                 let accumulator = sink
                     .accumulators
                     .entry(key)
-                    .or_insert_with(|| Accumulator::new(&plan.ks, probe.rrf_k));
+                    .or_insert_with(|| Accumulator::new(&plan.ks, probe, &plan.memory));
                 accumulator.aggregate.add(&question.category, &score);
                 accumulator.latencies_ms.push(elapsed_ms);
                 accumulator.returned += top.len();
@@ -413,7 +413,7 @@ pub(super) async fn query(
                 };
                 if !probe.sweep {
                     let line = serde_json::json!({
-                        "run": key.label(probe.rrf_k),
+                        "run": key.label(probe.rrf_k, probe.gate),
                         "question": question.id,
                         "category": question.category,
                         "evidence": question.evidence,
@@ -446,8 +446,8 @@ async fn ask_foreign(
     }
     let foreign = &env.conversations[(ingested.conversation + 1) % env.conversations.len()];
     let mut recalls = 0;
-    for &probe in probes.iter().filter(|p| p.retrieval.fuses() && !p.sweep) {
-        let settings = probe.retrieval.settings(&plan.memory, probe.rrf_k);
+    for &probe in probes.iter().filter(|p| p.asks_foreign()) {
+        let settings = probe.settings(&plan.memory);
         let (mut nothing, mut returned) = (0usize, 0usize);
         for question in &foreign.questions {
             let request = RecallRequest {
@@ -472,7 +472,7 @@ async fn ask_foreign(
             let accumulator = sink
                 .accumulators
                 .entry(RunKey::new(ingested.unit, credit, probe))
-                .or_insert_with(|| Accumulator::new(&plan.ks, probe.rrf_k));
+                .or_insert_with(|| Accumulator::new(&plan.ks, probe, &plan.memory));
             accumulator.foreign_asked += foreign.questions.len();
             accumulator.foreign_nothing += nothing;
             accumulator.foreign_returned += returned;
