@@ -1,7 +1,8 @@
 //! JWT bearer tokens: exactly one configured algorithm (HS256 with a shared secret, or RS256
 //! with a public key), with `exp`, `aud`, `iss` and `sub` required. Tokens with `alg: none`,
-//! another algorithm (algorithm confusion), a wrong key, a wrong audience or issuer, or an
-//! expired `exp` are refused.
+//! another algorithm (algorithm confusion), a wrong key, a wrong audience or issuer, an
+//! expired `exp`, an `nbf` still in the future, or a `sub` longer than [`MAX_SUBJECT_BYTES`]
+//! (it becomes part of a user name) are refused.
 
 use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode, decode_header};
 use secrecy::ExposeSecret;
@@ -16,6 +17,9 @@ pub enum JwtError {
     #[error("invalid token")]
     Invalid,
 }
+
+/// The longest `sub` accepted.
+pub const MAX_SUBJECT_BYTES: usize = 256;
 
 #[derive(Debug, Deserialize)]
 pub struct Claims {
@@ -57,6 +61,7 @@ impl JwtVerifier {
         validation.set_audience(&[audience]);
         validation.set_issuer(&[issuer]);
         validation.validate_exp = true;
+        validation.validate_nbf = true;
         validation.leeway = 30;
         Ok(Some(Self { key, validation }))
     }
@@ -69,7 +74,8 @@ impl JwtVerifier {
         }
         let data =
             decode::<Claims>(token, &self.key, &self.validation).map_err(|_| JwtError::Invalid)?;
-        if data.claims.sub.is_empty() {
+        let sub = &data.claims.sub;
+        if sub.is_empty() || sub.len() > MAX_SUBJECT_BYTES || sub.contains('\0') {
             return Err(JwtError::Invalid);
         }
         Ok(data.claims)

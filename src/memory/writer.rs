@@ -213,6 +213,14 @@ pub enum Outcome {
     Superseded { old: MemoryId, new: MemoryId },
 }
 
+/// The memory model's consolidation decision for one candidate.
+enum Decision {
+    Add,
+    /// `noop`: the existing memories already say it.
+    Keep,
+    Supersede(MemoryId),
+}
+
 pub struct MemoryWriter {
     store: Arc<dyn Store>,
     memory: Arc<MemoryEngine>,
@@ -831,7 +839,20 @@ impl MemoryWriter {
             return Ok(Outcome::Duplicate(duplicate.memory.id));
         }
         let contradicted = match self.models.role(ModelRole::Memory) {
-            Some(_) if !similar.is_empty() => self.llm_contradiction(&memory, &similar).await?,
+            Some(_) if !similar.is_empty() => match self.llm_decision(&memory, &similar).await? {
+                Decision::Supersede(old) => Some(old),
+                Decision::Add => None,
+                Decision::Keep => {
+                    // The model says the user's memories already hold this: nothing to write.
+                    let kept = similar[0].memory.id;
+                    let _ = self
+                        .store
+                        .user(user)
+                        .record_access(&[kept], crate::store::now())
+                        .await;
+                    return Ok(Outcome::Duplicate(kept));
+                }
+            },
             _ => similar
                 .iter()
                 .find(|r| {
@@ -871,13 +892,13 @@ impl MemoryWriter {
         }
     }
 
-    async fn llm_contradiction(
+    async fn llm_decision(
         &self,
         memory: &NewMemory,
         similar: &[super::rank::Recalled],
-    ) -> Result<Option<MemoryId>, WriterError> {
+    ) -> Result<Decision, WriterError> {
         let Some(role) = self.models.role(ModelRole::Memory) else {
-            return Ok(None);
+            return Ok(Decision::Add);
         };
         let existing = similar
             .iter()
@@ -900,14 +921,15 @@ impl MemoryWriter {
                         .and_then(|id| id.parse().ok())
                         .ok_or_else(|| "supersede needs target_id".to_string())?;
                     if ids.contains(&id) {
-                        Ok(Some(id))
+                        Ok(Decision::Supersede(id))
                     } else {
                         Err(format!(
                             "target_id {id} is not one of the existing memories"
                         ))
                     }
                 }
-                Some("add" | "noop") => Ok(None),
+                Some("add") => Ok(Decision::Add),
+                Some("noop") => Ok(Decision::Keep),
                 _ => Err("action must be add, noop or supersede".to_string()),
             },
         )

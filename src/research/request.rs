@@ -18,6 +18,7 @@ pub const MAX_QUERY_CHARS: usize = 4_000;
 
 /// `POST /research/stream` (and `/research/test`, `/research/compare`).
 #[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ResearchRequest {
     /// What to research.
     #[serde(default)]

@@ -63,6 +63,48 @@ impl From<StoreError> for RunFailure {
     }
 }
 
+/// Attempts at reading a run's log before a follower gives up.
+const FOLLOW_READ_ATTEMPTS: u32 = 5;
+
+/// `read` retried with a short backoff while the store is unavailable (a pool timeout under
+/// load); `None` when every attempt failed or the failure is not passing.
+async fn read_with_retries<T>(
+    mut read: impl FnMut() -> futures::future::BoxFuture<'static, StoreResult<T>>,
+) -> Option<T> {
+    for attempt in 1..=FOLLOW_READ_ATTEMPTS {
+        match read().await {
+            Ok(value) => return Some(value),
+            Err(error) => {
+                let passing = crate::error::HasKind::kind(&error).retryable();
+                tracing::warn!(%error, attempt, "reading a run's events failed");
+                if !passing || attempt == FOLLOW_READ_ATTEMPTS {
+                    return None;
+                }
+                tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
+            }
+        }
+    }
+    None
+}
+
+/// The `error` a follower ends with when the run's log cannot be read; it carries the last
+/// delivered sequence number, so `Last-Event-ID` resumes from there.
+fn unreadable_log_event(run: RunId, last: i64) -> StoredEvent {
+    let error = RunEvent::Error(ErrorEvent {
+        error_type: RunErrorType::Internal,
+        message: "the run's events could not be read; reconnect to resume".into(),
+        retryable: true,
+        content: None,
+        metadata: None,
+    });
+    StoredEvent {
+        seq: last,
+        event_type: EventType::Error,
+        data: event_data(&error, run, last, None, None).unwrap_or_else(|_| json!({})),
+        created_at: chrono::Utc::now(),
+    }
+}
+
 struct LiveRun {
     notify: watch::Sender<i64>,
     cancel: CancellationToken,
@@ -449,12 +491,17 @@ impl RunHub {
             let mut last = after;
             let mut stopping = false;
             loop {
-                let events = match hub.store.user(user).run_events_after(run, last, 500).await {
-                    Ok(events) => events,
-                    Err(error) => {
-                        tracing::warn!(%run, %error, "reading run events failed");
-                        return;
-                    }
+                let Some(events) = read_with_retries(|| {
+                    let hub = hub.clone();
+                    Box::pin(
+                        async move { hub.store.user(user).run_events_after(run, last, 500).await },
+                    )
+                })
+                .await
+                else {
+                    // The log cannot be read: the client learns it and may resume later.
+                    let _ = sender.send(unreadable_log_event(run, last)).await;
+                    return;
                 };
                 let full_page = events.len() == 500;
                 for event in events {
@@ -471,10 +518,37 @@ impl RunHub {
                     // Shutdown: what was written before it has been delivered.
                     return;
                 }
-                match hub.store.user(user).get_run(run).await {
-                    Ok(state) if state.status.is_terminal() && state.last_seq <= last => return,
-                    Ok(_) => {}
-                    Err(_) => return,
+                match read_with_retries(|| {
+                    let hub = hub.clone();
+                    Box::pin(async move { hub.store.user(user).get_run(run).await })
+                })
+                .await
+                {
+                    Some(state) if state.status.is_terminal() && state.last_seq <= last => {
+                        if last == after {
+                            // Asked from the end or past it: nothing was delivered, and the
+                            // final `done` still tells the client how the run ended.
+                            let from = state.last_seq - 1;
+                            if let Some(done) = read_with_retries(|| {
+                                let hub = hub.clone();
+                                Box::pin(async move {
+                                    hub.store.user(user).run_events_after(run, from, 1).await
+                                })
+                            })
+                            .await
+                            .and_then(|events| events.into_iter().next())
+                                && done.event_type == EventType::Done
+                            {
+                                let _ = sender.send(done).await;
+                            }
+                        }
+                        return;
+                    }
+                    Some(_) => {}
+                    None => {
+                        let _ = sender.send(unreadable_log_event(run, last)).await;
+                        return;
+                    }
                 }
                 let wait = async {
                     match receiver.as_mut() {

@@ -168,6 +168,27 @@ async fn rs256_tokens_verify_and_algorithm_confusion_is_refused() {
     app.stop().await;
 }
 
+/// `nbf` in the future and an oversized `sub` were accepted (the `sub` becoming a 20 KB user
+/// name).
+#[tokio::test]
+async fn jwt_not_yet_valid_or_oversized_subjects_are_refused() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn_with(&home, &hs256_env()).await;
+    let mut early = valid_claims("early-bird");
+    early["nbf"] = json!(now_secs() + 600);
+    let long = valid_claims(&"s".repeat(20_000));
+    let nul = valid_claims("a\u{0}b");
+    for claims in [early, long, nul] {
+        let (status, body) = app.get("/v1/threads", Some(&hs256(&claims, SECRET))).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    }
+    let mut started = valid_claims("on-time");
+    started["nbf"] = json!(now_secs() - 5);
+    let (status, _) = app.get("/v1/threads", Some(&hs256(&started, SECRET))).await;
+    assert_eq!(status, StatusCode::OK);
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn jwt_subjects_are_distinct_users() {
     let home = Home::new(Backend::Sqlite).await;
@@ -329,6 +350,19 @@ async fn a_cut_stream_resumes_with_every_event_exactly_once(backend: Backend) {
     let replay = support::SseReader::new(response).collect().await;
     assert_eq!(replay.first().unwrap().id, 4);
     assert_eq!(replay.len(), received.len() - 3);
+    // From the end or past it the stream still ends with the run's `done` (it was empty).
+    let done = received.last().unwrap().id;
+    for cursor in [done, done + 50] {
+        let tail = app
+            .events(&key, &run_id, Some(cursor))
+            .await
+            .collect()
+            .await;
+        assert_eq!(tail.len(), 1, "after {cursor}: {tail:?}");
+        assert_eq!(tail[0].event, "done");
+        assert_eq!(tail[0].id, done);
+        assert_eq!(tail[0].data["status"], "completed");
+    }
     app.stop().await;
 }
 

@@ -557,6 +557,16 @@ async fn research_requests_are_validated_and_the_test_endpoint_resolves_them() {
         assert_eq!(status, StatusCode::OK);
         assert_eq!(tested["valid"], false);
     }
+    // A misspelled knob was silently dropped; like every other body, it is refused.
+    let (status, error) = app
+        .post(
+            "/research/stream",
+            Some(&alice),
+            Some(json!({ "query": "q", "max_source": 3 })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{error}");
+    assert!(error.to_string().contains("max_source"), "{error}");
     let (status, tested) = app
         .post("/research/test", Some(&alice), Some(json!({ "query": "tides", "model": "other-model", "api_key": "sk-mine-123456", "depth": 3, "mode": "recursive" })))
         .await;
@@ -816,4 +826,42 @@ async fn the_chat_agent_runs_deep_research_as_a_tool_inside_its_turn() {
     assert_eq!(history["research"].as_array().unwrap().len(), 1);
     assert_eq!(history["research"][0]["status"], "completed");
     app.stop_and_release().await;
+}
+
+/// A research whose every search failed wrote its failure ("search request failed: …") to
+/// memory as a conclusion; only research with cited sources writes conclusions.
+#[tokio::test]
+async fn a_research_without_sources_writes_no_conclusions() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn_with(
+        &home,
+        &[
+            // Nothing listens on the discard port: every search fails.
+            ("MNEMO__RESEARCH__SEARCH__SEARXNG_URL", "http://127.0.0.1:9/"),
+            ("MNEMO__RESEARCH__SEARCH__DEFAULT_PROVIDER", "searxng"),
+        ],
+    )
+    .await;
+    let alice = app.user_key("alice").await;
+    let events = research(
+        &app,
+        &alice,
+        json!({ "query": "Why do spring tides happen at full moon?" }),
+    )
+    .await
+    .collect()
+    .await;
+    assert_eq!(events.last().map(|e| e.event.as_str()), Some("done"));
+    assert!(
+        events
+            .iter()
+            .any(|e| e.event == "error" && e.data.to_string().contains("search")),
+        "the failed searches are reported: {events:?}"
+    );
+    let (status, listed) = app
+        .get("/v1/memories?kinds=conclusion", Some(&alice))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(listed["memories"], json!([]), "{listed}");
+    app.stop().await;
 }

@@ -207,6 +207,18 @@ async fn the_llm_extracts_and_decides_contradictions() {
         .expect("a consolidation prompt");
     assert!(consolidation.contains(&old_id), "{consolidation}");
     assert!(consolidation.contains("> The user uses PostgreSQL 17 at work"));
+
+    // `noop`: the model finds it already known, and nothing is written (it was added).
+    let current = facts[0]["id"].as_str().unwrap().to_string();
+    llm.push(Reply::text("Yes."));
+    llm.push(Reply::text(
+        r#"{"memories": [{"should_remember": true, "kind": "fact", "content": "At work the user runs PostgreSQL 17", "importance": 3}]}"#,
+    ));
+    llm.push(Reply::text(r#"{"action": "noop"}"#));
+    say(&app, &key, &thread, "as I said, PostgreSQL 17 at work").await;
+    let facts = memories(&app, &key, "&kinds=fact").await;
+    assert_eq!(contents(&facts), ["The user uses PostgreSQL 17 at work"]);
+    assert_eq!(facts[0]["id"], current.as_str());
     app.stop().await;
 }
 

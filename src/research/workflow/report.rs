@@ -130,13 +130,15 @@ impl Research {
     }
 
     /// Writes the report's conclusions to the user's memory (`source = research`, refs: the
-    /// research and its sources). Failures are reported; the research still completes.
+    /// research and its sources). Only a report with cited sources has conclusions: one
+    /// written from failed searches would remember the failure. Failures to write are
+    /// reported; the research still completes.
     pub(super) async fn remember(
         &self,
         report: &str,
         cited: &[(usize, Source)],
     ) -> Result<usize, RunFailure> {
-        if !self.config.remember {
+        if !self.config.remember || cited.is_empty() {
             return Ok(0);
         }
         let conclusions = match self.role(ModelRole::Memory) {
