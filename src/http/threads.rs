@@ -136,6 +136,12 @@ pub async fn delete_thread(
     ApiQuery(query): ApiQuery<DeleteThreadQuery>,
 ) -> ApiResult<StatusCode> {
     state.store.user(user.user_id).get_thread(id).await?;
+    // A live run of the thread stops first: its stream ends with `done`, and its model call
+    // does not run on for a thread that is gone.
+    state
+        .runs
+        .cancel_thread(user.user_id, id, std::time::Duration::from_secs(5))
+        .await;
     if query.forget_memories {
         state
             .store

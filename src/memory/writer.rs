@@ -651,7 +651,12 @@ impl MemoryWriter {
     }
 
     async fn process_turn(&self, user: UserId, job: &TurnJob) -> Result<Vec<Outcome>, WriterError> {
-        let messages = self.store.user(user).list_messages(job.thread_id).await?;
+        let messages = match self.store.user(user).list_messages(job.thread_id).await {
+            Ok(messages) => messages,
+            // The thread was deleted since: nothing to remember.
+            Err(StoreError::NotFound(_)) => return Ok(Vec::new()),
+            Err(error) => return Err(error.into()),
+        };
         let Some(user_message) = messages.iter().find(|m| m.id == job.user_message_id) else {
             // The thread or message was deleted since: nothing to remember.
             return Ok(Vec::new());
@@ -667,10 +672,19 @@ impl MemoryWriter {
         if let Some(reply) = assistant.filter(|_| self.models.role(ModelRole::Chat).is_some()) {
             turns.extend(turn_memories(reply));
         }
-        let mut outcomes: Vec<Outcome> = self
-            .memory
-            .add(user, turns)
-            .await?
+        let added = match self.memory.add(user, turns).await {
+            Ok(added) => added,
+            Err(error) => {
+                // Deleted while this job ran (the memories' thread is gone): nothing to do.
+                if let Err(StoreError::NotFound(_)) =
+                    self.store.user(user).get_thread(job.thread_id).await
+                {
+                    return Ok(Vec::new());
+                }
+                return Err(error.into());
+            }
+        };
+        let mut outcomes: Vec<Outcome> = added
             .into_iter()
             .map(|memory| Outcome::Added(memory.id))
             .collect();

@@ -106,6 +106,8 @@ fn unreadable_log_event(run: RunId, last: i64) -> StoredEvent {
 }
 
 struct LiveRun {
+    user: UserId,
+    thread: Option<ThreadId>,
     notify: watch::Sender<i64>,
     cancel: CancellationToken,
     readers: Arc<AtomicUsize>,
@@ -317,6 +319,8 @@ impl RunHub {
         self.live().insert(
             run.id,
             LiveRun {
+                user,
+                thread,
                 notify: notify.clone(),
                 cancel: cancel.clone(),
                 readers: readers.clone(),
@@ -435,6 +439,29 @@ impl RunHub {
                 true
             }
             None => false,
+        }
+    }
+
+    /// Cancels the user's runs of `thread` that execute here and waits, at most `wait`, until
+    /// they have ended: their followers get `done` before the thread is deleted.
+    pub async fn cancel_thread(&self, user: UserId, thread: ThreadId, wait: Duration) {
+        let mut ending: Vec<watch::Receiver<i64>> = Vec::new();
+        for live in self
+            .live()
+            .values()
+            .filter(|live| live.user == user && live.thread == Some(thread))
+        {
+            live.cancel.cancel();
+            ending.push(live.notify.subscribe());
+        }
+        let all_ended = async {
+            for mut receiver in ending {
+                // The sender goes with the run's entry, once its last event is written.
+                while receiver.changed().await.is_ok() {}
+            }
+        };
+        if tokio::time::timeout(wait, all_ended).await.is_err() {
+            tracing::warn!(%thread, "a cancelled run of a deleted thread did not end in time");
         }
     }
 

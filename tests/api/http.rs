@@ -515,6 +515,39 @@ async fn cancel_stops_a_run_and_a_second_cancel_conflicts() {
     app.stop().await;
 }
 
+/// Deleting a thread during its live run answered 204 but cut the stream without `done`, let
+/// the model call run on, and left a memory job retried against a missing thread.
+#[tokio::test]
+async fn deleting_a_thread_stops_its_run_first() {
+    let home = Home::new(Backend::Sqlite).await;
+    let (llm, _) = slow_llm(200, 200).await;
+    let app = TestApp::spawn_with_llm(&home, &llm, &[]).await;
+    let key = app.user_key("alice").await;
+    let thread = app.create_thread(&key, "to be deleted").await;
+    let thread_id = thread["id"].as_str().unwrap().to_string();
+    let run = app.post_message(&key, &thread_id, "go on and on").await;
+    let run_id = run["id"].as_str().unwrap().to_string();
+    let mut reader = app.events(&key, &run_id, None).await;
+    reader.next().await.unwrap();
+    let requests_before = llm.requests().len();
+    let started = std::time::Instant::now();
+    let status = app.delete(&format!("/v1/threads/{thread_id}"), Some(&key)).await.0;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let rest = reader.collect().await;
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let done = rest.last().expect("events after the delete");
+    assert_eq!(done.event, "done", "{rest:?}");
+    assert_eq!(done.data["status"], "cancelled");
+    let (status, _) = app.get(&format!("/v1/threads/{thread_id}"), Some(&key)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // No memory job fails against the missing thread, and no new model call starts.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (_, health) = app.get("/health", None).await;
+    assert_eq!(health["components"]["memory_writer"]["failed"], 0, "{health}");
+    assert_eq!(llm.requests().len(), requests_before);
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn client_mistakes_are_clear_json_4xx() {
     let home = Home::new(Backend::Sqlite).await;

@@ -837,7 +837,10 @@ async fn a_research_without_sources_writes_no_conclusions() {
         &home,
         &[
             // Nothing listens on the discard port: every search fails.
-            ("MNEMO__RESEARCH__SEARCH__SEARXNG_URL", "http://127.0.0.1:9/"),
+            (
+                "MNEMO__RESEARCH__SEARCH__SEARXNG_URL",
+                "http://127.0.0.1:9/",
+            ),
             ("MNEMO__RESEARCH__SEARCH__DEFAULT_PROVIDER", "searxng"),
         ],
     )
@@ -858,9 +861,7 @@ async fn a_research_without_sources_writes_no_conclusions() {
             .any(|e| e.event == "error" && e.data.to_string().contains("search")),
         "the failed searches are reported: {events:?}"
     );
-    let (status, listed) = app
-        .get("/v1/memories?kinds=conclusion", Some(&alice))
-        .await;
+    let (status, listed) = app.get("/v1/memories?kinds=conclusion", Some(&alice)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(listed["memories"], json!([]), "{listed}");
     app.stop().await;
