@@ -672,6 +672,17 @@ impl MemoryWriter {
         if let Some(reply) = assistant.filter(|_| self.models.role(ModelRole::Chat).is_some()) {
             turns.extend(turn_memories(reply));
         }
+        // A retry after a later step failed must not store the turns again: they are keyed
+        // by their message's id (`source_refs`).
+        let stored: std::collections::HashSet<String> = self
+            .store
+            .user(user)
+            .thread_turns(job.thread_id)
+            .await?
+            .into_iter()
+            .flat_map(|memory| memory.source_refs)
+            .collect();
+        turns.retain(|turn| !turn.source_refs.iter().any(|r| stored.contains(r)));
         let added = match self.memory.add(user, turns).await {
             Ok(added) => added,
             Err(error) => {

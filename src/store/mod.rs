@@ -270,6 +270,8 @@ pub(in crate::store) trait MemoryStore: Send + Sync + 'static {
     }
     /// The user's memories among `ids` (others' ids are silently absent).
     async fn memories_by_ids(&self, user: UserId, ids: &[MemoryId]) -> StoreResult<Vec<Memory>>;
+    /// The turn memories of one of the user's threads, oldest first.
+    async fn thread_turns(&self, user: UserId, thread: ThreadId) -> StoreResult<Vec<Memory>>;
     /// Bumps access stats; no log entry (access does not change what is indexed).
     async fn record_access(
         &self,

@@ -104,6 +104,9 @@ impl UserScope<'_> {
         fn all_memories(&self, filter: &MemoryFilter) -> StoreResult<Vec<Memory>>;
         /// The user's memories among `ids` (others' ids are silently absent).
         fn memories_by_ids(&self, ids: &[MemoryId]) -> StoreResult<Vec<Memory>>;
+        /// The turn memories of one of the user's threads, oldest first (archived and
+        /// invalid ones included).
+        fn thread_turns(&self, thread: ThreadId) -> StoreResult<Vec<Memory>>;
         /// Bumps access stats; no log entry (access does not change what is indexed).
         fn record_access(&self, ids: &[MemoryId], at: DateTime<Utc>) -> StoreResult<()>;
         /// Writes `new` as superseding `old` in one transaction.

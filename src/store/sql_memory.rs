@@ -518,6 +518,24 @@ macro_rules! sql_memory_store {
                 Ok(found.iter().map(memory_rows::memory).collect::<Result<_, _>>()?)
             }
 
+            async fn thread_turns(
+                &self,
+                user: UserId,
+                thread: ThreadId,
+            ) -> StoreResult<Vec<Memory>> {
+                let sql = format!(
+                    "SELECT {} FROM memories WHERE user_id = $1 AND thread_id = $2 \
+                     AND kind = 'turn' ORDER BY created_at, id",
+                    memory_rows::COLUMNS
+                );
+                let found = sqlx::query(&sql)
+                    .bind(user.as_uuid())
+                    .bind(thread.as_uuid())
+                    .fetch_all(&self.pool)
+                    .await?;
+                Ok(found.iter().map(memory_rows::memory).collect::<Result<_, _>>()?)
+            }
+
             async fn memories_by_ids(
                 &self,
                 user: UserId,

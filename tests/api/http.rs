@@ -531,19 +531,27 @@ async fn deleting_a_thread_stops_its_run_first() {
     reader.next().await.unwrap();
     let requests_before = llm.requests().len();
     let started = std::time::Instant::now();
-    let status = app.delete(&format!("/v1/threads/{thread_id}"), Some(&key)).await.0;
+    let status = app
+        .delete(&format!("/v1/threads/{thread_id}"), Some(&key))
+        .await
+        .0;
     assert_eq!(status, StatusCode::NO_CONTENT);
     let rest = reader.collect().await;
     assert!(started.elapsed() < Duration::from_secs(5));
     let done = rest.last().expect("events after the delete");
     assert_eq!(done.event, "done", "{rest:?}");
     assert_eq!(done.data["status"], "cancelled");
-    let (status, _) = app.get(&format!("/v1/threads/{thread_id}"), Some(&key)).await;
+    let (status, _) = app
+        .get(&format!("/v1/threads/{thread_id}"), Some(&key))
+        .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     // No memory job fails against the missing thread, and no new model call starts.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (_, health) = app.get("/health", None).await;
-    assert_eq!(health["components"]["memory_writer"]["failed"], 0, "{health}");
+    assert_eq!(
+        health["components"]["memory_writer"]["failed"], 0,
+        "{health}"
+    );
     assert_eq!(llm.requests().len(), requests_before);
     app.stop().await;
 }

@@ -799,3 +799,33 @@ async fn an_imported_conversation_becomes_named_turn_memories() {
     assert_eq!(thread_view["messages"][1]["author"], "Melanie");
     app.stop().await;
 }
+
+/// A turn job that failed after storing its turn (here: the extraction's answers were not
+/// JSON) stored the turn again on its retry; the turns are keyed by their message.
+#[tokio::test]
+async fn a_retried_turn_job_stores_its_turn_once() {
+    let home = Home::new(Backend::Sqlite).await;
+    let llm = FakeLlm::start().await;
+    let app = TestApp::spawn_with_llm(&home, &llm, &[]).await;
+    let key = app.user_key("alice").await;
+    let thread = thread(&app, &key).await;
+    llm.push(Reply::text("Noted."));
+    for _ in 0..4 {
+        llm.push(Reply::text("this is not JSON"));
+    }
+    llm.set_default(Reply::text(
+        r#"{"memories": [{"should_remember": true, "kind": "fact", "content": "The user keeps bees in Ostrava", "importance": 3}]}"#,
+    ));
+    say(&app, &key, &thread, "I keep bees in Ostrava").await;
+    let facts = memories(&app, &key, "&kinds=fact").await;
+    assert_eq!(contents(&facts), ["The user keeps bees in Ostrava"]);
+    let turns = memories(&app, &key, "&kinds=turn").await;
+    let mine: Vec<&str> = contents(&turns)
+        .into_iter()
+        .filter(|content| content.contains("Ostrava"))
+        .collect();
+    assert_eq!(mine, ["User: I keep bees in Ostrava"], "{turns:?}");
+    let (_, health) = app.get("/health", None).await;
+    assert_eq!(health["components"]["memory_writer"]["failed"], 0, "{health}");
+    app.stop().await;
+}
