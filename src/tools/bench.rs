@@ -358,7 +358,8 @@ impl Bench<'_> {
         writeln!(self.out, "- build: {profile}; {cpus} CPUs{load}")?;
         writeln!(
             self.out,
-            "- recall: `MemoryEngine::recall`, hybrid (vector + BM25 → RRF → decay) unless noted, \
+            "- recall: `MemoryEngine::recall`, hybrid with the shipped settings (vector and BM25 \
+             over the own and context views, min-max fused, the query gate, decay) unless noted, \
              k = {RECALL_K}, {} candidates per signal; times are wall time minus query embedding \
              (queries embedded before each series), so they cover both searches, SQL hydration and ranking\n",
             settings.candidates

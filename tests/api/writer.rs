@@ -826,6 +826,9 @@ async fn a_retried_turn_job_stores_its_turn_once() {
         .collect();
     assert_eq!(mine, ["User: I keep bees in Ostrava"], "{turns:?}");
     let (_, health) = app.get("/health", None).await;
-    assert_eq!(health["components"]["memory_writer"]["failed"], 0, "{health}");
+    assert_eq!(
+        health["components"]["memory_writer"]["failed"], 0,
+        "{health}"
+    );
     app.stop().await;
 }

@@ -457,16 +457,20 @@ pub struct EvalSummary {
 }
 
 impl EvalSummary {
-    /// One line for the terminal: the best run and where the results are.
+    /// One line for the terminal: the product's run (else the best one) and where the
+    /// results are.
     pub fn headline(&self) -> String {
-        let best = self
-            .report
-            .best
-            .as_ref()
-            .and_then(|key| self.report.runs.iter().find(|run| &run.key == key));
+        let product = self.report.runs.iter().find(|run| run.key == "product");
+        let best = product.or_else(|| {
+            self.report
+                .best
+                .as_ref()
+                .and_then(|key| self.report.runs.iter().find(|run| &run.key == key))
+        });
+        let label = if product.is_some() { "" } else { "best " };
         match best {
             Some(run) => format!(
-                "{}: best {} R@5 {:.1} R@10 {:.1} ({} questions, {:.0} s); results in {}",
+                "{}: {label}{} R@5 {:.1} R@10 {:.1} ({} questions, {:.0} s); results in {}",
                 self.report.dataset,
                 run.key,
                 100.0 * run.overall.recall.get(&5).copied().unwrap_or(0.0),
@@ -1262,7 +1266,7 @@ mod tests {
             "{markdown}"
         );
         assert!(
-            summary.headline().contains("best"),
+            summary.headline().starts_with("LongMemEval: product R@5"),
             "{}",
             summary.headline()
         );
