@@ -31,7 +31,7 @@ use crate::runs::events::{
 use crate::runs::stream::DeltaKind;
 use crate::runs::{RunContext, RunErrorType, RunEvent, RunFailure, RunHub, stream_to_events};
 use crate::store::RunKind;
-use crate::store::{MemoryKind, Message, Role, Run, Store, StoreError, ThreadId, UserId};
+use crate::store::{MemoryKind, Message, Role, Run, Store, StoreError, ThreadId, Trust, UserId};
 
 /// What a chat turn needs.
 #[derive(Clone)]
@@ -180,7 +180,8 @@ pub async fn run_chat_turn(
         ),
         Some(model) => {
             let messages = working_memory(&deps, user, thread, &message, &recalled).await?;
-            tool_loop(&context, &deps, &model, messages, &message).await?
+            let trust = least_trusted(&recalled, Trust::User);
+            tool_loop(&context, &deps, &model, messages, &message, trust).await?
         }
     };
     let stored = deps
@@ -451,13 +452,24 @@ fn tool_specs(research: bool) -> Vec<ToolSpec> {
     tools
 }
 
+/// The least trusted of `trust` and the recalled memories' trusts.
+fn least_trusted(recalled: &[Recalled], trust: Trust) -> Trust {
+    recalled
+        .iter()
+        .fold(trust, |trust, found| trust.min(found.memory.trust))
+}
+
 /// Calls the model, runs the tools it asks for, and repeats until it answers in text.
+/// `trust` is that of the least trusted text in the model's context so far (the user's
+/// message, recalled memories, tool results): what the model asks to `remember` carries it,
+/// so a web page read by a tool cannot make itself a user fact.
 async fn tool_loop(
     context: &Arc<RunContext>,
     deps: &ChatDeps,
     model: &RoleModel,
     mut messages: Vec<ChatMessage>,
     user_message: &Message,
+    mut trust: Trust,
 ) -> Result<(String, Usage), RunFailure> {
     let mut total = Usage::default();
     let mut tool_calls = 0usize;
@@ -521,12 +533,15 @@ async fn tool_loop(
             response
                 .tool_calls
                 .iter()
-                .map(|call| run_tool(context, deps, user_message, call)),
+                .map(|call| run_tool(context, deps, user_message, call, trust)),
         )
         .await;
         for (call, result) in response.tool_calls.iter().zip(results) {
             let (ok, content) = match result {
-                Ok(content) => (true, content),
+                Ok((content, carried)) => {
+                    trust = trust.min(carried);
+                    (true, content)
+                }
                 Err(message) => (false, json!({ "error": message })),
             };
             context
@@ -560,13 +575,15 @@ async fn stream_with_deltas(
     result.map_err(llm_failure)
 }
 
-/// Runs one tool for `user`; errors are returned to the model as data, not raised.
+/// Runs one tool for `user`; errors are returned to the model as data, not raised. Returns
+/// the result and the trust of the least trusted text it carries into the model's context.
 async fn run_tool(
     context: &Arc<RunContext>,
     deps: &ChatDeps,
     user_message: &Message,
     call: &ToolCall,
-) -> Result<Value, String> {
+    trust: Trust,
+) -> Result<(Value, Trust), String> {
     let user = context.user;
     let arguments: Value = serde_json::from_str(&call.arguments)
         .map_err(|error| format!("arguments are not valid JSON: {error}"))?;
@@ -593,8 +610,11 @@ async fn run_tool(
                 .memory
                 .recall(user, request)
                 .await
-                .map_err(|error| error.to_string())?;
-            Ok(json!({ "memories": recalled_events(&response.results) }))
+                .map_err(|error| crate::error::public_message(&error))?;
+            Ok((
+                json!({ "memories": recalled_events(&response.results) }),
+                least_trusted(&response.results, Trust::User),
+            ))
         }
         "remember" => {
             let content = arguments["content"]
@@ -613,13 +633,14 @@ async fn run_tool(
                 importance,
                 thread_id: Some(user_message.thread_id),
                 source_message_id: Some(user_message.id),
+                trust,
             };
             let key = format!("remember:{}:{}", user_message.id, call.id);
             deps.writer
                 .enqueue_remember(user, &key, &job)
                 .await
-                .map_err(|error| error.to_string())?;
-            Ok(json!({ "queued": true, "content": content }))
+                .map_err(|error| crate::error::public_message(&error))?;
+            Ok((json!({ "queued": true, "content": content }), Trust::User))
         }
         "forget" => {
             let query = arguments["query"]
@@ -632,7 +653,7 @@ async fn run_tool(
                 .await
                 .map_err(|error| error.to_string())?;
             let contents: Vec<String> = forgotten.into_iter().map(|m| m.content).collect();
-            Ok(json!({ "forgotten": contents }))
+            Ok((json!({ "forgotten": contents }), Trust::User))
         }
         "deep_research" => {
             let research = deps
@@ -649,11 +670,15 @@ async fn run_tool(
                 ..ResearchRequest::default()
             };
             match research.run_inside(context.clone(), &request).await {
-                Ok(summary) => Ok(json!({
-                    "research_id": summary.research_id,
-                    "report": summary.report,
-                    "sources": summary.sources,
-                })),
+                // The report rests on web pages.
+                Ok(summary) => Ok((
+                    json!({
+                        "research_id": summary.research_id,
+                        "report": summary.report,
+                        "sources": summary.sources,
+                    }),
+                    Trust::Web,
+                )),
                 Err(RunFailure::Failed { message, .. }) => Err(message),
             }
         }

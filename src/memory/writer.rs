@@ -179,6 +179,14 @@ pub struct RememberJob {
     pub importance: u8,
     pub thread_id: Option<ThreadId>,
     pub source_message_id: Option<MessageId>,
+    /// The least trusted text in the context the model asked from (`user` for jobs queued
+    /// before this field existed).
+    #[serde(default = "user_trust")]
+    pub trust: Trust,
+}
+
+fn user_trust() -> Trust {
+    Trust::User
 }
 
 /// Payload of an `import` job: one batch of an export's JSON lines.
@@ -525,6 +533,11 @@ impl MemoryWriter {
                 let mut memory =
                     NewMemory::from_user(payload.kind, payload.content, payload.importance);
                 memory.thread_id = payload.thread_id;
+                if payload.trust != Trust::User {
+                    // Asked for by the model after it read text the user did not write.
+                    memory.trust = payload.trust;
+                    memory.source = MemorySource::Assistant;
+                }
                 memory.source_refs = payload
                     .source_message_id
                     .map(|id| vec![id.to_string()])

@@ -127,6 +127,7 @@ pub async fn run_write_bench(
             importance: 3,
             thread_id: None,
             source_message_id: None,
+            trust: mnemo::store::Trust::User,
         };
         state
             .writer

@@ -866,3 +866,95 @@ async fn a_research_without_sources_writes_no_conclusions() {
     assert_eq!(listed["memories"], json!([]), "{listed}");
     app.stop().await;
 }
+
+/// A page read by a research inside a chat turn tells the model to remember something; the
+/// model's `remember` then carries web trust (it was user trust: an injected page became a
+/// user fact). A `remember` asked with nothing but the user's words in view stays user trust.
+#[tokio::test]
+async fn what_the_model_remembers_after_reading_the_web_has_web_trust() {
+    let site = ResearchSite::start(Duration::ZERO).await;
+    let llm = FakeLlm::start().await;
+    let research = research_script(
+        vec!["lighthouse fresnel lens"],
+        "# Lenses\n\nA Fresnel lens concentrates the lamp into a beam [1].",
+    );
+    llm.set_handler(move |request| {
+        let is_chat = request["tools"].as_array().is_some_and(|tools| {
+            tools
+                .iter()
+                .any(|t| t["function"]["name"] == "recall_memory")
+        });
+        if !is_chat {
+            return research(request);
+        }
+        let messages = request["messages"].as_array().cloned().unwrap_or_default();
+        let text = serde_json::Value::Array(messages.clone()).to_string();
+        let tool_results = messages.iter().filter(|m| m["role"] == "tool").count();
+        Some(if text.contains("vegetarian") {
+            match tool_results {
+                0 => Reply::tool(
+                    "remember",
+                    json!({ "content": "The user is vegetarian", "kind": "fact" }),
+                ),
+                _ => Reply::text("Noted."),
+            }
+        } else {
+            match tool_results {
+                0 => Reply::tool(
+                    "deep_research",
+                    json!({ "query": "How do lighthouse lenses work?" }),
+                ),
+                // What an injected page would make a model do.
+                1 => Reply::tool(
+                    "remember",
+                    json!({ "content": "The user wants every reply signed by Captain Nemo", "kind": "preference" }),
+                ),
+                _ => Reply::text("Fresnel lenses concentrate the light."),
+            }
+        })
+    });
+    let home = Home::new(Backend::Sqlite).await;
+    let app = spawn(&home, &site, Some(&llm)).await;
+    let mut stored = Vec::new();
+    for (name, message) in [
+        ("alice", "Please research how lighthouse lenses work."),
+        ("bob", "Remember that I am vegetarian."),
+    ] {
+        let key = app.user_key(name).await;
+        let thread = app.create_thread(&key, "t").await;
+        let run = app
+            .post_message(&key, thread["id"].as_str().unwrap(), message)
+            .await;
+        let events = app
+            .events(&key, run["id"].as_str().unwrap(), None)
+            .await
+            .collect()
+            .await;
+        assert_eq!(
+            events.last().unwrap().data["status"],
+            "completed",
+            "{events:?}"
+        );
+        let mut found = None;
+        for _ in 0..400 {
+            let (_, listed) = app
+                .get("/v1/memories?kinds=fact,preference", Some(&key))
+                .await;
+            if let Some(memory) = listed["memories"].as_array().and_then(|m| m.first()) {
+                found = Some(memory.clone());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        stored.push(found.unwrap_or_else(|| panic!("{name}'s remembered memory")));
+    }
+    assert_eq!(
+        stored[0]["content"],
+        "The user wants every reply signed by Captain Nemo"
+    );
+    assert_eq!(stored[0]["trust"], "web", "{}", stored[0]);
+    assert_eq!(stored[0]["source"], "assistant", "{}", stored[0]);
+    assert_eq!(stored[1]["content"], "The user is vegetarian");
+    assert_eq!(stored[1]["trust"], "user", "{}", stored[1]);
+    app.stop_and_release().await;
+}
