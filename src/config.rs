@@ -578,7 +578,9 @@ pub struct ServerSettings {
     pub dev: bool,
     pub max_body_bytes: usize,
     pub keep_alive_secs: u64,
-    /// A run nobody has followed for this long is cancelled (0 disables).
+    /// A streamed run nobody has followed for this long is cancelled, so a client that went
+    /// away does not keep a model call running (0 disables). Runs started with
+    /// `stream: false` run to their end.
     pub abandon_run_after_secs: u64,
     /// How long shutdown waits for runs to write their final events.
     pub shutdown_grace_secs: u64,
@@ -591,7 +593,7 @@ impl Default for ServerSettings {
             dev: false,
             max_body_bytes: 2 * 1024 * 1024,
             keep_alive_secs: 15,
-            abandon_run_after_secs: 300,
+            abandon_run_after_secs: 10,
             shutdown_grace_secs: 10,
         }
     }

@@ -177,6 +177,7 @@ pub async fn post_message(
     if body.stream {
         Ok(run_event_response(&state, user_id, run.id, 0))
     } else {
+        state.runs.run_in_background(run.id);
         Ok((StatusCode::ACCEPTED, Json(run)).into_response())
     }
 }

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -111,12 +111,14 @@ struct LiveRun {
     notify: watch::Sender<i64>,
     cancel: CancellationToken,
     readers: Arc<AtomicUsize>,
+    /// Started in the background (`stream: false`): never cancelled for want of a reader.
+    background: Arc<AtomicBool>,
     input: Arc<RunInput>,
 }
 
 /// Input a run waits for from its user (a plan approval, an answer to a clarifying question).
 struct RunInput {
-    awaiting: std::sync::atomic::AtomicBool,
+    awaiting: AtomicBool,
     sender: tokio::sync::mpsc::UnboundedSender<Value>,
     receiver: tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<Value>>,
 }
@@ -310,9 +312,10 @@ impl RunHub {
         let (notify, _) = watch::channel(0);
         let cancel = self.shutdown.child_token();
         let readers = Arc::new(AtomicUsize::new(0));
+        let background = Arc::new(AtomicBool::new(false));
         let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
         let input = Arc::new(RunInput {
-            awaiting: std::sync::atomic::AtomicBool::new(false),
+            awaiting: AtomicBool::new(false),
             sender,
             receiver: tokio::sync::Mutex::new(receiver),
         });
@@ -324,6 +327,7 @@ impl RunHub {
                 notify: notify.clone(),
                 cancel: cancel.clone(),
                 readers: readers.clone(),
+                background: background.clone(),
                 input: input.clone(),
             },
         );
@@ -340,7 +344,7 @@ impl RunHub {
         });
         let hub = self.clone();
         self.tracker.spawn(async move {
-            let watchdog = hub.watch_readers(cancel.clone(), readers);
+            let watchdog = hub.watch_readers(cancel.clone(), readers, background);
             let outcome = tokio::select! {
                 outcome = body(context.clone()) => Some(outcome),
                 _ = cancel.cancelled() => None,
@@ -360,6 +364,7 @@ impl RunHub {
         &self,
         cancel: CancellationToken,
         readers: Arc<AtomicUsize>,
+        background: Arc<AtomicBool>,
     ) -> tokio::task::JoinHandle<()> {
         let grace = self.abandon_after;
         tokio::spawn(async move {
@@ -368,6 +373,9 @@ impl RunHub {
             let mut unread_for = Duration::ZERO;
             loop {
                 tokio::time::sleep(tick).await;
+                if background.load(Ordering::Relaxed) {
+                    return;
+                }
                 if readers.load(Ordering::Relaxed) == 0 {
                     unread_for += tick;
                     if unread_for >= grace {
@@ -439,6 +447,14 @@ impl RunHub {
                 true
             }
             None => false,
+        }
+    }
+
+    /// Lets `run` go on without readers (a client's `stream: false`): the abandon watchdog
+    /// leaves it alone.
+    pub fn run_in_background(&self, run: RunId) {
+        if let Some(live) = self.live().get(&run) {
+            live.background.store(true, Ordering::Relaxed);
         }
     }
 

@@ -768,10 +768,15 @@ async fn dev_mode_serves_a_local_user_and_is_refused_off_loopback() {
     assert!(message.contains("loopback"), "{message}");
 }
 
+/// A streamed run whose client went away is cancelled after the grace period (its model call
+/// stops); a run started with `stream: false` runs in the background to its end (it was
+/// cancelled like an abandoned stream).
 #[tokio::test]
 async fn a_run_nobody_follows_is_cancelled_after_the_grace_period() {
     let home = Home::new(Backend::Sqlite).await;
-    let (llm, _) = slow_llm(100, 100).await;
+    // 20 words in chunks of 6 characters, 100 ms apart: about 2 s per answer, longer than
+    // the grace.
+    let (llm, _) = slow_llm(20, 100).await;
     let app = TestApp::spawn_with_llm(
         &home,
         &llm,
@@ -780,22 +785,43 @@ async fn a_run_nobody_follows_is_cancelled_after_the_grace_period() {
     .await;
     let key = app.user_key("alice").await;
     let thread = app.create_thread(&key, "abandoned").await;
-    let run = app
-        .post_message(&key, thread["id"].as_str().unwrap(), "talk for a while")
+    let thread_id = thread["id"].as_str().unwrap().to_string();
+    let response = app
+        .client
+        .post(app.url(&format!("/v1/threads/{thread_id}/messages")))
+        .bearer_auth(&key)
+        .json(&json!({ "content": "talk for a while" }))
+        .send()
+        .await
+        .unwrap();
+    let mut reader = support::SseReader::new(response);
+    let streamed = reader.headers["x-run-id"].to_str().unwrap().to_string();
+    reader.next().await.expect("a first event");
+    drop(reader); // the client goes away
+    let background = app
+        .post_message(&key, &thread_id, "and in the background")
         .await;
-    let run_id = run["id"].as_str().unwrap().to_string();
-    let mut status = Value::Null;
-    for _ in 0..60 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        status = app.get(&format!("/v1/runs/{run_id}"), Some(&key)).await.1["status"].clone();
-        if status != "running" {
-            break;
+    let background = background["id"].as_str().unwrap().to_string();
+    let status_of = |run: String| {
+        let app = &app;
+        let key = key.clone();
+        async move {
+            let mut status = Value::Null;
+            for _ in 0..300 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                status = app.get(&format!("/v1/runs/{run}"), Some(&key)).await.1["status"].clone();
+                if status != "running" {
+                    break;
+                }
+            }
+            status
         }
-    }
-    assert_eq!(status, "cancelled");
-    let events = app.events(&key, &run_id, None).await.collect().await;
+    };
+    assert_eq!(status_of(streamed.clone()).await, "cancelled");
+    let events = app.events(&key, &streamed, None).await.collect().await;
     assert_eq!(events.last().unwrap().data["status"], "cancelled");
     assert!(events.iter().all(|event| event.event != "message_complete"));
+    assert_eq!(status_of(background).await, "completed");
     app.stop().await;
 }
 
