@@ -584,6 +584,11 @@ pub struct ServerSettings {
     pub abandon_run_after_secs: u64,
     /// How long shutdown waits for runs to write their final events.
     pub shutdown_grace_secs: u64,
+    /// A connection that has not sent a whole request head within this many seconds is
+    /// closed (slow clients holding connections open).
+    pub header_read_timeout_secs: u64,
+    /// Open connections at most; more wait in the listen queue until one closes.
+    pub max_connections: usize,
 }
 
 impl Default for ServerSettings {
@@ -595,6 +600,8 @@ impl Default for ServerSettings {
             keep_alive_secs: 15,
             abandon_run_after_secs: 10,
             shutdown_grace_secs: 10,
+            header_read_timeout_secs: 10,
+            max_connections: 1024,
         }
     }
 }
@@ -747,6 +754,12 @@ impl Settings {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        if self.server.header_read_timeout_secs == 0 || self.server.max_connections == 0 {
+            return Err(ConfigError::Invalid(
+                "server.header_read_timeout_secs and server.max_connections must be positive"
+                    .into(),
+            ));
+        }
         if self.server.max_body_bytes == 0 {
             return Err(ConfigError::Invalid(
                 "server.max_body_bytes must be positive".into(),

@@ -14,7 +14,8 @@ mod threads;
 
 pub use state::AppState;
 
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
 
@@ -89,11 +90,81 @@ pub async fn serve(listener: TcpListener, state: AppState) -> std::io::Result<()
         runs.shutdown(grace).await;
         streams_stop.cancel();
     };
-    axum::serve(listener, app)
-        .with_graceful_shutdown(signal)
-        .await?;
+    let limits = ConnectionLimits {
+        header_read_timeout: Duration::from_secs(state.settings.server.header_read_timeout_secs),
+        max_connections: state.settings.server.max_connections,
+    };
+    serve_connections(listener, app, limits, signal).await;
     state.close_backends().await;
     Ok(())
+}
+
+/// What one connection may hold.
+struct ConnectionLimits {
+    header_read_timeout: Duration,
+    max_connections: usize,
+}
+
+/// Accepts connections until `signal` completes, then waits for the open ones (their streams
+/// were ended by the signal) for a few seconds. A connection that has not sent a whole request
+/// head within the header-read timeout is closed (slowloris); past `max_connections`, new
+/// ones wait in the listen queue for a free slot.
+async fn serve_connections(
+    listener: TcpListener,
+    app: Router,
+    limits: ConnectionLimits,
+    signal: impl std::future::Future<Output = ()>,
+) {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::server::conn::auto::Builder;
+    use hyper_util::server::graceful::GracefulShutdown;
+    use hyper_util::service::TowerToHyperService;
+
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let graceful = GracefulShutdown::new();
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    tokio::pin!(signal);
+    loop {
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => slot,
+            () = &mut signal => break,
+        };
+        let Ok(slot) = slot else { break };
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    // Out of file descriptors and the like: back off, do not spin.
+                    tracing::warn!(%error, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut signal => break,
+        };
+        let service = TowerToHyperService::new(app.clone());
+        let connection = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+            .into_owned();
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "connection closed with an error");
+            }
+            drop(slot);
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(Duration::from_secs(5), graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after shutdown; closing them");
+    }
 }
 
 /// The OpenAPI document of the whole HTTP surface.

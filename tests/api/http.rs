@@ -923,3 +923,53 @@ async fn nul_characters_are_refused_at_the_edge(backend: Backend) {
 async fn nul_characters_are_refused(#[case] backend: Backend) {
     nul_characters_are_refused_at_the_edge(backend).await;
 }
+
+/// Slowloris: connections that sent a partial request line stayed open (300 of them after
+/// 75 s). A connection without a whole request head within the header-read timeout is
+/// closed, and past the connection cap new clients wait for a free slot instead of failing.
+#[tokio::test]
+async fn slow_clients_are_cut_off_and_connections_are_capped() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn_with(
+        &home,
+        &[
+            ("MNEMO__SERVER__HEADER_READ_TIMEOUT_SECS", "1"),
+            ("MNEMO__SERVER__MAX_CONNECTIONS", "20"),
+        ],
+    )
+    .await;
+    let addr = app
+        .url("")
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    // More slow clients than the cap: the last ones wait in the listen queue.
+    let mut slow = Vec::new();
+    for _ in 0..30 {
+        let mut stream = tokio::net::TcpStream::connect(&addr)
+            .await
+            .expect("connect");
+        stream
+            .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            .await
+            .expect("partial request");
+        slow.push(stream);
+    }
+    // A real client gets its answer once the slow ones are cut off.
+    let (status, health) = app.get("/health", None).await;
+    assert_eq!(status, StatusCode::OK, "{health}");
+    for (index, mut stream) in slow.into_iter().enumerate() {
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut rest))
+            .await
+            .unwrap_or_else(|_| panic!("slow connection {index} is still open"));
+        // Closed: at the end of the stream, or reset.
+        let _ = read;
+        assert!(
+            !String::from_utf8_lossy(&rest).contains("\"status\":\"ok\""),
+            "a partial request was never answered"
+        );
+    }
+    app.stop().await;
+}
