@@ -754,23 +754,32 @@ async fn recursive_mode_goes_a_level_deeper_and_models_can_be_compared() {
     app.stop_and_release().await;
 }
 
+/// The research a chat turn's `deep_research` runs: one search, a cited report on lenses.
+fn lenses_research() -> impl Fn(&Value) -> Option<Reply> + Send + Sync + 'static {
+    research_script(
+        vec!["lighthouse fresnel lens"],
+        "# Lenses\n\nA Fresnel lens concentrates the lamp into a beam [1].",
+    )
+}
+
+/// A request of the chat model (it offers mnemo's tools); the research's requests do not.
+fn is_chat_request(request: &Value) -> bool {
+    request["tools"].as_array().is_some_and(|tools| {
+        tools
+            .iter()
+            .any(|t| t["function"]["name"] == "recall_memory")
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_chat_agent_runs_deep_research_as_a_tool_inside_its_turn() {
     let site = ResearchSite::start(Duration::ZERO).await;
     let llm = FakeLlm::start().await;
-    let research = research_script(
-        vec!["lighthouse fresnel lens"],
-        "# Lenses\n\nA Fresnel lens concentrates the lamp into a beam [1].",
-    );
+    let research = lenses_research();
     // The chat model asks for a research, then answers from its result; every other request
     // belongs to the research.
     llm.set_handler(move |request| {
-        let is_chat = request["tools"].as_array().is_some_and(|tools| {
-            tools
-                .iter()
-                .any(|t| t["function"]["name"] == "recall_memory")
-        });
-        if !is_chat {
+        if !is_chat_request(request) {
             return research(request);
         }
         let answered = request["messages"]
@@ -874,17 +883,9 @@ async fn a_research_without_sources_writes_no_conclusions() {
 async fn what_the_model_remembers_after_reading_the_web_has_web_trust() {
     let site = ResearchSite::start(Duration::ZERO).await;
     let llm = FakeLlm::start().await;
-    let research = research_script(
-        vec!["lighthouse fresnel lens"],
-        "# Lenses\n\nA Fresnel lens concentrates the lamp into a beam [1].",
-    );
+    let research = lenses_research();
     llm.set_handler(move |request| {
-        let is_chat = request["tools"].as_array().is_some_and(|tools| {
-            tools
-                .iter()
-                .any(|t| t["function"]["name"] == "recall_memory")
-        });
-        if !is_chat {
+        if !is_chat_request(request) {
             return research(request);
         }
         let messages = request["messages"].as_array().cloned().unwrap_or_default();
