@@ -589,6 +589,8 @@ pub struct ServerSettings {
     pub header_read_timeout_secs: u64,
     /// Open connections at most; more wait in the listen queue until one closes.
     pub max_connections: usize,
+    /// Chat turns and researches one user may have running at once (more get 429).
+    pub max_runs_per_user: usize,
 }
 
 impl Default for ServerSettings {
@@ -602,6 +604,7 @@ impl Default for ServerSettings {
             shutdown_grace_secs: 10,
             header_read_timeout_secs: 10,
             max_connections: 1024,
+            max_runs_per_user: 8,
         }
     }
 }
@@ -754,9 +757,13 @@ impl Settings {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
-        if self.server.header_read_timeout_secs == 0 || self.server.max_connections == 0 {
+        if self.server.header_read_timeout_secs == 0
+            || self.server.max_connections == 0
+            || self.server.max_runs_per_user == 0
+        {
             return Err(ConfigError::Invalid(
-                "server.header_read_timeout_secs and server.max_connections must be positive"
+                "server.header_read_timeout_secs, server.max_connections and \
+                 server.max_runs_per_user must be positive"
                     .into(),
             ));
         }

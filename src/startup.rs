@@ -97,6 +97,7 @@ pub async fn build_state(
         store.clone(),
         shutdown.child_token(),
         (abandon > 0).then(|| Duration::from_secs(abandon)),
+        settings.server.max_runs_per_user,
     );
     let memory = open_memory(&settings, store.clone(), shutdown.child_token()).await?;
     memory.track(spawn_reembedding(memory.clone(), shutdown.child_token()));

@@ -54,6 +54,8 @@ pub enum ChatError {
     #[error("{0}")]
     BadRequest(String),
     #[error(transparent)]
+    TooManyRuns(#[from] crate::runs::TooManyRuns),
+    #[error(transparent)]
     Store(#[from] StoreError),
 }
 
@@ -61,6 +63,7 @@ impl HasKind for ChatError {
     fn kind(&self) -> ErrorKind {
         match self {
             ChatError::BadRequest(_) => ErrorKind::BadRequest,
+            ChatError::TooManyRuns(_) => ErrorKind::RateLimited,
             ChatError::Store(error) => error.kind(),
         }
     }
@@ -99,6 +102,8 @@ impl ChatService {
         }
         let store = &self.deps.store;
         store.user(user).get_thread(thread).await?;
+        // Refused before the message is stored, so a retry does not duplicate it.
+        self.runs.admit(user)?;
         let message = store
             .user(user)
             .append_message(thread, Role::User, content, None)

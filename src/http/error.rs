@@ -134,6 +134,11 @@ impl IntoResponse for ApiError {
             error: ErrorDetail { code, message },
         };
         let mut response = (status, Json(body)).into_response();
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        }
         if status == StatusCode::UNAUTHORIZED {
             response
                 .headers_mut()

@@ -26,6 +26,9 @@ impl From<StartError> for ApiError {
         match error {
             StartError::Invalid(message) => ApiError::bad_request(message),
             StartError::Store(error) => error.into(),
+            StartError::TooManyRuns(error) => {
+                ApiError::new(crate::error::ErrorKind::RateLimited, error.to_string())
+            }
         }
     }
 }
@@ -375,7 +378,9 @@ pub async fn test(
             error: Some(message),
             config: None,
         },
-        Err(StartError::Store(error)) => return Err(error.into()),
+        Err(error @ (StartError::Store(_) | StartError::TooManyRuns(_))) => {
+            return Err(error.into());
+        }
     };
     Ok((StatusCode::OK, Json(result)).into_response())
 }

@@ -30,6 +30,8 @@ pub enum StartError {
     Invalid(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    TooManyRuns(#[from] crate::runs::TooManyRuns),
 }
 
 /// Why the research service could not be set up from the settings.
@@ -150,6 +152,7 @@ impl ResearchService {
         if let Some(thread) = prepared.config.thread_id {
             self.store.user(user).get_thread(thread).await?;
         }
+        self.runs.admit(user)?;
         let config = prepared.config.clone();
         let run = self
             .runs

@@ -63,6 +63,11 @@ impl From<StoreError> for RunFailure {
     }
 }
 
+/// A user already has the most runs they may have executing at once.
+#[derive(Debug, thiserror::Error)]
+#[error("{0} runs of yours are already in progress; wait for one to finish (or cancel one)")]
+pub struct TooManyRuns(pub usize);
+
 /// Attempts at reading a run's log before a follower gives up.
 const FOLLOW_READ_ATTEMPTS: u32 = 5;
 
@@ -140,6 +145,8 @@ pub struct RunHub {
     /// Cancelled when the server shuts down; runs then end as `interrupted`.
     shutdown: CancellationToken,
     abandon_after: Option<Duration>,
+    /// Runs one user may have executing at once.
+    max_per_user: usize,
 }
 
 /// What every event of a research carries besides its own fields.
@@ -250,6 +257,7 @@ impl RunHub {
         store: Arc<dyn Store>,
         shutdown: CancellationToken,
         abandon_after: Option<Duration>,
+        max_per_user: usize,
     ) -> Arc<Self> {
         Arc::new(Self {
             store,
@@ -257,7 +265,22 @@ impl RunHub {
             tracker: TaskTracker::new(),
             shutdown,
             abandon_after,
+            max_per_user,
         })
+    }
+
+    /// Whether `user` may start another run: fewer than the per-user cap of their runs
+    /// execute here. Checked before anything of the new run is stored.
+    pub fn admit(&self, user: UserId) -> Result<(), TooManyRuns> {
+        let running = self
+            .live()
+            .values()
+            .filter(|live| live.user == user)
+            .count();
+        if running >= self.max_per_user {
+            return Err(TooManyRuns(self.max_per_user));
+        }
+        Ok(())
     }
 
     fn live(&self) -> std::sync::MutexGuard<'_, HashMap<RunId, LiveRun>> {

@@ -973,3 +973,77 @@ async fn slow_clients_are_cut_off_and_connections_are_capped() {
     }
     app.stop().await;
 }
+
+/// A user may have only so many runs at once: one more is refused with 429 and
+/// `Retry-After` before its message is stored (a retry later does not duplicate it), and
+/// other users are not affected.
+#[tokio::test]
+async fn runs_per_user_are_capped() {
+    let home = Home::new(Backend::Sqlite).await;
+    let (llm, _) = slow_llm(200, 200).await;
+    let app =
+        TestApp::spawn_with_llm(&home, &llm, &[("MNEMO__SERVER__MAX_RUNS_PER_USER", "1")]).await;
+    let alice = app.user_key("alice").await;
+    let bob = app.user_key("bob").await;
+    let thread = app.create_thread(&alice, "busy").await;
+    let thread_id = thread["id"].as_str().unwrap().to_string();
+    let first = app
+        .post_message(&alice, &thread_id, "talk for a long while")
+        .await;
+    let response = app
+        .client
+        .post(app.url(&format!("/v1/threads/{thread_id}/messages")))
+        .bearer_auth(&alice)
+        .json(&json!({ "content": "and another thing", "stream": false }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(response.headers()["retry-after"], "5");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "rate_limited", "{body}");
+    let (status, research) = app
+        .post(
+            "/research/stream",
+            Some(&alice),
+            Some(json!({ "query": "tides" })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{research}");
+    let (_, stored) = app
+        .get(&format!("/v1/threads/{thread_id}"), Some(&alice))
+        .await;
+    let said: Vec<&Value> = stored["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .collect();
+    assert_eq!(said.len(), 1, "{stored}");
+    // Bob is not held back by Alice's run.
+    let bobs = app.create_thread(&bob, "free").await;
+    app.post_message(&bob, bobs["id"].as_str().unwrap(), "hello there")
+        .await;
+    let first_id = first["id"].as_str().unwrap();
+    app.post(&format!("/v1/runs/{first_id}/cancel"), Some(&alice), None)
+        .await;
+    app.events(&alice, first_id, None).await.collect().await;
+    // The run's slot frees just after its `done` is written.
+    let mut status = StatusCode::TOO_MANY_REQUESTS;
+    for _ in 0..100 {
+        status = app
+            .post(
+                &format!("/v1/threads/{thread_id}/messages"),
+                Some(&alice),
+                Some(json!({ "content": "now it is my turn again", "stream": false })),
+            )
+            .await
+            .0;
+        if status != StatusCode::TOO_MANY_REQUESTS {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(status, StatusCode::ACCEPTED);
+    app.stop().await;
+}
