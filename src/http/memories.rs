@@ -19,8 +19,10 @@ use crate::store::{Memory, MemoryFilter, MemoryId, MemoryKind, MemoryVersion, Ne
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchBody {
+    #[schema(min_length = 1, pattern = r"\S")]
     pub query: String,
     /// How many memories to return (default 10, at most `memory.max_k`).
+    #[schema(minimum = 1, maximum = 100)]
     pub k: Option<usize>,
     /// Without kinds, every kind but `document` (chunks of ingested documents).
     pub kinds: Option<Vec<MemoryKind>>,
@@ -57,10 +59,12 @@ pub struct MemoryList {
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AddBody {
+    #[schema(min_length = 1, max_length = 8000, pattern = r"\S")]
     pub content: String,
     /// Default `fact`.
     pub kind: Option<MemoryKind>,
     /// 1–5, default 3.
+    #[schema(minimum = 1, maximum = 5)]
     pub importance: Option<u8>,
     #[serde(default)]
     pub source_refs: Vec<String>,
@@ -75,8 +79,10 @@ pub struct MemoryWithHistory {
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PatchBody {
+    #[schema(min_length = 1, max_length = 8000, pattern = r"\S")]
     pub content: Option<String>,
     pub kind: Option<MemoryKind>,
+    #[schema(minimum = 1, maximum = 5)]
     pub importance: Option<u8>,
     /// `true` archives, `false` restores.
     pub archived: Option<bool>,
@@ -86,6 +92,7 @@ pub struct PatchBody {
 #[serde(deny_unknown_fields)]
 pub struct ForgetBody {
     /// A description of what to forget, e.g. "my old address".
+    #[schema(min_length = 1, pattern = r"\S")]
     pub query: String,
 }
 

@@ -22,6 +22,7 @@ pub const MAX_QUERY_CHARS: usize = 4_000;
 pub struct ResearchRequest {
     /// What to research.
     #[serde(default)]
+    #[schema(min_length = 1, max_length = 4000, pattern = r"\S")]
     pub query: String,
     /// The model for every role of this research (overrides the server's default model).
     pub model: Option<String>,

@@ -733,6 +733,23 @@ async fn service_endpoints_report_health_metrics_and_docs() {
     ] {
         assert!(spec["paths"][path].is_object(), "openapi lacks {path}");
     }
+    // The schema states the bounds the server enforces (schemathesis sent schema-valid
+    // requests the server refused: empty content, importance 0 or 8192).
+    let schemas = &spec["components"]["schemas"];
+    let add = &schemas["AddBody"]["properties"];
+    assert_eq!(add["content"]["minLength"], 1, "{add}");
+    assert_eq!(add["content"]["maxLength"], 8000, "{add}");
+    assert_eq!(add["importance"]["minimum"], 1, "{add}");
+    assert_eq!(add["importance"]["maximum"], 5, "{add}");
+    assert_eq!(schemas["SearchBody"]["properties"]["query"]["minLength"], 1);
+    assert_eq!(
+        schemas["PostMessage"]["properties"]["content"]["maxLength"],
+        100_000
+    );
+    assert_eq!(
+        schemas["ResearchRequest"]["properties"]["query"]["maxLength"],
+        4000
+    );
     let docs = app.client.get(app.url("/docs")).send().await.unwrap();
     assert_eq!(docs.status(), StatusCode::OK);
     let html = docs.text().await.unwrap();
