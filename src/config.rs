@@ -591,6 +591,9 @@ pub struct ServerSettings {
     pub max_connections: usize,
     /// Chat turns and researches one user may have running at once (more get 429).
     pub max_runs_per_user: usize,
+    /// Authenticated requests one user may make a minute, in bursts of as many (more get 429
+    /// with `Retry-After`); 0 turns the limit off.
+    pub requests_per_minute: u32,
 }
 
 impl Default for ServerSettings {
@@ -605,6 +608,7 @@ impl Default for ServerSettings {
             header_read_timeout_secs: 10,
             max_connections: 1024,
             max_runs_per_user: 8,
+            requests_per_minute: 600,
         }
     }
 }

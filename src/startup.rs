@@ -144,12 +144,16 @@ pub async fn build_state(
         },
         runs.clone(),
     );
+    let rate_limit = Arc::new(crate::http::limits::UserRateLimit::new(
+        settings.server.requests_per_minute,
+    ));
     Ok(AppState {
         settings,
         research,
         chat,
         store,
         auth,
+        rate_limit,
         runs,
         memory,
         models,

@@ -22,6 +22,8 @@ pub struct ApiError {
     pub kind: ErrorKind,
     pub message: String,
     source: Option<Source>,
+    /// Seconds for `Retry-After` on a 429 (5 when unset).
+    retry_after: Option<u64>,
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -50,7 +52,15 @@ impl ApiError {
             kind,
             message: message.into(),
             source: None,
+            retry_after: None,
         }
+    }
+
+    /// Tells a rate-limited client when to try again.
+    #[must_use]
+    pub fn retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
     }
 
     /// An error of `error`'s own kind with its message, keeping it as the source.
@@ -62,6 +72,7 @@ impl ApiError {
             kind: error.kind(),
             message: error.to_string(),
             source: Some(Arc::new(error)),
+            retry_after: None,
         }
     }
 
@@ -116,6 +127,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         let code = self.code();
+        let retry_after = self.retry_after;
         let report = status.is_server_error().then(|| FailureReport {
             code,
             cause: self.cause_chain(),
@@ -135,9 +147,10 @@ impl IntoResponse for ApiError {
         };
         let mut response = (status, Json(body)).into_response();
         if status == StatusCode::TOO_MANY_REQUESTS {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(retry_after.unwrap_or(5)),
+            );
         }
         if status == StatusCode::UNAUTHORIZED {
             response

@@ -121,6 +121,7 @@ impl<S> FromRequestParts<S> for AuthUser
 where
     S: Send + Sync,
     Arc<Authenticator>: FromRef<S>,
+    Arc<super::limits::UserRateLimit>: FromRef<S>,
 {
     type Rejection = ApiError;
 
@@ -135,6 +136,15 @@ where
             None => None,
         };
         let user = authenticator.authenticate(header).await?;
+        if let Err(wait) = Arc::<super::limits::UserRateLimit>::from_ref(state).check(user.user_id)
+        {
+            let seconds = wait.as_secs() + 1;
+            return Err(ApiError::new(
+                crate::error::ErrorKind::RateLimited,
+                format!("too many requests; try again in {seconds} s"),
+            )
+            .retry_after(seconds));
+        }
         Ok(user)
     }
 }

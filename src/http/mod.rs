@@ -5,6 +5,7 @@
 mod documents;
 pub mod error;
 pub mod extract;
+pub mod limits;
 mod memories;
 mod research;
 mod runs;

@@ -24,6 +24,8 @@ pub struct AppState {
     pub settings: Arc<Settings>,
     pub store: Arc<dyn Store>,
     pub auth: Arc<Authenticator>,
+    /// Per-user request quota, checked with authentication.
+    pub rate_limit: Arc<super::limits::UserRateLimit>,
     pub runs: Arc<RunHub>,
     pub memory: Arc<MemoryEngine>,
     /// Per-role language models; empty when no LLM is configured.
@@ -45,5 +47,11 @@ pub struct AppState {
 impl FromRef<AppState> for Arc<Authenticator> {
     fn from_ref(state: &AppState) -> Self {
         state.auth.clone()
+    }
+}
+
+impl FromRef<AppState> for Arc<super::limits::UserRateLimit> {
+    fn from_ref(state: &AppState) -> Self {
+        state.rate_limit.clone()
     }
 }

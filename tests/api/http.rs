@@ -1064,3 +1064,39 @@ async fn runs_per_user_are_capped() {
     assert_eq!(status, StatusCode::ACCEPTED);
     app.stop().await;
 }
+
+/// Requests are limited per authenticated user (not per address): past the quota the answer
+/// is 429 with `Retry-After`, and another user is not held back.
+#[tokio::test]
+async fn requests_are_rate_limited_per_user() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn_with(&home, &[("MNEMO__SERVER__REQUESTS_PER_MINUTE", "5")]).await;
+    let alice = app.user_key("alice").await;
+    let bob = app.user_key("bob").await;
+    for _ in 0..5 {
+        let (status, body) = app.get("/v1/threads", Some(&alice)).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let response = app
+        .client
+        .get(app.url("/v1/threads"))
+        .bearer_auth(&alice)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    let wait: u64 = response.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&wait), "Retry-After {wait}");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "rate_limited", "{body}");
+    let (status, _) = app.get("/v1/threads", Some(&bob)).await;
+    assert_eq!(status, StatusCode::OK);
+    // Unauthenticated service endpoints are not counted.
+    let (status, _) = app.get("/health", None).await;
+    assert_eq!(status, StatusCode::OK);
+    app.stop().await;
+}
