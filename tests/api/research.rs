@@ -754,6 +754,27 @@ async fn recursive_mode_goes_a_level_deeper_and_models_can_be_compared() {
     app.stop_and_release().await;
 }
 
+/// Posts a chat message, follows its run to the end and checks that it completed.
+async fn completed_turn(
+    app: &TestApp,
+    key: &str,
+    thread: &str,
+    message: &str,
+) -> Vec<ReceivedEvent> {
+    let run = app.post_message(key, thread, message).await;
+    let events = app
+        .events(key, run["id"].as_str().unwrap(), None)
+        .await
+        .collect()
+        .await;
+    assert_eq!(
+        events.last().unwrap().data["status"],
+        "completed",
+        "{events:?}"
+    );
+    events
+}
+
 /// The research a chat turn's `deep_research` runs: one search, a cited report on lenses.
 fn lenses_research() -> impl Fn(&Value) -> Option<Reply> + Send + Sync + 'static {
     research_script(
@@ -799,23 +820,13 @@ async fn the_chat_agent_runs_deep_research_as_a_tool_inside_its_turn() {
     let alice = app.user_key("alice").await;
     let thread = app.create_thread(&alice, "lenses").await;
     let thread = thread["id"].as_str().unwrap();
-    let run = app
-        .post_message(
-            &alice,
-            thread,
-            "Please research how lighthouse lenses work.",
-        )
-        .await;
-    let events = app
-        .events(&alice, run["id"].as_str().unwrap(), None)
-        .await
-        .collect()
-        .await;
-    assert_eq!(
-        events.last().unwrap().data["status"],
-        "completed",
-        "{events:?}"
-    );
+    let events = completed_turn(
+        &app,
+        &alice,
+        thread,
+        "Please research how lighthouse lenses work.",
+    )
+    .await;
     let kinds: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
     let call = kinds.iter().position(|k| *k == "tool_call").unwrap();
     let report = kinds.iter().position(|k| *k == "report_delta").unwrap();
@@ -923,19 +934,7 @@ async fn what_the_model_remembers_after_reading_the_web_has_web_trust() {
     ] {
         let key = app.user_key(name).await;
         let thread = app.create_thread(&key, "t").await;
-        let run = app
-            .post_message(&key, thread["id"].as_str().unwrap(), message)
-            .await;
-        let events = app
-            .events(&key, run["id"].as_str().unwrap(), None)
-            .await
-            .collect()
-            .await;
-        assert_eq!(
-            events.last().unwrap().data["status"],
-            "completed",
-            "{events:?}"
-        );
+        completed_turn(&app, &key, thread["id"].as_str().unwrap(), message).await;
         let mut found = None;
         for _ in 0..400 {
             let (_, listed) = app
