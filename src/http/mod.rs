@@ -53,7 +53,7 @@ use error::ApiError;
         documents::ingest, documents::list, documents::delete,
     ),
     components(schemas(error::ErrorBody, error::ErrorDetail)),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &CommonErrors),
     tags(
         (name = "service", description = "Status and documentation"),
         (name = "threads", description = "Conversations (working memory)"),
@@ -66,6 +66,52 @@ use error::ApiError;
 struct ApiDoc;
 
 struct BearerAuth;
+
+/// Statuses every operation can answer, documented once: 401 and 429 on authenticated
+/// operations (bad credentials, the per-user request quota or run cap), 503 everywhere (a
+/// backend is down).
+struct CommonErrors;
+
+impl utoipa::Modify for CommonErrors {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{Content, Ref, RefOr, ResponseBuilder};
+        let error = |description: &str| -> RefOr<utoipa::openapi::Response> {
+            ResponseBuilder::new()
+                .description(description)
+                .content(
+                    "application/json",
+                    Content::new(Some(Ref::from_schema_name("ErrorBody"))),
+                )
+                .build()
+                .into()
+        };
+        for item in openapi.paths.paths.values_mut() {
+            for operation in [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                let responses = &mut operation.responses.responses;
+                if operation.security.as_ref().is_some_and(|s| !s.is_empty()) {
+                    responses
+                        .entry("401".into())
+                        .or_insert_with(|| error("Missing or invalid credentials"));
+                    responses.entry("429".into()).or_insert_with(|| {
+                        error("Too many requests or running runs for this user (see `Retry-After`)")
+                    });
+                }
+                responses
+                    .entry("503".into())
+                    .or_insert_with(|| error("A backend is unavailable; try again later"));
+            }
+        }
+    }
+}
 
 impl utoipa::Modify for BearerAuth {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {

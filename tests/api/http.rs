@@ -733,6 +733,15 @@ async fn service_endpoints_report_health_metrics_and_docs() {
     ] {
         assert!(spec["paths"][path].is_object(), "openapi lacks {path}");
     }
+    // Statuses any authenticated operation may answer are documented on each.
+    let post = &spec["paths"]["/v1/threads"]["post"]["responses"];
+    for status in ["401", "429", "503"] {
+        assert!(
+            post[status].is_object(),
+            "POST /v1/threads lacks {status}: {post}"
+        );
+    }
+    assert!(spec["paths"]["/health"]["get"]["responses"]["401"].is_null());
     // The schema states the bounds the server enforces (schemathesis sent schema-valid
     // requests the server refused: empty content, importance 0 or 8192).
     let schemas = &spec["components"]["schemas"];
