@@ -1,0 +1,500 @@
+// The one place that knows mnemo's HTTP API: typed request and response shapes (as the Rust
+// handlers in src/http/*.rs serialise them) and one function per endpoint. Every call sends the
+// signed-in credential as `Authorization: Bearer …`; a 401 anywhere signs the user out.
+
+import { credential } from './session'
+
+// ---- shapes -------------------------------------------------------------------------------
+
+export interface Thread {
+  id: string
+  title: string
+  created_at: string
+  updated_at: string
+}
+
+export type Role = 'user' | 'assistant' | 'system' | 'tool'
+
+export interface Message {
+  id: string
+  thread_id: string
+  role: Role
+  content: string
+  run_id: string | null
+  created_at: string
+}
+
+export interface ThreadList {
+  threads: Thread[]
+  next_before?: string | null
+}
+
+export interface ThreadWithMessages {
+  thread: Thread
+  messages: Message[]
+}
+
+export type RunStatus = 'running' | 'completed' | 'failed' | 'cancelled' | 'interrupted'
+
+export interface Run {
+  id: string
+  thread_id: string | null
+  kind: 'chat' | 'research'
+  status: RunStatus
+  error: string | null
+  last_seq: number
+  created_at: string
+  updated_at: string
+  finished_at: string | null
+}
+
+export const MEMORY_KINDS = [
+  'turn',
+  'preference',
+  'fact',
+  'event',
+  'conclusion',
+  'profile',
+  'document',
+] as const
+export type MemoryKind = (typeof MEMORY_KINDS)[number]
+export const TRUSTS = ['user', 'assistant', 'web'] as const
+export type Trust = (typeof TRUSTS)[number]
+export type MemorySource = 'user' | 'assistant' | 'research' | 'import'
+
+export interface Memory {
+  id: string
+  kind: MemoryKind
+  content: string
+  source: MemorySource
+  trust: Trust
+  importance: number
+  thread_id: string | null
+  source_refs: string[]
+  valid_from: string
+  invalid_at: string | null
+  supersedes: string | null
+  /** Not served yet (see NOTES-FOR-RUST.md); used when present. */
+  superseded_by?: string | null
+  created_at: string
+  updated_at: string
+  last_accessed_at: string | null
+  access_count: number
+  archived_at: string | null
+  version: number
+  embedding_model: string
+}
+
+export interface MemoryVersion {
+  version: number
+  /** created, updated, archived, restored, invalidated, superseded, reembedded, decayed */
+  change: string
+  snapshot: Partial<Memory> & Record<string, unknown>
+  changed_at: string
+}
+
+export interface MemoryWithHistory {
+  memory: Memory
+  versions: MemoryVersion[]
+}
+
+export interface MemoryList {
+  memories: Memory[]
+  next_before?: string | null
+}
+
+export interface Signals {
+  vector_rank: number | null
+  vector_score: number | null
+  bm25_rank: number | null
+  bm25_score: number | null
+  rrf: number
+  decay: number
+}
+
+export interface Recalled {
+  memory: Memory
+  score: number
+  signals: Signals
+}
+
+export interface RecallTimings {
+  embed_ms: number
+  vector_ms: number
+  keyword_ms: number
+  hydrate_ms: number
+  rank_ms: number
+  search_ms: number
+  total_ms: number
+}
+
+export interface RecallResponse {
+  results: Recalled[]
+  timings: RecallTimings
+}
+
+export type RecallMode = 'hybrid' | 'vector' | 'keyword'
+
+export interface SearchRequest {
+  query: string
+  k?: number
+  kinds?: MemoryKind[]
+  since?: string
+  until?: string
+  include_archived?: boolean
+  mode?: RecallMode
+  decay?: boolean
+}
+
+export interface ListMemoriesQuery {
+  kinds?: MemoryKind[]
+  /** Not supported by the server yet (see NOTES-FOR-RUST.md); also filtered here. */
+  trust?: Trust
+  /** Not supported by the server yet (see NOTES-FOR-RUST.md); also filtered here. */
+  thread_id?: string
+  since?: string
+  until?: string
+  include_archived?: boolean
+  include_invalid?: boolean
+  limit?: number
+  before?: string
+}
+
+export interface MemoryPatch {
+  content?: string
+  kind?: MemoryKind
+  importance?: number
+  archived?: boolean
+}
+
+export interface NewMemoryBody {
+  content: string
+  kind?: MemoryKind
+  importance?: number
+  source_refs?: string[]
+}
+
+export interface ImportReport {
+  imported: number
+  skipped: number
+  errors: { line: number; message: string }[]
+}
+
+export interface DocumentInfo {
+  id: string
+  title: string
+  source: string | null
+  content_type: string
+  chars: number
+  chunks: number
+  created_at: string
+}
+
+export interface DocumentList {
+  documents: DocumentInfo[]
+  next_before?: string | null
+}
+
+export interface ModelInfo {
+  role: string
+  model: string
+  max_tokens: number
+}
+
+export interface ResearchModels {
+  llm_configured: boolean
+  default_model: string | null
+  models: ModelInfo[]
+  search_providers: string[]
+  default_search_api: string
+}
+
+export interface ResearchRequest {
+  query: string
+  model?: string
+  search_api?: string
+  allow_clarification?: boolean
+  max_researcher_iterations?: number
+  max_react_tool_calls?: number
+  max_concurrent_research_units?: number
+  max_sources?: number
+  plan_review?: boolean
+  mode?: 'supervisor' | 'recursive'
+  breadth?: number
+  depth?: number
+  concurrency?: number
+  thread_id?: string
+  remember?: boolean
+}
+
+export interface HistoryItem {
+  id: string
+  run_id: string
+  query: string
+  model: string | null
+  status: string
+  word_count: number
+  source_count: number
+  duration_ms: number | null
+  created_at: string
+}
+
+export interface CitedSource {
+  n: number
+  url: string
+  title: string
+  relevance?: number
+  credibility?: number
+  score?: number
+}
+
+export interface ResearchRecord {
+  id: string
+  run_id: string
+  thread_id: string | null
+  query: string
+  model: string | null
+  status: string
+  config: Record<string, unknown>
+  report: string | null
+  sources: CitedSource[] | null
+  usage: unknown
+  stage_timings: Record<string, number> | null
+  word_count: number
+  source_count: number
+  duration_ms: number | null
+  error: string | null
+  created_at: string
+  finished_at: string | null
+}
+
+export interface ModelStats {
+  model: string
+  runs: number
+  completed: number
+  success_rate: number
+  mean_duration_seconds: number | null
+  mean_sources: number | null
+  mean_words: number | null
+  mean_stage_seconds: Record<string, number>
+}
+
+export interface CompareResults {
+  query: string
+  results: { model: string; research: ResearchRecord }[]
+}
+
+export interface RunInputBody {
+  approve?: boolean
+  topics?: string[]
+  content?: string
+}
+
+// ---- errors and transport -----------------------------------------------------------------
+
+/** An error answer of the API (`{"error": {"code", "message"}}`), or a transport failure. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message)
+    this.name = 'ApiError'
+  }
+}
+
+let unauthorized: (message: string) => void = () => undefined
+
+/** Called on every 401: the app clears the credential and shows the sign-in form. */
+export function onUnauthorized(handler: (message: string) => void): void {
+  unauthorized = handler
+}
+
+type Query = Record<string, string | number | boolean | undefined | null>
+
+function withQuery(path: string, query?: Query): string {
+  if (!query) return path
+  const params = new URLSearchParams()
+  for (const [key, value] of Object.entries(query)) {
+    if (value === undefined || value === null || value === '') continue
+    params.set(key, String(value))
+  }
+  const text = params.toString()
+  return text ? `${path}?${text}` : path
+}
+
+interface RequestOptions {
+  json?: unknown
+  body?: BodyInit
+  contentType?: string
+  query?: Query
+  headers?: Record<string, string>
+  signal?: AbortSignal
+  /** Use this credential instead of the signed-in one (the sign-in check). */
+  token?: string
+}
+
+/** Sends a request with the credential and returns the raw response (after error checks). */
+export async function send(method: string, path: string, options: RequestOptions = {}): Promise<Response> {
+  const headers: Record<string, string> = { accept: 'application/json', ...options.headers }
+  const token = options.token ?? credential()
+  if (token) headers.authorization = `Bearer ${token}`
+  let body: BodyInit | undefined = options.body
+  if (options.json !== undefined) {
+    body = JSON.stringify(options.json)
+    headers['content-type'] = 'application/json'
+  } else if (options.contentType) {
+    headers['content-type'] = options.contentType
+  }
+  let response: Response
+  try {
+    response = await fetch(withQuery(path, options.query), {
+      method,
+      headers,
+      body,
+      signal: options.signal,
+      credentials: 'omit',
+      cache: 'no-store',
+    })
+  } catch (error) {
+    if (error instanceof DOMException && error.name === 'AbortError') throw error
+    throw new ApiError(0, 'network', 'The server could not be reached. Check your connection.')
+  }
+  if (!response.ok) throw await errorOf(response, options.token === undefined)
+  return response
+}
+
+async function errorOf(response: Response, signOutOn401: boolean): Promise<ApiError> {
+  let code = `http_${response.status}`
+  let message = `${response.status} ${response.statusText}`.trim()
+  try {
+    const body = (await response.json()) as { error?: { code?: string; message?: string } }
+    if (body.error?.code) code = body.error.code
+    if (body.error?.message) message = body.error.message
+  } catch {
+    // Not a JSON error body (a proxy's page, say): keep the status line.
+  }
+  if (response.status === 401 && signOutOn401) {
+    unauthorized('The server did not accept your credentials (it may have been revoked or the token expired). Sign in again.')
+  }
+  return new ApiError(response.status, code, message)
+}
+
+async function json<T>(method: string, path: string, options: RequestOptions = {}): Promise<T> {
+  const response = await send(method, path, options)
+  if (response.status === 204) return undefined as T
+  const text = await response.text()
+  return (text ? JSON.parse(text) : undefined) as T
+}
+
+const id = encodeURIComponent
+
+// ---- service ------------------------------------------------------------------------------
+
+/** Checks a credential without signing in with it (the sign-in form). */
+export function checkCredential(token: string): Promise<ResearchModels> {
+  return json('GET', '/models', { token })
+}
+
+// ---- threads ------------------------------------------------------------------------------
+
+export const threads = {
+  list: (before?: string, limit = 50) => json<ThreadList>('GET', '/v1/threads', { query: { limit, before } }),
+  create: (title?: string) => json<Thread>('POST', '/v1/threads', { json: title ? { title } : {} }),
+  get: (threadId: string) => json<ThreadWithMessages>('GET', `/v1/threads/${id(threadId)}`),
+  /** `PATCH /v1/threads/{id}` `{"title"}` → Thread: not served yet (NOTES-FOR-RUST.md). */
+  rename: (threadId: string, title: string) =>
+    json<Thread>('PATCH', `/v1/threads/${id(threadId)}`, { json: { title } }),
+  remove: (threadId: string, forgetMemories = false) =>
+    json<void>('DELETE', `/v1/threads/${id(threadId)}`, {
+      query: { forget_memories: forgetMemories ? true : undefined },
+    }),
+  /** Starts a chat turn; the response is the run's event stream (SSE). */
+  postMessage: (threadId: string, content: string, signal?: AbortSignal) =>
+    send('POST', `/v1/threads/${id(threadId)}/messages`, {
+      json: { content },
+      headers: { accept: 'text/event-stream' },
+      signal,
+    }),
+}
+
+// ---- runs ---------------------------------------------------------------------------------
+
+export const runs = {
+  get: (runId: string) => json<Run>('GET', `/v1/runs/${id(runId)}`),
+  /** The run's events after `lastSeq` (replayed from the log, then live until `done`). */
+  events: (runId: string, lastSeq: number, signal?: AbortSignal) =>
+    send('GET', `/v1/runs/${id(runId)}/events`, {
+      headers: { accept: 'text/event-stream', 'last-event-id': String(lastSeq) },
+      signal,
+    }),
+  cancel: (runId: string) => json<Run>('POST', `/v1/runs/${id(runId)}/cancel`),
+  input: (runId: string, body: RunInputBody) => json<void>('POST', `/v1/runs/${id(runId)}/input`, { json: body }),
+}
+
+// ---- memories -----------------------------------------------------------------------------
+
+export const memories = {
+  search: (request: SearchRequest) => json<RecallResponse>('POST', '/v1/memories/search', { json: request }),
+  list: (query: ListMemoriesQuery = {}) =>
+    json<MemoryList>('GET', '/v1/memories', {
+      query: {
+        kinds: query.kinds && query.kinds.length ? query.kinds.join(',') : undefined,
+        trust: query.trust,
+        thread_id: query.thread_id,
+        since: query.since,
+        until: query.until,
+        include_archived: query.include_archived || undefined,
+        include_invalid: query.include_invalid || undefined,
+        limit: query.limit,
+        before: query.before,
+      },
+    }),
+  add: (body: NewMemoryBody) => json<Memory>('POST', '/v1/memories', { json: body }),
+  get: (memoryId: string) => json<MemoryWithHistory>('GET', `/v1/memories/${id(memoryId)}`),
+  patch: (memoryId: string, patch: MemoryPatch) => json<Memory>('PATCH', `/v1/memories/${id(memoryId)}`, { json: patch }),
+  remove: (memoryId: string) => json<void>('DELETE', `/v1/memories/${id(memoryId)}`),
+  removeAll: () => json<{ deleted: number }>('DELETE', '/v1/memories', { query: { confirm: true } }),
+  /** JSON lines, one memory per line. */
+  export: async () => (await send('GET', '/v1/memories/export', { headers: { accept: 'application/x-ndjson' } })).text(),
+  import: (jsonLines: string) =>
+    json<ImportReport>('POST', '/v1/memories/import', { body: jsonLines, contentType: 'application/x-ndjson' }),
+  forget: (query: string) => json<{ forgotten: Memory[] }>('POST', '/v1/memories/forget', { json: { query } }),
+}
+
+// ---- documents ----------------------------------------------------------------------------
+
+export type InlineType = 'text/markdown' | 'text/plain' | 'text/html'
+
+export const documents = {
+  list: (before?: string, limit = 100) => json<DocumentList>('GET', '/v1/documents', { query: { limit, before } }),
+  /** A text document sent inline as JSON. */
+  addText: (title: string, content: string, contentType: InlineType, source?: string) =>
+    json<DocumentInfo>('POST', '/v1/documents', {
+      json: { title: title || undefined, content, content_type: contentType, source: source || undefined },
+    }),
+  /** A raw document (a PDF) as the body, its type in Content-Type, the title in the query. */
+  addRaw: (title: string, body: Blob, contentType: string, source?: string) =>
+    json<DocumentInfo>('POST', '/v1/documents', {
+      body,
+      contentType,
+      query: { title: title || undefined, source: source || undefined },
+    }),
+  remove: (documentId: string) => json<void>('DELETE', `/v1/documents/${id(documentId)}`),
+}
+
+// ---- research -----------------------------------------------------------------------------
+
+export const research = {
+  models: () => json<ResearchModels>('GET', '/models'),
+  /** Starts a research; the response is its run's event stream (SSE). */
+  stream: (request: ResearchRequest, signal?: AbortSignal) =>
+    send('POST', '/research/stream', { json: request, headers: { accept: 'text/event-stream' }, signal }),
+  history: (limit = 50) => json<{ research: HistoryItem[] }>('GET', '/research/history', { query: { limit } }),
+  get: (researchId: string) => json<ResearchRecord>('GET', `/research/${id(researchId)}`),
+  remove: (researchId: string) => json<void>('DELETE', `/research/history/${id(researchId)}`),
+  comparison: () => json<{ models: ModelStats[] }>('GET', '/research/comparison'),
+  compare: (models: string[], request: ResearchRequest) =>
+    json<CompareResults>('POST', '/research/compare', { json: { ...request, models } }),
+}

@@ -1,0 +1,243 @@
+// A deep research as the browser builds it from its run's events (src/research/workflow.rs):
+// stages, researchers, sources, the streamed report, usage, errors, and the pauses that wait
+// for the user (plan review, a clarifying question).
+
+import type { CitedSource } from './api'
+import type { RunEvent } from './runstream'
+
+export const STAGES = [
+  { name: 'clarification', label: 'Clarification' },
+  { name: 'research_brief', label: 'Brief' },
+  { name: 'research_execution', label: 'Research' },
+  { name: 'final_report_generation', label: 'Report' },
+  { name: 'completed', label: 'Completed' },
+] as const
+
+export interface Researcher {
+  number: number
+  topic: string
+  activity: string[]
+  sources: number
+  failed: string | null
+}
+
+export interface FoundSource {
+  url: string
+  title: string
+  snippet?: string
+}
+
+export interface ResearchUsage {
+  step: string
+  model: string
+  prompt_tokens: number
+  completion_tokens: number
+  cost_usd: number | null
+}
+
+export interface ResearchState {
+  runId: string | null
+  query: string
+  stage: string
+  stageNotes: Record<string, string>
+  researchers: Researcher[]
+  found: FoundSource[]
+  /** The numbered sources the report may cite (`sources_found` curated, then `research_complete`). */
+  numbered: CitedSource[]
+  report: string
+  brief: string
+  log: { seq: number; text: string }[]
+  usage: ResearchUsage[]
+  errors: { error_type: string; message: string; retryable: boolean }[]
+  recalled: { id: string; kind: string; content: string; score?: number }[]
+  planReview: { topics: string[]; content: string } | null
+  clarification: string | null
+  complete: Record<string, unknown> | null
+  status: 'starting' | 'running' | 'reconnecting' | 'completed' | 'failed' | 'cancelled' | 'interrupted' | 'stopped'
+  connection: string
+  model: string | null
+}
+
+export function newResearch(query: string, runId: string | null = null): ResearchState {
+  return {
+    runId,
+    query,
+    stage: '',
+    stageNotes: {},
+    researchers: [],
+    found: [],
+    numbered: [],
+    report: '',
+    brief: '',
+    log: [],
+    usage: [],
+    errors: [],
+    recalled: [],
+    planReview: null,
+    clarification: null,
+    complete: null,
+    status: 'starting',
+    connection: '',
+    model: null,
+  }
+}
+
+export function researchLive(state: ResearchState): boolean {
+  return state.status === 'starting' || state.status === 'running' || state.status === 'reconnecting'
+}
+
+function researcher(state: ResearchState, number: number, topic = ''): Researcher {
+  let found = state.researchers.find((item) => item.number === number)
+  if (!found) {
+    found = { number, topic, activity: [], sources: 0, failed: null }
+    state.researchers.push(found)
+    state.researchers.sort((a, b) => a.number - b.number)
+  }
+  if (topic && !found.topic) found.topic = topic
+  return found
+}
+
+function text(value: unknown): string {
+  return typeof value === 'string' ? value : value === undefined || value === null ? '' : JSON.stringify(value)
+}
+
+function numbered(value: unknown): CitedSource[] | null {
+  if (!Array.isArray(value)) return null
+  const out: CitedSource[] = []
+  for (const item of value) {
+    if (!item || typeof item !== 'object') continue
+    const source = item as Record<string, unknown>
+    const n = Number(source.n)
+    if (!Number.isInteger(n)) continue
+    out.push({
+      n,
+      url: text(source.url),
+      title: text(source.title) || text(source.url),
+      relevance: typeof source.relevance === 'number' ? source.relevance : undefined,
+      credibility: typeof source.credibility === 'number' ? source.credibility : undefined,
+      score: typeof source.score === 'number' ? source.score : undefined,
+    })
+  }
+  return out.sort((a, b) => a.n - b.n)
+}
+
+export function applyResearchEvent(state: ResearchState, event: RunEvent): void {
+  const data = event.data
+  const meta = (data.metadata && typeof data.metadata === 'object' ? data.metadata : {}) as Record<string, unknown>
+  const number = typeof meta.researcher === 'number' ? meta.researcher : null
+  switch (event.type) {
+    case 'session_start':
+      state.runId = text(data.research_id ?? data.run_id) || state.runId
+      if (typeof data.query === 'string') state.query = data.query
+      state.status = 'running'
+      break
+    case 'stage_update': {
+      const stage = text(data.stage)
+      state.stage = stage
+      if (data.content) state.stageNotes[stage] = text(data.content)
+      // A clarifying question waits for `POST /v1/runs/{id}/input {"content"}`.
+      state.clarification = stage === 'clarification' && meta.awaiting_input === true ? text(data.content) : null
+      state.log.push({ seq: event.seq, text: `${stage}: ${text(data.content)}` })
+      break
+    }
+    case 'thinking': {
+      const content = text(data.content)
+      if (data.stage === 'research_brief') state.brief = content
+      if (number !== null) {
+        const item = researcher(state, number, text(meta.topic))
+        if (!content.startsWith(`Researcher ${number} started`)) item.activity.push(content)
+      }
+      state.log.push({ seq: event.seq, text: content })
+      break
+    }
+    case 'tool_call': {
+      const line = text(data.content) || `${text(data.tool ?? data.name)} ${text(data.arguments)}`
+      if (number !== null) researcher(state, number, text(meta.topic)).activity.push(line)
+      state.log.push({ seq: event.seq, text: line })
+      break
+    }
+    case 'sources_found': {
+      const curated = numbered(data.sources)
+      if (meta.curated === true && curated) {
+        state.numbered = curated
+      } else if (Array.isArray(data.sources)) {
+        for (const item of data.sources as Record<string, unknown>[]) {
+          const url = text(item?.url)
+          if (url && !state.found.some((source) => source.url === url)) {
+            state.found.push({ url, title: text(item.title) || url, snippet: text(item.snippet) })
+          }
+        }
+        if (number !== null) researcher(state, number).sources += (data.sources as unknown[]).length
+      }
+      state.log.push({ seq: event.seq, text: text(data.content) })
+      break
+    }
+    case 'plan_review':
+      state.planReview = {
+        topics: Array.isArray(meta.topics) ? (meta.topics as unknown[]).map(text) : [],
+        content: text(data.content),
+      }
+      break
+    case 'report_delta':
+      state.report += text(data.content)
+      if (state.planReview) state.planReview = null
+      break
+    case 'usage': {
+      const usage = (data.usage ?? {}) as Record<string, unknown>
+      state.usage.push({
+        step: text(data.step),
+        model: text(data.model),
+        prompt_tokens: Number(usage.prompt_tokens ?? 0),
+        completion_tokens: Number(usage.completion_tokens ?? 0),
+        cost_usd: typeof usage.cost_usd === 'number' ? usage.cost_usd : null,
+      })
+      if (typeof data.model === 'string' && data.model) state.model = data.model
+      break
+    }
+    case 'memory_recalled':
+      if (Array.isArray(data.memories)) {
+        state.recalled = (data.memories as Record<string, unknown>[]).map((memory) => ({
+          id: text(memory.id),
+          kind: text(memory.kind),
+          content: text(memory.content),
+          score: typeof memory.score === 'number' ? memory.score : undefined,
+        }))
+      }
+      break
+    case 'error': {
+      const message = text(data.message ?? data.content)
+      state.errors.push({ error_type: text(data.error_type) || 'internal', message, retryable: data.retryable === true })
+      if (number !== null) researcher(state, number).failed = message
+      break
+    }
+    case 'research_complete': {
+      state.complete = meta
+      const cited = numbered(meta.sources)
+      if (cited && cited.length) state.numbered = cited
+      state.planReview = null
+      break
+    }
+    case 'done': {
+      const status = text(data.status)
+      state.status = (['completed', 'failed', 'cancelled', 'interrupted'].includes(status) ? status : 'completed') as ResearchState['status']
+      state.planReview = null
+      state.clarification = null
+      state.connection = ''
+      break
+    }
+    default:
+      break
+  }
+}
+
+export function totalUsage(usage: ResearchUsage[]): { prompt: number; completion: number; cost: number | null } {
+  let prompt = 0
+  let completion = 0
+  let cost: number | null = null
+  for (const item of usage) {
+    prompt += item.prompt_tokens
+    completion += item.completion_tokens
+    if (item.cost_usd !== null) cost = (cost ?? 0) + item.cost_usd
+  }
+  return { prompt, completion, cost }
+}

@@ -1,0 +1,96 @@
+// What the browser keeps: the credential (sessionStorage only: gone when the tab closes, never
+// in a URL, never in localStorage), the live runs to resume after a reload (sessionStorage),
+// and the colour theme (localStorage; it is not a secret).
+
+import { reactive } from 'vue'
+
+const CREDENTIAL = 'mnemo.credential'
+const THEME = 'mnemo.theme'
+
+export type CredentialKind = 'key' | 'jwt'
+
+export const auth = reactive({
+  signedIn: sessionStorage.getItem(CREDENTIAL) !== null,
+  kind: (sessionStorage.getItem(`${CREDENTIAL}.kind`) as CredentialKind | null) ?? 'key',
+  /** Why the user was sent back to the sign-in form, if they were. */
+  notice: '',
+})
+
+export function credential(): string | null {
+  return sessionStorage.getItem(CREDENTIAL)
+}
+
+export function signIn(token: string, kind: CredentialKind): void {
+  sessionStorage.setItem(CREDENTIAL, token)
+  sessionStorage.setItem(`${CREDENTIAL}.kind`, kind)
+  auth.signedIn = true
+  auth.kind = kind
+  auth.notice = ''
+}
+
+/** Forgets the credential and every live-run record of this tab. */
+export function signOut(notice = ''): void {
+  const keys: string[] = []
+  for (let i = 0; i < sessionStorage.length; i++) {
+    const key = sessionStorage.key(i)
+    if (key && key.startsWith('mnemo.')) keys.push(key)
+  }
+  for (const key of keys) sessionStorage.removeItem(key)
+  auth.signedIn = false
+  auth.notice = notice
+}
+
+// ---- live runs (resumed after a reload) ---------------------------------------------------
+
+export interface LiveRun {
+  runId: string
+  lastSeq: number
+  threadId?: string
+  userMessageId?: string
+  /** What was shown up to `lastSeq`, so a reload resumes after it (replays from 0 without). */
+  snapshot?: unknown
+}
+
+export function liveRun(slot: 'chat' | 'research'): LiveRun | null {
+  const text = sessionStorage.getItem(`mnemo.live.${slot}`)
+  if (!text) return null
+  try {
+    const value = JSON.parse(text) as LiveRun
+    return typeof value.runId === 'string' && typeof value.lastSeq === 'number' ? value : null
+  } catch {
+    return null
+  }
+}
+
+export function saveLiveRun(slot: 'chat' | 'research', run: LiveRun | null): void {
+  if (run) sessionStorage.setItem(`mnemo.live.${slot}`, JSON.stringify(run))
+  else sessionStorage.removeItem(`mnemo.live.${slot}`)
+}
+
+// ---- theme --------------------------------------------------------------------------------
+
+export type Theme = 'system' | 'light' | 'dark'
+
+export const appearance = reactive({
+  theme: ((): Theme => {
+    const stored = localStorage.getItem(THEME)
+    return stored === 'light' || stored === 'dark' ? stored : 'system'
+  })(),
+})
+
+export function applyTheme(theme: Theme): void {
+  appearance.theme = theme
+  if (theme === 'system') {
+    localStorage.removeItem(THEME)
+    delete document.documentElement.dataset.theme
+  } else {
+    localStorage.setItem(THEME, theme)
+    document.documentElement.dataset.theme = theme
+  }
+}
+
+/** The theme in effect (the system's when none was chosen). */
+export function effectiveTheme(): 'light' | 'dark' {
+  if (appearance.theme !== 'system') return appearance.theme
+  return window.matchMedia('(prefers-color-scheme: dark)').matches ? 'dark' : 'light'
+}

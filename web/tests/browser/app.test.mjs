@@ -1,0 +1,480 @@
+// Browser tests of mnemo's web app: a real mnemo, the fake model, Debian's Chromium.
+// Run with scripts/browser-tests (or `MNEMO_BIN=… npm run test:browser` after a build).
+
+import { after, before, test } from 'node:test'
+import assert from 'node:assert/strict'
+import { writeFileSync, readFileSync } from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { RESULTS_DIR, startStack, signedInPage, screenshot, signJwt } from '../support/harness.mjs'
+import { SLOW_WORDS, XSS_REPLY } from '../fake-openai.mjs'
+
+const XSS = '<img src=x onerror=alert(1)> and <script>alert(1)</script>'
+
+let stack
+
+before(async () => {
+  stack = await startStack()
+})
+
+after(async () => {
+  if (stack) writeFileSync(path.join(RESULTS_DIR, 'console.log'), `${stack.problems.join('\n')}\n`)
+  await stack?.stop()
+})
+
+/** Problems that always fail a test: CSP violations, script errors, dialogs (an XSS fired). */
+function seriousProblems() {
+  return stack.problems.filter(
+    (problem) =>
+      /Content Security Policy|Refused to/i.test(problem) || problem.startsWith('pageerror') || problem.startsWith('dialog'),
+  )
+}
+
+function assertClean() {
+  assert.deepEqual(seriousProblems(), [])
+}
+
+/** Starts a new conversation (its thread is made by the first message). */
+async function newThread(page) {
+  await page.getByTestId('thread-new').click()
+  await page.waitForURL((url) => url.href.endsWith('#/chat'))
+  await page.getByTestId('thread-title').filter({ hasText: 'New conversation' }).waitFor()
+}
+
+/** Sends a message; returns how many stored replies the thread showed before. */
+async function sendMessage(page, text) {
+  const before = await page.getByTestId('message-assistant').count()
+  await page.getByTestId('composer-input').fill(text)
+  await page.getByTestId('send').click()
+  return before
+}
+
+/** The text of the answer being streamed (or the last one). */
+async function liveAnswer(page) {
+  const answer = page.getByTestId('message-live').last().getByTestId('answer')
+  if ((await answer.count()) === 0) return ''
+  return (await answer.innerText({ timeout: 1000 }).catch(() => '')).trim()
+}
+
+/** The text of the last stored reply, or '' (without waiting for one to appear). */
+async function storedAnswer(page) {
+  const answer = page.getByTestId('message-assistant').last().getByTestId('answer')
+  if ((await answer.count()) === 0) return ''
+  return (await answer.innerText({ timeout: 1000 }).catch(() => '')).trim()
+}
+
+async function waitForAnswerText(page, predicate, timeout = 20_000) {
+  const deadline = Date.now() + timeout
+  for (;;) {
+    const live = await liveAnswer(page)
+    if (predicate(live)) return
+    const stored = await storedAnswer(page)
+    if (predicate(stored)) return
+    if (Date.now() > deadline) throw new Error(`answer never matched; live: ${live.slice(0, 200)} stored: ${stored.slice(0, 200)}`)
+    await page.waitForTimeout(50)
+  }
+}
+
+/** Waits until a new stored reply is shown (more than `before`) and returns its text. */
+async function finishedAnswer(page, before, timeout = 30_000) {
+  await page.getByTestId('message-assistant').nth(before).waitFor({ timeout })
+  await page.getByTestId('stop').waitFor({ state: 'detached', timeout })
+  return (await page.getByTestId('message-assistant').nth(before).getByTestId('answer').innerText()).trim()
+}
+
+/** Records the page's resume requests (`GET /v1/runs/{id}/events` with `Last-Event-ID`). */
+function resumeRequests(page) {
+  const seen = []
+  page.on('request', (request) => {
+    const match = /\/v1\/runs\/([^/]+)\/events/.exec(request.url())
+    if (match) seen.push({ runId: match[1], lastEventId: Number(request.headers()['last-event-id'] ?? -1) })
+  })
+  return seen
+}
+
+function words(text) {
+  return text.split(/\s+/).filter(Boolean)
+}
+
+test('sign in: a wrong key is refused, the right one opens the app, a 401 sends back to sign-in', async () => {
+  const page = await stack.context.newPage()
+  await page.goto('/')
+  await screenshot(page, 'signin')
+  await page.getByTestId('signin-token').fill('not-a-key')
+  await page.getByTestId('signin-submit').click()
+  await page.getByText('The server did not accept this API key.').waitFor()
+  await page.getByTestId('signin-token').fill(stack.key)
+  await page.getByTestId('signin-submit').click()
+  await page.getByTestId('nav-chat').waitFor()
+  // The key lives in sessionStorage only, never in the URL or localStorage.
+  assert.ok(!page.url().includes(stack.key))
+  assert.equal(await page.evaluate(() => JSON.stringify(localStorage).includes('mnemo.credential')), false)
+  // A key the server no longer accepts: the next request sends the user back to sign-in.
+  await page.evaluate(() => sessionStorage.setItem('mnemo.credential', 'revoked-key'))
+  await page.getByTestId('nav-memory').click()
+  await page.getByTestId('signin-notice').waitFor()
+  assert.match(await page.getByTestId('signin-notice').innerText(), /did not accept your credentials/)
+  // Sign in again, then sign out.
+  await page.getByTestId('signin-token').fill(stack.key)
+  await page.getByTestId('signin-submit').click()
+  await page.getByTestId('sign-out').click()
+  await page.getByTestId('signin-token').waitFor()
+  assert.equal(await page.evaluate(() => sessionStorage.getItem('mnemo.credential')), null)
+  await page.close()
+  assertClean()
+})
+
+test('chat: a streamed answer as sanitised markdown, with recalled memories, tool calls and usage', async () => {
+  const page = await signedInPage(stack)
+  let before = await sendMessage(page, 'Hello there')
+  const text = await finishedAnswer(page, before)
+  assert.match(text, /This is the fake model answering/)
+  const answer = page.getByTestId('message-assistant').nth(before)
+  assert.equal(await answer.locator('strong').innerText(), 'fake')
+  await answer.getByTestId('turn-usage').waitFor()
+  assert.match(await answer.getByTestId('turn-usage').innerText(), /100 prompt \+ 20 completion tokens/)
+  await answer.getByTestId('turn-recalled').waitFor()
+  // The thread was created with the first message as its title.
+  await page.getByTestId('thread-item').filter({ hasText: 'Hello there' }).waitFor()
+
+  before = await sendMessage(page, '[tool] what is my cat called?')
+  await finishedAnswer(page, before)
+  const tool = page.getByTestId('message-assistant').nth(before).getByTestId('turn-tool')
+  await tool.waitFor()
+  assert.match(await tool.innerText(), /recall_memory/)
+  await tool.locator('summary').click()
+  await tool.getByTestId('turn-tool-result').waitFor()
+  await screenshot(page, 'chat')
+  await page.close()
+  assertClean()
+})
+
+test('chat: Stop ends the answer and cancels the run', async () => {
+  const page = await signedInPage(stack)
+  await newThread(page)
+  await sendMessage(page, '[slow] count for me')
+  await waitForAnswerText(page, (text) => text.includes('w03'))
+  const runId = await page.getByTestId('message-live').last().getAttribute('data-run-id')
+  assert.ok(runId, 'the live turn knows its run')
+  await page.getByTestId('stop').click()
+  await page.getByTestId('turn-status').filter({ hasText: 'Stopped.' }).waitFor()
+  const stopped = await liveAnswer(page)
+  await page.waitForTimeout(1000)
+  assert.equal(await liveAnswer(page), stopped, 'no word arrives after Stop')
+  assert.ok(!stopped.includes('w40'))
+  const deadline = Date.now() + 10_000
+  let status
+  do {
+    status = (await stack.api('GET', `/v1/runs/${runId}`)).body.status
+    if (status === 'cancelled') break
+    await page.waitForTimeout(200)
+  } while (Date.now() < deadline)
+  assert.equal(status, 'cancelled')
+  await page.close()
+  assertClean()
+})
+
+test('chat: a dropped connection resumes from the last event, without a duplicated word', async () => {
+  const page = await signedInPage(stack)
+  await newThread(page)
+  const resumes = resumeRequests(page)
+  const before = await sendMessage(page, '[slow] keep counting')
+  await waitForAnswerText(page, (text) => text.includes('w05'))
+  const cut = stack.cutConnections()
+  assert.ok(cut > 0, 'a stream was cut')
+  const text = await finishedAnswer(page, before, 40_000)
+  assert.deepEqual(words(text), SLOW_WORDS)
+  assert.ok(
+    resumes.some((request) => request.lastEventId > 0),
+    `resumed with Last-Event-ID after the last event seen: ${JSON.stringify(resumes)}`,
+  )
+  await page.close()
+  assertClean()
+})
+
+test('chat: a reload mid-answer continues the same run', async () => {
+  const page = await signedInPage(stack)
+  await newThread(page)
+  await sendMessage(page, '[slow] through a reload')
+  await waitForAnswerText(page, (text) => text.includes('w06'))
+  const runId = await page.getByTestId('message-live').last().getAttribute('data-run-id')
+  const resumes = resumeRequests(page)
+  await page.reload()
+  await page.getByTestId('message-live').or(page.getByTestId('message-assistant')).first().waitFor()
+  const text = await finishedAnswer(page, 0, 40_000)
+  assert.deepEqual(words(text), SLOW_WORDS)
+  assert.equal(await page.getByTestId('message-assistant').last().getAttribute('data-run-id'), runId)
+  assert.equal(await page.getByTestId('message-user').count(), 1)
+  assert.ok(
+    resumes.some((request) => request.runId === runId && request.lastEventId > 0),
+    `after the reload the run was followed from where the page was: ${JSON.stringify(resumes)}`,
+  )
+  await page.close()
+  assertClean()
+})
+
+test('memory: a remembered fact appears after the turn; editing it makes a version', async () => {
+  const page = await signedInPage(stack)
+  await newThread(page)
+  const before = await sendMessage(page, 'Please remember that my cat is called Miso')
+  await finishedAnswer(page, before)
+  await page.getByTestId('nav-memory').click()
+  const fact = page.getByTestId('memory-list').getByTestId('memory-item').filter({ hasText: "The user's cat is called Miso." })
+  const deadline = Date.now() + 20_000
+  while ((await fact.count()) === 0) {
+    assert.ok(Date.now() < deadline, 'the fact was remembered')
+    await page.getByTestId('memory-refresh').click()
+    await page.waitForTimeout(400)
+  }
+  // Provenance: the thread and the message it came from.
+  await fact.getByTestId('memory-thread').waitFor()
+  assert.ok((await fact.getByTestId('memory-ref').count()) >= 1)
+  const memoryId = await fact.getAttribute('data-memory-id')
+  const card = page.getByTestId('memory-list').locator(`[data-memory-id="${memoryId}"]`)
+  await card.getByTestId('memory-edit').click()
+  await card.getByTestId('memory-edit-content').fill("The user's cat is called Miso the Brave.")
+  await card.getByTestId('memory-edit-save').click()
+  const edited = card.filter({ hasText: 'Miso the Brave' })
+  await edited.waitFor()
+  await edited.getByTestId('memory-history').click()
+  const versions = edited.getByTestId('memory-versions')
+  await versions.getByTestId('memory-version').nth(1).waitFor()
+  const history = await versions.innerText()
+  assert.match(history, /v2\s+updated/)
+  assert.match(history, /v1\s+created/)
+  assert.match(history, /Miso the Brave/)
+  assert.match(history, /The user's cat is called Miso\./)
+
+  // Search shows the per-signal details.
+  await page.getByTestId('memory-search-input').fill('what is my cat called')
+  await page.getByTestId('memory-search-submit').click()
+  const result = page.getByTestId('memory-search-result').filter({ hasText: 'Miso the Brave' }).first()
+  await result.waitFor()
+  await result.getByTestId('memory-signals').locator('summary').click()
+  assert.match(await result.getByTestId('memory-signals').innerText(), /Vector \(meaning\)[\s\S]*BM25 \(words\)[\s\S]*RRF/)
+  await screenshot(page, 'memory')
+
+  // Export, then import the export back: nothing new (the same contents are skipped).
+  const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('memory-export').click()])
+  const exported = readFileSync(await download.path(), 'utf8')
+  assert.match(exported, /Miso the Brave/)
+  const file = path.join(os.tmpdir(), `mnemo-import-${Date.now()}.jsonl`)
+  writeFileSync(file, `${exported}${JSON.stringify({ kind: 'preference', content: 'The user prefers green tea.' })}\n`)
+  await page.getByTestId('memory-import-file').setInputFiles(file)
+  await page.getByTestId('memory-import-report').waitFor()
+  assert.match(await page.getByTestId('memory-import-report').innerText(), /Imported 1,/)
+  // Archive, then restore.
+  await card.getByTestId('memory-archive').click()
+  await card.getByTestId('memory-archived').waitFor()
+  await card.getByTestId('memory-restore').click()
+  await card.getByTestId('memory-archived').waitFor({ state: 'detached' })
+  // Provenance: the reference opens the thread at the message the fact came from.
+  const ref = card.getByTestId('memory-ref').first()
+  const target = await ref.getAttribute('href')
+  assert.match(target, /^#\/chat\/[0-9a-f-]{36}\/[0-9a-f-]{36}$/)
+  await ref.click()
+  const messageId = target.split('/').pop()
+  await page.locator(`#msg-${messageId}.highlight`).waitFor()
+  assert.match(await page.locator(`#msg-${messageId}`).innerText(), /remember that my cat is called Miso/)
+  await page.close()
+  assertClean()
+})
+
+test('documents and research: ingest, research with local search, follow a citation', async () => {
+  const page = await signedInPage(stack, '#/documents')
+  const notes = path.join(os.tmpdir(), `otters-${Date.now()}.md`)
+  writeFileSync(
+    notes,
+    '# Otter notes\n\nSea otters hold hands while they sleep so that they do not drift apart. ' +
+      'A group of resting sea otters is called a raft. Otters wrap themselves in kelp.\n',
+  )
+  await page.getByTestId('document-file').setInputFiles(notes)
+  await page.getByTestId('document-upload').filter({ hasText: 'added' }).waitFor()
+  // Drag and drop works too.
+  await page.evaluate(() => {
+    const transfer = new DataTransfer()
+    transfer.items.add(new File(['Plain notes about kelp forests.'], 'kelp.txt', { type: 'text/plain' }))
+    const zone = document.querySelector('[data-testid="document-dropzone"]')
+    zone.dispatchEvent(new DragEvent('drop', { dataTransfer: transfer, bubbles: true, cancelable: true }))
+  })
+  await page.getByTestId('document-item').filter({ hasText: 'kelp' }).waitFor()
+  const otterDoc = page.getByTestId('document-item').filter({ hasText: 'otters-' })
+  const documentId = await otterDoc.getAttribute('data-document-id')
+  await screenshot(page, 'documents')
+
+  await page.getByTestId('nav-research').click()
+  await page.getByTestId('research-query').fill('How do sea otters sleep?')
+  await page.getByTestId('research-provider').selectOption('local')
+  await page.getByTestId('research-plan-review').check()
+  await page.getByTestId('research-start').click()
+  await page.getByTestId('plan-review').waitFor({ timeout: 30_000 })
+  assert.match(await page.getByTestId('plan-topics').inputValue(), /otters sleeping/)
+  // A reload while the research waits for the plan's approval shows the plan again.
+  await page.reload()
+  await page.getByTestId('plan-review').waitFor({ timeout: 30_000 })
+  assert.match(await page.getByTestId('plan-topics').inputValue(), /otters sleeping/)
+  await page.getByTestId('plan-approve').click()
+  await page.locator('[data-testid="research-live"][data-status="completed"]').waitFor({ timeout: 60_000 })
+  const report = page.getByTestId('research-live').getByTestId('report')
+  assert.match(await report.getByTestId('report-body').innerText(), /Sea otters hold hands/)
+  await page.getByTestId('researcher').first().waitFor()
+  // The citation [1] links to source 1, which links to the document.
+  const cite = report.locator('a.cite[data-cite="1"]').first()
+  await cite.click()
+  await page.waitForFunction(() => document.activeElement?.id === 'source-1')
+  assert.ok(page.url().endsWith('#/research'), `the route stays: ${page.url()}`)
+  const sourceLink = report.getByTestId('report-source').first().getByTestId('report-source-link')
+  assert.equal(await sourceLink.getAttribute('href'), `#/documents/${documentId}`)
+  // Download the report as Markdown.
+  const [download] = await Promise.all([page.waitForEvent('download'), report.getByTestId('report-download').click()])
+  assert.match(download.suggestedFilename(), /\.md$/)
+  assert.match(readFileSync(await download.path(), 'utf8'), /Sea otters hold hands/)
+  await screenshot(page, 'research')
+  // History, and a past report opened from it.
+  const item = page.getByTestId('history-item').filter({ hasText: 'How do sea otters sleep?' })
+  await item.waitFor()
+  await item.getByTestId('history-open').click()
+  await page.getByTestId('research-record').waitFor()
+  assert.match(await page.getByTestId('research-record').innerText(), /Sea otters hold hands/)
+  await page.getByTestId('research-record').getByTestId('report-source-link').first().click()
+  await page.locator(`[data-testid="document-item"][data-document-id="${documentId}"].highlight`).waitFor()
+  await page.close()
+  assertClean()
+})
+
+test('xss: markup in a memory, a model answer and a document shows as text', async () => {
+  const page = await signedInPage(stack)
+  // A model answer.
+  await newThread(page)
+  const before = await sendMessage(page, '[xss] show me some html')
+  const text = await finishedAnswer(page, before)
+  assert.ok(text.includes('<img src=x onerror=alert(1)>'), text)
+  assert.ok(text.includes('<script>alert(2)</script>'), text)
+  const answer = page.getByTestId('message-assistant').nth(before)
+  assert.equal(await answer.locator('img, script').count(), 0)
+  // The javascript: link lost its href.
+  const links = await answer.locator('a').evaluateAll((nodes) => nodes.map((node) => node.getAttribute('href')))
+  assert.ok(links.every((href) => href === null || /^(https?:|mailto:|#)/.test(href)), JSON.stringify(links))
+  assert.ok(XSS_REPLY.includes('javascript:'))
+
+  // A memory.
+  await page.getByTestId('nav-memory').click()
+  await page.getByTestId('memory-add-content').fill(`Memory with ${XSS}`)
+  await page.getByTestId('memory-add-submit').click()
+  await page.getByTestId('memory-list').getByText(`Memory with ${XSS}`).waitFor()
+
+  // A document: its title in the list, its text in a search of document chunks.
+  await page.getByTestId('nav-documents').click()
+  await page.getByTestId('document-paste-title').fill(`Doc ${XSS}`)
+  await page.getByTestId('document-paste-type').selectOption('text/markdown')
+  await page.getByTestId('document-paste-content').fill(`Dangerous document text ${XSS} about ferrets.`)
+  await page.getByTestId('document-paste-submit').click()
+  await page.getByTestId('document-title').filter({ hasText: `Doc ${XSS}` }).waitFor()
+  await page.getByTestId('nav-memory').click()
+  await page.getByTestId('memory-search-input').fill('dangerous document ferrets')
+  await page.getByTestId('memory-search-kind-document').check()
+  await page.getByTestId('memory-search-submit').click()
+  await page.getByTestId('memory-search-results').getByText('Dangerous document text').first().waitFor()
+
+  await page.waitForTimeout(500)
+  assert.equal(await page.locator('img[src="x"]').count(), 0)
+  assert.equal(await page.evaluate(() => document.querySelectorAll('script').length), 1, 'only the app bundle')
+  assert.ok(!stack.problems.some((problem) => problem.startsWith('dialog')), stack.problems.join('\n'))
+  await page.close()
+  assertClean()
+})
+
+test('threads: rename (or a clear message when the server cannot), delete', async () => {
+  const page = await signedInPage(stack)
+  const before = await sendMessage(page, 'A thread to rename')
+  await finishedAnswer(page, before)
+  const item = page.getByTestId('thread-item').filter({ hasText: 'A thread to rename' })
+  await item.getByTestId('thread-rename').click()
+  await page.getByTestId('thread-rename-input').fill('Renamed thread')
+  await page.getByTestId('thread-rename-save').click()
+  const renamed = page.getByTestId('thread-item').filter({ hasText: 'Renamed thread' })
+  const refused = page.getByTestId('notice').filter({ hasText: 'cannot rename threads yet' })
+  await renamed.or(refused).first().waitFor()
+  const target = (await renamed.count()) > 0 ? renamed : item
+  await target.getByTestId('thread-delete').click()
+  await target.getByTestId('thread-delete-confirm').click()
+  await target.waitFor({ state: 'detached' })
+  await page.close()
+  assertClean()
+})
+
+test('layout: phone width, dark theme, keyboard', async () => {
+  const page = await signedInPage(stack)
+  await page.setViewportSize({ width: 375, height: 740 })
+  await page.getByTestId('threads-toggle').click()
+  await page.getByTestId('thread-list').waitFor()
+  await screenshot(page, 'chat-phone-threads')
+  await page.getByTestId('thread-link').first().click()
+  await page.getByTestId('nav-memory').click()
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth)
+  assert.ok(overflow <= 1, `no horizontal scrolling at 375 px (${overflow} px)`)
+  await screenshot(page, 'memory-phone')
+  await page.getByTestId('nav-research').click()
+  await screenshot(page, 'research-phone')
+  // The theme toggle: auto → light → dark.
+  await page.getByTestId('theme-toggle').click()
+  await page.getByTestId('theme-toggle').click()
+  assert.equal(await page.evaluate(() => document.documentElement.dataset.theme), 'dark')
+  await page.setViewportSize({ width: 1280, height: 900 })
+  await page.getByTestId('nav-chat').click()
+  await page.getByTestId('thread-link').first().click()
+  await screenshot(page, 'chat-dark')
+  // Keyboard: the composer sends with Enter.
+  const before = await page.getByTestId('message-assistant').count()
+  await page.getByTestId('composer-input').focus()
+  await page.keyboard.type('Typed with the keyboard')
+  await page.keyboard.press('Enter')
+  await finishedAnswer(page, before)
+  await page.getByTestId('theme-toggle').click()
+  await page.close()
+  assertClean()
+})
+
+test('memory: forget everything about a subject', async () => {
+  const page = await signedInPage(stack, '#/memory')
+  await page.getByTestId('memory-forget-input').fill('green tea')
+  await page.getByTestId('memory-forget-submit').click()
+  await page.getByTestId('memory-forgotten').waitFor()
+  assert.match(await page.getByTestId('memory-forgotten').innerText(), /green tea|Nothing matched/)
+  await page.close()
+  assertClean()
+})
+
+test('research: compare two models side by side', async () => {
+  const page = await signedInPage(stack, '#/research')
+  await page.getByTestId('research-provider').selectOption('local')
+  await page.getByTestId('compare-models').fill('fake, fake-b')
+  await page.getByTestId('compare-query').fill('Where do otters rest?')
+  await page.getByTestId('compare-start').click()
+  const results = page.getByTestId('compare-results')
+  await results.waitFor({ timeout: 60_000 })
+  assert.equal(await results.locator('article').count(), 2)
+  assert.match(await results.innerText(), /fake-b/)
+  await page.getByTestId('comparison-table').getByText('fake-b').waitFor()
+  await screenshot(page, 'research-compare')
+  await page.close()
+  assertClean()
+})
+
+test('sign in with a JWT: another user, who sees none of alice\'s threads; an expired token is refused', async () => {
+  const page = await stack.context.newPage()
+  await page.goto('/')
+  await page.getByTestId('signin-kind-jwt').check()
+  await page.getByTestId('signin-token').fill(signJwt('bob', -120))
+  await page.getByTestId('signin-submit').click()
+  await page.getByText('The server did not accept this token').waitFor()
+  await page.getByTestId('signin-token').fill(signJwt('bob'))
+  await page.getByTestId('signin-submit').click()
+  await page.getByTestId('nav-chat').waitFor()
+  const before = await sendMessage(page, 'Hello, I am bob')
+  await finishedAnswer(page, before)
+  await page.getByTestId('thread-item').filter({ hasText: 'Hello, I am bob' }).waitFor()
+  assert.equal(await page.getByTestId('thread-item').filter({ hasText: 'Hello there' }).count(), 0)
+  await page.close()
+  assertClean()
+})
