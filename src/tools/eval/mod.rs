@@ -50,6 +50,7 @@ use sha2::Digest;
 use mnemo::config::ModelRole;
 use mnemo::config::{FusionMethod, FusionSettings, MemorySettings, Settings};
 use mnemo::llm::embed::Embedder;
+use mnemo::memory::RecallRequest;
 use mnemo::memory::rank::RecallMode;
 use mnemo::store::Role;
 
@@ -741,6 +742,18 @@ impl Probe {
             gate.apply(&mut settings.fusion);
         }
         settings
+    }
+
+    /// The recall this probe asks for `query`: `k` results from `candidates` per list.
+    fn request(self, query: &str, k: usize, candidates: usize) -> RecallRequest {
+        RecallRequest {
+            query: query.to_string(),
+            k: Some(k),
+            mode: self.retrieval.mode(),
+            decay: self.retrieval.decay(),
+            candidates: Some(candidates),
+            ..RecallRequest::default()
+        }
     }
 
     /// The gate this probe recalls with (fused retrievals only).

@@ -19,7 +19,7 @@ use mnemo::index::keyword::KeywordIndex;
 use mnemo::index::vector::VectorIndex;
 use mnemo::llm::embed::Embedder;
 use mnemo::memory::rank::RecallMode;
-use mnemo::memory::{MAX_MEMORY_CHARS, MemoryEngine, RecallRequest};
+use mnemo::memory::{MAX_MEMORY_CHARS, MemoryEngine};
 use mnemo::store::{self, MemoryKind, MemorySource, NewMemory, Role, Store, Trust, UserKind};
 
 use super::*;
@@ -325,14 +325,7 @@ pub(super) async fn query(
         let evidence: BTreeSet<String> = question.evidence.iter().cloned().collect();
         for &probe in probes {
             let settings = probe.settings(&plan.memory);
-            let request = RecallRequest {
-                query: question.text.clone(),
-                k: Some(plan.max_k),
-                mode: probe.retrieval.mode(),
-                decay: probe.retrieval.decay(),
-                candidates: Some(plan.candidates),
-                ..RecallRequest::default()
-            };
+            let request = probe.request(&question.text, plan.max_k, plan.candidates);
             let started = Instant::now();
             let response = scratch
                 .engine
@@ -450,14 +443,7 @@ async fn ask_foreign(
         let settings = probe.settings(&plan.memory);
         let (mut nothing, mut returned) = (0usize, 0usize);
         for question in &foreign.questions {
-            let request = RecallRequest {
-                query: question.text.clone(),
-                k: Some(plan.tokens_k),
-                mode: probe.retrieval.mode(),
-                decay: probe.retrieval.decay(),
-                candidates: Some(plan.candidates),
-                ..RecallRequest::default()
-            };
+            let request = probe.request(&question.text, plan.tokens_k, plan.candidates);
             let response = scratch
                 .engine
                 .recall_at(ingested.user, request, &settings, ingested.now)
