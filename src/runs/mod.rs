@@ -92,6 +92,22 @@ async fn read_with_retries<T>(
     None
 }
 
+/// What a follower ends with when the run's log cannot be read: `done` (cancelled) when the
+/// run itself is gone (its thread was deleted, which cancels its runs first), else the
+/// unreadable-log `error`.
+async fn ending_event(hub: &RunHub, user: UserId, run: RunId, last: i64) -> StoredEvent {
+    if let Err(StoreError::NotFound(_)) = hub.store.user(user).get_run(run).await {
+        let done = RunEvent::done(RunStatus::Cancelled);
+        return StoredEvent {
+            seq: last,
+            event_type: EventType::Done,
+            data: event_data(&done, run, last, None, None).unwrap_or_else(|_| json!({})),
+            created_at: chrono::Utc::now(),
+        };
+    }
+    unreadable_log_event(run, last)
+}
+
 /// The `error` a follower ends with when the run's log cannot be read; it carries the last
 /// delivered sequence number, so `Last-Event-ID` resumes from there.
 fn unreadable_log_event(run: RunId, last: i64) -> StoredEvent {
@@ -566,7 +582,7 @@ impl RunHub {
                 .await
                 else {
                     // The log cannot be read: the client learns it and may resume later.
-                    let _ = sender.send(unreadable_log_event(run, last)).await;
+                    let _ = sender.send(ending_event(&hub, user, run, last).await).await;
                     return;
                 };
                 let full_page = events.len() == 500;
@@ -612,7 +628,7 @@ impl RunHub {
                     }
                     Some(_) => {}
                     None => {
-                        let _ = sender.send(unreadable_log_event(run, last)).await;
+                        let _ = sender.send(ending_event(&hub, user, run, last).await).await;
                         return;
                     }
                 }
