@@ -539,6 +539,9 @@ pub struct MemorySettings {
     /// a question is after.
     pub length_prior: f64,
     pub length_prior_words: usize,
+    /// A document whose text makes more chunks than this is refused with 413 (each chunk is
+    /// a memory to embed and index).
+    pub max_document_chunks: usize,
 }
 
 impl Default for MemorySettings {
@@ -566,6 +569,7 @@ impl Default for MemorySettings {
             question_factor: 0.6,
             length_prior: 0.25,
             length_prior_words: 40,
+            max_document_chunks: 2_000,
         }
     }
 }
@@ -594,7 +598,16 @@ pub struct ServerSettings {
     /// Authenticated requests one user may make a minute, in bursts of as many (more get 429
     /// with `Retry-After`); 0 turns the limit off.
     pub requests_per_minute: u32,
+    /// Model tokens (prompt and completion, all calls) one chat turn or research may use;
+    /// past it the run stops with an `error` of type `budget`. 0 turns the limit off.
+    pub run_token_budget: u64,
+    /// Model tokens one user's runs may use per UTC day; past it runs stop and new ones get
+    /// 429 until midnight. 0 turns the limit off.
+    pub daily_token_budget: u64,
 }
+
+/// Largest `max_tokens` (completion tokens of one call) a role may be given.
+pub const MAX_COMPLETION_TOKENS: u32 = 131_072;
 
 impl Default for ServerSettings {
     fn default() -> Self {
@@ -609,6 +622,8 @@ impl Default for ServerSettings {
             max_connections: 1024,
             max_runs_per_user: 8,
             requests_per_minute: 600,
+            run_token_budget: 1_000_000,
+            daily_token_budget: 5_000_000,
         }
     }
 }
@@ -619,6 +634,9 @@ pub struct DatabaseSettings {
     /// `sqlite://…` or `postgres://…`; empty means `sqlite://<data_dir>/mnemo.db`.
     pub url: Option<SecretString>,
     pub max_connections: u32,
+    /// How long a request waits for a free connection before it is refused with 429 and
+    /// `Retry-After` (nothing of it stored).
+    pub acquire_timeout_ms: u64,
 }
 
 impl Default for DatabaseSettings {
@@ -626,7 +644,14 @@ impl Default for DatabaseSettings {
         Self {
             url: None,
             max_connections: 8,
+            acquire_timeout_ms: 3_000,
         }
+    }
+}
+
+impl DatabaseSettings {
+    pub fn acquire_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.acquire_timeout_ms.max(1))
     }
 }
 
@@ -770,6 +795,17 @@ impl Settings {
                  server.max_runs_per_user must be positive"
                     .into(),
             ));
+        }
+        for (role, own) in &self.llm.roles {
+            if own
+                .max_tokens
+                .is_some_and(|tokens| tokens == 0 || tokens > MAX_COMPLETION_TOKENS)
+            {
+                return Err(ConfigError::Invalid(format!(
+                    "llm.roles.{}.max_tokens must be between 1 and {MAX_COMPLETION_TOKENS}",
+                    role.as_str()
+                )));
+            }
         }
         if self.server.max_body_bytes == 0 {
             return Err(ConfigError::Invalid(

@@ -100,11 +100,19 @@ pub async fn ingest(
         ));
     }
     if chars > MAX_DOCUMENT_CHARS {
-        return Err(DocumentError::BadInput(format!(
+        return Err(DocumentError::TooLarge(format!(
             "the document has {chars} characters of text; at most {MAX_DOCUMENT_CHARS} are accepted"
         )));
     }
     let chunks = chunk(text);
+    let max_chunks = memory.settings().max_document_chunks;
+    if chunks.len() > max_chunks {
+        return Err(DocumentError::TooLarge(format!(
+            "the document's text makes {} chunks; at most {max_chunks} are accepted \
+             (memory.max_document_chunks)",
+            chunks.len()
+        )));
+    }
     let title = pick_title(upload.title.as_deref(), extracted.title.as_deref(), text);
     let source = upload
         .source

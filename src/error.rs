@@ -15,6 +15,9 @@ pub enum ErrorKind {
     Conflict,
     PayloadTooLarge,
     RateLimited,
+    /// The server has no capacity for the request right now (every database connection is
+    /// taken); nothing of it was done, and retrying in a moment may work.
+    Busy,
     Timeout,
     /// A backend is down or overloaded; retrying later may work.
     Unavailable,
@@ -27,7 +30,7 @@ impl ErrorKind {
     pub fn retryable(self) -> bool {
         matches!(
             self,
-            ErrorKind::RateLimited | ErrorKind::Timeout | ErrorKind::Unavailable
+            ErrorKind::RateLimited | ErrorKind::Busy | ErrorKind::Timeout | ErrorKind::Unavailable
         )
     }
 
@@ -41,6 +44,7 @@ impl ErrorKind {
             ErrorKind::Conflict => "conflict",
             ErrorKind::PayloadTooLarge => "payload_too_large",
             ErrorKind::RateLimited => "rate_limited",
+            ErrorKind::Busy => "busy",
             ErrorKind::Timeout => "timeout",
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::Internal => "internal",
@@ -51,6 +55,10 @@ impl ErrorKind {
 /// An error that knows its [`ErrorKind`].
 pub trait HasKind {
     fn kind(&self) -> ErrorKind;
+    /// For a refusal that ends at a known time: the seconds until a retry may succeed.
+    fn retry_after(&self) -> Option<u64> {
+        None
+    }
 }
 
 impl ErrorKind {
@@ -60,6 +68,7 @@ impl ErrorKind {
     pub fn public_message(self, message: &str) -> String {
         match self {
             ErrorKind::Unavailable => "a backend is unavailable, try again later".to_string(),
+            ErrorKind::Busy => "the server is busy, try again in a moment".to_string(),
             ErrorKind::Timeout => "the request timed out".to_string(),
             ErrorKind::Internal => "internal error".to_string(),
             _ => message.to_string(),
@@ -95,6 +104,7 @@ mod tests {
             ErrorKind::Conflict,
             ErrorKind::PayloadTooLarge,
             ErrorKind::RateLimited,
+            ErrorKind::Busy,
             ErrorKind::Timeout,
             ErrorKind::Unavailable,
             ErrorKind::Internal,
@@ -106,6 +116,7 @@ mod tests {
             retryable,
             [
                 ErrorKind::RateLimited,
+                ErrorKind::Busy,
                 ErrorKind::Timeout,
                 ErrorKind::Unavailable
             ]

@@ -27,7 +27,7 @@ use crate::llm::roles::Models;
 use crate::memory::writer::MemoryWriter;
 use crate::memory::{MemoryEngine, MemoryError};
 use crate::research::ResearchService;
-use crate::runs::RunHub;
+use crate::runs::{RunHub, RunLimits};
 use crate::store::{self, Store, UserKind};
 use secrecy::ExposeSecret as _;
 
@@ -79,7 +79,12 @@ pub async fn build_state(
     crate::llm::prompts::check().map_err(|error| StartupError::Refused(error.to_string()))?;
     std::fs::create_dir_all(&settings.data_dir)?;
     let url = settings.database_url();
-    let store = store::connect(&url, settings.database.max_connections).await?;
+    let store = store::connect(
+        &url,
+        settings.database.max_connections,
+        settings.database.acquire_timeout(),
+    )
+    .await?;
     let jwt = JwtVerifier::from_settings(&settings.auth.jwt)?;
     let dev_user = if settings.server.dev {
         Some(
@@ -97,7 +102,13 @@ pub async fn build_state(
         store.clone(),
         shutdown.child_token(),
         (abandon > 0).then(|| Duration::from_secs(abandon)),
-        settings.server.max_runs_per_user,
+        RunLimits {
+            max_per_user: settings.server.max_runs_per_user,
+            run_tokens: (settings.server.run_token_budget > 0)
+                .then_some(settings.server.run_token_budget),
+            daily_tokens: (settings.server.daily_token_budget > 0)
+                .then_some(settings.server.daily_token_budget),
+        },
     );
     let memory = open_memory(&settings, store.clone(), shutdown.child_token()).await?;
     memory.track(spawn_reembedding(memory.clone(), shutdown.child_token()));

@@ -31,7 +31,10 @@ use crate::runs::events::{
 use crate::runs::stream::DeltaKind;
 use crate::runs::{RunContext, RunErrorType, RunEvent, RunFailure, RunHub, stream_to_events};
 use crate::store::RunKind;
-use crate::store::{MemoryKind, Message, Role, Run, Store, StoreError, ThreadId, Trust, UserId};
+use crate::store::{
+    BegunTurn, Idempotency, JobKind, MemoryKind, Message, MessageId, NewTurn, Role, Run, RunId,
+    Store, StoreError, ThreadId, Trust, UserId,
+};
 
 /// What a chat turn needs.
 #[derive(Clone)]
@@ -54,7 +57,7 @@ pub enum ChatError {
     #[error("{0}")]
     BadRequest(String),
     #[error(transparent)]
-    TooManyRuns(#[from] crate::runs::TooManyRuns),
+    NotAdmitted(#[from] crate::runs::NotAdmitted),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -63,8 +66,15 @@ impl HasKind for ChatError {
     fn kind(&self) -> ErrorKind {
         match self {
             ChatError::BadRequest(_) => ErrorKind::BadRequest,
-            ChatError::TooManyRuns(_) => ErrorKind::RateLimited,
+            ChatError::NotAdmitted(error) => error.kind(),
             ChatError::Store(error) => error.kind(),
+        }
+    }
+
+    fn retry_after(&self) -> Option<u64> {
+        match self {
+            ChatError::NotAdmitted(error) => error.retry_after(),
+            _ => None,
         }
     }
 }
@@ -91,6 +101,19 @@ impl ChatService {
         thread: ThreadId,
         content: &str,
     ) -> Result<Run, ChatError> {
+        self.send_keyed(user, thread, content, None).await
+    }
+
+    /// [`ChatService::send`] with the client's idempotency key: the message, the run and the
+    /// memory job are stored in one transaction, and a retry with the same key (and the same
+    /// thread and content) returns the first request's run instead of storing anything again.
+    pub async fn send_keyed(
+        &self,
+        user: UserId,
+        thread: ThreadId,
+        content: &str,
+        idempotency_key: Option<&str>,
+    ) -> Result<Run, ChatError> {
         let content = content.trim();
         if content.is_empty() {
             return Err(ChatError::BadRequest("content must not be empty".into()));
@@ -100,30 +123,70 @@ impl ChatService {
                 "content is longer than {MAX_MESSAGE_CHARS} characters"
             )));
         }
-        let store = &self.deps.store;
-        store.user(user).get_thread(thread).await?;
-        // Refused before the message is stored, so a retry does not duplicate it.
-        self.runs.admit(user)?;
-        let message = store
-            .user(user)
-            .append_message(thread, Role::User, content, None)
-            .await?;
-        let message_id = message.id;
-        let deps = self.deps.clone();
-        let run = self
-            .runs
-            .start(user, Some(thread), RunKind::Chat, move |context| {
-                run_chat_turn(context, deps, message)
-            })
-            .await?;
+        let idempotency = idempotency_key
+            .map(|key| idempotency(key, thread, content))
+            .transpose()?;
+        // Refused before anything is stored, so a retry does not duplicate the message.
+        self.runs.admit(user).await?;
+        let message_id = MessageId::new();
+        let run_id = RunId::new();
         let job = TurnJob {
             thread_id: thread,
             user_message_id: message_id,
-            run_id: Some(run.id),
+            run_id: Some(run_id),
         };
-        self.deps.writer.enqueue_turn(user, &job).await?;
-        Ok(run)
+        let (job_key, job_payload) = MemoryWriter::turn_job_entry(&job);
+        let begun = self
+            .deps
+            .store
+            .user(user)
+            .begin_turn(NewTurn {
+                thread,
+                message_id,
+                run_id,
+                content: content.to_string(),
+                idempotency,
+                job_kind: JobKind::Turn,
+                job_key,
+                job_payload,
+            })
+            .await?;
+        match begun {
+            BegunTurn::Replayed(run) => Ok(run),
+            BegunTurn::Started { message, run } => {
+                let deps = self.deps.clone();
+                self.runs.launch(user, run.clone(), move |context| {
+                    run_chat_turn(context, deps, message)
+                });
+                self.deps.writer.notify();
+                Ok(run)
+            }
+        }
     }
+}
+
+/// Longest `Idempotency-Key` accepted.
+pub const MAX_IDEMPOTENCY_KEY_CHARS: usize = 255;
+
+/// A checked idempotency key and the digest of the request it stands for.
+fn idempotency(key: &str, thread: ThreadId, content: &str) -> Result<Idempotency, ChatError> {
+    use sha2::Digest as _;
+    let key = key.trim();
+    if key.is_empty()
+        || key.chars().count() > MAX_IDEMPOTENCY_KEY_CHARS
+        || key.chars().any(char::is_control)
+    {
+        return Err(ChatError::BadRequest(format!(
+            "Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_CHARS} printable characters"
+        )));
+    }
+    let mut digest = sha2::Sha256::new();
+    digest.update(thread.as_uuid().as_bytes());
+    digest.update(content.as_bytes());
+    Ok(Idempotency {
+        key: key.to_string(),
+        digest: hex::encode(digest.finalize()),
+    })
 }
 
 fn llm_failure(error: LlmError) -> RunFailure {

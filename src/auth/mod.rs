@@ -30,7 +30,7 @@ impl HasKind for AuthError {
         match self {
             AuthError::Missing | AuthError::Invalid => ErrorKind::Unauthenticated,
             AuthError::Store(error) => match error.kind() {
-                ErrorKind::Unavailable => ErrorKind::Unavailable,
+                kind @ (ErrorKind::Unavailable | ErrorKind::Busy) => kind,
                 _ => ErrorKind::Internal,
             },
         }

@@ -121,7 +121,12 @@ async fn open_embedded(
 ) -> Result<(Arc<MemoryEngine>, Arc<dyn Store>, CancellationToken), Failure> {
     std::fs::create_dir_all(&settings.data_dir)
         .map_err(|e| Failure::other(format!("creating the data directory: {e}")))?;
-    let store = store::connect(&settings.database_url(), settings.database.max_connections).await?;
+    let store = store::connect(
+        &settings.database_url(),
+        settings.database.max_connections,
+        settings.database.acquire_timeout(),
+    )
+    .await?;
     let shutdown = CancellationToken::new();
     let engine = mnemo::startup::open_memory(settings, store.clone(), shutdown.clone())
         .await
@@ -508,4 +513,30 @@ pub async fn reindex(settings: &Settings) -> Result<(), Failure> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// `mnemo check`: the indexes against SQL; a difference is a failure (exit 1).
+pub async fn check(settings: &Settings) -> Result<(), Failure> {
+    let (engine, store, shutdown) = open_embedded(settings).await?;
+    let result = engine.indexer().verify().await;
+    shutdown.cancel();
+    engine.join_background(Duration::from_secs(10)).await;
+    store.close().await;
+    let report = result.map_err(|error| Failure::other(error.to_string()))?;
+    println!(
+        "{} memories of {} users; vector index: {} missing, {} extra; keyword index: {} missing, {} extra",
+        report.memories,
+        report.users,
+        report.vector_missing,
+        report.vector_extra,
+        report.keyword_missing,
+        report.keyword_extra
+    );
+    if report.is_consistent() {
+        Ok(())
+    } else {
+        Err(Failure::other(
+            "the indexes differ from SQL: run `mnemo reindex` to rebuild them",
+        ))
+    }
 }

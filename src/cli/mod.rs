@@ -98,6 +98,9 @@ enum Command {
     },
     /// Rebuild the vector and keyword indexes from SQL (no re-embedding). Stop the server first.
     Reindex,
+    /// Compare both indexes with SQL (after applying the memory log, as a start does): every
+    /// memory indexed, nothing else. Exits 1 on a difference. Stop the server first.
+    Check,
 }
 
 #[derive(Debug, Subcommand)]
@@ -273,8 +276,12 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let settings = Settings::load(&overrides).map_err(|e| Failure::usage(e.to_string()))?;
             std::fs::create_dir_all(&settings.data_dir)
                 .map_err(|e| Failure::other(format!("creating the data directory: {e}")))?;
-            let store =
-                store::connect(&settings.database_url(), settings.database.max_connections).await?;
+            let store = store::connect(
+                &settings.database_url(),
+                settings.database.max_connections,
+                settings.database.acquire_timeout(),
+            )
+            .await?;
             let result = user_command(store.as_ref(), command).await;
             store.close().await;
             result
@@ -415,6 +422,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Reindex => {
             let settings = load_quiet(&overrides)?;
             memory::reindex(&settings).await
+        }
+        Command::Check => {
+            let settings = load_quiet(&overrides)?;
+            memory::check(&settings).await
         }
     }
 }

@@ -121,7 +121,7 @@ async fn research_in(
         .map_err(|error| match error {
             mnemo::research::StartError::Invalid(message) => Failure::usage(message),
             mnemo::research::StartError::Store(error) => error.into(),
-            mnemo::research::StartError::TooManyRuns(error) => Failure::other(error.to_string()),
+            mnemo::research::StartError::NotAdmitted(error) => Failure::other(error.to_string()),
         })?;
     let events = state
         .runs

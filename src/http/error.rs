@@ -71,8 +71,8 @@ impl ApiError {
         Self {
             kind: error.kind(),
             message: error.to_string(),
+            retry_after: error.retry_after(),
             source: Some(Arc::new(error)),
-            retry_after: None,
         }
     }
 
@@ -92,7 +92,7 @@ impl ApiError {
             ErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorKind::Conflict => StatusCode::CONFLICT,
             ErrorKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            ErrorKind::RateLimited | ErrorKind::Busy => StatusCode::TOO_MANY_REQUESTS,
             ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
             ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -139,6 +139,8 @@ impl IntoResponse for ApiError {
                 _ => ErrorKind::Internal,
             };
             kind.public_message(&self.message)
+        } else if self.kind == ErrorKind::Busy {
+            self.kind.public_message(&self.message)
         } else {
             self.message
         };
@@ -149,7 +151,10 @@ impl IntoResponse for ApiError {
         if status == StatusCode::TOO_MANY_REQUESTS {
             response.headers_mut().insert(
                 header::RETRY_AFTER,
-                HeaderValue::from(retry_after.unwrap_or(5)),
+                HeaderValue::from(retry_after.unwrap_or(match self.kind {
+                    ErrorKind::Busy => 1,
+                    _ => 5,
+                })),
             );
         }
         if status == StatusCode::UNAUTHORIZED {

@@ -298,7 +298,8 @@ pub async fn delete_all(
 }
 
 #[utoipa::path(get, path = "/v1/memories/export", tag = "memories",
-    responses((status = 200, description = "One JSON memory per line (the import format)", content_type = "application/x-ndjson")),
+    responses((status = 200, body = PortableMemory, content_type = "application/x-ndjson",
+        description = "One `PortableMemory` per line (the import format)")),
     security(("bearer" = [])))]
 pub async fn export(State(state): State<AppState>, user: AuthUser) -> ApiResult<Response> {
     let memories = engine(&state).export(user.user_id).await?;
@@ -332,7 +333,10 @@ pub struct ImportQueued {
 }
 
 #[utoipa::path(post, path = "/v1/memories/import", tag = "memories", params(ImportQuery),
-    request_body(content = String, description = "JSON lines, as exported", content_type = "application/x-ndjson"),
+    request_body(content = PortableMemory, content_type = "application/x-ndjson",
+        description = "JSON lines, as exported: one `PortableMemory` object per line (the schema \
+        describes one line), UTF-8, no NUL bytes. Example line: \
+        `{\"kind\":\"preference\",\"content\":\"prefers oolong tea\",\"importance\":3}`"),
     responses((status = 200, body = ImportReport), (status = 202, body = ImportQueued),
         (status = 400, body = ErrorBody)),
     security(("bearer" = [])))]

@@ -68,8 +68,9 @@ struct ApiDoc;
 struct BearerAuth;
 
 /// Statuses every operation can answer, documented once: 401 and 429 on authenticated
-/// operations (bad credentials, the per-user request quota or run cap), 503 everywhere (a
-/// backend is down).
+/// operations (bad credentials, the per-user request quota or run cap), 400 where there is a
+/// parameter or body to get wrong, 413 where there is a body, 503 everywhere (a backend is
+/// down).
 struct CommonErrors;
 
 impl utoipa::Modify for CommonErrors {
@@ -103,6 +104,17 @@ impl utoipa::Modify for CommonErrors {
                         .or_insert_with(|| error("Missing or invalid credentials"));
                     responses.entry("429".into()).or_insert_with(|| {
                         error("Too many requests or running runs for this user (see `Retry-After`)")
+                    });
+                }
+                let has_parameters = operation.parameters.as_ref().is_some_and(|p| !p.is_empty());
+                if has_parameters || operation.request_body.is_some() {
+                    responses.entry("400".into()).or_insert_with(|| {
+                        error("The request is malformed: a path id that is not a UUID, a query parameter or body out of its bounds, a NUL character")
+                    });
+                }
+                if operation.request_body.is_some() {
+                    responses.entry("413".into()).or_insert_with(|| {
+                        error("The body is larger than `server.max_body_bytes`")
                     });
                 }
                 responses

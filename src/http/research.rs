@@ -26,9 +26,7 @@ impl From<StartError> for ApiError {
         match error {
             StartError::Invalid(message) => ApiError::bad_request(message),
             StartError::Store(error) => error.into(),
-            StartError::TooManyRuns(error) => {
-                ApiError::new(crate::error::ErrorKind::RateLimited, error.to_string())
-            }
+            StartError::NotAdmitted(error) => ApiError::from_error(error),
         }
     }
 }
@@ -378,7 +376,7 @@ pub async fn test(
             error: Some(message),
             config: None,
         },
-        Err(error @ (StartError::Store(_) | StartError::TooManyRuns(_))) => {
+        Err(error @ (StartError::Store(_) | StartError::NotAdmitted(_))) => {
             return Err(error.into());
         }
     };

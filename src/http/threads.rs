@@ -3,7 +3,7 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
@@ -157,23 +157,37 @@ pub async fn delete_thread(
 }
 
 #[utoipa::path(post, path = "/v1/threads/{id}/messages", tag = "threads",
-    params(("id" = String, Path, format = Uuid)),
+    params(("id" = String, Path, format = Uuid),
+        ("Idempotency-Key" = Option<String>, Header, max_length = 255,
+            description = "Makes a retry safe: a second request with the same key (same thread \
+            and content) stores nothing and answers with the first request's run, its events \
+            replayed from the start; the same key with another thread or content is 409")),
     request_body = PostMessage,
     responses(
         (status = 200, description = "Server-sent events of the run (`id:` is the event's sequence number)", content_type = "text/event-stream"),
         (status = 202, body = Run, description = "With `stream: false`"),
-        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "The Idempotency-Key was used for another request")),
     security(("bearer" = [])))]
 pub async fn post_message(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(thread): ApiPath<ThreadId>,
+    headers: HeaderMap,
     ApiJson(body): ApiJson<PostMessage>,
 ) -> ApiResult<Response> {
     let user_id = user.user_id;
+    let key = match headers.get("idempotency-key") {
+        None => None,
+        Some(value) => Some(
+            value
+                .to_str()
+                .map_err(|_| ApiError::bad_request("Idempotency-Key must be printable ASCII"))?,
+        ),
+    };
     let run = state
         .chat
-        .send(user_id, thread, &body.content)
+        .send_keyed(user_id, thread, &body.content, key)
         .await
         .map_err(ApiError::from_error)?;
     if body.stream {

@@ -403,6 +403,66 @@ impl Indexer {
     }
 }
 
+/// How the indexes compare with SQL ([`Indexer::verify`]): per index, the memories SQL has that
+/// the index lacks and the points the index has that SQL does not.
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Consistency {
+    pub memories: u64,
+    pub users: u64,
+    pub vector_missing: u64,
+    pub vector_extra: u64,
+    pub keyword_missing: u64,
+    pub keyword_extra: u64,
+}
+
+impl Consistency {
+    pub fn is_consistent(&self) -> bool {
+        self.vector_missing == 0
+            && self.vector_extra == 0
+            && self.keyword_missing == 0
+            && self.keyword_extra == 0
+    }
+}
+
+impl Indexer {
+    /// Applies the log, then compares every user's memory ids in SQL with the ids each index
+    /// holds for them. Read-only; takes as long as reading every id once.
+    pub async fn verify(&self) -> Result<Consistency, IndexerError> {
+        self.catch_up().await?;
+        let mut by_user: HashMap<UserId, HashSet<MemoryId>> = HashMap::new();
+        let mut cursor = None;
+        loop {
+            let page = self.store.maintenance().scan_memories(cursor, 5000).await?;
+            let Some(last) = page.last() else { break };
+            cursor = Some(last.memory.id);
+            for owned in &page {
+                by_user
+                    .entry(owned.user)
+                    .or_default()
+                    .insert(owned.memory.id);
+            }
+        }
+        for user in self.store.accounts().list_users().await? {
+            by_user.entry(user.id).or_default();
+        }
+        let mut report = Consistency {
+            users: by_user.len() as u64,
+            ..Consistency::default()
+        };
+        for (user, sql) in &by_user {
+            report.memories += sql.len() as u64;
+            let vector: HashSet<MemoryId> = self.vector.ids(*user).await?.into_iter().collect();
+            let keyword: HashSet<MemoryId> =
+                self.keyword.ids_async(*user).await?.into_iter().collect();
+            report.vector_missing += sql.difference(&vector).count() as u64;
+            report.vector_extra += vector.difference(sql).count() as u64;
+            report.keyword_missing += sql.difference(&keyword).count() as u64;
+            report.keyword_extra += keyword.difference(sql).count() as u64;
+        }
+        Ok(report)
+    }
+}
+
 /// Part of a batch between two `DeleteUser` entries, reduced to final states.
 struct Segment<'a> {
     upserts: Vec<&'a OwnedMemory>,
@@ -643,9 +703,13 @@ mod tests {
     #[tokio::test]
     async fn writes_stay_recallable_while_an_optimisation_holds_the_flush() {
         let dir = tempfile::tempdir().unwrap();
-        let store = crate::store::connect(&crate::testing::sqlite_url(dir.path()), 4)
-            .await
-            .unwrap();
+        let store = crate::store::connect(
+            &crate::testing::sqlite_url(dir.path()),
+            4,
+            std::time::Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
         let user = store
             .accounts()
             .create_user("u", UserKind::Key)

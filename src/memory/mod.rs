@@ -56,7 +56,7 @@ impl HasKind for MemoryError {
             MemoryError::Index(IndexError::BadInput(_)) => ErrorKind::Internal,
             MemoryError::Index(error) => error.kind(),
             MemoryError::Indexer(error) => match error.kind() {
-                ErrorKind::Unavailable => ErrorKind::Unavailable,
+                kind @ (ErrorKind::Unavailable | ErrorKind::Busy) => kind,
                 _ => ErrorKind::Internal,
             },
         }

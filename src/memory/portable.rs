@@ -13,12 +13,14 @@ use crate::store::{
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PortableMemory {
     pub kind: MemoryKind,
+    #[schema(min_length = 1, max_length = 8000)]
     pub content: String,
     #[serde(default)]
     pub source: Option<MemorySource>,
     #[serde(default)]
     pub trust: Option<Trust>,
     #[serde(default = "default_importance")]
+    #[schema(minimum = 1, maximum = 5)]
     pub importance: u8,
     #[serde(default)]
     pub source_refs: Vec<String>,

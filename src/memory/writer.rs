@@ -338,11 +338,17 @@ impl MemoryWriter {
         Ok(key)
     }
 
+    /// The queue key and payload of a turn's job: one job per user message, so storing it
+    /// twice is a no-op.
+    pub fn turn_job_entry(job: &TurnJob) -> (String, Value) {
+        let key = format!("turn:{}", job.user_message_id);
+        (key, serde_json::to_value(job).unwrap_or(Value::Null))
+    }
+
     /// Queues the memory work of a finished turn; runs once `run` has ended.
     pub async fn enqueue_turn(&self, user: UserId, job: &TurnJob) -> crate::store::StoreResult<()> {
         let run = job.run_id;
-        let key = format!("turn:{}", job.user_message_id);
-        let payload = serde_json::to_value(job).unwrap_or(Value::Null);
+        let (key, payload) = Self::turn_job_entry(job);
         self.store
             .user(user)
             .enqueue_job(JobKind::Turn, &key, &payload, run)

@@ -31,7 +31,7 @@ pub enum StartError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
-    TooManyRuns(#[from] crate::runs::TooManyRuns),
+    NotAdmitted(#[from] crate::runs::NotAdmitted),
 }
 
 /// Why the research service could not be set up from the settings.
@@ -152,7 +152,7 @@ impl ResearchService {
         if let Some(thread) = prepared.config.thread_id {
             self.store.user(user).get_thread(thread).await?;
         }
-        self.runs.admit(user)?;
+        self.runs.admit(user).await?;
         let config = prepared.config.clone();
         let run = self
             .runs

@@ -29,7 +29,7 @@ pub struct ResearchRequest {
     /// Per-role models (`research`, `summarization`, `compression`, `final_report`, `memory`).
     #[serde(default)]
     pub models: BTreeMap<String, String>,
-    /// Per-role completion-token caps.
+    /// Per-role completion-token caps, each 1 to 131,072.
     #[serde(default)]
     pub max_tokens: BTreeMap<String, u32>,
     /// The user's own provider key, used for this research only; never stored or logged.
@@ -159,6 +159,14 @@ impl ResearchRequest {
                 return Err(format!(
                     "role {role:?} is unknown; roles are {}",
                     names.join(", ")
+                ));
+            }
+        }
+        for (role, tokens) in &self.max_tokens {
+            if *tokens == 0 || *tokens > crate::config::MAX_COMPLETION_TOKENS {
+                return Err(format!(
+                    "max_tokens.{role} must be between 1 and {}",
+                    crate::config::MAX_COMPLETION_TOKENS
                 ));
             }
         }

@@ -207,6 +207,8 @@ pub enum RunErrorType {
     Search,
     Network,
     Validation,
+    /// A token budget stopped the run.
+    Budget,
     Internal,
 }
 
@@ -218,6 +220,7 @@ impl RunErrorType {
             RunErrorType::Search => "search",
             RunErrorType::Network => "network",
             RunErrorType::Validation => "validation",
+            RunErrorType::Budget => "budget",
             RunErrorType::Internal => "internal",
         }
     }

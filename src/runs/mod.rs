@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -63,10 +63,55 @@ impl From<StoreError> for RunFailure {
     }
 }
 
-/// A user already has the most runs they may have executing at once.
+/// Why a user may not start a run now. Checked before anything of the run is stored.
 #[derive(Debug, thiserror::Error)]
-#[error("{0} runs of yours are already in progress; wait for one to finish (or cancel one)")]
-pub struct TooManyRuns(pub usize);
+pub enum NotAdmitted {
+    /// The user already has the most runs they may have executing at once.
+    #[error("{0} runs of yours are already in progress; wait for one to finish (or cancel one)")]
+    TooManyRuns(usize),
+    /// The user's runs have used today's token budget.
+    #[error("your runs have used today's budget of {budget} model tokens; it renews at 00:00 UTC")]
+    BudgetSpent { budget: u64, renews_in_secs: u64 },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl crate::error::HasKind for NotAdmitted {
+    fn kind(&self) -> crate::error::ErrorKind {
+        match self {
+            NotAdmitted::TooManyRuns(_) | NotAdmitted::BudgetSpent { .. } => {
+                crate::error::ErrorKind::RateLimited
+            }
+            NotAdmitted::Store(error) => error.kind(),
+        }
+    }
+
+    fn retry_after(&self) -> Option<u64> {
+        match self {
+            NotAdmitted::BudgetSpent { renews_in_secs, .. } => Some(*renews_in_secs),
+            _ => None,
+        }
+    }
+}
+
+/// What one user's runs may use: how many at once and how many model tokens (prompt and
+/// completion) per run and per UTC day. `None` is no limit.
+#[derive(Debug, Clone, Copy)]
+pub struct RunLimits {
+    pub max_per_user: usize,
+    pub run_tokens: Option<u64>,
+    pub daily_tokens: Option<u64>,
+}
+
+/// Today's date (UTC) as the token counter's key, and the seconds until it changes.
+fn usage_day() -> (String, u64) {
+    let now = chrono::Utc::now();
+    let tomorrow = (now.date_naive() + chrono::Days::new(1))
+        .and_hms_opt(0, 0, 0)
+        .map(|midnight| midnight.and_utc());
+    let renews_in = tomorrow.map_or(86_400, |at| (at - now).num_seconds().max(1) as u64);
+    (now.format("%Y-%m-%d").to_string(), renews_in)
+}
 
 /// Attempts at reading a run's log before a follower gives up.
 const FOLLOW_READ_ATTEMPTS: u32 = 5;
@@ -162,7 +207,7 @@ pub struct RunHub {
     shutdown: CancellationToken,
     abandon_after: Option<Duration>,
     /// Runs one user may have executing at once.
-    max_per_user: usize,
+    limits: RunLimits,
 }
 
 /// What every event of a research carries besides its own fields.
@@ -214,6 +259,11 @@ pub struct RunContext {
     notify: watch::Sender<i64>,
     cancel: CancellationToken,
     input: Arc<RunInput>,
+    limits: RunLimits,
+    /// Model tokens this run has used so far (from its `usage` events).
+    spent: AtomicU64,
+    /// Set when a budget stopped the run: the failure it ends with.
+    overrun: std::sync::OnceLock<String>,
 }
 
 impl RunContext {
@@ -255,7 +305,84 @@ impl RunContext {
             .await?;
         *next = seq;
         self.notify.send_replace(seq);
+        drop(next);
+        if let RunEvent::Usage(step) = &event {
+            self.charge(step.usage.total_tokens).await;
+        }
         Ok(seq)
+    }
+
+    /// Catches the sequence counter up with the log. A body dropped by cancellation while
+    /// an append was in flight may have left that event committed without counting it; the
+    /// events written after it (the final `error` and `done`) must not reuse its number.
+    async fn resync_seq(&self) {
+        let mut next = self.next_seq.lock().await;
+        match self.store.user(self.user).get_run(self.run.id).await {
+            Ok(run) => *next = (*next).max(run.last_seq),
+            Err(error) => {
+                tracing::warn!(run = %self.run.id, %error, "could not re-read a run's last event");
+            }
+        }
+    }
+
+    /// Appends the run's `done` and records its terminal status in the same transaction, so
+    /// a client that has read `done` finds the run ended (a cancel then answers 409).
+    async fn emit_done(&self, status: RunStatus, error: Option<&str>) -> StoreResult<i64> {
+        let mut next = self.next_seq.lock().await;
+        let seq = *next + 1;
+        let research_id = (self.run.kind == RunKind::Research).then_some(self.run.id);
+        let data = event_data(&RunEvent::done(status), self.run.id, seq, research_id, None)?;
+        self.store
+            .user(self.user)
+            .append_final_run_event(self.run.id, seq, &data, status, error)
+            .await?;
+        *next = seq;
+        self.notify.send_replace(seq);
+        Ok(seq)
+    }
+
+    /// Counts a model call's tokens against the run's and the day's budget; past either, the
+    /// run is stopped (it ends with an `error` saying which budget, then `done`). The call
+    /// that crosses a budget has already run, so a run overshoots by at most one call.
+    async fn charge(&self, tokens: u64) {
+        if tokens == 0 {
+            return;
+        }
+        let spent = self.spent.fetch_add(tokens, Ordering::Relaxed) + tokens;
+        let (day, _) = usage_day();
+        let today = match self
+            .store
+            .user(self.user)
+            .add_token_usage(&day, i64::try_from(tokens).unwrap_or(i64::MAX))
+            .await
+        {
+            Ok(total) => u64::try_from(total).unwrap_or(0),
+            Err(error) => {
+                tracing::warn!(run = %self.run.id, %error, "could not count a run's tokens");
+                0
+            }
+        };
+        let overrun = if let Some(budget) = self.limits.run_tokens.filter(|b| spent > *b) {
+            Some(format!(
+                "this run used {spent} model tokens, more than its budget of {budget} \
+                 (server.run_token_budget)"
+            ))
+        } else {
+            self.limits
+                .daily_tokens
+                .filter(|budget| today > *budget)
+                .map(|budget| {
+                    format!(
+                        "your runs have used today's budget of {budget} model tokens \
+                         (server.daily_token_budget); it renews at 00:00 UTC"
+                    )
+                })
+        };
+        if let Some(message) = overrun {
+            tracing::warn!(run = %self.run.id, user = %self.user, "{message}");
+            let _ = self.overrun.set(message);
+            self.cancel.cancel();
+        }
     }
 
     /// Cancelled when the user cancels the run, nobody follows it, or the server shuts down.
@@ -273,7 +400,7 @@ impl RunHub {
         store: Arc<dyn Store>,
         shutdown: CancellationToken,
         abandon_after: Option<Duration>,
-        max_per_user: usize,
+        limits: RunLimits,
     ) -> Arc<Self> {
         Arc::new(Self {
             store,
@@ -281,20 +408,31 @@ impl RunHub {
             tracker: TaskTracker::new(),
             shutdown,
             abandon_after,
-            max_per_user,
+            limits,
         })
     }
 
     /// Whether `user` may start another run: fewer than the per-user cap of their runs
-    /// execute here. Checked before anything of the new run is stored.
-    pub fn admit(&self, user: UserId) -> Result<(), TooManyRuns> {
+    /// execute here, and today's token budget is not used up. Checked before anything of the
+    /// new run is stored.
+    pub async fn admit(&self, user: UserId) -> Result<(), NotAdmitted> {
         let running = self
             .live()
             .values()
             .filter(|live| live.user == user)
             .count();
-        if running >= self.max_per_user {
-            return Err(TooManyRuns(self.max_per_user));
+        if running >= self.limits.max_per_user {
+            return Err(NotAdmitted::TooManyRuns(self.limits.max_per_user));
+        }
+        if let Some(budget) = self.limits.daily_tokens {
+            let (day, renews_in_secs) = usage_day();
+            let used = self.store.user(user).token_usage(&day).await?;
+            if u64::try_from(used).unwrap_or(0) >= budget {
+                return Err(NotAdmitted::BudgetSpent {
+                    budget,
+                    renews_in_secs,
+                });
+            }
         }
         Ok(())
     }
@@ -318,16 +456,21 @@ impl RunHub {
                 content: None,
                 metadata: None,
             });
-            let done = RunEvent::done(RunStatus::Interrupted);
             let scope = self.store.user(owner);
-            for (seq, event) in [(last_seq + 1, error), (last_seq + 2, done)] {
-                let data = event_data(&event, run, seq, None, None)?;
-                scope
-                    .append_run_event(run, seq, event.event_type(), &data)
-                    .await?;
-            }
+            let data = event_data(&error, run, last_seq + 1, None, None)?;
             scope
-                .finish_run(run, RunStatus::Interrupted, Some(message))
+                .append_run_event(run, last_seq + 1, error.event_type(), &data)
+                .await?;
+            let done = RunEvent::done(RunStatus::Interrupted);
+            let data = event_data(&done, run, last_seq + 2, None, None)?;
+            scope
+                .append_final_run_event(
+                    run,
+                    last_seq + 2,
+                    &data,
+                    RunStatus::Interrupted,
+                    Some(message),
+                )
                 .await?;
         }
         Ok(stale.len())
@@ -348,6 +491,19 @@ impl RunHub {
         Fut: Future<Output = Result<(), RunFailure>> + Send + 'static,
     {
         let run = self.store.user(user).create_run(thread, kind).await?;
+        self.launch(user, run.clone(), body);
+        Ok(run)
+    }
+
+    /// Executes `body` in the background for a run row the caller has just stored (in the
+    /// transaction that stored what the run answers), as [`RunHub::start`] does for its own.
+    pub fn launch<F, Fut>(self: &Arc<Self>, user: UserId, run: Run, body: F)
+    where
+        F: FnOnce(Arc<RunContext>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<(), RunFailure>> + Send + 'static,
+    {
+        let thread = run.thread_id;
+        let kind = run.kind;
         let (notify, _) = watch::channel(0);
         let cancel = self.shutdown.child_token();
         let readers = Arc::new(AtomicUsize::new(0));
@@ -380,6 +536,9 @@ impl RunHub {
             notify,
             cancel: cancel.clone(),
             input,
+            limits: self.limits,
+            spent: AtomicU64::new(0),
+            overrun: std::sync::OnceLock::new(),
         });
         let hub = self.clone();
         self.tracker.spawn(async move {
@@ -395,7 +554,6 @@ impl RunHub {
             metrics::counter!("mnemo_runs_finished_total", "status" => status.as_str())
                 .increment(1);
         });
-        Ok(run)
     }
 
     /// Cancels the run when it has had no reader for the grace period.
@@ -434,6 +592,7 @@ impl RunHub {
         context: &RunContext,
         outcome: Option<Result<(), RunFailure>>,
     ) -> RunStatus {
+        let outcome_was_cancelled = outcome.is_none();
         let (status, error) = match outcome {
             Some(Ok(())) => (RunStatus::Completed, None),
             Some(Err(RunFailure::Failed {
@@ -441,6 +600,14 @@ impl RunHub {
                 message,
                 retryable,
             })) => (RunStatus::Failed, Some((error_type, message, retryable))),
+            None if context.overrun.get().is_some() => (
+                RunStatus::Failed,
+                Some((
+                    RunErrorType::Budget,
+                    context.overrun.get().cloned().unwrap_or_default(),
+                    false,
+                )),
+            ),
             None if self.shutdown.is_cancelled() => (
                 RunStatus::Interrupted,
                 Some((
@@ -451,6 +618,9 @@ impl RunHub {
             ),
             None => (RunStatus::Cancelled, None),
         };
+        if outcome_was_cancelled {
+            context.resync_seq().await;
+        }
         if let Some((error_type, message, retryable)) = &error {
             let event = RunEvent::Error(ErrorEvent {
                 error_type: *error_type,
@@ -463,17 +633,18 @@ impl RunHub {
                 tracing::error!(run = %context.run.id, %failure, "could not record a run error");
             }
         }
-        if let Err(failure) = context.emit(RunEvent::done(status)).await {
-            tracing::error!(run = %context.run.id, %failure, "could not record the end of a run");
-        }
         let message = error.as_ref().map(|(_, message, _)| message.as_str());
-        if let Err(failure) = self
-            .store
-            .user(context.user)
-            .finish_run(context.run.id, status, message)
-            .await
-        {
-            tracing::error!(run = %context.run.id, %failure, "could not record a run's status");
+        if let Err(failure) = context.emit_done(status, message).await {
+            tracing::error!(run = %context.run.id, %failure, "could not record the end of a run");
+            // At least the status, so the run does not stay `running`.
+            if let Err(failure) = self
+                .store
+                .user(context.user)
+                .finish_run(context.run.id, status, message)
+                .await
+            {
+                tracing::error!(run = %context.run.id, %failure, "could not record a run's status");
+            }
         }
         status
     }

@@ -65,9 +65,8 @@ impl HasKind for StoreError {
             StoreError::Conflict(_) => ErrorKind::Conflict,
             StoreError::BadRequest(_) => ErrorKind::BadRequest,
             StoreError::Unavailable(_) => ErrorKind::Unavailable,
-            StoreError::Database(sqlx::Error::PoolTimedOut | sqlx::Error::Io(_)) => {
-                ErrorKind::Unavailable
-            }
+            StoreError::Database(sqlx::Error::PoolTimedOut) => ErrorKind::Busy,
+            StoreError::Database(sqlx::Error::Io(_)) => ErrorKind::Unavailable,
             StoreError::Database(_) | StoreError::Migrate(_) => ErrorKind::Internal,
         }
     }
@@ -136,6 +135,38 @@ pub struct Message {
 
 /// Longest message a thread accepts (a chat turn or an imported one), in characters.
 pub const MAX_MESSAGE_CHARS: usize = 100_000;
+
+/// A user's message to store together with the run answering it and the turn's memory job
+/// ([`Store::begin_turn`]). The ids are chosen by the caller so the job's payload can name them.
+#[derive(Debug, Clone)]
+pub struct NewTurn {
+    pub thread: ThreadId,
+    pub message_id: MessageId,
+    pub run_id: RunId,
+    pub content: String,
+    /// The client's `Idempotency-Key` and a digest of what it asked: a second request with the
+    /// same key gets the first one's run.
+    pub idempotency: Option<Idempotency>,
+    pub job_kind: JobKind,
+    pub job_key: String,
+    pub job_payload: serde_json::Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Idempotency {
+    pub key: String,
+    pub digest: String,
+}
+
+/// What [`Store::begin_turn`] did.
+#[derive(Debug, Clone)]
+pub enum BegunTurn {
+    /// The message, the run and the job were stored.
+    Started { message: Message, run: Run },
+    /// The idempotency key was used before for the same request: nothing was stored, this is
+    /// the run that request started.
+    Replayed(Run),
+}
 
 /// A message of an imported conversation.
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
@@ -547,6 +578,10 @@ pub(in crate::store) trait StoreCore: Send + Sync + 'static {
     ) -> StoreResult<()>;
 
     // --- runs and their event log ---------------------------------------------------------
+    /// Stores the user's message, the run answering it and the turn's job in one transaction:
+    /// either all three are stored or none. A key already used by this user with the same
+    /// digest stores nothing and returns that run; with another digest, `Conflict`.
+    async fn begin_turn(&self, user: UserId, turn: NewTurn) -> StoreResult<BegunTurn>;
     async fn create_run(
         &self,
         user: UserId,
@@ -554,12 +589,27 @@ pub(in crate::store) trait StoreCore: Send + Sync + 'static {
         kind: RunKind,
     ) -> StoreResult<Run>;
     async fn get_run(&self, user: UserId, id: RunId) -> StoreResult<Run>;
+    /// Adds `tokens` to the user's count for `day` (`YYYY-MM-DD`, UTC); returns the new count.
+    async fn add_token_usage(&self, user: UserId, day: &str, tokens: i64) -> StoreResult<i64>;
+    /// The user's token count for `day` (0 when nothing was counted).
+    async fn token_usage(&self, user: UserId, day: &str) -> StoreResult<i64>;
     async fn list_runs(&self, user: UserId, kind: RunKind, limit: i64) -> StoreResult<Vec<Run>>;
     /// Moves a running run to a terminal status; a run already terminal is left as it is.
     async fn finish_run(
         &self,
         user: UserId,
         id: RunId,
+        status: RunStatus,
+        error: Option<&str>,
+    ) -> StoreResult<()>;
+    /// Appends the run's `done` event and moves it to `status` (when still running) in one
+    /// transaction: a reader that sees the event sees the terminal status.
+    async fn append_final_run_event(
+        &self,
+        user: UserId,
+        run: RunId,
+        seq: i64,
+        data: &serde_json::Value,
         status: RunStatus,
         error: Option<&str>,
     ) -> StoreResult<()>;
@@ -586,12 +636,20 @@ pub(in crate::store) trait StoreCore: Send + Sync + 'static {
 }
 
 /// Opens the store named by the URL scheme (`sqlite:` or `postgres:`) and runs its migrations.
-pub async fn connect(url: &str, max_connections: u32) -> StoreResult<Arc<dyn Store>> {
+/// `max_connections` sizes the pool; a caller waits at most `acquire_timeout` for one of
+/// them, then gets [`ErrorKind::Busy`].
+pub async fn connect(
+    url: &str,
+    max_connections: u32,
+    acquire_timeout: std::time::Duration,
+) -> StoreResult<Arc<dyn Store>> {
     if url.starts_with("sqlite:") {
-        Ok(Arc::new(SqliteStore::connect(url, max_connections).await?))
+        Ok(Arc::new(
+            SqliteStore::connect(url, max_connections, acquire_timeout).await?,
+        ))
     } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
         Ok(Arc::new(
-            PostgresStore::connect(url, max_connections).await?,
+            PostgresStore::connect(url, max_connections, acquire_timeout).await?,
         ))
     } else {
         Err(StoreError::BadRequest(

@@ -18,10 +18,14 @@ pub struct PostgresStore {
 
 impl PostgresStore {
     /// Connects and runs the PostgreSQL migrations.
-    pub async fn connect(url: &str, max_connections: u32) -> StoreResult<Self> {
+    pub async fn connect(
+        url: &str,
+        max_connections: u32,
+        acquire_timeout: Duration,
+    ) -> StoreResult<Self> {
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
-            .acquire_timeout(Duration::from_secs(10))
+            .acquire_timeout(acquire_timeout)
             .connect(url)
             .await
             .map_err(|error| StoreError::Unavailable(error.to_string()))?;

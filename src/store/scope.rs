@@ -149,14 +149,22 @@ impl UserScope<'_> {
         fn thread_summary(&self, thread: ThreadId) -> StoreResult<Option<(String, MessageId)>>;
         fn set_thread_summary(&self, thread: ThreadId, summary: &str, covered_until: MessageId) -> StoreResult<()>;
 
+        /// Stores message, run and job in one transaction (see [`Store::begin_turn`]).
+        fn begin_turn(&self, turn: NewTurn) -> StoreResult<BegunTurn>;
         fn create_run(&self, thread: Option<ThreadId>, kind: RunKind) -> StoreResult<Run>;
         fn get_run(&self, id: RunId) -> StoreResult<Run>;
+        /// Adds `tokens` to the user's count for `day` (UTC `YYYY-MM-DD`); the new count.
+        fn add_token_usage(&self, day: &str, tokens: i64) -> StoreResult<i64>;
+        /// The user's token count for `day`.
+        fn token_usage(&self, day: &str) -> StoreResult<i64>;
         fn list_runs(&self, kind: RunKind, limit: i64) -> StoreResult<Vec<Run>>;
         /// Moves a running run to a terminal status; a run already terminal is left as it is.
         fn finish_run(&self, id: RunId, status: RunStatus, error: Option<&str>) -> StoreResult<()>;
         /// Appends an event with the given sequence number (the caller serialises appends per
         /// run); another user's run is `NotFound`.
         fn append_run_event(&self, run: RunId, seq: i64, event_type: EventType, data: &serde_json::Value) -> StoreResult<()>;
+        /// Appends `done` and sets the terminal status in one transaction.
+        fn append_final_run_event(&self, run: RunId, seq: i64, data: &serde_json::Value, status: RunStatus, error: Option<&str>) -> StoreResult<()>;
         /// Events with `seq > after`, in order, at most `limit`.
         fn run_events_after(&self, run: RunId, after: i64, limit: i64) -> StoreResult<Vec<StoredEvent>>;
     }

@@ -78,6 +78,77 @@ macro_rules! sql_store {
             matches!(error, sqlx::Error::Database(db) if db.is_unique_violation())
         }
 
+        /// Appends a run event; with `finish`, the run's terminal status in the same
+        /// transaction, so whoever reads the final event also reads how the run ended.
+        async fn append_event(
+            pool: &sqlx::Pool<$db>,
+            user: UserId,
+            run: RunId,
+            seq: i64,
+            event_type: EventType,
+            data: &serde_json::Value,
+            finish: Option<(RunStatus, Option<&str>)>,
+        ) -> StoreResult<()> {
+            let at = now();
+            let mut tx = pool.begin().await?;
+            // The owner check comes first (and is the transaction's first write).
+            let owned = match finish {
+                None => {
+                    sqlx::query(
+                        "UPDATE runs SET last_seq = $1, updated_at = $2 WHERE id = $3 AND user_id = $4",
+                    )
+                    .bind(seq)
+                    .bind(at)
+                    .bind(run.as_uuid())
+                    .bind(user.as_uuid())
+                    .execute(&mut *tx)
+                    .await?
+                }
+                Some((status, error)) => {
+                    sqlx::query(
+                        "UPDATE runs SET last_seq = $1, updated_at = $2, \
+                         error = CASE WHEN status = 'running' THEN $5 ELSE error END, \
+                         finished_at = CASE WHEN status = 'running' THEN $2 ELSE finished_at END, \
+                         status = CASE WHEN status = 'running' THEN $6 ELSE status END \
+                         WHERE id = $3 AND user_id = $4",
+                    )
+                    .bind(seq)
+                    .bind(at)
+                    .bind(run.as_uuid())
+                    .bind(user.as_uuid())
+                    .bind(error)
+                    .bind(status.as_str())
+                    .execute(&mut *tx)
+                    .await?
+                }
+            };
+            if owned.rows_affected() != 1 {
+                return Err(StoreError::NotFound("run"));
+            }
+            let inserted = sqlx::query(
+                "INSERT INTO run_events (run_id, seq, event_type, data, created_at) \
+                 VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(run.as_uuid())
+            .bind(seq)
+            .bind(event_type.as_str())
+            .bind(sqlx::types::Json(data))
+            .bind(at)
+            .execute(&mut *tx)
+            .await;
+            match inserted {
+                Ok(_) => {}
+                Err(error) if unique_violation(&error) => {
+                    return Err(StoreError::Conflict(format!(
+                        "event {seq} of run {run} already exists"
+                    )));
+                }
+                Err(error) => return Err(error.into()),
+            }
+            tx.commit().await?;
+            Ok(())
+        }
+
         #[async_trait::async_trait]
         impl crate::store::StoreCore for $store {
             fn backend(&self) -> &'static str {
@@ -445,6 +516,130 @@ macro_rules! sql_store {
                 Ok(())
             }
 
+            async fn begin_turn(&self, user: UserId, turn: NewTurn) -> StoreResult<BegunTurn> {
+                async fn earlier(
+                    pool: &sqlx::Pool<$db>,
+                    user: UserId,
+                    idempotency: &Idempotency,
+                ) -> StoreResult<Option<BegunTurn>> {
+                    let sql = format!(
+                        "SELECT {RUN_COLUMNS}, request_digest FROM runs \
+                         WHERE user_id = $1 AND idempotency_key = $2"
+                    );
+                    let Some(row) = sqlx::query(&sql)
+                        .bind(user.as_uuid())
+                        .bind(&idempotency.key)
+                        .fetch_optional(pool)
+                        .await?
+                    else {
+                        return Ok(None);
+                    };
+                    let digest: Option<String> = sqlx::Row::try_get(&row, "request_digest")?;
+                    if digest.as_deref() != Some(idempotency.digest.as_str()) {
+                        return Err(StoreError::Conflict(
+                            "this Idempotency-Key was used for a different request".into(),
+                        ));
+                    }
+                    Ok(Some(BegunTurn::Replayed(rows::run(&row)?)))
+                }
+
+                if let Some(idempotency) = &turn.idempotency {
+                    if let Some(replayed) = earlier(&self.pool, user, idempotency).await? {
+                        return Ok(replayed);
+                    }
+                }
+                let at = now();
+                let message = Message {
+                    id: turn.message_id,
+                    thread_id: turn.thread,
+                    role: Role::User,
+                    content: turn.content,
+                    author: None,
+                    run_id: None,
+                    created_at: at,
+                };
+                let run = Run {
+                    id: turn.run_id,
+                    thread_id: Some(turn.thread),
+                    kind: RunKind::Chat,
+                    status: RunStatus::Running,
+                    error: None,
+                    last_seq: 0,
+                    created_at: at,
+                    updated_at: at,
+                    finished_at: None,
+                };
+                let mut tx = self.pool.begin().await?;
+                let touched = sqlx::query(
+                    "UPDATE threads SET updated_at = $1 WHERE id = $2 AND user_id = $3",
+                )
+                .bind(at)
+                .bind(turn.thread.as_uuid())
+                .bind(user.as_uuid())
+                .execute(&mut *tx)
+                .await?;
+                if touched.rows_affected() == 0 {
+                    return Err(StoreError::NotFound("thread"));
+                }
+                sqlx::query(
+                    "INSERT INTO messages (id, thread_id, user_id, role, content, run_id, created_at) \
+                     VALUES ($1, $2, $3, $4, $5, NULL, $6)",
+                )
+                .bind(message.id.as_uuid())
+                .bind(turn.thread.as_uuid())
+                .bind(user.as_uuid())
+                .bind(Role::User.as_str())
+                .bind(&message.content)
+                .bind(at)
+                .execute(&mut *tx)
+                .await?;
+                let (key, digest) = match &turn.idempotency {
+                    Some(idempotency) => (Some(&idempotency.key), Some(&idempotency.digest)),
+                    None => (None, None),
+                };
+                let inserted = sqlx::query(
+                    "INSERT INTO runs (id, user_id, thread_id, kind, status, last_seq, created_at, \
+                     updated_at, idempotency_key, request_digest) \
+                     VALUES ($1, $2, $3, $4, $5, 0, $6, $6, $7, $8)",
+                )
+                .bind(run.id.as_uuid())
+                .bind(user.as_uuid())
+                .bind(turn.thread.as_uuid())
+                .bind(run.kind.as_str())
+                .bind(run.status.as_str())
+                .bind(at)
+                .bind(key)
+                .bind(digest)
+                .execute(&mut *tx)
+                .await;
+                match (inserted, &turn.idempotency) {
+                    (Ok(_), _) => {}
+                    // The same key arrived twice at once: the other request's run stands.
+                    (Err(error), Some(idempotency)) if unique_violation(&error) => {
+                        drop(tx);
+                        return earlier(&self.pool, user, idempotency)
+                            .await?
+                            .ok_or(StoreError::Database(error));
+                    }
+                    (Err(error), _) => return Err(error.into()),
+                }
+                sqlx::query(
+                    "INSERT INTO jobs (id, user_id, kind, run_id, key, payload, status, attempts, run_after, created_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, 'queued', 0, $7, $7) ON CONFLICT (key) DO NOTHING",
+                )
+                .bind(JobId::new().as_uuid())
+                .bind(user.as_uuid())
+                .bind(turn.job_kind.as_str())
+                .bind(run.id.as_uuid())
+                .bind(&turn.job_key)
+                .bind(sqlx::types::Json(&turn.job_payload))
+                .bind(at)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(BegunTurn::Started { message, run })
+            }
+
             async fn create_run(
                 &self,
                 user: UserId,
@@ -480,6 +675,36 @@ macro_rules! sql_store {
                 .execute(&self.pool)
                 .await?;
                 Ok(run)
+            }
+
+            async fn add_token_usage(
+                &self,
+                user: UserId,
+                day: &str,
+                tokens: i64,
+            ) -> StoreResult<i64> {
+                let (total,): (i64,) = sqlx::query_as(
+                    "INSERT INTO token_usage (user_id, day, tokens) VALUES ($1, $2, $3) \
+                     ON CONFLICT (user_id, day) DO UPDATE SET tokens = token_usage.tokens + $3 \
+                     RETURNING tokens",
+                )
+                .bind(user.as_uuid())
+                .bind(day)
+                .bind(tokens)
+                .fetch_one(&self.pool)
+                .await?;
+                Ok(total)
+            }
+
+            async fn token_usage(&self, user: UserId, day: &str) -> StoreResult<i64> {
+                let row: Option<(i64,)> = sqlx::query_as(
+                    "SELECT tokens FROM token_usage WHERE user_id = $1 AND day = $2",
+                )
+                .bind(user.as_uuid())
+                .bind(day)
+                .fetch_optional(&self.pool)
+                .await?;
+                Ok(row.map_or(0, |(tokens,)| tokens))
             }
 
             async fn get_run(&self, user: UserId, id: RunId) -> StoreResult<Run> {
@@ -542,43 +767,28 @@ macro_rules! sql_store {
                 event_type: EventType,
                 data: &serde_json::Value,
             ) -> StoreResult<()> {
-                let at = now();
-                let mut tx = self.pool.begin().await?;
-                // The owner check comes first (and is the transaction's first write).
-                let owned = sqlx::query(
-                    "UPDATE runs SET last_seq = $1, updated_at = $2 WHERE id = $3 AND user_id = $4",
+                append_event(&self.pool, user, run, seq, event_type, data, None).await
+            }
+
+            async fn append_final_run_event(
+                &self,
+                user: UserId,
+                run: RunId,
+                seq: i64,
+                data: &serde_json::Value,
+                status: RunStatus,
+                error: Option<&str>,
+            ) -> StoreResult<()> {
+                append_event(
+                    &self.pool,
+                    user,
+                    run,
+                    seq,
+                    EventType::Done,
+                    data,
+                    Some((status, error)),
                 )
-                .bind(seq)
-                .bind(at)
-                .bind(run.as_uuid())
-                .bind(user.as_uuid())
-                .execute(&mut *tx)
-                .await?;
-                if owned.rows_affected() != 1 {
-                    return Err(StoreError::NotFound("run"));
-                }
-                let inserted = sqlx::query(
-                    "INSERT INTO run_events (run_id, seq, event_type, data, created_at) \
-                     VALUES ($1, $2, $3, $4, $5)",
-                )
-                .bind(run.as_uuid())
-                .bind(seq)
-                .bind(event_type.as_str())
-                .bind(sqlx::types::Json(data))
-                .bind(at)
-                .execute(&mut *tx)
-                .await;
-                match inserted {
-                    Ok(_) => {}
-                    Err(error) if unique_violation(&error) => {
-                        return Err(StoreError::Conflict(format!(
-                            "event {seq} of run {run} already exists"
-                        )));
-                    }
-                    Err(error) => return Err(error.into()),
-                }
-                tx.commit().await?;
-                Ok(())
+                .await
             }
 
             async fn run_events_after(

@@ -24,7 +24,11 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     /// Opens (creating if missing) the database file and runs the SQLite migrations.
-    pub async fn connect(url: &str, max_connections: u32) -> StoreResult<Self> {
+    pub async fn connect(
+        url: &str,
+        max_connections: u32,
+        acquire_timeout: Duration,
+    ) -> StoreResult<Self> {
         let options = SqliteConnectOptions::from_str(url)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
@@ -40,7 +44,7 @@ impl SqliteStore {
             // The database is a file in this process: there is no link to test, and the
             // ping would cost a round trip to the connection's thread on every query.
             .test_before_acquire(false)
-            .acquire_timeout(Duration::from_secs(10))
+            .acquire_timeout(acquire_timeout)
             .connect_with(options)
             .await?;
         sqlx::migrate!("migrations/sqlite").run(&pool).await?;

@@ -13,7 +13,7 @@ macro_rules! conformance {
                 #[tokio::test]
                 async fn $name() {
                     let dir = tempfile::tempdir().unwrap();
-                    let store = super::connect(&crate::testing::sqlite_url(dir.path()), 4).await.unwrap();
+                    let store = super::connect(&crate::testing::sqlite_url(dir.path()), 4, std::time::Duration::from_secs(10)).await.unwrap();
                     super::$name(store).await;
                 }
             )*
@@ -23,7 +23,7 @@ macro_rules! conformance {
                 #[tokio::test]
                 async fn $name() {
                     let url = crate::testing::fresh_postgres_url().await;
-                    let store = super::connect(&url, 4).await.unwrap();
+                    let store = super::connect(&url, 4, std::time::Duration::from_secs(10)).await.unwrap();
                     super::$name(store).await;
                 }
             )*

@@ -1256,7 +1256,9 @@ async fn recall_timed(
 async fn open_sqlite(dir: &Path) -> anyhow::Result<Arc<dyn Store>> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let url = format!("sqlite://{}?mode=rwc", dir.join("mnemo.db").display());
-    Ok(Arc::new(SqliteStore::connect(&url, 4).await?))
+    Ok(Arc::new(
+        SqliteStore::connect(&url, 4, std::time::Duration::from_secs(10)).await?,
+    ))
 }
 
 async fn create_users(store: &dyn Store, prefix: &str, n: usize) -> anyhow::Result<Vec<UserId>> {

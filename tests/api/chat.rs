@@ -499,3 +499,118 @@ async fn older_turns_are_folded_into_a_rolling_summary_by_the_summarization_mode
     );
     app.stop().await;
 }
+
+/// A run that uses more model tokens than `server.run_token_budget` is stopped after the call
+/// that crossed it (each fake call costs 120 tokens): an `error` of type `budget`, then `done`
+/// with `failed`, and no further model calls.
+#[tokio::test]
+async fn a_run_past_its_token_budget_is_stopped() {
+    let home = Home::new(Backend::Sqlite).await;
+    let llm = FakeLlm::start().await;
+    llm.set_default(Reply::tool("recall_memory", json!({ "query": "again" })));
+    let app = TestApp::spawn_with_llm(
+        &home,
+        &llm,
+        &[
+            NO_WRITER,
+            ("MNEMO__CHAT__MAX_TOOL_CALLS", "20"),
+            ("MNEMO__SERVER__RUN_TOKEN_BUDGET", "300"),
+        ],
+    )
+    .await;
+    let key = app.user_key("alice").await;
+    let thread = thread_id(&app, &key).await;
+    let events = turn(&app, &key, &thread, "loop please").await;
+    let error = events
+        .iter()
+        .find(|e| e.event == "error")
+        .unwrap_or_else(|| panic!("an error event in {:?}", kinds(&events)));
+    assert_eq!(error.data["error_type"], "budget", "{}", error.data);
+    let message = error.data["message"].as_str().unwrap();
+    assert!(message.contains("360 model tokens"), "{message}");
+    assert!(message.contains("budget of 300"), "{message}");
+    assert_eq!(error.data["retryable"], false);
+    assert_eq!(events.last().unwrap().data["status"], "failed");
+    assert_eq!(llm.requests().len(), 3);
+    app.stop().await;
+}
+
+/// The daily budget counts every run of the user: the run that crosses it is stopped (or
+/// ends, when it had nothing left to do), the next one is refused with 429 and a `Retry-After` up to midnight UTC before its message is
+/// stored, and another user's runs are not counted.
+#[tokio::test]
+async fn a_users_daily_token_budget_stops_runs_until_midnight() {
+    let home = Home::new(Backend::Sqlite).await;
+    let llm = FakeLlm::start().await;
+    llm.set_default(Reply::text("Noted."));
+    let app = TestApp::spawn_with_llm(
+        &home,
+        &llm,
+        &[NO_WRITER, ("MNEMO__SERVER__DAILY_TOKEN_BUDGET", "250")],
+    )
+    .await;
+    let alice = app.user_key("alice").await;
+    let bob = app.user_key("bob").await;
+    let thread = thread_id(&app, &alice).await;
+    for said in ["one", "two"] {
+        let events = turn(&app, &alice, &thread, said).await;
+        assert_eq!(events.last().unwrap().data["status"], "completed");
+    }
+    // The turn that crosses the budget has had its one model call: it is stopped, or it
+    // completes when its last step was already done.
+    let events = turn(&app, &alice, &thread, "three").await;
+    let status = events.last().unwrap().data["status"].clone();
+    match events.iter().find(|e| e.event == "error") {
+        Some(error) => {
+            assert_eq!(error.data["error_type"], "budget", "{}", error.data);
+            assert!(
+                error.data["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("today's budget of 250"),
+                "{}",
+                error.data
+            );
+            assert_eq!(status, "failed");
+        }
+        None => assert_eq!(status, "completed", "{:?}", kinds(&events)),
+    }
+    let response = app
+        .client
+        .post(app.url(&format!("/v1/threads/{thread}/messages")))
+        .bearer_auth(&alice)
+        .json(&json!({ "content": "four", "stream": false }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    let wait: u64 = response.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=86_400).contains(&wait), "Retry-After {wait}");
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("00:00 UTC"),
+        "{body}"
+    );
+    let (_, stored) = app
+        .get(&format!("/v1/threads/{thread}"), Some(&alice))
+        .await;
+    let said: Vec<&str> = stored["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert_eq!(said, ["one", "two", "three"]);
+    let bobs = thread_id(&app, &bob).await;
+    let events = turn(&app, &bob, &bobs, "hello, budget").await;
+    assert_eq!(events.last().unwrap().data["status"], "completed");
+    app.stop().await;
+}

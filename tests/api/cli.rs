@@ -393,3 +393,60 @@ fn ingest_sends_files_to_a_running_server() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// `mnemo check` compares both indexes with SQL: equal after ordinary writes (exit 0), a row
+/// removed behind the log's back shows as an extra point in each index (exit 1, pointing at
+/// `mnemo reindex`), and after `reindex` they are equal again.
+#[test]
+fn check_finds_indexes_that_differ_from_sql_and_reindex_repairs_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let added = mnemo(&data).args(["user", "add", "fay"]).output().unwrap();
+    assert!(added.status.success(), "{added:?}");
+    for fact in [
+        "Fay keeps bees on the roof.",
+        "Fay's bicycle is green.",
+        "Fay moved to Lisbon in 2021.",
+    ] {
+        let out = mnemo(&data)
+            .args(["memory", "add", "--user", "fay", fact])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    let check = mnemo(&data).arg("check").output().unwrap();
+    let stdout = String::from_utf8_lossy(&check.stdout).to_string();
+    assert!(check.status.success(), "{stdout}\n{check:?}");
+    assert!(
+        stdout.contains("3 memories of 1 users; vector index: 0 missing, 0 extra; keyword index: 0 missing, 0 extra"),
+        "{stdout}"
+    );
+    // A row deleted straight from SQL, without a log entry: the indexes still hold it.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        use sqlx::Connection;
+        let url = format!("sqlite://{}", data.join("mnemo.db").display());
+        let mut db = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        sqlx::query("DELETE FROM memories WHERE content LIKE '%bicycle%'")
+            .execute(&mut db)
+            .await
+            .unwrap();
+    });
+    let check = mnemo(&data).arg("check").output().unwrap();
+    let stdout = String::from_utf8_lossy(&check.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&check.stderr).to_string();
+    assert_eq!(check.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("2 memories of 1 users; vector index: 0 missing, 1 extra; keyword index: 0 missing, 1 extra"),
+        "{stdout}"
+    );
+    assert!(stderr.contains("mnemo reindex"), "{stderr}");
+    let reindex = mnemo(&data).arg("reindex").output().unwrap();
+    assert!(reindex.status.success(), "{reindex:?}");
+    let check = mnemo(&data).arg("check").output().unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+}

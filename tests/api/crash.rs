@@ -733,9 +733,13 @@ fn keyword_index_replays_a_commit_killed_after_its_delete_file() {
     let dir = tempfile::tempdir().expect("temp dir");
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let user = runtime.block_on(async {
-        let store = mnemo::store::connect(&support::databases::sqlite_url(dir.path()), 1)
-            .await
-            .expect("store");
+        let store = mnemo::store::connect(
+            &support::databases::sqlite_url(dir.path()),
+            1,
+            std::time::Duration::from_secs(10),
+        )
+        .await
+        .expect("store");
         store
             .accounts()
             .create_user("keyword", UserKind::Key)

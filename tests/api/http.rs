@@ -1109,3 +1109,194 @@ async fn requests_are_rate_limited_per_user() {
     assert_eq!(status, StatusCode::OK);
     app.stop().await;
 }
+
+/// Posts a message with an `Idempotency-Key`; returns status and body.
+async fn post_keyed(
+    app: &TestApp,
+    token: &str,
+    thread: &str,
+    key: &str,
+    content: &str,
+) -> (StatusCode, Value) {
+    let response = app
+        .client
+        .post(app.url(&format!("/v1/threads/{thread}/messages")))
+        .bearer_auth(token)
+        .header("Idempotency-Key", key)
+        .json(&json!({ "content": content, "stream": false }))
+        .send()
+        .await
+        .expect("request");
+    let status = response.status();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+fn user_messages(thread: &Value) -> Vec<String> {
+    thread["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter(|message| message["role"] == "user")
+        .map(|message| message["content"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// A retried message with the same `Idempotency-Key` stores nothing and gets the first run
+/// (also when the copies arrive at once); the key with other content is a conflict; without a
+/// key every post is a new message; the same key of another user is theirs alone.
+#[rstest::rstest]
+#[case::sqlite(Backend::Sqlite)]
+#[case::postgres(Backend::Postgres)]
+#[tokio::test]
+async fn a_retry_with_the_same_idempotency_key_is_the_same_turn(#[case] backend: Backend) {
+    let home = Home::new(backend).await;
+    let app = TestApp::spawn(&home).await;
+    let alice = app.user_key("alice").await;
+    let bob = app.user_key("bob").await;
+    let thread = app.create_thread(&alice, "retries").await;
+    let thread = thread["id"].as_str().unwrap().to_string();
+    let attempts = futures::future::join_all(
+        (0..4).map(|_| post_keyed(&app, &alice, &thread, "k-1", "my boat is the Heron")),
+    )
+    .await;
+    let first = attempts[0].1["id"].as_str().expect("run id").to_string();
+    for (status, run) in &attempts {
+        assert_eq!(*status, StatusCode::ACCEPTED, "{run}");
+        assert_eq!(run["id"], first.as_str(), "{run}");
+    }
+    let (status, again) = post_keyed(&app, &alice, &thread, "k-1", "my boat is the Heron").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{again}");
+    assert_eq!(again["id"], first.as_str());
+    let (status, body) = post_keyed(&app, &alice, &thread, "k-1", "my boat is the Osprey").await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Idempotency-Key"),
+        "{body}"
+    );
+    let (status, body) = post_keyed(&app, &alice, &thread, " ", "blank key").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    // The replayed run's stream is the first run's, from its start to its end.
+    let events = app.events(&alice, &first, None).await.collect().await;
+    assert_eq!(
+        events.first().map(|e| e.event.as_str()),
+        Some("session_start")
+    );
+    assert_eq!(events.last().map(|e| e.event.as_str()), Some("done"));
+    let (_, stored) = app
+        .get(&format!("/v1/threads/{thread}"), Some(&alice))
+        .await;
+    assert_eq!(user_messages(&stored), ["my boat is the Heron"], "{stored}");
+    // Keys are per user: Bob's "k-1" starts his own turn.
+    let bobs = app.create_thread(&bob, "his").await;
+    let bobs = bobs["id"].as_str().unwrap().to_string();
+    let (status, his) = post_keyed(&app, &bob, &bobs, "k-1", "my boat is the Heron").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{his}");
+    assert_ne!(his["id"], first.as_str());
+    // Without a key, the same content twice is two messages.
+    app.events(&bob, his["id"].as_str().unwrap(), None)
+        .await
+        .collect()
+        .await;
+    for _ in 0..2 {
+        let run = app.post_message(&bob, &bobs, "again").await;
+        app.events(&bob, run["id"].as_str().unwrap(), None)
+            .await
+            .collect()
+            .await;
+    }
+    let (_, stored) = app.get(&format!("/v1/threads/{bobs}"), Some(&bob)).await;
+    assert_eq!(
+        user_messages(&stored),
+        ["my boat is the Heron", "again", "again"]
+    );
+    app.stop().await;
+}
+
+/// With every database connection taken, a request waits `database.acquire_timeout_ms` and is
+/// refused with 429, code `busy` and `Retry-After: 1` — not a slow 503 — and nothing of it is
+/// stored; the request holding the connection completes once the database lets it go.
+#[tokio::test]
+async fn an_exhausted_pool_answers_busy_and_stores_nothing() {
+    use sqlx::Connection;
+    let home = Home::new(Backend::Postgres).await;
+    let app = TestApp::spawn_with(
+        &home,
+        &[
+            ("MNEMO__DATABASE__MAX_CONNECTIONS", "1"),
+            ("MNEMO__DATABASE__ACQUIRE_TIMEOUT_MS", "300"),
+            ("MNEMO__MEMORY__WRITER_WORKERS", "0"),
+        ],
+    )
+    .await;
+    let alice = app.user_key("alice").await;
+    let thread = app.create_thread(&alice, "crowded").await;
+    let thread = thread["id"].as_str().unwrap().to_string();
+    // Another client holds a lock on threads: the next turn's transaction waits on it while
+    // holding the pool's only connection.
+    let mut locker = sqlx::PgConnection::connect(&home.database_url)
+        .await
+        .expect("connect");
+    sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
+    sqlx::query("LOCK TABLE threads IN EXCLUSIVE MODE")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    let holder = {
+        let app_client = app.client.clone();
+        let url = app.url(&format!("/v1/threads/{thread}/messages"));
+        let alice = alice.clone();
+        tokio::spawn(async move {
+            app_client
+                .post(url)
+                .bearer_auth(alice)
+                .json(&json!({ "content": "the first word", "stream": false }))
+                .send()
+                .await
+                .expect("request")
+                .status()
+        })
+    };
+    // Wait until the first turn waits on the lock.
+    let mut waiting = false;
+    for _ in 0..100 {
+        let (count,): (i64,) = sqlx::query_as(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+             AND datname = current_database()",
+        )
+        .fetch_one(&mut locker)
+        .await
+        .unwrap();
+        if count > 0 {
+            waiting = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(waiting, "the first turn never reached the lock");
+    let response = app
+        .client
+        .post(app.url(&format!("/v1/threads/{thread}/messages")))
+        .bearer_auth(&alice)
+        .json(&json!({ "content": "the second word", "stream": false }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(response.headers()["retry-after"], "1");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "busy", "{body}");
+    assert!(
+        !body.to_string().contains("pool"),
+        "database details leak: {body}"
+    );
+    sqlx::query("COMMIT").execute(&mut locker).await.unwrap();
+    assert_eq!(holder.await.unwrap(), StatusCode::ACCEPTED);
+    let (_, stored) = app
+        .get(&format!("/v1/threads/{thread}"), Some(&alice))
+        .await;
+    assert_eq!(user_messages(&stored), ["the first word"], "{stored}");
+    app.stop().await;
+}

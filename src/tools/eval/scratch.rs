@@ -40,7 +40,12 @@ impl Scratch {
     ) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let url = format!("sqlite://{}?mode=rwc", dir.join("mnemo.db").display());
-        let store = store::connect(&url, settings.database.max_connections.max(2)).await?;
+        let store = store::connect(
+            &url,
+            settings.database.max_connections.max(2),
+            settings.database.acquire_timeout(),
+        )
+        .await?;
         let dimension = embedder.dimension();
         let vector_dir = EdgeVectorIndex::dir(dir, dimension);
         let vector = EdgeVectorIndex::open(&vector_dir, dimension).await?;
