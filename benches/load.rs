@@ -5,8 +5,12 @@
 //! stream's events: sequence numbers 1..n without gap or repeat, ending with `done`.
 //!
 //! `cargo bench --bench load` (needs `scripts/fetch-model`). `MNEMO_BENCH_STREAMS` (default
-//! 1000), `MNEMO_BENCH_USERS` (default 50) and `MNEMO_BENCH_ANSWER_MS` (how long each answer
-//! streams, default 4000) change the setup. Prints numbers; asserts only that no event was lost.
+//! 1000), `MNEMO_BENCH_USERS` (default 50), `MNEMO_BENCH_RATE` (new streams a second, default
+//! 100: every turn embeds its message for recall, which a burst of 1000 at one instant would
+//! queue for seconds) and `MNEMO_BENCH_ANSWER_MS` (how long each answer streams, default 15000,
+//! so that all streams are open at once) change the setup. Prints numbers; fails only when a
+//! stream that was accepted lost, repeated or reordered an event or ended without `done`.
+//! Streams refused with 429 (back-pressure) are counted apart.
 
 #[path = "../tests/api/support/fake_llm.rs"]
 mod fake_llm;
@@ -29,6 +33,8 @@ struct StreamOutcome {
     events: usize,
     /// Sequence numbers were 1, 2, … without a gap or a repeat.
     ordered: bool,
+    /// Refused with 429 before anything was stored.
+    refused: bool,
     ended_with_done: bool,
 }
 
@@ -44,7 +50,8 @@ fn main() {
         };
         let streams = env_number("MNEMO_BENCH_STREAMS", 1000) as usize;
         let users = (env_number("MNEMO_BENCH_USERS", 50) as usize).clamp(1, streams.max(1));
-        let answer_ms = env_number("MNEMO_BENCH_ANSWER_MS", 4000);
+        let answer_ms = env_number("MNEMO_BENCH_ANSWER_MS", 15000);
+        let rate = env_number("MNEMO_BENCH_RATE", 100).max(1);
         let words = 40usize;
         let answer: Vec<String> = (0..words).map(|i| format!("word{i}")).collect();
         let answer = answer.join(" ");
@@ -118,8 +125,8 @@ fn main() {
         let rss_before = rss_kib(pid);
         let fds_before = fd_count(pid);
         println!(
-            "{streams} concurrent chat streams over {users} users; each answer streams for \
-             about {answer_ms} ms ({words} words) from the fake model"
+            "{streams} chat streams over {users} users, {rate} new a second; each answer \
+             streams for about {answer_ms} ms ({words} words) from the fake model"
         );
         let open = Arc::new(AtomicUsize::new(0));
         let started = Instant::now();
@@ -130,7 +137,9 @@ fn main() {
                 let client = client.clone();
                 let base = base.clone();
                 let open = open.clone();
+                let start_at = started + Duration::from_micros(index as u64 * 1_000_000 / rate);
                 tokio::spawn(async move {
+                    tokio::time::sleep_until(start_at.into()).await;
                     stream_turn(&client, &base, &key, &thread, index, &open).await
                 })
             })
@@ -169,9 +178,10 @@ fn main() {
             .map(|latency| latency.as_secs_f64() * 1000.0)
             .collect();
         first.sort_by(f64::total_cmp);
+        let refused = outcomes.iter().filter(|o| o.refused).count();
         let lost = outcomes
             .iter()
-            .filter(|o| !o.ordered || !o.ended_with_done)
+            .filter(|o| !o.refused && (!o.ordered || !o.ended_with_done))
             .count();
         let events: usize = outcomes.iter().map(|o| o.events).sum();
         let per_stream = (peak_rss.saturating_sub(rss_before) as f64) / peak_open.max(1) as f64;
@@ -179,10 +189,11 @@ fn main() {
         println!("| measure | value |");
         println!("|---|---|");
         println!(
-            "| streams completed | {} of {streams} in {:.1} s |",
-            outcomes.len() - lost,
+            "| streams completed | {} of {streams} in {:.1} s ({rate} new a second) |",
+            outcomes.len() - lost - refused,
             elapsed.as_secs_f64()
         );
+        println!("| streams refused with 429 (back-pressure, nothing stored) | {refused} |");
         println!("| most open at once | {peak_open} |");
         println!(
             "| time to first event | p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms |",
@@ -225,6 +236,7 @@ async fn stream_turn(
         first_event: None,
         events: 0,
         ordered: true,
+        refused: false,
         ended_with_done: false,
     };
     let sent = Instant::now();
@@ -236,6 +248,10 @@ async fn stream_turn(
         .await
     {
         Ok(response) if response.status().is_success() => response,
+        Ok(response) if response.status() == reqwest::StatusCode::TOO_MANY_REQUESTS => {
+            outcome.refused = true;
+            return outcome;
+        }
         Ok(response) => {
             eprintln!("stream {index}: status {}", response.status());
             outcome.ordered = false;

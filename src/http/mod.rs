@@ -53,7 +53,7 @@ use error::ApiError;
         documents::ingest, documents::list, documents::delete,
     ),
     components(schemas(error::ErrorBody, error::ErrorDetail)),
-    modifiers(&BearerAuth, &CommonErrors),
+    modifiers(&BearerAuth, &CommonErrors, &CompareSchema),
     tags(
         (name = "service", description = "Status and documentation"),
         (name = "threads", description = "Conversations (working memory)"),
@@ -66,6 +66,48 @@ use error::ApiError;
 struct ApiDoc;
 
 struct BearerAuth;
+
+/// `CompareBody` is a research request whose `models` is a list of model names: derived, it
+/// would be `allOf` the request (whose `models` is a per-role map and which allows no other
+/// field) and the list, which no body can satisfy. Written out here from the request's schema.
+struct CompareSchema;
+
+impl utoipa::Modify for CompareSchema {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::RefOr;
+        use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Schema, Type};
+        let Some(components) = openapi.components.as_mut() else {
+            return;
+        };
+        let Some(RefOr::T(Schema::Object(request))) = components.schemas.get("ResearchRequest")
+        else {
+            return;
+        };
+        let mut body = request.clone();
+        body.description = Some(
+            "A research request run once per model in `models`; every other field as in \
+             `POST /research/stream`."
+                .into(),
+        );
+        let models = ArrayBuilder::new()
+            .items(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .min_length(Some(1)),
+            )
+            .min_items(Some(2))
+            .max_items(Some(4))
+            .description(Some("The models to compare (2–4 different names)."))
+            .build();
+        body.properties.insert("models".into(), models.into());
+        if !body.required.iter().any(|field| field == "models") {
+            body.required.push("models".into());
+        }
+        components
+            .schemas
+            .insert("CompareBody".into(), RefOr::T(Schema::Object(body)));
+    }
+}
 
 /// Statuses every operation can answer, documented once: 401 and 429 on authenticated
 /// operations (bad credentials, the per-user request quota or run cap), 400 where there is a
