@@ -16,7 +16,6 @@
 mod fake_llm;
 mod support;
 
-use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -25,7 +24,7 @@ use std::time::{Duration, Instant};
 use fake_llm::{FakeLlm, Reply, prompt_text};
 use futures::StreamExt;
 use serde_json::{Value, json};
-use support::{env_number, model_dir};
+use support::{add_user, env_number, free_port, model_dir};
 
 /// What one stream saw.
 struct StreamOutcome {
@@ -39,11 +38,7 @@ struct StreamOutcome {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = support::runtime();
     runtime.block_on(async {
         let Some(model_dir) = model_dir() else {
             return;
@@ -309,13 +304,6 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[rank.min(sorted.len() - 1)]
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .expect("free port")
-}
-
 async fn wait_healthy(client: &reqwest::Client, base: &str) {
     for _ in 0..600 {
         if let Ok(response) = client.get(format!("{base}/health")).send().await
@@ -326,23 +314,6 @@ async fn wait_healthy(client: &reqwest::Client, base: &str) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("the server did not become healthy");
-}
-
-/// `mnemo user add NAME` (works while the server runs); returns the key.
-async fn add_user(binary: &str, data_dir: &Path, name: &str) -> String {
-    let output = tokio::process::Command::new(binary)
-        .arg("--data-dir")
-        .arg(data_dir)
-        .args(["user", "add", name])
-        .output()
-        .await
-        .expect("mnemo user add");
-    assert!(
-        output.status.success(),
-        "user add failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).trim().to_string()
 }
 
 /// Resident set size of a process in KiB (Linux).

@@ -77,11 +77,7 @@ fn script(llm: &FakeLlm) {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = support::runtime();
     runtime.block_on(bench());
 }
 

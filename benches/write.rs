@@ -23,11 +23,7 @@ fn token(text: &str) -> Option<String> {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = support::runtime();
     runtime.block_on(async {
         let Some(model_dir) = model_dir() else {
             return;
