@@ -730,6 +730,46 @@ fn describe(
     }
 }
 
+/// A settings file that does not parse, as `FILE:LINE:COLUMN: message` followed by the lines
+/// the parser shows (the offending line with a caret under the column).
+fn parse_error(error: config::ConfigError) -> ConfigError {
+    let config::ConfigError::FileParse { uri, cause } = &error else {
+        return ConfigError::Load(error);
+    };
+    let file = uri.clone().unwrap_or_else(|| "the settings file".into());
+    let text = cause.to_string();
+    let mut lines = text.lines();
+    let head = lines.next().unwrap_or_default();
+    let rest: Vec<&str> = lines.collect();
+    // toml: "TOML parse error at line 3, column 7", then the snippet, then the message.
+    let position = head.split_once(" at line ").and_then(|(_, at)| {
+        let (line, column) = at.split_once(", column ")?;
+        Some((
+            line.trim().parse::<u32>().ok()?,
+            column.trim().parse::<u32>().ok()?,
+        ))
+    });
+    let Some((line, column)) = position else {
+        return ConfigError::Invalid(format!("{file}: {}", text.trim()));
+    };
+    let message = rest
+        .iter()
+        .rev()
+        .find(|line| !line.trim().is_empty() && !line.trim_start().starts_with('|'))
+        .filter(|line| !line.contains(" | "))
+        .map(|line| line.trim().to_string())
+        .unwrap_or_else(|| "invalid TOML".into());
+    let snippet: Vec<&str> = rest
+        .iter()
+        .copied()
+        .filter(|line| line.contains('|'))
+        .collect();
+    ConfigError::Invalid(format!(
+        "{file}:{line}:{column}: {message}\n{}",
+        snippet.join("\n")
+    ))
+}
+
 /// Command-line overrides, applied after the file and the environment.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
@@ -768,7 +808,8 @@ impl Settings {
                     .try_parsing(true)
                     .source(Some(env)),
             )
-            .build()?;
+            .build()
+            .map_err(parse_error)?;
         let mut settings: Settings = serde_path_to_error::deserialize(built)
             .map_err(|error| ConfigError::Invalid(describe(&error, &variables)))?;
         if let Some(dir) = &overrides.data_dir {
@@ -859,6 +900,7 @@ impl Settings {
                 "memory.decay_floor must be in [0, 1] and decay_half_life_days positive".into(),
             ));
         }
+        self.validate_llm()?;
         let search = &self.research.search;
         if search.max_results == 0 || search.timeout_secs == 0 {
             return Err(ConfigError::Invalid(
@@ -866,6 +908,47 @@ impl Settings {
             ));
         }
         Ok(())
+    }
+
+    /// A model section is all or nothing: an endpoint without a model, or a model without an
+    /// endpoint, is refused at start instead of serving a chat that says no model is set.
+    fn validate_llm(&self) -> Result<(), ConfigError> {
+        let llm = &self.llm;
+        let set =
+            |value: &Option<String>| value.as_ref().is_some_and(|text| !text.trim().is_empty());
+        let endpoint = set(&llm.base_url);
+        let key = llm
+            .api_key
+            .as_ref()
+            .is_some_and(|key| !key.expose_secret().is_empty());
+        let role_model = llm.roles.values().any(|own| set(&own.model));
+        let model = set(&llm.model) || role_model;
+        if endpoint && !model {
+            return Err(ConfigError::Invalid(
+                "llm.base_url is set but no model is: set llm.model (MNEMO__LLM__MODEL), e.g. \
+                 gpt-4.1-mini, llama3.1 or deepseek-chat, or a model per role under llm.roles"
+                    .into(),
+            ));
+        }
+        if !endpoint && (model || key) {
+            let what = if model { "a model" } else { "llm.api_key" };
+            return Err(ConfigError::Invalid(format!(
+                "{what} is set but llm.base_url is not: set llm.base_url \
+                 (MNEMO__LLM__BASE_URL), e.g. https://api.openai.com/v1 or \
+                 http://127.0.0.1:11434/v1 for Ollama"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The chat role's model, when an endpoint and a model for it are configured.
+    pub fn chat_model(&self) -> Option<&str> {
+        self.llm
+            .roles
+            .get(&ModelRole::Chat)
+            .and_then(|own| own.model.as_deref())
+            .or(self.llm.model.as_deref())
+            .filter(|model| !model.trim().is_empty() && self.llm.base_url.is_some())
     }
 
     /// The database URL, defaulting to a SQLite file in the data directory.
@@ -919,6 +1002,78 @@ mod tests {
         assert_eq!(search.brave_base_url, "https://api.search.brave.com");
         assert_eq!(search.duckduckgo_base_url, "https://html.duckduckgo.com");
         assert!(search.tavily_api_key.is_none() && search.searxng_url.is_none());
+    }
+
+    #[test]
+    fn a_half_configured_model_section_is_refused_with_what_to_set() {
+        let no_model = Settings::load_from(
+            &Overrides::default(),
+            env(&[("MNEMO__LLM__BASE_URL", "http://127.0.0.1:11434/v1")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            no_model.contains("llm.base_url is set but no model"),
+            "{no_model}"
+        );
+        assert!(no_model.contains("MNEMO__LLM__MODEL"), "{no_model}");
+        let no_endpoint = Settings::load_from(
+            &Overrides::default(),
+            env(&[("MNEMO__LLM__MODEL", "llama3.1")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(no_endpoint.contains("llm.base_url is not"), "{no_endpoint}");
+        let key_only = Settings::load_from(
+            &Overrides::default(),
+            env(&[("MNEMO__LLM__API_KEY", "sk-secret-value")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(key_only.contains("llm.api_key is set"), "{key_only}");
+        assert!(!key_only.contains("sk-secret-value"), "{key_only}");
+        let whole = Settings::load_from(
+            &Overrides::default(),
+            env(&[
+                ("MNEMO__LLM__BASE_URL", "http://127.0.0.1:11434/v1"),
+                ("MNEMO__LLM__MODEL", "llama3.1"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(whole.chat_model(), Some("llama3.1"));
+        let per_role = Settings::load_from(
+            &Overrides::default(),
+            env(&[
+                ("MNEMO__LLM__BASE_URL", "http://127.0.0.1:11434/v1"),
+                ("MNEMO__LLM__ROLES__RESEARCH__MODEL", "qwen3"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(per_role.chat_model(), None);
+    }
+
+    #[test]
+    fn a_corrupt_settings_file_names_its_line_and_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("mnemo.toml");
+        std::fs::write(
+            &file,
+            "[server]\naddr = \"127.0.0.1:9000\"\nmax_body_bytes = = 3\n",
+        )
+        .unwrap();
+        let error = Settings::load_from(
+            &Overrides {
+                config_file: Some(file.clone()),
+                ..Overrides::default()
+            },
+            env(&[]),
+        )
+        .unwrap_err()
+        .to_string();
+        let first = error.lines().next().unwrap();
+        assert!(first.contains(&format!("{}:3:", file.display())), "{error}");
+        assert!(error.contains("max_body_bytes = = 3"), "{error}");
+        assert!(error.contains('^'), "{error}");
     }
 
     #[test]

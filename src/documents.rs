@@ -4,13 +4,34 @@
 //! embedded, logged and indexed (vector + BM25) like any memory and isolated per user. A
 //! document row (`DocumentStore`) keeps the title and counts; deleting a document deletes its
 //! chunks through the engine's delete path, so both indexes drop them too.
+//!
+//! A document is identified by its source (a file's canonical path for `mnemo ingest`, the
+//! `source` an API client gives), or, without one, by its content; its content by the sha256
+//! of the bytes ingested. Ingesting an identity the user already has with the same content
+//! and type is a no-op (`unchanged`: nothing is extracted, embedded or written). With other
+//! content the document keeps its id and its chunks are `replaced`: the new ones are written,
+//! then the old ones deleted through the engine's delete path (so no index recalls them).
+//! The same content under two sources makes two documents, each replaced on its own.
+//!
+//! Concurrency and crashes: an ingest claims the row with a compare-and-set on its
+//! `generation`, and records when it has written every chunk. The unique indexes on (user,
+//! source) and (user, content without source) decide between two ingests inserting the same
+//! document; the later one then finds the row. An ingest that finds a row whose chunks were
+//! never all written (a crash, a Ctrl-C, an ingest still running elsewhere) claims it and
+//! writes it again; the one that lost its claim deletes the chunks it wrote and answers with
+//! the document (`unchanged` when the winner ingests the same content). Documents ingested
+//! before content hashes were kept are replaced by the next ingest of their source, which
+//! also deletes older copies of that source.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::error::{ErrorKind, HasKind};
 use crate::memory::{MemoryEngine, MemoryError};
 use crate::search::extract::{self, ExtractError};
 use crate::store::{
-    Document, DocumentId, MemoryKind, MemorySource, NewDocument, NewMemory, StoreError, Trust,
-    UserId,
+    Document, DocumentId, DocumentState, MemoryId, MemoryKind, MemorySource, NewDocument,
+    NewMemory, StoreError, Trust, UserId, UserScope,
 };
 
 /// A chunk grows by whole paragraphs up to about this many characters…
@@ -28,6 +49,8 @@ const CHUNKS_PER_BATCH: usize = 32;
 const MAX_TITLE_CHARS: usize = 200;
 /// Importance of chunk memories: 4 and above never decay and are never archived.
 const CHUNK_IMPORTANCE: u8 = 4;
+/// Times an ingest looks the document up again after losing a race to insert or claim it.
+const CLAIM_ATTEMPTS: usize = 4;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DocumentError {
@@ -72,24 +95,208 @@ impl From<ExtractError> for DocumentError {
 #[derive(Debug, Clone)]
 pub struct NewUpload {
     pub title: Option<String>,
-    /// Where it came from (a file path or URL), shown in lists.
+    /// Where it came from (a file path or URL), shown in lists. It identifies the document:
+    /// an upload with the source of an existing document keeps or replaces that one.
     pub source: Option<String>,
     /// `text/plain`, `text/markdown`, `text/html`, `application/pdf`, …
     pub content_type: String,
     pub bytes: Vec<u8>,
 }
 
-/// Extracts, chunks and stores a document; returns its row. Chunks are recallable once the
-/// indexer has applied them (normally within milliseconds).
+/// What an ingest did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum IngestStatus {
+    /// A new document was stored.
+    Created,
+    /// The user has this document with the same content: nothing was written.
+    Unchanged,
+    /// The user's document with this source had other content (or an interrupted ingest had
+    /// left it incomplete): its chunks were replaced, its id kept.
+    Replaced,
+}
+
+impl IngestStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IngestStatus::Created => "created",
+            IngestStatus::Unchanged => "unchanged",
+            IngestStatus::Replaced => "replaced",
+        }
+    }
+}
+
+/// An ingested document and what the ingest did.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct IngestedDocument {
+    #[serde(flatten)]
+    pub document: Document,
+    pub status: IngestStatus,
+}
+
+/// The content hash of a document: sha256 of its bytes, lowercase hex (as `sha256sum`).
+pub fn content_hash(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Extracts, chunks and stores a document, or finds it already stored (see the module docs);
+/// returns its row and what was done. Chunks are recallable once the indexer has applied them
+/// (normally within milliseconds).
 pub async fn ingest(
     memory: &MemoryEngine,
     user: UserId,
     upload: NewUpload,
-) -> Result<Document, DocumentError> {
+) -> Result<IngestedDocument, DocumentError> {
     let content_type = essence(&upload.content_type);
     if upload.bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(DocumentError::BadInput("the document is empty".into()));
     }
+    let content_hash = content_hash(&upload.bytes);
+    let source = upload
+        .source
+        .as_deref()
+        .map(str::trim)
+        .filter(|source| !source.is_empty())
+        .map(str::to_string);
+    let store = memory.store().user(user);
+    // A re-ingest of an unchanged document: nothing to extract, embed or write.
+    let mut found = find(&store, source.as_deref(), &content_hash).await?;
+    if let Some(current) = found.current.as_ref().filter(|current| {
+        current.complete && holds(&current.document, &content_hash, &content_type)
+    }) {
+        return Ok(unchanged(current.document.clone()));
+    }
+    let (new, chunks) = prepare(memory, upload, content_type, source, content_hash).await?;
+    for _ in 0..CLAIM_ATTEMPTS {
+        let (claim, previous) = match found.current.take() {
+            Some(current)
+                if current.complete && holds(&current.document, hash(&new), &new.content_type) =>
+            {
+                return Ok(unchanged(current.document));
+            }
+            Some(current) => {
+                let id = current.document.id;
+                if !store
+                    .claim_document(id, current.generation, new.clone())
+                    .await?
+                {
+                    found = find(&store, new.source.as_deref(), hash(&new)).await?;
+                    continue;
+                }
+                let claim = Claim {
+                    id,
+                    generation: current.generation + 1,
+                };
+                (claim, Some(current))
+            }
+            None => match store.insert_document(new.clone()).await {
+                Ok(document) => {
+                    let claim = Claim {
+                        id: document.id,
+                        generation: 0,
+                    };
+                    (claim, None)
+                }
+                // Another ingest inserted this document just now: look again.
+                Err(StoreError::Conflict(_)) => {
+                    found = find(&store, new.source.as_deref(), hash(&new)).await?;
+                    continue;
+                }
+                Err(error) => return Err(error.into()),
+            },
+        };
+        if !fill(memory, user, claim, &chunks, previous.as_ref()).await? {
+            return lost(&store, &new).await;
+        }
+        // Copies of this source from before content hashes were kept go now (one left by a
+        // failure here is found by the next ingest of the source, and goes then).
+        for older in std::mem::take(&mut found.older) {
+            match delete(memory, user, older.document.id).await {
+                Ok(_) | Err(DocumentError::Store(StoreError::NotFound(_))) => {}
+                Err(error) => {
+                    let document = older.document.id;
+                    tracing::warn!(%error, %document, "deleting an older copy of a document");
+                }
+            }
+        }
+        let status = match previous {
+            Some(_) => IngestStatus::Replaced,
+            None => IngestStatus::Created,
+        };
+        metrics::counter!("mnemo_documents_ingested_total", "status" => status.as_str())
+            .increment(1);
+        return Ok(IngestedDocument {
+            document: store.get_document(claim.id).await?,
+            status,
+        });
+    }
+    Err(StoreError::Conflict(
+        "other ingests of this document kept changing it; ingest it again".into(),
+    )
+    .into())
+}
+
+/// The document a user has under an identity: by source when there is one, else by content.
+struct Found {
+    /// The document itself.
+    current: Option<DocumentState>,
+    /// Other documents from the same source, ingested before content hashes were kept.
+    older: Vec<DocumentState>,
+}
+
+async fn find(
+    store: &UserScope<'_>,
+    source: Option<&str>,
+    content_hash: &str,
+) -> Result<Found, StoreError> {
+    match source {
+        Some(source) => {
+            let mut rows = store.documents_from_source(source).await?;
+            // The row with a content hash is the document; without one, the newest copy from
+            // before content hashes becomes it.
+            let current = rows
+                .iter()
+                .position(|row| row.document.content_hash.is_some())
+                .or_else(|| (!rows.is_empty()).then_some(0))
+                .map(|index| rows.remove(index));
+            Ok(Found {
+                current,
+                older: rows,
+            })
+        }
+        None => Ok(Found {
+            current: store.document_with_content(content_hash).await?,
+            older: Vec::new(),
+        }),
+    }
+}
+
+fn hash(new: &NewDocument) -> &str {
+    new.content_hash.as_deref().unwrap_or_default()
+}
+
+/// Whether the document holds this content, extracted as this type.
+fn holds(document: &Document, content_hash: &str, content_type: &str) -> bool {
+    document.content_hash.as_deref() == Some(content_hash) && document.content_type == content_type
+}
+
+fn unchanged(document: Document) -> IngestedDocument {
+    metrics::counter!("mnemo_documents_ingested_total", "status" => "unchanged").increment(1);
+    IngestedDocument {
+        document,
+        status: IngestStatus::Unchanged,
+    }
+}
+
+/// Extracts the text and cuts it into chunks, within the limits: the row to store and its
+/// chunks.
+async fn prepare(
+    memory: &MemoryEngine,
+    upload: NewUpload,
+    content_type: String,
+    source: Option<String>,
+    content_hash: String,
+) -> Result<(NewDocument, Vec<String>), DocumentError> {
     // PDF parsing is CPU-bound and can be slow: keep it off the async workers, bounded.
     let extracted = extract::extract_blocking(content_type.clone(), upload.bytes).await?;
     let text = extracted.text.trim();
@@ -114,44 +321,149 @@ pub async fn ingest(
         )));
     }
     let title = pick_title(upload.title.as_deref(), extracted.title.as_deref(), text);
-    let source = upload
-        .source
-        .map(|source| source.trim().to_string())
-        .filter(|source| !source.is_empty());
-    let store = memory.store();
-    let document = store
-        .user(user)
-        .insert_document(NewDocument {
-            title,
-            source,
-            content_type,
-            chars: chars as i64,
-            chunks: chunks.len() as i64,
-        })
-        .await?;
-    let mut written = Vec::with_capacity(chunks.len());
+    let new = NewDocument {
+        title,
+        source,
+        content_type,
+        content_hash: Some(content_hash),
+        chars: chars as i64,
+        chunks: chunks.len() as i64,
+    };
+    Ok((new, chunks))
+}
+
+/// A row this ingest claimed: it writes the chunks while the row stays at this generation.
+#[derive(Debug, Clone, Copy)]
+struct Claim {
+    id: DocumentId,
+    generation: i64,
+}
+
+/// Writes the claimed document's chunks, then deletes the chunks it had before (an older
+/// content's, or those an interrupted ingest left), then records it complete. False when
+/// another ingest claimed the row meanwhile (or it was deleted): the chunks written here are
+/// deleted again and the row is left to the other ingest. On an error the chunks written here
+/// are deleted and the row goes back to `previous` (or goes, when this ingest inserted it).
+async fn fill(
+    memory: &MemoryEngine,
+    user: UserId,
+    claim: Claim,
+    chunks: &[String],
+    previous: Option<&DocumentState>,
+) -> Result<bool, DocumentError> {
+    let store = memory.store().user(user);
+    // Read after the claim: any chunk written for a later claim comes after it, so it is not
+    // among these (the check before the first batch makes sure no later claim came between).
+    let stale = store.document_chunk_ids(claim.id).await?;
+    let mut written: Vec<MemoryId> = Vec::with_capacity(chunks.len());
     for (batch_index, batch) in chunks.chunks(CHUNKS_PER_BATCH).enumerate() {
+        let still_ours = match still_claimed(&store, claim).await {
+            Ok(ours) => ours,
+            Err(error) => {
+                discard(memory, user, &written).await;
+                return Err(error.into());
+            }
+        };
+        if !still_ours {
+            discard(memory, user, &written).await;
+            return Ok(false);
+        }
         let news: Vec<NewMemory> = batch
             .iter()
             .enumerate()
             .map(|(offset, text)| {
-                chunk_memory(document.id, batch_index * CHUNKS_PER_BATCH + offset, text)
+                chunk_memory(claim.id, batch_index * CHUNKS_PER_BATCH + offset, text)
             })
             .collect();
         match memory.add(user, news).await {
             Ok(memories) => written.extend(memories.into_iter().map(|memory| memory.id)),
             Err(error) => {
-                // Leave nothing half-ingested behind: the chunks written so far and the row go.
-                for id in written {
-                    let _ = memory.delete(user, id).await;
+                // Leave nothing half-ingested behind: the chunks written so far go, and the row
+                // describes what its chunks hold again.
+                discard(memory, user, &written).await;
+                match previous {
+                    Some(previous) => {
+                        let back = NewDocument::from(&previous.document);
+                        if let Ok(true) =
+                            store.claim_document(claim.id, claim.generation, back).await
+                            && previous.complete
+                        {
+                            let _ = store.finish_document(claim.id, claim.generation + 1).await;
+                        }
+                    }
+                    None => {
+                        if let Ok(true) = still_claimed(&store, claim).await {
+                            let _ = store.delete_document(claim.id).await;
+                        }
+                    }
                 }
-                let _ = store.user(user).delete_document(document.id).await;
                 return Err(error.into());
             }
         }
     }
-    metrics::counter!("mnemo_documents_ingested_total").increment(1);
-    Ok(document)
+    // The old chunks go once the new ones are in, so the document is recallable throughout.
+    // A failure here leaves the row incomplete, and the next ingest writes it again.
+    delete_chunks(memory, user, &stale).await?;
+    if store.finish_document(claim.id, claim.generation).await? {
+        Ok(true)
+    } else {
+        discard(memory, user, &written).await;
+        Ok(false)
+    }
+}
+
+async fn still_claimed(store: &UserScope<'_>, claim: Claim) -> Result<bool, StoreError> {
+    match store.document_state(claim.id).await {
+        Ok(state) => Ok(state.generation == claim.generation),
+        Err(StoreError::NotFound(_)) => Ok(false),
+        Err(error) => Err(error),
+    }
+}
+
+/// Deletes chunks through the engine (so both indexes drop them); already gone is fine.
+async fn delete_chunks(
+    memory: &MemoryEngine,
+    user: UserId,
+    chunks: &[MemoryId],
+) -> Result<usize, DocumentError> {
+    let mut deleted = 0;
+    for chunk in chunks {
+        match memory.delete(user, *chunk).await {
+            Ok(()) => deleted += 1,
+            // Already gone (a concurrent delete): nothing left to do for this one.
+            Err(MemoryError::Store(StoreError::NotFound(_))) => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(deleted)
+}
+
+/// Deletes the chunks this ingest wrote, on its way out; a failure is logged (the next ingest
+/// of the document deletes what is left).
+async fn discard(memory: &MemoryEngine, user: UserId, chunks: &[MemoryId]) {
+    if let Err(error) = delete_chunks(memory, user, chunks).await {
+        tracing::warn!(%error, "deleting the chunks of an abandoned ingest");
+    }
+}
+
+/// This ingest lost its claim to another one: the document as that one left it, `unchanged`
+/// when it holds the same content, else `Conflict`.
+async fn lost(store: &UserScope<'_>, new: &NewDocument) -> Result<IngestedDocument, DocumentError> {
+    let found = find(store, new.source.as_deref(), hash(new)).await?;
+    match found.current {
+        Some(current) if holds(&current.document, hash(new), &new.content_type) => {
+            Ok(unchanged(current.document))
+        }
+        Some(_) => Err(StoreError::Conflict(
+            "another ingest replaced this document meanwhile; ingest it again to keep this content"
+                .into(),
+        )
+        .into()),
+        None => Err(StoreError::Conflict(
+            "the document was deleted while it was being ingested".into(),
+        )
+        .into()),
+    }
 }
 
 fn chunk_memory(document: DocumentId, index: usize, text: &str) -> NewMemory {
@@ -192,15 +504,7 @@ pub async fn delete(
     let store = memory.store();
     store.user(user).get_document(id).await?;
     let chunks = store.user(user).document_chunk_ids(id).await?;
-    let mut deleted = 0;
-    for chunk in &chunks {
-        match memory.delete(user, *chunk).await {
-            Ok(()) => deleted += 1,
-            // Already gone (a concurrent delete): nothing left to do for this one.
-            Err(MemoryError::Store(StoreError::NotFound(_))) => {}
-            Err(error) => return Err(error.into()),
-        }
-    }
+    let deleted = delete_chunks(memory, user, &chunks).await?;
     // The row goes last, so a delete interrupted half-way can simply be repeated.
     store.user(user).delete_document(id).await?;
     Ok(deleted)

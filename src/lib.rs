@@ -3,6 +3,7 @@
 //! Code map:
 //! - `config`    layered settings (defaults → mnemo.toml → `MNEMO__SECTION__KEY` → flags)
 //! - `telemetry` the tracing subscriber
+//! - `datadir`   the data directory's lock: who holds it, where a server on it listens
 //! - `startup`   builds `AppState` from settings; `serve(listener, state)` with ordered shutdown
 //! - `http`      router, `ApiError`, extractors, SSE, one file per resource, OpenAPI and /docs
 //! - `auth`      API keys, JWT, the `AuthUser` extractor that alone yields a `UserId`
@@ -19,6 +20,7 @@
 pub mod agent;
 pub mod auth;
 pub mod config;
+pub mod datadir;
 pub mod documents;
 pub mod error;
 pub mod http;

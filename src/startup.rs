@@ -47,14 +47,29 @@ pub enum StartupError {
     Research(#[from] crate::research::SetupError),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Held(#[from] crate::datadir::LockError),
 }
+
+/// Histogram buckets, in seconds, for every latency the server records.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0, 300.0,
+];
 
 /// The process-wide Prometheus recorder (metrics macros use one global recorder).
 pub fn metrics_handle() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            let recorder = PrometheusBuilder::new().build_recorder();
+            // Buckets, not summaries: Prometheus aggregates them across replicas, and a
+            // summary's quantiles read 0 until an upkeep task drains its samples.
+            let builder = PrometheusBuilder::new();
+            let builder = match builder.set_buckets(LATENCY_BUCKETS) {
+                Ok(builder) => builder,
+                Err(_) => PrometheusBuilder::new(),
+            };
+            let recorder = builder.build_recorder();
             let handle = recorder.handle();
             // Another recorder may already be installed (e.g. by an embedding program); the
             // handle still renders what this recorder sees.
@@ -77,7 +92,7 @@ pub async fn build_state(
         )));
     }
     crate::llm::prompts::check().map_err(|error| StartupError::Refused(error.to_string()))?;
-    std::fs::create_dir_all(&settings.data_dir)?;
+    let data_lock = Arc::new(crate::datadir::DataDirLock::acquire(&settings.data_dir)?);
     let url = settings.database_url();
     let store = store::connect(
         &url,
@@ -174,6 +189,7 @@ pub async fn build_state(
         metrics: metrics_handle(),
         started_at: Instant::now(),
         database_display: store::redact_url(&url),
+        data_lock,
     })
 }
 
@@ -269,6 +285,78 @@ fn spawn_reembedding(
     })
 }
 
+/// What a start-up banner says about a state: where the data lives and which backend, model
+/// and provider serve it. URLs are shown without credentials; keys never.
+pub fn describe(state: &AppState) -> Vec<(&'static str, String)> {
+    let settings = &state.settings;
+    let data_dir = settings.data_dir.display().to_string();
+    let vector = match settings.qdrant.url.as_deref().filter(|url| !url.is_empty()) {
+        Some(url) => format!(
+            "Qdrant server {} (collection {})",
+            store::redact_url(url),
+            settings.qdrant.collection
+        ),
+        None => format!(
+            "Qdrant Edge in {}",
+            EdgeVectorIndex::dir(&settings.data_dir, state.memory.embedder().dimension()).display()
+        ),
+    };
+    let embedder = state.memory.embedder();
+    let embedding = match settings.embedder.provider {
+        crate::config::EmbedderProvider::Local => format!(
+            "{} (local, {} dimensions, from {})",
+            embedder.model_id(),
+            embedder.dimension(),
+            settings.embedder.model_dir.display()
+        ),
+        _ => format!(
+            "{} ({} dimensions, at {})",
+            embedder.model_id(),
+            embedder.dimension(),
+            settings
+                .embedder
+                .base_url
+                .as_deref()
+                .map(store::redact_url)
+                .unwrap_or_default()
+        ),
+    };
+    let chat = match (settings.chat_model(), settings.llm.base_url.as_deref()) {
+        (Some(model), Some(url)) => format!("{model} at {}", store::redact_url(url)),
+        _ => "none (answers from memory only; set llm.base_url and llm.model)".into(),
+    };
+    let mut auth = vec!["api keys"];
+    if state.auth.jwt_enabled() {
+        auth.push("jwt");
+    }
+    if settings.server.dev {
+        auth.push("dev (no key needed, loopback only)");
+    }
+    vec![
+        (
+            "database",
+            format!("{} ({})", state.store.backend(), state.database_display),
+        ),
+        ("vectors", vector),
+        (
+            "keywords",
+            format!("tantivy in {}", settings.data_dir.join("keyword").display()),
+        ),
+        ("embedding", embedding),
+        ("chat model", chat),
+        (
+            "search",
+            format!(
+                "{} (default provider)",
+                settings.research.search.default_provider
+            ),
+        ),
+        ("auth", auth.join(" + ")),
+        ("data", data_dir),
+        ("docs", "/docs (API reference), /health, /metrics".into()),
+    ]
+}
+
 /// Binds the configured address (a port of 0 picks a free one).
 pub async fn bind(settings: &Settings) -> Result<TcpListener, StartupError> {
     let addr: SocketAddr = settings.listen_addr()?;
@@ -294,6 +382,14 @@ impl AppState {
     pub(crate) async fn close_backends(&self) {
         self.memory.join_background(self.grace()).await;
         self.store.close().await;
+        self.data_lock.release();
+    }
+
+    /// Writes where this server listens, and its local secret, into the data directory's
+    /// owner-only lock file, for CLI commands on the same directory.
+    pub fn publish_address(&self, addr: std::net::SocketAddr) -> std::io::Result<()> {
+        self.data_lock
+            .publish(&addr.to_string(), self.auth.local_secret())
     }
 }
 

@@ -15,7 +15,8 @@ use crate::config::ChatSettings;
 use crate::config::ModelRole;
 use crate::error::{ErrorKind, HasKind};
 use crate::llm::chat::{
-    ChatMessage, ChatRequest, ChatRole, LlmError, RoleModel, ToolCall, ToolSpec, Usage,
+    ChatMessage, ChatRequest, ChatRole, LlmError, LlmErrorKind, RoleModel, ToolCall, ToolSpec,
+    Usage,
 };
 use crate::llm::prompts::{Prompt, quote};
 use crate::llm::roles::Models;
@@ -25,7 +26,7 @@ use crate::memory::{MemoryEngine, RecallRequest};
 use crate::research::ResearchService;
 use crate::research::request::ResearchRequest;
 use crate::runs::events::{
-    Delta, MemoryRecalled, MessageComplete, RecalledMemory, SessionStart,
+    Delta, ErrorEvent, MemoryRecalled, MessageComplete, RecalledMemory, SessionStart,
     ToolCall as ToolCallEvent, ToolResult, UsageStep,
 };
 use crate::runs::stream::DeltaKind;
@@ -243,13 +244,37 @@ pub async fn run_chat_turn(
         .await?;
     let (reply, usage) = match chat_model {
         None => (
-            reply_without_model(&context, &recalled).await?,
+            reply_without_model(&context, &recalled, NO_MODEL).await?,
             Usage::default(),
         ),
         Some(model) => {
             let messages = working_memory(&deps, user, thread, &message, &recalled).await?;
             let trust = least_trusted(&recalled, Trust::User);
-            tool_loop(&context, &deps, &model, messages, &message, trust).await?
+            match tool_loop(&context, &deps, &model, messages, &message, trust).await {
+                Ok(answer) => answer,
+                // The model cannot be reached at all: say why, then answer from memory as a
+                // server without a model does, rather than failing the turn.
+                Err(LoopError::Unreachable(error)) => {
+                    context
+                        .emit(RunEvent::Error(ErrorEvent {
+                            error_type: RunErrorType::Llm,
+                            message: format!(
+                                "the model {} cannot be reached ({}); answering from memory only",
+                                model.model.model(),
+                                error.message
+                            ),
+                            retryable: true,
+                            content: None,
+                            metadata: None,
+                        }))
+                        .await?;
+                    (
+                        reply_without_model(&context, &recalled, MODEL_UNREACHABLE).await?,
+                        Usage::default(),
+                    )
+                }
+                Err(LoopError::Failed(failure)) => return Err(failure),
+            }
         }
     };
     let stored = deps
@@ -327,13 +352,19 @@ fn memories_as_data(recalled: &[Recalled]) -> String {
         .join("\n")
 }
 
+/// How a memory-only answer starts when no model is configured.
+const NO_MODEL: &str =
+    "No language model is configured on this server, so I cannot compose an answer. ";
+/// How it starts when the configured model cannot be reached.
+const MODEL_UNREACHABLE: &str =
+    "The language model cannot be reached right now, so I cannot compose an answer. ";
+
 async fn reply_without_model(
     context: &RunContext,
     recalled: &[Recalled],
+    preface: &str,
 ) -> Result<String, RunFailure> {
-    let mut reply = String::from(
-        "No language model is configured on this server, so I cannot compose an answer. ",
-    );
+    let mut reply = String::from(preface);
     if recalled.is_empty() {
         reply.push_str("I have nothing remembered that matches your message.");
     } else {
@@ -531,6 +562,26 @@ fn least_trusted(recalled: &[Recalled], trust: Trust) -> Trust {
 /// `trust` is that of the least trusted text in the model's context so far (the user's
 /// message, recalled memories, tool results): what the model asks to `remember` carries it,
 /// so a web page read by a tool cannot make itself a user fact.
+/// Why the tool loop stopped without an answer.
+enum LoopError {
+    /// The first model call could not reach the model (connection refused, timeout, 5xx after
+    /// the retries) and nothing was streamed: the turn can still answer from memory.
+    Unreachable(LlmError),
+    Failed(RunFailure),
+}
+
+impl From<RunFailure> for LoopError {
+    fn from(failure: RunFailure) -> Self {
+        LoopError::Failed(failure)
+    }
+}
+
+impl From<crate::store::StoreError> for LoopError {
+    fn from(error: crate::store::StoreError) -> Self {
+        LoopError::Failed(error.into())
+    }
+}
+
 async fn tool_loop(
     context: &Arc<RunContext>,
     deps: &ChatDeps,
@@ -538,14 +589,29 @@ async fn tool_loop(
     mut messages: Vec<ChatMessage>,
     user_message: &Message,
     mut trust: Trust,
-) -> Result<(String, Usage), RunFailure> {
+) -> Result<(String, Usage), LoopError> {
     let mut total = Usage::default();
     let mut tool_calls = 0usize;
+    let mut first = true;
     loop {
         let mut request = ChatRequest::new(messages.clone());
         request.tools = tool_specs(deps.research.is_some());
         request.max_tokens = Some(model.max_tokens);
-        let response = stream_with_deltas(context, deps, model, &request).await?;
+        let response = match stream_with_deltas(context, deps, model, &request).await? {
+            Ok(response) => response,
+            Err((error, streamed)) => {
+                let unreachable = matches!(
+                    error.kind,
+                    LlmErrorKind::Unavailable | LlmErrorKind::Timeout
+                );
+                return Err(if first && !streamed && unreachable {
+                    LoopError::Unreachable(error)
+                } else {
+                    LoopError::Failed(llm_failure(error))
+                });
+            }
+        };
+        first = false;
         total.add(&response.usage);
         context
             .emit(RunEvent::Usage(UsageStep {
@@ -556,26 +622,26 @@ async fn tool_loop(
             }))
             .await?;
         if total.completion_tokens > deps.settings.max_turn_tokens {
-            return Err(failure(
+            return Err(LoopError::Failed(failure(
                 RunErrorType::Llm,
                 format!(
                     "the turn used more than {} completion tokens and was stopped",
                     deps.settings.max_turn_tokens
                 ),
-            ));
+            )));
         }
         if response.tool_calls.is_empty() {
             return Ok((response.content, total));
         }
         tool_calls += response.tool_calls.len();
         if tool_calls > deps.settings.max_tool_calls {
-            return Err(failure(
+            return Err(LoopError::Failed(failure(
                 RunErrorType::Llm,
                 format!(
                     "the model kept calling tools; the turn was stopped after {} tool calls",
                     deps.settings.max_tool_calls
                 ),
-            ));
+            )));
         }
         messages.push(ChatMessage {
             role: ChatRole::Assistant,
@@ -629,18 +695,19 @@ fn parse_arguments(call: &ToolCall) -> Value {
     serde_json::from_str(&call.arguments).unwrap_or_else(|_| json!({ "raw": call.arguments }))
 }
 
-/// Streams one model call, turning text deltas into `message_delta` events every interval.
+/// Streams one model call, turning text deltas into `message_delta` events every interval. A
+/// model error comes back with whether any text of this call was streamed before it.
 async fn stream_with_deltas(
     context: &RunContext,
     deps: &ChatDeps,
     model: &RoleModel,
     request: &ChatRequest,
-) -> Result<crate::llm::chat::ChatResponse, RunFailure> {
+) -> Result<Result<crate::llm::chat::ChatResponse, (LlmError, bool)>, RunFailure> {
     let interval = Duration::from_millis(deps.settings.delta_interval_ms.max(1));
     let (result, flushed) =
         stream_to_events(context, None, model, request, interval, DeltaKind::Message).await;
-    flushed?;
-    result.map_err(llm_failure)
+    let deltas = flushed?;
+    Ok(result.map_err(|error| (error, deltas > 0)))
 }
 
 /// Runs one tool for `user`; errors are returned to the model as data, not raised. Returns

@@ -21,6 +21,8 @@ pub enum AuthError {
     Missing,
     #[error("invalid or expired credentials")]
     Invalid,
+    #[error("no user named {0} (create one with `mnemo user add {0}`)")]
+    UnknownLocalUser(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -28,7 +30,9 @@ pub enum AuthError {
 impl HasKind for AuthError {
     fn kind(&self) -> ErrorKind {
         match self {
-            AuthError::Missing | AuthError::Invalid => ErrorKind::Unauthenticated,
+            AuthError::Missing | AuthError::Invalid | AuthError::UnknownLocalUser(_) => {
+                ErrorKind::Unauthenticated
+            }
             AuthError::Store(error) => match error.kind() {
                 kind @ (ErrorKind::Unavailable | ErrorKind::Busy) => kind,
                 _ => ErrorKind::Internal,
@@ -53,20 +57,35 @@ impl From<User> for AuthUser {
     }
 }
 
+/// How a local credential starts: `mnemo-local.<secret>.<user name>`.
+const LOCAL_PREFIX: &str = "mnemo-local.";
+
 /// Turns an `Authorization` header into a user.
 pub struct Authenticator {
     store: Arc<dyn Store>,
     jwt: Option<JwtVerifier>,
     dev_user: Option<User>,
+    /// This process's local secret: a bearer `mnemo-local.<secret>.<name>` acts as `name`.
+    /// It is made at start, kept in memory and in the data directory's owner-only lock file
+    /// (for CLI commands of the same account), and dies with the process.
+    local_secret: String,
 }
 
 impl Authenticator {
     pub fn new(store: Arc<dyn Store>, jwt: Option<JwtVerifier>, dev_user: Option<User>) -> Self {
+        let mut bytes = [0u8; 32];
+        rand::RngCore::fill_bytes(&mut rand::rng(), &mut bytes);
         Self {
             store,
             jwt,
             dev_user,
+            local_secret: hex::encode(bytes),
         }
+    }
+
+    /// The local secret, to publish in the data directory's lock file.
+    pub fn local_secret(&self) -> &str {
+        &self.local_secret
     }
 
     pub fn jwt_enabled(&self) -> bool {
@@ -86,6 +105,9 @@ impl Authenticator {
             .map(str::trim)
             .filter(|token| !token.is_empty())
             .ok_or(AuthError::Invalid)?;
+        if let Some(rest) = token.strip_prefix(LOCAL_PREFIX) {
+            return self.local_user(rest).await;
+        }
         if keys::looks_like_key(token) {
             let user = self
                 .store
@@ -105,6 +127,39 @@ impl Authenticator {
             .await?;
         Ok(user.into())
     }
+}
+
+impl Authenticator {
+    /// A local credential `<secret>.<name>`: the secret must be this process's; the local dev
+    /// user is made on first use, any other name must exist.
+    async fn local_user(&self, rest: &str) -> Result<AuthUser, AuthError> {
+        use subtle::ConstantTimeEq as _;
+        let (secret, name) = rest.split_once('.').ok_or(AuthError::Invalid)?;
+        if !bool::from(secret.as_bytes().ct_eq(self.local_secret.as_bytes())) {
+            return Err(AuthError::Invalid);
+        }
+        let user = if name == DEV_USER {
+            self.store
+                .accounts()
+                .ensure_user(DEV_USER, UserKind::Dev)
+                .await?
+        } else if validate_user_name(name).is_err() {
+            return Err(AuthError::Invalid);
+        } else {
+            self.store
+                .accounts()
+                .user_by_name(name)
+                .await?
+                .ok_or_else(|| AuthError::UnknownLocalUser(name.to_string()))?
+        };
+        Ok(user.into())
+    }
+}
+
+/// The bearer token a CLI command sends to a server on its own data directory to act as
+/// `user`, given the secret the server left in the lock file.
+pub fn local_credential(secret: &str, user: &str) -> String {
+    format!("{LOCAL_PREFIX}{secret}.{user}")
 }
 
 /// Valid user names for `mnemo user add`: 1–64 of letters, digits, `.`, `_`, `-`, `@`.

@@ -1,7 +1,7 @@
-//! `mnemo chat`: an interactive terminal client. It talks to a running server (`--server URL
-//! --key KEY`) or starts an embedded one on the data directory (loopback only, as the local
-//! dev user), streams each answer as it is written, and shows tool calls as they happen.
-//! A line `/quit` (or end of input) leaves; `/new` starts a new thread.
+//! `mnemo chat`: an interactive terminal client. It goes where `connect::route` says (a
+//! server, the server holding the data directory, or a server embedded in this process on
+//! loopback, as `--user`), streams each answer as it is written, and shows tool calls as they
+//! happen. A line `/quit` (or end of input) leaves; `/new` starts a new thread.
 
 use std::io::{BufRead, Write};
 use std::time::Duration;
@@ -12,13 +12,8 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::Failure;
+use super::connect::{Route, Target, route};
 use mnemo::config::Settings;
-
-pub struct ChatOptions {
-    pub server: Option<String>,
-    pub key: Option<String>,
-    pub thread: Option<String>,
-}
 
 pub(super) struct Client {
     base: String,
@@ -117,9 +112,13 @@ impl Client {
     }
 }
 
-pub async fn run(settings: Settings, options: ChatOptions) -> Result<(), Failure> {
-    let (client, embedded) = connect(settings, options.server, options.key).await?;
-    let mut thread = match options.thread {
+pub async fn run(
+    settings: Settings,
+    target: &Target,
+    thread: Option<String>,
+) -> Result<(), Failure> {
+    let (client, embedded) = connect(settings, target).await?;
+    let mut thread = match thread {
         Some(thread) => thread,
         None => client.new_thread().await?,
     };
@@ -178,44 +177,46 @@ impl EmbeddedServer {
     }
 }
 
-/// A client of the server at `server` (with `key`), or of an embedded server on the data
-/// directory serving the local dev user, returned beside the client so it can be stopped.
+/// A client of the server `route` picks, or of a server embedded in this process on the data
+/// directory (returned beside the client so it can be stopped), acting as the route's user.
 pub(super) async fn connect(
     settings: Settings,
-    server: Option<String>,
-    key: Option<String>,
+    target: &Target,
 ) -> Result<(Client, Option<EmbeddedServer>), Failure> {
-    Ok(match server {
-        Some(server) => (
+    Ok(match route(&settings, target)? {
+        Route::Remote { base, bearer } => (
             Client {
-                base: server.trim_end_matches('/').to_string(),
-                key: Some(
-                    key.ok_or_else(|| Failure::usage("--server needs --key (or MNEMO_KEY)"))?,
-                ),
+                base,
+                key: Some(bearer),
                 http: http_client()?,
             },
             None,
         ),
-        None => {
+        Route::Embedded { user } => {
             let mut settings = settings;
             settings.server.addr = "127.0.0.1:0".into();
-            settings.server.dev = true;
+            settings.server.dev = false;
             let listener = mnemo::startup::bind(&settings).await?;
             let addr = listener
                 .local_addr()
                 .map_err(|e| Failure::other(e.to_string()))?;
             let stop = CancellationToken::new();
             let state = mnemo::startup::build_state(settings, stop.clone()).await?;
+            let bearer = mnemo::auth::local_credential(state.auth.local_secret(), &user);
+            // Other commands on this data directory meanwhile talk to this server.
+            if let Err(error) = state.publish_address(addr) {
+                tracing::warn!(%error, "cannot record the address in the data directory");
+            }
             let task = tokio::spawn(async move {
                 if let Err(error) = mnemo::http::serve(listener, state).await {
                     tracing::error!(%error, "embedded server failed");
                 }
             });
-            eprintln!("(embedded server on {addr}, as the local user \"dev\")");
+            eprintln!("(embedded server on {addr}, as {user})");
             (
                 Client {
                     base: format!("http://{addr}"),
-                    key: None,
+                    key: Some(bearer),
                     http: http_client()?,
                 },
                 Some(EmbeddedServer { stop, task }),

@@ -2,7 +2,13 @@
 //! to the user's documents for local research — on a running server with `--server URL --key
 //! KEY`, or embedded on the data directory as the user named by `--user`. Supported: `.md`
 //! `.markdown` `.txt` `.html` `.htm` `.pdf`; other files are skipped with a note on stderr.
-//! Prints one line per document: its id, its chunk count and the path.
+//! Prints one line per document: its id, its chunk count, what was done (`created`,
+//! `unchanged` or `replaced`) and the path, then a count of each on stderr.
+//!
+//! A file's source is its canonical path, which identifies its document: ingesting a folder
+//! again writes only the files that changed (their chunks are replaced, the id kept) and new
+//! files; unchanged ones are recognised by the hash of their bytes, before any extraction or
+//! embedding.
 
 use std::path::{Path, PathBuf};
 
@@ -76,9 +82,22 @@ pub async fn run(settings: &Settings, target: Target, paths: Vec<PathBuf>) -> Re
     let backend = Backend::open(settings, target).await?;
     let mut worst: Option<Failure> = None;
     let mut failed = 0usize;
+    let mut counts: Vec<(String, usize)> = Vec::new();
     for (path, content_type) in &files {
         match ingest_one(&backend, path, content_type).await {
-            Ok((id, chunks)) => println!("{id}  {chunks} chunks  {}", path.display()),
+            Ok(done) => {
+                println!(
+                    "{}  {} chunks  {}  {}",
+                    done.id,
+                    done.chunks,
+                    done.status,
+                    path.display()
+                );
+                match counts.iter_mut().find(|(status, _)| *status == done.status) {
+                    Some((_, count)) => *count += 1,
+                    None => counts.push((done.status, 1)),
+                }
+            }
             Err(failure) => {
                 eprintln!(
                     "error: {}: {}",
@@ -94,6 +113,13 @@ pub async fn run(settings: &Settings, target: Target, paths: Vec<PathBuf>) -> Re
         }
     }
     backend.close().await;
+    if !counts.is_empty() {
+        let summary: Vec<String> = counts
+            .iter()
+            .map(|(status, count)| format!("{count} {status}"))
+            .collect();
+        eprintln!("{}", summary.join(", "));
+    }
     match worst {
         None => Ok(()),
         Some(failure) => Err(Failure {
@@ -103,14 +129,25 @@ pub async fn run(settings: &Settings, target: Target, paths: Vec<PathBuf>) -> Re
     }
 }
 
+/// One file's document as ingested: its id, its chunk count and what was done.
+struct Ingested {
+    id: String,
+    chunks: i64,
+    status: String,
+}
+
 async fn ingest_one(
     backend: &Backend,
     path: &Path,
     content_type: &'static str,
-) -> Result<(String, i64), Failure> {
+) -> Result<Ingested, Failure> {
     let bytes = std::fs::read(path)
         .map_err(|error| Failure::usage(format!("reading the file: {error}")))?;
-    let source = path.display().to_string();
+    // The canonical path, so `docs/a.md`, `./docs/a.md` and a symlink to it are one document.
+    let source = std::fs::canonicalize(path)
+        .map_err(|error| Failure::usage(format!("resolving the path: {error}")))?
+        .display()
+        .to_string();
     match backend {
         Backend::Remote { .. } => {
             let query: String = url::form_urlencoded::Serializer::new(String::new())
@@ -127,10 +164,12 @@ async fn ingest_one(
                 )
                 .await?;
             let document = parse_json(&text)?;
-            Ok((
-                document["id"].as_str().unwrap_or("-").to_string(),
-                document["chunks"].as_i64().unwrap_or(0),
-            ))
+            Ok(Ingested {
+                id: document["id"].as_str().unwrap_or("-").to_string(),
+                chunks: document["chunks"].as_i64().unwrap_or(0),
+                // A server from before content hashes always created a document.
+                status: document["status"].as_str().unwrap_or("created").to_string(),
+            })
         }
         Backend::Embedded { engine, user, .. } => {
             let upload = NewUpload {
@@ -139,7 +178,7 @@ async fn ingest_one(
                 content_type: content_type.to_string(),
                 bytes,
             };
-            let document = documents::ingest(engine, *user, upload)
+            let ingested = documents::ingest(engine, *user, upload)
                 .await
                 .map_err(|error| match error {
                     DocumentError::Memory(error) => memory_failure(error),
@@ -148,7 +187,11 @@ async fn ingest_one(
                         Failure::usage(message)
                     }
                 })?;
-            Ok((document.id.to_string(), document.chunks))
+            Ok(Ingested {
+                id: ingested.document.id.to_string(),
+                chunks: ingested.document.chunks,
+                status: ingested.status.as_str().to_string(),
+            })
         }
     }
 }

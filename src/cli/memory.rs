@@ -1,78 +1,83 @@
-//! `mnemo memory …` and `mnemo reindex`. Memory commands talk to a running server with
-//! `--server URL --key KEY` (or `MNEMO_SERVER`, `MNEMO_KEY`), or, without `--server`, run
-//! embedded on the data directory as the user named by `--user`.
+//! `mnemo memory …`, `mnemo reindex` and `mnemo check`. Memory commands go where
+//! `connect::route` says (a server, the server holding the data directory, or embedded, as
+//! `--user`); reindex and check always run on the data directory and need it free.
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{Args, Subcommand};
+use clap::Subcommand;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::Failure;
+use super::connect::{Route, route};
 use mnemo::config::Settings;
+use mnemo::datadir::{DataDirLock, LockError};
 use mnemo::memory::rank::RecallMode;
 use mnemo::memory::{MemoryEngine, PortableMemory, RecallRequest};
 use mnemo::store::{self, MemoryFilter, MemoryKind, NewMemory, Store, UserId};
 
-#[derive(Debug, Args)]
-pub struct Target {
-    /// A running server's base URL; without it the command runs on the data directory.
-    #[arg(long, env = "MNEMO_SERVER", global = true)]
-    server: Option<String>,
-    /// API key for --server.
-    #[arg(long, env = "MNEMO_KEY", global = true, hide_env_values = true)]
-    key: Option<String>,
-    /// The user whose memories an embedded command works on.
-    #[arg(long, global = true)]
-    user: Option<String>,
-}
+pub use super::connect::Target;
 
 #[derive(Debug, Subcommand)]
 pub enum MemoryCommand {
-    /// Remember a statement.
+    /// Remember a statement; prints the new memory's id.
     Add {
+        /// The statement, e.g. "I prefer answers with sources".
         content: String,
+        /// What it is: fact, preference, event, conclusion, profile or turn (document is for
+        /// `mnemo ingest`).
         #[arg(long, default_value = "fact")]
         kind: String,
+        /// 1 (trivia, may decay and be archived) to 5 (never forget).
         #[arg(long, default_value_t = 3)]
         importance: u8,
     },
-    /// Hybrid recall.
+    /// Hybrid recall: what mnemo would remember for a query, best first, with scores.
     Search {
+        /// What to look for.
         query: String,
+        /// How many memories to return.
         #[arg(short, long, default_value_t = 10)]
         k: usize,
-        /// hybrid, vector or keyword.
+        /// hybrid (dense vectors + BM25, fused), vector or keyword.
         #[arg(long, default_value = "hybrid")]
         mode: String,
+        /// Also search archived (decayed) memories.
         #[arg(long)]
         include_archived: bool,
-        /// Print the raw JSON response.
+        /// Print the raw JSON response (per-signal details included).
         #[arg(long)]
         json: bool,
     },
     /// List memories, newest first.
     List {
+        /// At most this many.
         #[arg(long, default_value_t = 50)]
         limit: i64,
-        /// Comma-separated kinds.
+        /// Only these kinds, comma-separated (e.g. fact,preference).
         #[arg(long)]
         kinds: Option<String>,
+        /// Include archived (decayed) memories.
         #[arg(long)]
         include_archived: bool,
+        /// Print JSON instead of one line per memory.
         #[arg(long)]
         json: bool,
     },
     /// Write every memory as JSON lines (to stdout or --output).
     Export {
+        /// The file to write (default stdout).
         #[arg(long, short)]
         output: Option<PathBuf>,
     },
     /// Read JSON lines (as exported) from a file, or `-` for stdin.
-    Import { path: PathBuf },
+    Import {
+        /// The file, or `-` for stdin.
+        path: PathBuf,
+    },
 }
 
 /// Where memory commands go.
@@ -87,6 +92,7 @@ pub(super) enum Backend {
         store: Arc<dyn Store>,
         user: UserId,
         shutdown: CancellationToken,
+        lock: DataDirLock,
     },
 }
 
@@ -102,7 +108,13 @@ fn parse_mode(mode: &str) -> Result<RecallMode, Failure> {
 }
 
 fn parse_kind(kind: &str) -> Result<MemoryKind, Failure> {
-    MemoryKind::parse(kind).ok_or_else(|| Failure::usage(format!("unknown memory kind {kind:?}")))
+    MemoryKind::parse(kind).ok_or_else(|| {
+        let kinds: Vec<&str> = MemoryKind::ALL.iter().map(|kind| kind.as_str()).collect();
+        Failure::usage(format!(
+            "unknown memory kind {kind:?}: use one of {}",
+            kinds.join(", ")
+        ))
+    })
 }
 
 pub(super) fn memory_failure(error: mnemo::memory::MemoryError) -> Failure {
@@ -115,12 +127,25 @@ pub(super) fn memory_failure(error: mnemo::memory::MemoryError) -> Failure {
     }
 }
 
-/// Opens the memory engine on the data directory (embedded commands and reindex).
+/// Opens the memory engine on the data directory (embedded commands and reindex), holding the
+/// directory's lock.
 async fn open_embedded(
     settings: &Settings,
-) -> Result<(Arc<MemoryEngine>, Arc<dyn Store>, CancellationToken), Failure> {
-    std::fs::create_dir_all(&settings.data_dir)
-        .map_err(|e| Failure::other(format!("creating the data directory: {e}")))?;
+) -> Result<
+    (
+        Arc<MemoryEngine>,
+        Arc<dyn Store>,
+        CancellationToken,
+        DataDirLock,
+    ),
+    Failure,
+> {
+    let lock = DataDirLock::acquire(&settings.data_dir).map_err(|error| match error {
+        held @ LockError::Held { .. } => {
+            Failure::other(format!("{held}; stop it first (or wait for it to finish)"))
+        }
+        other => Failure::other(other.to_string()),
+    })?;
     let store = store::connect(
         &settings.database_url(),
         settings.database.max_connections,
@@ -130,49 +155,63 @@ async fn open_embedded(
     let shutdown = CancellationToken::new();
     let engine = mnemo::startup::open_memory(settings, store.clone(), shutdown.clone())
         .await
-        .map_err(|error| {
-            let text = error.to_string();
-            if text.contains("lock") || text.contains("Lock") {
-                Failure::other(format!(
-                    "the data directory {} is in use (is a server running on it? use --server): {text}",
-                    settings.data_dir.display()
-                ))
-            } else {
-                memory_failure(error)
-            }
-        })?;
-    Ok((engine, store, shutdown))
+        .map_err(memory_failure)?;
+    Ok((engine, store, shutdown, lock))
+}
+
+/// The user an embedded command acts as: the local dev user is made on first use, any other
+/// name must exist.
+pub(super) async fn local_user(store: &dyn Store, name: &str) -> Result<UserId, Failure> {
+    if name == mnemo::auth::DEV_USER {
+        return Ok(store
+            .accounts()
+            .ensure_user(name, store::UserKind::Dev)
+            .await?
+            .id);
+    }
+    Ok(store
+        .accounts()
+        .user_by_name(name)
+        .await?
+        .ok_or_else(|| {
+            Failure::usage(format!(
+                "no user named {name} (create one with `mnemo user add {name}`)"
+            ))
+        })?
+        .id)
 }
 
 impl Backend {
     pub(super) async fn open(settings: &Settings, target: Target) -> Result<Self, Failure> {
-        if let Some(base) = target.server {
-            let key = target
-                .key
-                .ok_or_else(|| Failure::usage("--server needs --key (or MNEMO_KEY)"))?;
-            return Ok(Backend::Remote {
-                base: base.trim_end_matches('/').to_string(),
-                key,
+        match route(settings, &target)? {
+            Route::Remote { base, bearer } => Ok(Backend::Remote {
+                base,
+                key: bearer,
                 http: reqwest::Client::builder()
                     .timeout(Duration::from_secs(300))
                     .build()
                     .map_err(|e| Failure::other(e.to_string()))?,
-            });
+            }),
+            Route::Embedded { user } => {
+                let (engine, store, shutdown, lock) = open_embedded(settings).await?;
+                let user = match local_user(store.as_ref(), &user).await {
+                    Ok(user) => user,
+                    Err(failure) => {
+                        shutdown.cancel();
+                        engine.join_background(Duration::from_secs(10)).await;
+                        store.close().await;
+                        return Err(failure);
+                    }
+                };
+                Ok(Backend::Embedded {
+                    engine,
+                    store,
+                    user,
+                    shutdown,
+                    lock,
+                })
+            }
         }
-        let name = target.user.ok_or_else(|| {
-            Failure::usage("embedded memory commands need --user NAME (or use --server and --key)")
-        })?;
-        let (engine, store, shutdown) = open_embedded(settings).await?;
-        let user =
-            store.accounts().user_by_name(&name).await?.ok_or_else(|| {
-                Failure::usage(format!("no user named {name} (see mnemo user list)"))
-            })?;
-        Ok(Backend::Embedded {
-            engine,
-            store,
-            user: user.id,
-            shutdown,
-        })
     }
 
     /// Sends a request to the server and returns its JSON (or text) body.
@@ -229,6 +268,7 @@ impl Backend {
             engine,
             store,
             shutdown,
+            lock,
             ..
         } = self
         {
@@ -239,6 +279,8 @@ impl Backend {
             shutdown.cancel();
             engine.join_background(Duration::from_secs(10)).await;
             store.close().await;
+            drop(engine);
+            lock.release();
         }
     }
 }
@@ -487,7 +529,7 @@ fn mode_name(mode: RecallMode) -> &'static str {
 
 /// `mnemo reindex`: rebuilds both local indexes from SQL without re-embedding.
 pub async fn reindex(settings: &Settings) -> Result<(), Failure> {
-    let (engine, store, shutdown) = open_embedded(settings).await?;
+    let (engine, store, shutdown, _lock) = open_embedded(settings).await?;
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
@@ -517,7 +559,7 @@ pub async fn reindex(settings: &Settings) -> Result<(), Failure> {
 
 /// `mnemo check`: the indexes against SQL; a difference is a failure (exit 1).
 pub async fn check(settings: &Settings) -> Result<(), Failure> {
-    let (engine, store, shutdown) = open_embedded(settings).await?;
+    let (engine, store, shutdown, _lock) = open_embedded(settings).await?;
     let result = engine.indexer().verify().await;
     shutdown.cancel();
     engine.join_background(Duration::from_secs(10)).await;

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 mod chat;
+mod connect;
 mod import_chat;
 mod ingest;
 mod memory;
@@ -29,6 +30,8 @@ struct Cli {
     /// Settings file (default ./mnemo.toml when present).
     #[arg(long, global = true)]
     config: Option<PathBuf>,
+    #[command(flatten)]
+    target: connect::Target,
     #[command(subcommand)]
     command: Command,
 }
@@ -51,16 +54,12 @@ enum Command {
     },
     /// Add, search, list, export and import a user's memories.
     Memory {
-        #[command(flatten)]
-        target: memory::Target,
         #[command(subcommand)]
         command: memory::MemoryCommand,
     },
     /// Add documents (files, or directories recursively: .md .markdown .txt .html .htm .pdf)
     /// for local research; prints each document's id and chunk count.
     Ingest {
-        #[command(flatten)]
-        target: memory::Target,
         /// Files or directories.
         #[arg(required = true)]
         paths: Vec<PathBuf>,
@@ -69,29 +68,26 @@ enum Command {
     /// JSON (`{"title", "messages": [{"role", "content", "author"?, "created_at"?}]}`) or a
     /// ChatGPT export (`conversations.json`). Prints each new thread's id.
     ImportChat {
-        #[command(flatten)]
-        target: memory::Target,
         /// The file to read.
         path: PathBuf,
     },
-    /// Chat in the terminal with a running server (--server, --key) or an embedded one.
+    /// Chat in the terminal: with --server/--key, the server holding the data directory, or
+    /// an embedded one; as --user (default "dev").
     Chat {
-        #[arg(long, env = "MNEMO_SERVER")]
-        server: Option<String>,
-        #[arg(long, env = "MNEMO_KEY", hide_env_values = true)]
-        key: Option<String>,
-        /// Continue an existing thread.
+        /// Continue an existing thread (its id).
         #[arg(long)]
         thread: Option<String>,
     },
-    /// Run one deep research and stream its report (embedded, or --server/--key).
+    /// Run one deep research and stream its report (same routing and --user as chat).
     Research(research::ResearchArgs),
     /// Benchmarks that print numbers.
     Bench {
         #[command(subcommand)]
         command: BenchCommand,
     },
-    /// Memory-quality evaluation on public benchmarks.
+    /// Memory-quality evaluation on public benchmarks. LoCoMo (Maharana et al., ACL 2024) is
+    /// the snap-research/locomo repository's data/locomo10.json (CC BY-NC 4.0, not shipped);
+    /// this workplace keeps a dev split at ../shared/eval/locomo-dev.json.
     Eval {
         #[command(subcommand)]
         command: EvalCommand,
@@ -105,7 +101,10 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum EvalCommand {
-    /// Evidence recall@k and NDCG@k on LoCoMo (the data file is read from PATH, never copied).
+    /// Evidence recall@k and NDCG@k on LoCoMo: each conversation is ingested as one user's
+    /// history through the product's own write and recall paths. The data file (locomo10.json
+    /// from github.com/snap-research/locomo, or a split of it) is read from --data, never
+    /// copied.
     Locomo(EvalArgs),
     /// The same on a LongMemEval-format file.
     Longmemeval(EvalArgs),
@@ -113,7 +112,7 @@ enum EvalCommand {
 
 #[derive(Debug, clap::Args)]
 struct EvalArgs {
-    /// The dataset JSON file.
+    /// The dataset JSON file, e.g. ../shared/eval/locomo-dev.json.
     #[arg(long)]
     data: PathBuf,
     /// Results directory (results.json, results.md, recall.svg).
@@ -143,12 +142,16 @@ struct EvalArgs {
 enum BenchCommand {
     /// Recall latency, ingest, reindex and index lag at scale on the embedded defaults.
     Recall {
+        /// Memories in the whole store.
         #[arg(long, default_value_t = 1_000_000)]
         total: usize,
+        /// Memories of the one big user whose recall is timed.
         #[arg(long, default_value_t = 100_000)]
         user_memories: usize,
+        /// Users the rest of the memories are spread over.
         #[arg(long, default_value_t = 1000)]
         users: usize,
+        /// Recall queries timed.
         #[arg(long, default_value_t = 1000)]
         queries: usize,
         /// Skip building HNSW (faster, slower searches).
@@ -161,13 +164,16 @@ enum BenchCommand {
     },
     /// Time from the end of a turn to its memory being recallable, and writer throughput.
     Write {
+        /// Chat turns whose memories are timed from turn end to recallable.
         #[arg(long, default_value_t = 100)]
         turns: usize,
+        /// Memory-writer jobs for the throughput measurement.
         #[arg(long, default_value_t = 500)]
         jobs: usize,
         /// An OpenAI-compatible endpoint for the LLM path (chat and extraction).
         #[arg(long)]
         llm_url: Option<String>,
+        /// The model at --llm-url.
         #[arg(long)]
         llm_model: Option<String>,
     },
@@ -176,11 +182,31 @@ enum BenchCommand {
 #[derive(Debug, Subcommand)]
 enum UserCommand {
     /// Create a user and print a new API key (shown once) on stdout.
-    Add { name: String },
+    Add {
+        /// 1-64 letters, digits, '.', '_', '-' or '@'.
+        name: String,
+    },
     /// List users and how many active keys each has.
     List,
-    /// Revoke every API key of a user.
-    Revoke { name: String },
+    /// Revoke every API key of a user (the user and their memories stay).
+    Revoke {
+        /// The user's name.
+        name: String,
+    },
+    /// Issue a new API key for an existing user (shown once) and revoke their other keys,
+    /// unless --keep-old.
+    Key {
+        /// The user's name.
+        name: String,
+        /// Keep the user's existing keys working beside the new one.
+        #[arg(long)]
+        keep_old: bool,
+    },
+    /// List a user's API keys (prefix, created, revoked), newest first.
+    Keys {
+        /// The user's name.
+        name: String,
+    },
 }
 
 /// A failure with the exit code it maps to.
@@ -253,7 +279,7 @@ pub fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
-            eprintln!("error: {}", failure.message.replace('\n', " "));
+            eprintln!("error: {}", failure.message);
             ExitCode::from(failure.code)
         }
     }
@@ -286,37 +312,25 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             store.close().await;
             result
         }
-        Command::Memory { target, command } => {
+        Command::Memory { command } => {
             let settings = load_quiet(&overrides)?;
-            memory::run(&settings, target, command).await
+            memory::run(&settings, cli.target, command).await
         }
-        Command::ImportChat { target, path } => {
+        Command::ImportChat { path } => {
             let settings = load_quiet(&overrides)?;
-            import_chat::run(&settings, target, &path).await
+            import_chat::run(&settings, cli.target, &path).await
         }
-        Command::Ingest { target, paths } => {
+        Command::Ingest { paths } => {
             let settings = load_quiet(&overrides)?;
-            ingest::run(&settings, target, paths).await
+            ingest::run(&settings, cli.target, paths).await
         }
-        Command::Chat {
-            server,
-            key,
-            thread,
-        } => {
+        Command::Chat { thread } => {
             let settings = load_quiet(&overrides)?;
-            chat::run(
-                settings,
-                chat::ChatOptions {
-                    server,
-                    key,
-                    thread,
-                },
-            )
-            .await
+            chat::run(settings, &cli.target, thread).await
         }
         Command::Research(args) => {
             let settings = load_quiet(&overrides)?;
-            research::run(settings, args).await
+            research::run(settings, &cli.target, args).await
         }
         Command::Bench {
             command:
@@ -438,6 +452,16 @@ fn load_quiet(overrides: &Overrides) -> Result<Settings, Failure> {
 }
 
 async fn serve(settings: Settings) -> Result<(), Failure> {
+    // Before binding: a second server on the same directory would otherwise fail on the port.
+    if let Some(holder) = mnemo::datadir::probe(&settings.data_dir) {
+        let error = mnemo::datadir::LockError::Held {
+            dir: settings.data_dir.clone(),
+            holder,
+        };
+        return Err(Failure::other(format!(
+            "{error}; stop it, or serve another --data-dir"
+        )));
+    }
     mnemo::telemetry::init(
         &settings.log.level,
         settings.log.format == mnemo::config::LogFormat::Json,
@@ -445,13 +469,20 @@ async fn serve(settings: Settings) -> Result<(), Failure> {
         std::io::stderr,
     );
     let shutdown = CancellationToken::new();
-    let listener = startup::bind(&settings).await?;
+    let listener = startup::bind(&settings).await.map_err(|error| {
+        Failure::other(format!(
+            "cannot listen on {}: {error}",
+            settings.server.addr
+        ))
+    })?;
     let dev = settings.server.dev;
-    let data_dir = settings.data_dir.clone();
     let state = startup::build_state(settings, shutdown.clone()).await?;
     let addr = listener
         .local_addr()
         .map_err(|e| Failure::other(e.to_string()))?;
+    if let Err(error) = state.publish_address(addr) {
+        tracing::warn!(%error, "cannot record the address in the data directory's lock file");
+    }
     if dev {
         eprintln!(
             "\n!!! DEV MODE: every request without a token is served as the local user \"dev\".\n\
@@ -459,17 +490,19 @@ async fn serve(settings: Settings) -> Result<(), Failure> {
         );
         tracing::warn!("dev mode: requests without credentials act as the local dev user");
     }
+    if !state.models.configured() {
+        tracing::warn!(
+            "no model configured (llm.base_url + llm.model): chat answers from memory only, \
+             research is extractive"
+        );
+    } else if state.settings.chat_model().is_none() {
+        tracing::warn!("no model for the chat role: chat answers from memory only");
+    }
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "mnemo listening on http://{addr}");
-    let _ = writeln!(
-        out,
-        "backends: database={} ({}), data_dir={}, auth=api-keys{}{}",
-        state.store.backend(),
-        state.database_display,
-        data_dir.display(),
-        if state.auth.jwt_enabled() { "+jwt" } else { "" },
-        if dev { "+dev" } else { "" },
-    );
+    for (label, value) in startup::describe(&state) {
+        let _ = writeln!(out, "  {label:<10} {value}");
+    }
     let _ = out.flush();
     drop(out);
     tokio::spawn(startup::shutdown_on_signal(shutdown));
@@ -482,7 +515,16 @@ async fn user_command(store: &dyn store::Store, command: UserCommand) -> Result<
     match command {
         UserCommand::Add { name } => {
             validate_user_name(&name).map_err(Failure::usage)?;
-            let user = store.accounts().create_user(&name, UserKind::Key).await?;
+            let user = store
+                .accounts()
+                .create_user(&name, UserKind::Key)
+                .await
+                .map_err(|error| match error {
+                    StoreError::Conflict(_) => Failure::usage(format!(
+                        "user {name} already exists; `mnemo user key {name}` issues a new key"
+                    )),
+                    other => other.into(),
+                })?;
             let key = keys::generate();
             store
                 .accounts()
@@ -509,8 +551,93 @@ async fn user_command(store: &dyn store::Store, command: UserCommand) -> Result<
         }
         UserCommand::Revoke { name } => {
             let revoked = store.accounts().revoke_keys(&name).await?;
-            eprintln!("revoked {revoked} key(s) of {name}");
+            eprintln!(
+                "revoked {revoked} key(s) of {name}; `mnemo user key {name}` issues a new one"
+            );
+        }
+        UserCommand::Key { name, keep_old } => {
+            let key = keys::generate();
+            let revoked = store
+                .accounts()
+                .rotate_key(&name, &key.hash, &key.prefix, !keep_old)
+                .await
+                .map_err(|error| match error {
+                    StoreError::NotFound(_) => Failure::usage(format!(
+                        "no user named {name} (create one with `mnemo user add {name}`)"
+                    )),
+                    other => other.into(),
+                })?;
+            if keep_old {
+                eprintln!("new key for {name} (other keys kept); shown only once");
+            } else {
+                eprintln!("new key for {name}; revoked {revoked} older key(s); shown only once");
+            }
+            println!("{}", key.plaintext);
+        }
+        UserCommand::Keys { name } => {
+            let listed = store
+                .accounts()
+                .api_keys(&name)
+                .await
+                .map_err(|error| match error {
+                    StoreError::NotFound(_) => Failure::usage(format!("no user named {name}")),
+                    other => other.into(),
+                })?;
+            println!("{:<16} {:<24} revoked", "prefix", "created");
+            for key in listed {
+                println!(
+                    "{:<16} {:<24} {}",
+                    key.prefix,
+                    key.created_at.format("%Y-%m-%d %H:%M:%S UTC"),
+                    key.revoked_at
+                        .map(|at| at.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+                        .unwrap_or_else(|| "-".into())
+                );
+            }
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every flag and argument of every command says what it is for.
+    #[test]
+    fn every_argument_of_every_command_has_a_description() {
+        fn visit(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version") {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in command.get_subcommands() {
+                if sub.get_about().is_none() && sub.get_long_about().is_none() {
+                    missing.push(format!("{path} {} (the command)", sub.get_name()));
+                }
+                visit(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        visit(&super::Cli::command(), "mnemo", &mut missing);
+        assert!(missing.is_empty(), "undocumented: {missing:#?}");
+    }
+
+    #[test]
+    fn memory_add_help_lists_the_kinds() {
+        let mut command = super::Cli::command();
+        let help = command
+            .find_subcommand_mut("memory")
+            .and_then(|memory| memory.find_subcommand_mut("add"))
+            .map(|add| add.render_long_help().to_string())
+            .unwrap_or_default();
+        for kind in ["fact", "preference", "event", "conclusion", "profile"] {
+            assert!(help.contains(kind), "{help}");
+        }
+    }
 }

@@ -1,6 +1,6 @@
-//! `mnemo research "question"`: one deep research from the terminal, against a running server
-//! (`--server URL --key KEY`) or embedded on the data directory for a user (`--user NAME`,
-//! default the local dev user). Progress (stages, searches, errors) goes to stderr as it
+//! `mnemo research "question"`: one deep research from the terminal, where `connect::route`
+//! says (a server, the server holding the data directory, or embedded on the data directory),
+//! as `--user` (default the local dev user). Progress (stages, searches, errors) goes to stderr as it
 //! happens; the report streams to stdout.
 
 use std::io::Write;
@@ -12,23 +12,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::Failure;
 use super::chat::connect;
-use mnemo::auth::DEV_USER;
+use super::connect::{Route, Target, route};
 use mnemo::config::Settings;
 use mnemo::research::request::ResearchRequest;
-use mnemo::store::UserKind;
 
 #[derive(Debug, clap::Args)]
 pub struct ResearchArgs {
     /// What to research.
     pub query: String,
-    #[arg(long, env = "MNEMO_SERVER")]
-    pub server: Option<String>,
-    #[arg(long, env = "MNEMO_KEY", hide_env_values = true)]
-    pub key: Option<String>,
-    /// Embedded: the user whose memory and documents the research uses (default: the local
-    /// dev user).
-    #[arg(long)]
-    pub user: Option<String>,
     /// Search provider: local (your ingested documents), tavily, brave, searxng, duckduckgo.
     #[arg(long)]
     pub search_api: Option<String>,
@@ -38,8 +29,10 @@ pub struct ResearchArgs {
     /// supervisor (default) or recursive.
     #[arg(long)]
     pub mode: Option<String>,
+    /// Recursive mode: search queries per level (how wide the research goes).
     #[arg(long)]
     pub breadth: Option<u32>,
+    /// Recursive mode: levels of follow-up questions (how deep it goes).
     #[arg(long)]
     pub depth: Option<u32>,
     /// Researchers running at once.
@@ -50,7 +43,7 @@ pub struct ResearchArgs {
     pub no_remember: bool,
 }
 
-pub async fn run(settings: Settings, args: ResearchArgs) -> Result<(), Failure> {
+pub async fn run(settings: Settings, target: &Target, args: ResearchArgs) -> Result<(), Failure> {
     let mut body = json!({ "query": args.query });
     let fields = [
         ("search_api", args.search_api.clone().map(Value::from)),
@@ -70,21 +63,17 @@ pub async fn run(settings: Settings, args: ResearchArgs) -> Result<(), Failure> 
             body[name] = value;
         }
     }
-    if args.server.is_some() {
-        if args.user.is_some() {
-            return Err(Failure::usage(
-                "--user is for embedded research; with --server the key names the user",
-            ));
+    match route(&settings, target)? {
+        Route::Remote { .. } => {
+            let (client, _) = connect(settings, target).await?;
+            stream(&client, &body).await
         }
-        let (client, _) = connect(settings, args.server.clone(), args.key.clone()).await?;
-        stream(&client, &body).await
-    } else {
-        embedded(settings, args.user.as_deref(), &body).await
+        Route::Embedded { user } => embedded(settings, &user, &body).await,
     }
 }
 
 /// Runs the research in this process on the data directory.
-async fn embedded(settings: Settings, user: Option<&str>, body: &Value) -> Result<(), Failure> {
+async fn embedded(settings: Settings, user: &str, body: &Value) -> Result<(), Failure> {
     let request: ResearchRequest =
         serde_json::from_value(body.clone()).map_err(|e| Failure::usage(e.to_string()))?;
     let state = mnemo::startup::build_state(settings, CancellationToken::new()).await?;
@@ -96,36 +85,20 @@ async fn embedded(settings: Settings, user: Option<&str>, body: &Value) -> Resul
 
 async fn research_in(
     state: &mnemo::http::AppState,
-    user: Option<&str>,
+    user: &str,
     request: &ResearchRequest,
 ) -> Result<(), Failure> {
-    let user = match user {
-        Some(name) => state
-            .store
-            .accounts()
-            .user_by_name(name)
-            .await?
-            .ok_or_else(|| Failure::usage(format!("no user named {name} (see mnemo user list)")))?,
-        None => {
-            state
-                .store
-                .accounts()
-                .ensure_user(DEV_USER, UserKind::Dev)
-                .await?
-        }
-    };
+    let user = super::memory::local_user(state.store.as_ref(), user).await?;
     let (run, _) = state
         .research
-        .start(user.id, request)
+        .start(user, request)
         .await
         .map_err(|error| match error {
             mnemo::research::StartError::Invalid(message) => Failure::usage(message),
             mnemo::research::StartError::Store(error) => error.into(),
             mnemo::research::StartError::NotAdmitted(error) => Failure::other(error.to_string()),
         })?;
-    let events = state
-        .runs
-        .follow(user.id, run.id, 0, CancellationToken::new());
+    let events = state.runs.follow(user, run.id, 0, CancellationToken::new());
     futures::pin_mut!(events);
     let mut out = std::io::stdout();
     let mut outcome = None;
@@ -179,6 +152,12 @@ fn show(kind: &str, data: &Value, out: &mut impl Write) -> Option<String> {
         "stage_update" => eprintln!("== {}: {}", text("stage"), text("content")),
         "sources_found" | "tool_call" => eprintln!("   {}", text("content")),
         "error" => eprintln!("   ! {} error: {}", text("error_type"), text("message")),
+        "stage_fallback" => eprintln!(
+            "   ~ {}: {} ({})",
+            text("step"),
+            text("content"),
+            text("reason")
+        ),
         "report_delta" => {
             let _ = write!(out, "{}", text("content"));
             let _ = out.flush();

@@ -5,6 +5,11 @@
 //! `text/markdown` (default), `text/plain` or `text/html` — or the raw document as the body,
 //! its type in the `Content-Type` header (`application/pdf`, `text/html`, `text/plain`,
 //! `text/markdown`) and optional `?title=` and `?source=` query parameters.
+//!
+//! The source identifies the document (without one, its content does): sending a source again
+//! with the same bytes answers 200 with the stored document and `"status": "unchanged"`,
+//! writing nothing; with other bytes, 200 and `"replaced"` (same id, new chunks); a new
+//! document is 201 and `"created"`.
 
 use axum::Json;
 use axum::extract::State;
@@ -15,7 +20,7 @@ use super::AppState;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiBytes, ApiPath, ApiQuery, Page};
 use crate::auth::AuthUser;
-use crate::documents::{self, DocumentError, NewUpload};
+use crate::documents::{self, DocumentError, IngestStatus, IngestedDocument, NewUpload};
 use crate::store::{Document, DocumentId};
 
 impl From<DocumentError> for ApiError {
@@ -34,7 +39,8 @@ pub struct IngestBody {
     pub title: Option<String>,
     /// `text/markdown` (default), `text/plain` or `text/html`.
     pub content_type: Option<String>,
-    /// Where the document came from (a path or URL), kept for the list.
+    /// Where the document came from (a path or URL), kept for the list. It identifies the
+    /// document: the same source again keeps (same bytes) or replaces (other bytes) it.
     pub source: Option<String>,
 }
 
@@ -42,6 +48,7 @@ pub struct IngestBody {
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 pub struct IngestQuery {
     pub title: Option<String>,
+    /// Where the document came from; it identifies the document (see `IngestBody.source`).
     pub source: Option<String>,
 }
 
@@ -63,8 +70,11 @@ const INLINE_TYPES: &[&str] = &["text/markdown", "text/plain", "text/html"];
             ("text/markdown"),
             ("text/plain"),
         )),
-    responses((status = 201, body = Document),
+    responses((status = 201, body = IngestedDocument, description = "A new document: `created`"),
+        (status = 200, body = IngestedDocument,
+            description = "The document was there: `unchanged` (nothing written) or `replaced`"),
         (status = 400, description = "Empty, unreadable or unsupported content", body = ErrorBody),
+        (status = 409, description = "Another ingest of this document changed it meanwhile", body = ErrorBody),
         (status = 413, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn ingest(
@@ -73,7 +83,7 @@ pub async fn ingest(
     ApiQuery(query): ApiQuery<IngestQuery>,
     headers: HeaderMap,
     ApiBytes(body): ApiBytes,
-) -> ApiResult<(StatusCode, Json<Document>)> {
+) -> ApiResult<(StatusCode, Json<IngestedDocument>)> {
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
@@ -113,8 +123,12 @@ pub async fn ingest(
             bytes: body.to_vec(),
         }
     };
-    let document = documents::ingest(&state.memory, user.user_id, upload).await?;
-    Ok((StatusCode::CREATED, Json(document)))
+    let ingested = documents::ingest(&state.memory, user.user_id, upload).await?;
+    let status = match ingested.status {
+        IngestStatus::Created => StatusCode::CREATED,
+        IngestStatus::Unchanged | IngestStatus::Replaced => StatusCode::OK,
+    };
+    Ok((status, Json(ingested)))
 }
 
 #[utoipa::path(get, path = "/v1/documents", tag = "documents", params(Page<DocumentId, 500>),

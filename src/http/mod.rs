@@ -424,8 +424,21 @@ async fn health(State(state): State<AppState>) -> Response {
         Err(error) => json!({ "status": "down", "error": error.to_string() }),
     };
     let healthy = database["status"] == "ok" && lag.is_ok();
+    // A model that does not answer degrades the server (chat answers from memory only) but
+    // does not take it out of a load balancer: the status says so, the code stays 200.
+    let (llm, llm_down) = match state.models.reachability().await {
+        None => (json!({ "status": "not_configured" }), false),
+        Some(crate::llm::roles::Reachability::Ok) => (
+            json!({ "status": "ok", "models": state.models.list() }),
+            false,
+        ),
+        Some(crate::llm::roles::Reachability::Down { error }) => (
+            json!({ "status": "down", "error": error, "models": state.models.list() }),
+            true,
+        ),
+    };
     let body: Value = json!({
-        "status": if healthy { "ok" } else { "degraded" },
+        "status": if healthy && !llm_down { "ok" } else { "degraded" },
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_secs": state.started_at.elapsed().as_secs(),
         "components": {
@@ -434,11 +447,7 @@ async fn health(State(state): State<AppState>) -> Response {
             "vector_index": { "status": indexes["status"], "backend": memory.vector_backend },
             "keyword_index": { "status": indexes["status"], "backend": "tantivy" },
             "indexes": indexes,
-            "llm": if state.models.configured() {
-                json!({ "status": "ok", "models": state.models.list() })
-            } else {
-                json!({ "status": "not_configured" })
-            },
+            "llm": llm,
             "runs": { "status": "ok", "active": state.runs.active() },
             "memory_writer": state.writer.health().await,
             "auth": {

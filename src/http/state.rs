@@ -42,6 +42,8 @@ pub struct AppState {
     pub started_at: Instant,
     /// The database URL with any password hidden.
     pub database_display: String,
+    /// This process's hold on the data directory (released at shutdown).
+    pub data_lock: Arc<crate::datadir::DataDirLock>,
 }
 
 impl FromRef<AppState> for Arc<Authenticator> {

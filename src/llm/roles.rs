@@ -17,6 +17,63 @@ use strum::VariantArray;
 pub struct Models {
     roles: Vec<RoleModel>,
     pub structured_retries: u32,
+    probe: Option<Arc<Probe>>,
+}
+
+/// Whether the endpoint answers, checked with `GET {base_url}/models` (cheap on every
+/// OpenAI-compatible server) at most once per `PROBE_TTL`.
+struct Probe {
+    url: String,
+    api_key: Option<String>,
+    http: reqwest::Client,
+    last: tokio::sync::Mutex<Option<(std::time::Instant, Reachability)>>,
+}
+
+/// What the last probe of the model endpoint found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Reachability {
+    Ok,
+    /// The endpoint did not answer, or answered with an error; `error` says how (never the
+    /// key).
+    Down {
+        error: String,
+    },
+}
+
+const PROBE_TTL: Duration = Duration::from_secs(15);
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+impl Probe {
+    async fn check(&self) -> Reachability {
+        let mut last = self.last.lock().await;
+        if let Some((at, found)) = last.as_ref()
+            && at.elapsed() < PROBE_TTL
+        {
+            return found.clone();
+        }
+        let mut request = self.http.get(&self.url);
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key);
+        }
+        let found = match request.send().await {
+            Ok(response) if response.status().is_success() => Reachability::Ok,
+            Ok(response) => Reachability::Down {
+                error: format!("GET /models answered {}", response.status()),
+            },
+            Err(error) if error.is_timeout() => Reachability::Down {
+                error: format!("no answer within {} s", PROBE_TIMEOUT.as_secs()),
+            },
+            Err(error) if error.is_connect() => Reachability::Down {
+                error: "connection refused or host unreachable".into(),
+            },
+            Err(_) => Reachability::Down {
+                error: "the request failed".into(),
+            },
+        };
+        *last = Some((std::time::Instant::now(), found.clone()));
+        found
+    }
 }
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -64,9 +121,34 @@ impl Models {
                 })
             })
             .collect();
+        let probe = reqwest::Client::builder()
+            .timeout(PROBE_TIMEOUT)
+            .build()
+            .ok()
+            .map(|http| {
+                Arc::new(Probe {
+                    url: format!("{}/models", base_url.trim_end_matches('/')),
+                    api_key: endpoint.api_key.clone(),
+                    http,
+                    last: tokio::sync::Mutex::new(None),
+                })
+            });
         Self {
             roles,
             structured_retries: settings.max_structured_output_retries,
+            probe,
+        }
+    }
+
+    /// Whether the model endpoint answers (cached for a few seconds); `None` when no model is
+    /// configured.
+    pub async fn reachability(&self) -> Option<Reachability> {
+        if !self.configured() {
+            return None;
+        }
+        match &self.probe {
+            Some(probe) => Some(probe.check().await),
+            None => Some(Reachability::Ok),
         }
     }
 

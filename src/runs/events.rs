@@ -30,6 +30,7 @@ pub enum RunEvent {
     Usage(UsageStep),
     MessageComplete(MessageComplete),
     ResearchComplete(ResearchComplete),
+    StageFallback(StageFallback),
     Error(ErrorEvent),
     Done(Done),
 }
@@ -51,6 +52,7 @@ impl RunEvent {
             RunEvent::Usage(_) => EventType::Usage,
             RunEvent::MessageComplete(_) => EventType::MessageComplete,
             RunEvent::ResearchComplete(_) => EventType::ResearchComplete,
+            RunEvent::StageFallback(_) => EventType::StageFallback,
             RunEvent::Error(_) => EventType::Error,
             RunEvent::Done(_) => EventType::Done,
         }
@@ -196,6 +198,27 @@ pub struct MessageComplete {
 pub struct ResearchComplete {
     pub content: String,
     pub metadata: Value,
+}
+
+/// A research step whose model reply could not be used (no valid JSON after the retries, no
+/// usable tool call, an empty report), done the extractive way instead, as without a model:
+/// the brief is the query, the plan one research unit on it, a researcher's findings the
+/// passages of what it read, the report a digest of those passages with their citations.
+/// The research goes on; a model that cannot be reached still fails it (`error`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageFallback {
+    /// The research stage it happened in (as in `stage_update`).
+    pub stage: String,
+    /// The step that fell back: `clarification`, `research_brief`, `supervisor`,
+    /// `researcher`, `compression`, `plan_queries`, `learnings`, `curate_sources`,
+    /// `final_report` or `conclusions`.
+    pub step: String,
+    /// Why the model's reply was not used: the parse or schema error, never the reply itself.
+    pub reason: String,
+    /// What was done instead, in a sentence.
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
 }
 
 /// The closed set of `error_type`s carried by `error` events.

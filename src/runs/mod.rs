@@ -1155,6 +1155,24 @@ mod wire_tests {
                 ),
             ),
             (
+                RunEvent::StageFallback(StageFallback {
+                    stage: "research_brief".into(),
+                    step: "research_brief".into(),
+                    reason: "no valid JSON after 3 attempts: expected value at line 1 column 1"
+                        .into(),
+                    content: "The query is the brief".into(),
+                    metadata: None,
+                }),
+                Some(Some("m")),
+                envelope(
+                    json!({ "type": "stage_fallback", "stage": "research_brief",
+                            "step": "research_brief",
+                            "reason": "no valid JSON after 3 attempts: expected value at line 1 column 1",
+                            "content": "The query is the brief", "model": "m" }),
+                    true,
+                ),
+            ),
+            (
                 RunEvent::Error(ErrorEvent {
                     error_type: RunErrorType::Llm,
                     message: "the model is down".into(),

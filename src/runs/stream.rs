@@ -27,7 +27,8 @@ impl DeltaKind {
 }
 
 /// Streams one model call, turning its text deltas into delta events flushed every
-/// `interval`. Returns the model's result and whether every delta was recorded.
+/// `interval`. Returns the model's result and, once every delta is recorded, how many delta
+/// events were emitted.
 pub async fn stream_to_events(
     context: &RunContext,
     research: Option<&ResearchEnvelope>,
@@ -35,7 +36,7 @@ pub async fn stream_to_events(
     request: &ChatRequest,
     interval: Duration,
     kind: DeltaKind,
-) -> (Result<ChatResponse, LlmError>, Result<(), RunFailure>) {
+) -> (Result<ChatResponse, LlmError>, Result<usize, RunFailure>) {
     let (sender, receiver) = mpsc::unbounded_channel::<String>();
     let call = async move {
         let sink = |text: &str| {
@@ -54,7 +55,8 @@ async fn coalesce(
     mut receiver: mpsc::UnboundedReceiver<String>,
     interval: Duration,
     kind: DeltaKind,
-) -> Result<(), RunFailure> {
+) -> Result<usize, RunFailure> {
+    let mut emitted = 0;
     let mut buffer = String::new();
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -68,12 +70,14 @@ async fn coalesce(
                 if !buffer.is_empty() {
                     let content = std::mem::take(&mut buffer);
                     context.emit_for(kind.event(content), research).await?;
+                    emitted += 1;
                 }
             }
         }
     }
     if !buffer.is_empty() {
         context.emit_for(kind.event(buffer), research).await?;
+        emitted += 1;
     }
-    Ok(())
+    Ok(emitted)
 }

@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{ErrorKind, HasKind};
 
-pub use document::{Document, NewDocument};
+pub use document::{Document, DocumentState, NewDocument};
 pub use ids::{DocumentId, JobId, MemoryId, MessageId, RunId, ThreadId, UserId};
 pub use memory::{
     Embedded, LogEntry, LogOp, Memory, MemoryFilter, MemoryKind, MemoryPatch, MemorySource,
@@ -96,6 +96,15 @@ pub struct User {
     pub kind: UserKind,
     pub created_at: DateTime<Utc>,
     pub active_keys: i64,
+}
+
+/// One API key of a user, as listed (the key itself is never stored, only its hash).
+#[derive(Debug, Clone, Serialize)]
+pub struct ApiKeyInfo {
+    /// The key's first characters, enough to tell keys apart.
+    pub prefix: String,
+    pub created_at: DateTime<Utc>,
+    pub revoked_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
@@ -240,6 +249,7 @@ text_enum!(
         Usage => "usage",
         MessageComplete => "message_complete",
         ResearchComplete => "research_complete",
+        StageFallback => "stage_fallback",
         Error => "error",
         Done => "done",
     }
@@ -485,6 +495,9 @@ pub(in crate::store) trait JobStore: Send + Sync + 'static {
 /// the memory engine; this part keeps the document rows and finds a document's chunks.
 #[async_trait]
 pub(in crate::store) trait DocumentStore: Send + Sync + 'static {
+    /// Inserts a row at generation 0, its chunks not yet written (`finish_document` records
+    /// that they are). `Conflict` when the user already has a document with this source, or,
+    /// for one without a source, with this content hash.
     async fn insert_document(&self, user: UserId, document: NewDocument) -> StoreResult<Document>;
     /// Newest first, before an optional cursor.
     async fn list_documents(
@@ -494,6 +507,38 @@ pub(in crate::store) trait DocumentStore: Send + Sync + 'static {
         before: Option<DocumentId>,
     ) -> StoreResult<Vec<Document>>;
     async fn get_document(&self, user: UserId, id: DocumentId) -> StoreResult<Document>;
+    /// The document with its generation and whether its chunks are all written.
+    async fn document_state(&self, user: UserId, id: DocumentId) -> StoreResult<DocumentState>;
+    /// The user's documents with this source, newest first: at most one with a content hash,
+    /// the others ingested before content hashes were kept.
+    async fn documents_from_source(
+        &self,
+        user: UserId,
+        source: &str,
+    ) -> StoreResult<Vec<DocumentState>>;
+    /// The user's document without a source whose content has this hash.
+    async fn document_with_content(
+        &self,
+        user: UserId,
+        content_hash: &str,
+    ) -> StoreResult<Option<DocumentState>>;
+    /// Makes the row describe `new` (its source is kept) at the next generation, chunks not yet
+    /// written, if it is still at `generation`. False when another ingest claimed it first, it
+    /// is gone, or another row of the user already has the identity `new` would give it.
+    async fn claim_document(
+        &self,
+        user: UserId,
+        id: DocumentId,
+        generation: i64,
+        new: NewDocument,
+    ) -> StoreResult<bool>;
+    /// Records that the document's chunks are all written, if it is still at `generation`.
+    async fn finish_document(
+        &self,
+        user: UserId,
+        id: DocumentId,
+        generation: i64,
+    ) -> StoreResult<bool>;
     /// Deletes the document row (its chunk memories are deleted through the memory engine).
     async fn delete_document(&self, user: UserId, id: DocumentId) -> StoreResult<()>;
     /// The ids of the user's memories that are chunks of this document (archived or not).
@@ -534,6 +579,17 @@ pub(in crate::store) trait StoreCore: Send + Sync + 'static {
     async fn user_by_key_hash(&self, key_hash: &str) -> StoreResult<Option<User>>;
     /// Revokes every key of the named user; returns how many were revoked.
     async fn revoke_keys(&self, name: &str) -> StoreResult<u64>;
+    /// Adds a key to the named user, first revoking the user's other keys when `revoke_others`,
+    /// in one transaction; returns how many were revoked.
+    async fn rotate_key(
+        &self,
+        name: &str,
+        key_hash: &str,
+        prefix: &str,
+        revoke_others: bool,
+    ) -> StoreResult<u64>;
+    /// Every key of the named user, newest first, revoked ones included.
+    async fn api_keys(&self, name: &str) -> StoreResult<Vec<ApiKeyInfo>>;
 
     // --- threads and messages (working memory) --------------------------------------------
     async fn create_thread(&self, user: UserId, title: &str) -> StoreResult<Thread>;

@@ -126,6 +126,17 @@ impl UserScope<'_> {
         fn insert_document(&self, document: NewDocument) -> StoreResult<Document>;
         fn list_documents(&self, limit: i64, before: Option<DocumentId>) -> StoreResult<Vec<Document>>;
         fn get_document(&self, id: DocumentId) -> StoreResult<Document>;
+        /// The document with its generation and whether its chunks are all written.
+        fn document_state(&self, id: DocumentId) -> StoreResult<DocumentState>;
+        /// The documents with this source, newest first (at most one with a content hash).
+        fn documents_from_source(&self, source: &str) -> StoreResult<Vec<DocumentState>>;
+        /// The document without a source whose content has this hash.
+        fn document_with_content(&self, content_hash: &str) -> StoreResult<Option<DocumentState>>;
+        /// Moves the row at `generation` to the next one, describing `new`; false when it was
+        /// not at `generation` (another ingest claimed it) or is gone.
+        fn claim_document(&self, id: DocumentId, generation: i64, new: NewDocument) -> StoreResult<bool>;
+        /// Records that the chunks are all written, if the row is still at `generation`.
+        fn finish_document(&self, id: DocumentId, generation: i64) -> StoreResult<bool>;
         fn delete_document(&self, id: DocumentId) -> StoreResult<()>;
         fn document_chunk_ids(&self, id: DocumentId) -> StoreResult<Vec<MemoryId>>;
 
@@ -238,5 +249,13 @@ impl Accounts<'_> {
         fn user_by_key_hash(&self, key_hash: &str) -> StoreResult<Option<User>>;
         /// Revokes every key of the named user; returns how many were revoked.
         fn revoke_keys(&self, name: &str) -> StoreResult<u64>;
+        fn rotate_key(
+            &self,
+            name: &str,
+            key_hash: &str,
+            prefix: &str,
+            revoke_others: bool,
+        ) -> StoreResult<u64>;
+        fn api_keys(&self, name: &str) -> StoreResult<Vec<ApiKeyInfo>>;
     }
 }

@@ -255,6 +255,66 @@ macro_rules! sql_store {
                 Ok(done.rows_affected())
             }
 
+            async fn rotate_key(
+                &self,
+                name: &str,
+                key_hash: &str,
+                prefix: &str,
+                revoke_others: bool,
+            ) -> StoreResult<u64> {
+                let user = self.user_by_name(name).await?.ok_or(StoreError::NotFound("user"))?;
+                let mut tx = self.pool.begin().await?;
+                let revoked = if revoke_others {
+                    sqlx::query(
+                        "UPDATE api_keys SET revoked_at = $1 \
+                         WHERE user_id = $2 AND revoked_at IS NULL",
+                    )
+                    .bind(now())
+                    .bind(user.id.as_uuid())
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected()
+                } else {
+                    0
+                };
+                sqlx::query(
+                    "INSERT INTO api_keys (id, user_id, key_hash, prefix, created_at) \
+                     VALUES ($1, $2, $3, $4, $5)",
+                )
+                .bind(uuid::Uuid::now_v7())
+                .bind(user.id.as_uuid())
+                .bind(key_hash)
+                .bind(prefix)
+                .bind(now())
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(revoked)
+            }
+
+            async fn api_keys(&self, name: &str) -> StoreResult<Vec<ApiKeyInfo>> {
+                use sqlx::Row as _;
+                let user = self.user_by_name(name).await?.ok_or(StoreError::NotFound("user"))?;
+                let found = sqlx::query(
+                    "SELECT prefix, created_at, revoked_at FROM api_keys \
+                     WHERE user_id = $1 ORDER BY created_at DESC, id DESC",
+                )
+                .bind(user.id.as_uuid())
+                .fetch_all(&self.pool)
+                .await?;
+                found
+                    .iter()
+                    .map(|row| {
+                        Ok(ApiKeyInfo {
+                            prefix: row.try_get("prefix")?,
+                            created_at: row.try_get("created_at")?,
+                            revoked_at: row.try_get("revoked_at")?,
+                        })
+                    })
+                    .collect::<Result<_, sqlx::Error>>()
+                    .map_err(Into::into)
+            }
+
             async fn create_thread(&self, user: UserId, title: &str) -> StoreResult<Thread> {
                 let thread = Thread {
                     id: ThreadId::new(),

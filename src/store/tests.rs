@@ -47,6 +47,7 @@ conformance!(
     reembedding_finds_other_models,
     research_records_are_private_and_finish_once,
     documents_are_private_and_find_their_chunks,
+    documents_have_one_row_per_source_or_content_claimed_once_per_generation,
 );
 
 async fn two_users(store: &Arc<dyn Store>) -> (User, User) {
@@ -83,6 +84,48 @@ async fn users_and_keys(store: Arc<dyn Store>) {
         store.revoke_keys("carol").await,
         Err(StoreError::NotFound(_))
     ));
+    // Rotation after a revoke: a new key works, the revoked one stays revoked.
+    assert_eq!(
+        store
+            .rotate_key("alice", "hash-a2", "mnemo_a2", true)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        store.user_by_key_hash("hash-a2").await.unwrap().unwrap().id,
+        alice.id
+    );
+    // Keeping the old key, then replacing both.
+    store
+        .rotate_key("alice", "hash-a3", "mnemo_a3", false)
+        .await
+        .unwrap();
+    assert!(store.user_by_key_hash("hash-a2").await.unwrap().is_some());
+    assert_eq!(
+        store
+            .rotate_key("alice", "hash-a4", "mnemo_a4", true)
+            .await
+            .unwrap(),
+        2
+    );
+    assert!(store.user_by_key_hash("hash-a2").await.unwrap().is_none());
+    assert!(store.user_by_key_hash("hash-a3").await.unwrap().is_none());
+    let listed = store.api_keys("alice").await.unwrap();
+    let prefixes: Vec<_> = listed.iter().map(|key| key.prefix.as_str()).collect();
+    assert_eq!(prefixes, ["mnemo_a4", "mnemo_a3", "mnemo_a2", "mnemo_aaa"]);
+    assert_eq!(
+        listed
+            .iter()
+            .map(|key| key.revoked_at.is_none())
+            .collect::<Vec<_>>(),
+        [true, false, false, false]
+    );
+    assert!(matches!(
+        store.api_keys("carol").await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert_eq!(store.api_keys("bob").await.unwrap()[0].prefix, "mnemo_bbb");
     let ensured = store
         .ensure_user("jwt|iss|sub", UserKind::Jwt)
         .await
@@ -827,6 +870,7 @@ async fn documents_are_private_and_find_their_chunks(store: Arc<dyn Store>) {
         title: title.into(),
         source: Some(format!("/home/alice/{title}.md")),
         content_type: "text/markdown".into(),
+        content_hash: Some(format!("hash-of-{title}")),
         chars: 1234,
         chunks: 2,
     };
@@ -905,6 +949,160 @@ async fn documents_are_private_and_find_their_chunks(store: Arc<dyn Store>) {
         Err(StoreError::NotFound(_))
     ));
     assert_eq!(store.get_document(bob.id, bobs.id).await.unwrap(), bobs);
+}
+
+async fn documents_have_one_row_per_source_or_content_claimed_once_per_generation(
+    store: Arc<dyn Store>,
+) {
+    let (alice, bob) = two_users(&store).await;
+    let new = |source: Option<&str>, hash: Option<&str>, title: &str| NewDocument {
+        title: title.into(),
+        source: source.map(str::to_string),
+        content_type: "text/plain".into(),
+        content_hash: hash.map(str::to_string),
+        chars: 10,
+        chunks: 1,
+    };
+    let notes = store
+        .insert_document(alice.id, new(Some("/notes.txt"), Some("h1"), "notes"))
+        .await
+        .unwrap();
+    assert_eq!(notes.content_hash.as_deref(), Some("h1"));
+    let state = store.document_state(alice.id, notes.id).await.unwrap();
+    assert_eq!((state.generation, state.complete), (0, false));
+    assert_eq!(state.document, notes);
+
+    // One row per user and source, whatever the content; other users are separate.
+    for hash in ["h1", "h2"] {
+        assert!(matches!(
+            store
+                .insert_document(alice.id, new(Some("/notes.txt"), Some(hash), "again"))
+                .await,
+            Err(StoreError::Conflict(_))
+        ));
+    }
+    let bobs = store
+        .insert_document(bob.id, new(Some("/notes.txt"), Some("h1"), "bob's"))
+        .await
+        .unwrap();
+    assert_ne!(bobs.id, notes.id);
+    // Without a source, one row per user and content.
+    let loose = store
+        .insert_document(alice.id, new(None, Some("h1"), "loose"))
+        .await
+        .unwrap();
+    assert!(matches!(
+        store
+            .insert_document(alice.id, new(None, Some("h1"), "loose again"))
+            .await,
+        Err(StoreError::Conflict(_))
+    ));
+    let found = store
+        .document_with_content(alice.id, "h1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(found.document.id, loose.id);
+    assert!(
+        store
+            .document_with_content(alice.id, "h2")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(
+        store
+            .document_with_content(bob.id, "h1")
+            .await
+            .unwrap()
+            .map(|state| state.document.id),
+        None,
+        "bob's document has a source, and alice's are hers"
+    );
+
+    // Rows from before content hashes may repeat a source; they are found with the hashed one.
+    let legacy = store
+        .insert_document(alice.id, new(Some("/notes.txt"), None, "legacy"))
+        .await
+        .unwrap();
+    let from_source = store
+        .documents_from_source(alice.id, "/notes.txt")
+        .await
+        .unwrap();
+    assert_eq!(
+        from_source
+            .iter()
+            .map(|state| state.document.id)
+            .collect::<Vec<_>>(),
+        vec![legacy.id, notes.id]
+    );
+    assert!(
+        store
+            .documents_from_source(alice.id, "/other.txt")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // A claim is a compare-and-set on the generation: of two claims of one generation, one
+    // wins; the row then describes the winner's content, its chunks not yet written.
+    assert!(store.finish_document(alice.id, notes.id, 0).await.unwrap());
+    assert!(
+        store
+            .document_state(alice.id, notes.id)
+            .await
+            .unwrap()
+            .complete
+    );
+    assert!(
+        store
+            .claim_document(alice.id, notes.id, 0, new(None, Some("h2"), "notes v2"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .claim_document(alice.id, notes.id, 0, new(None, Some("h3"), "late"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .claim_document(bob.id, notes.id, 1, new(None, Some("h3"), "bob"))
+            .await
+            .unwrap()
+    );
+    let claimed = store.document_state(alice.id, notes.id).await.unwrap();
+    assert_eq!((claimed.generation, claimed.complete), (1, false));
+    assert_eq!(claimed.document.title, "notes v2");
+    assert_eq!(claimed.document.content_hash.as_deref(), Some("h2"));
+    assert_eq!(
+        claimed.document.source.as_deref(),
+        Some("/notes.txt"),
+        "a claim keeps the source"
+    );
+    assert_eq!(claimed.document.created_at, notes.created_at);
+    assert!(!store.finish_document(alice.id, notes.id, 0).await.unwrap());
+    assert!(!store.finish_document(bob.id, notes.id, 1).await.unwrap());
+    assert!(store.finish_document(alice.id, notes.id, 1).await.unwrap());
+    assert!(
+        store
+            .document_state(alice.id, notes.id)
+            .await
+            .unwrap()
+            .complete
+    );
+    // Giving the legacy row a hash would make a second hashed row for the source: refused.
+    assert!(
+        !store
+            .claim_document(alice.id, legacy.id, 0, new(None, Some("h4"), "legacy"))
+            .await
+            .unwrap()
+    );
+    assert!(matches!(
+        store.document_state(bob.id, notes.id).await,
+        Err(StoreError::NotFound(_))
+    ));
 }
 
 async fn jobs_whose_worker_keeps_dying_fail_for_good(store: Arc<dyn Store>) {

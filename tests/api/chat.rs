@@ -333,6 +333,66 @@ async fn without_a_model_the_reply_lists_recalled_memories_and_says_so() {
 }
 
 #[tokio::test]
+async fn an_unreachable_model_is_reported_by_health_and_the_turn_answers_from_memory() {
+    let home = Home::new(Backend::Sqlite).await;
+    // A port nothing listens on: the model endpoint is down.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base_url = format!("http://{}/v1", closed.local_addr().unwrap());
+    drop(closed);
+    let app = TestApp::spawn_with(
+        &home,
+        &[
+            ("MNEMO__LLM__BASE_URL", &base_url),
+            ("MNEMO__LLM__MODEL", "local-model"),
+            ("MNEMO__LLM__API_KEY", "sk-unreachable-secret"),
+            ("MNEMO__LLM__MAX_RETRIES", "0"),
+            NO_WRITER,
+        ],
+    )
+    .await;
+    let (status, health) = app.get("/health", None).await;
+    assert_eq!(status, StatusCode::OK, "{health}");
+    assert_eq!(health["status"], "degraded", "{health}");
+    assert_eq!(health["components"]["llm"]["status"], "down", "{health}");
+    assert!(!health.to_string().contains("sk-unreachable-secret"));
+    let key = app.user_key("alice").await;
+    app.post(
+        "/v1/memories",
+        Some(&key),
+        Some(json!({ "content": "I am allergic to peanuts", "kind": "fact" })),
+    )
+    .await;
+    assert!(
+        app.state
+            .memory
+            .wait_recallable(Duration::from_secs(10))
+            .await
+            .unwrap()
+    );
+    let thread = thread_id(&app, &key).await;
+    let events = turn(&app, &key, &thread, "what food allergies do I have?").await;
+    let error = events
+        .iter()
+        .position(|e| e.event == "error")
+        .expect("an error event says the model is unreachable");
+    assert_eq!(events[error].data["error_type"], "llm");
+    let message = events[error].data["message"].as_str().unwrap();
+    assert!(message.contains("cannot be reached"), "{message}");
+    assert!(message.contains("answering from memory"), "{message}");
+    assert!(!message.contains("sk-unreachable-secret"), "{message}");
+    let complete = events
+        .iter()
+        .position(|e| e.event == "message_complete")
+        .expect("the turn still answers");
+    assert!(error < complete, "{:?}", kinds(&events));
+    let reply = events[complete].data["content"].as_str().unwrap();
+    assert!(reply.contains("cannot be reached right now"), "{reply}");
+    assert!(reply.contains("I am allergic to peanuts"), "{reply}");
+    assert_eq!(events.last().unwrap().data["status"], "completed");
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn prompts_for_one_user_never_contain_another_users_memories_or_messages() {
     let home = Home::new(Backend::Sqlite).await;
     let llm = FakeLlm::start().await;

@@ -6,12 +6,42 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+/// Reads the first line `serve` prints and returns the base URL in it.
+fn listening_base(
+    server: &mut std::process::Child,
+) -> (String, std::io::Lines<BufReader<std::process::ChildStdout>>) {
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    let listening = lines.next().unwrap().unwrap();
+    let base = listening
+        .strip_prefix("mnemo listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {listening}"))
+        .to_string();
+    (base, lines)
+}
+
+fn stop(mut server: std::process::Child) {
+    let pid = server.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while server.try_wait().unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "serve did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
 fn mnemo(data_dir: &std::path::Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_mnemo"));
     command
         .arg("--data-dir")
         .arg(data_dir)
         .env_remove("MNEMO__DATABASE__URL")
+        .env_remove("MNEMO_SERVER")
+        .env_remove("MNEMO_KEY")
+        .env_remove("MNEMO_USER")
         .env("MNEMO__LOG__LEVEL", "warn")
         .env(
             "MNEMO__EMBEDDER__MODEL_DIR",
@@ -64,8 +94,20 @@ fn user_commands_manage_keys_that_the_server_accepts() {
         .unwrap_or_else(|| panic!("unexpected first line: {listening}"))
         .to_string();
     assert!(!base.ends_with(":0"), "the real port is printed: {base}");
-    let backends = lines.next().unwrap().unwrap();
-    assert!(backends.contains("database=sqlite"), "{backends}");
+    let banner: Vec<String> = (0..9).map(|_| lines.next().unwrap().unwrap()).collect();
+    let banner = banner.join("\n");
+    for expected in [
+        "database   sqlite",
+        "vectors    Qdrant Edge in ",
+        "keywords   tantivy in ",
+        "embedding  all-MiniLM-L6-v2",
+        "chat model none",
+        "search     ",
+        "auth       api keys",
+        "data       ",
+    ] {
+        assert!(banner.contains(expected), "{expected:?} not in\n{banner}");
+    }
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let status = |key: Option<&str>| {
@@ -211,8 +253,9 @@ fn ingest_reads_a_directory_and_reports_each_document() {
         .output()
         .unwrap();
     assert_eq!(missing.status.code(), Some(2));
+    // Without --user an embedded ingest is the local dev user's, like every command.
     let no_user = mnemo(&data).arg("ingest").arg(&docs).output().unwrap();
-    assert_eq!(no_user.status.code(), Some(2));
+    assert!(no_user.status.success(), "{no_user:?}");
     let empty = dir.path().join("empty.txt");
     std::fs::write(&empty, "   ").unwrap();
     let failed = mnemo(&data)
@@ -448,5 +491,211 @@ fn check_finds_indexes_that_differ_from_sql_and_reindex_repairs_them() {
         check.status.success(),
         "{}",
         String::from_utf8_lossy(&check.stdout)
+    );
+}
+
+/// While `serve` holds the data directory, the CLI's data commands talk to it as `--user`
+/// (through the local credential in the owner-only lock file) and say so; a second `serve`
+/// and `reindex` name the holding process; identity is the same for every command; keys
+/// rotate; after the server stops, the same commands run embedded.
+#[test]
+fn cli_commands_use_the_server_holding_the_data_directory_as_the_named_user() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let added = mnemo(&data)
+        .args(["user", "add", "alice"])
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "{added:?}");
+    let key = text(&added.stdout).trim().to_string();
+    let mut server = mnemo(&data)
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (base, _banner) = listening_base(&mut server);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(data.join("mnemo.lock"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "the lock file holds a credential");
+    }
+
+    let add = mnemo(&data)
+        .args([
+            "--user",
+            "alice",
+            "memory",
+            "add",
+            "My sister Ilse lives in Graz",
+        ])
+        .output()
+        .unwrap();
+    assert!(add.status.success(), "{add:?}");
+    let note = text(&add.stderr);
+    assert!(note.contains("talking to the server that holds"), "{note}");
+    assert!(note.contains(&base), "{note}");
+    assert!(note.contains("as alice"), "{note}");
+
+    let mut found = String::new();
+    for _ in 0..50 {
+        let search = mnemo(&data)
+            .args([
+                "memory",
+                "search",
+                "where does my sister live",
+                "--user",
+                "alice",
+            ])
+            .output()
+            .unwrap();
+        assert!(search.status.success(), "{search:?}");
+        found = text(&search.stdout);
+        if found.contains("Graz") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(found.contains("Ilse lives in Graz"), "{found}");
+    // The local dev user (no --user) sees none of alice's memories.
+    let as_dev = mnemo(&data)
+        .args(["memory", "search", "where does my sister live"])
+        .output()
+        .unwrap();
+    assert!(as_dev.status.success(), "{as_dev:?}");
+    assert!(!text(&as_dev.stdout).contains("Graz"), "{as_dev:?}");
+    let nobody = mnemo(&data)
+        .args(["memory", "list", "--user", "nobody"])
+        .output()
+        .unwrap();
+    assert_eq!(nobody.status.code(), Some(2), "{nobody:?}");
+    assert!(
+        text(&nobody.stderr).contains("no user named nobody"),
+        "{nobody:?}"
+    );
+
+    // chat --user alice: the same identity (no model: the answer lists what it recalled).
+    let mut chat = mnemo(&data)
+        .args(["chat", "--user", "alice"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = chat.stdin.take().unwrap();
+        stdin
+            .write_all(b"where does my sister live?\n/quit\n")
+            .unwrap();
+    }
+    let chatted = chat.wait_with_output().unwrap();
+    assert!(chatted.status.success(), "{chatted:?}");
+    assert!(
+        text(&chatted.stdout).contains("Ilse lives in Graz"),
+        "{chatted:?}"
+    );
+
+    // A second server and reindex name the holder instead of failing on index locks.
+    let second = mnemo(&data)
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    let message = text(&second.stderr);
+    assert!(
+        message.contains(&format!("is in use by pid {} (mnemo serve", server.id())),
+        "{message}"
+    );
+    assert!(message.contains(&base), "{message}");
+    let reindex = mnemo(&data).arg("reindex").output().unwrap();
+    assert!(!reindex.status.success());
+    assert!(
+        text(&reindex.stderr).contains("is in use by pid"),
+        "{reindex:?}"
+    );
+
+    // --server without a scheme, with a key: the key's user.
+    let address = base.trim_start_matches("http://").to_string();
+    let listed = mnemo(&data)
+        .args(["memory", "list", "--server", &address, "--key", &key])
+        .output()
+        .unwrap();
+    assert!(listed.status.success(), "{listed:?}");
+    assert!(
+        text(&listed.stdout).contains("Ilse lives in Graz"),
+        "{listed:?}"
+    );
+    let both = mnemo(&data)
+        .args([
+            "memory", "list", "--server", &address, "--key", &key, "--user", "bob",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(both.status.code(), Some(2), "{both:?}");
+
+    // Key rotation: a new key, the old one revoked; --keep-old keeps the previous one.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let status = |key: &str| {
+        let request = reqwest::Client::new()
+            .get(format!("{base}/v1/threads"))
+            .bearer_auth(key);
+        runtime.block_on(async { request.send().await.unwrap().status().as_u16() })
+    };
+    let rotated = mnemo(&data)
+        .args(["user", "key", "alice"])
+        .output()
+        .unwrap();
+    assert!(rotated.status.success(), "{rotated:?}");
+    let second_key = text(&rotated.stdout).trim().to_string();
+    assert_ne!(second_key, key);
+    assert_eq!(status(&key), 401);
+    assert_eq!(status(&second_key), 200);
+    let kept = mnemo(&data)
+        .args(["user", "key", "alice", "--keep-old"])
+        .output()
+        .unwrap();
+    let third_key = text(&kept.stdout).trim().to_string();
+    assert_eq!(status(&second_key), 200);
+    assert_eq!(status(&third_key), 200);
+    let keys = mnemo(&data)
+        .args(["user", "keys", "alice"])
+        .output()
+        .unwrap();
+    let keys = text(&keys.stdout);
+    let rows: Vec<&str> = keys.lines().skip(1).collect();
+    assert_eq!(rows.len(), 3, "{keys}");
+    assert!(
+        rows[0].starts_with(&third_key[..12]) && rows[0].trim_end().ends_with('-'),
+        "{keys}"
+    );
+    assert!(
+        rows[2].starts_with(&key[..12]) && !rows[2].trim_end().ends_with('-'),
+        "{keys}"
+    );
+    let revoke_then_add = mnemo(&data)
+        .args(["user", "add", "alice"])
+        .output()
+        .unwrap();
+    assert!(
+        text(&revoke_then_add.stderr).contains("mnemo user key alice"),
+        "{revoke_then_add:?}"
+    );
+
+    stop(server);
+    // With the server gone the same command runs embedded, and says nothing about a server.
+    let embedded = mnemo(&data)
+        .args(["--user", "alice", "memory", "list"])
+        .output()
+        .unwrap();
+    assert!(embedded.status.success(), "{embedded:?}");
+    assert!(text(&embedded.stdout).contains("Graz"), "{embedded:?}");
+    assert!(
+        !text(&embedded.stderr).contains("talking to the server"),
+        "{embedded:?}"
     );
 }

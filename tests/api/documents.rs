@@ -1,7 +1,9 @@
 //! The user's own documents through the HTTP API, against the real app, the real local
 //! embedding model and both indexes: ingestion (JSON, raw HTML, PDF), the `local` search
 //! provider finding the right chunk, isolation between users, document chunks kept out of
-//! ordinary memory recall and lists, deletion removing the chunks, and client mistakes.
+//! ordinary memory recall and lists, deletion removing the chunks, re-ingesting (unchanged
+//! documents left alone, changed ones replaced, concurrent ingests making one document, also
+//! through `mnemo ingest`), and client mistakes.
 
 use crate::support;
 
@@ -311,6 +313,518 @@ async fn documents_are_searched_locally_and_private(backend: Backend) {
 #[tokio::test]
 async fn documents_are_searched_locally_and_private_on(#[case] backend: Backend) {
     documents_are_searched_locally_and_private(backend).await;
+}
+
+const TIDES: &str = "# Pellwick tides\n\nTide tables for Pellwick harbour: the Zorblat spring \
+    tide peaks at dawn on the first of each month and floods the lower quay.";
+const TIDES_REVISED: &str = "# Pellwick tides, revised\n\nRevised tide tables for Pellwick \
+    harbour: the Quendrix neap tide now peaks at dusk, and the lower quay stays dry all month.";
+const FERRY: &str = "<html><head><title>Ferry</title></head><body><p>The Orrin Island ferry \
+    leaves Pellwick pier at seven and returns at noon.</p></body></html>";
+
+fn sha256_hex(text: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(text.as_bytes()))
+}
+
+/// `POST /v1/documents` with the raw file and its source, as `mnemo ingest --server` sends it.
+async fn upload_file(
+    app: &TestApp,
+    key: &str,
+    source: &str,
+    content_type: &str,
+    text: &str,
+) -> (StatusCode, Value) {
+    let query: String = url::form_urlencoded::Serializer::new(String::new())
+        .append_pair("source", source)
+        .finish();
+    app.upload_document(key, Some(content_type), text.as_bytes().to_vec(), &query)
+        .await
+}
+
+/// Every chunk memory of the user, from SQL.
+async fn chunk_memories(app: &TestApp, key: &str) -> Vec<Value> {
+    let (status, body) = app
+        .get("/v1/memories?kinds=document&limit=500", Some(key))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["memories"].as_array().cloned().unwrap_or_default()
+}
+
+fn ids_of(memories: &[Value]) -> std::collections::BTreeSet<String> {
+    memories
+        .iter()
+        .map(|memory| memory["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn chunk_of_document(memory: &Value, document: &Value) -> bool {
+    let reference = format!("doc:{}", document["id"].as_str().unwrap());
+    memory["source_refs"]
+        .as_array()
+        .is_some_and(|refs| refs.iter().any(|r| r.as_str() == Some(reference.as_str())))
+}
+
+/// Asserts that no two recalled memories are the same chunk (by id or by content).
+fn each_once(memories: &[Value]) {
+    let ids = ids_of(memories);
+    assert_eq!(
+        ids.len(),
+        memories.len(),
+        "a chunk recalled twice: {memories:?}"
+    );
+    let contents: std::collections::BTreeSet<&str> = memories
+        .iter()
+        .map(|memory| memory["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        contents.len(),
+        memories.len(),
+        "the same text recalled twice: {memories:?}"
+    );
+}
+
+async fn reingesting_keeps_unchanged_documents_and_replaces_changed_ones(backend: Backend) {
+    let home = Home::new(backend).await;
+    let app = TestApp::spawn(&home).await;
+    let alice = app.user_key("alice").await;
+    let bob = app.user_key("bob").await;
+    let folder = [
+        (
+            "/home/alice/notes/vellacorn.md",
+            "text/markdown",
+            field_notes(),
+        ),
+        ("/home/alice/notes/tides.md", "text/markdown", TIDES.into()),
+        ("/home/alice/notes/ferry.html", "text/html", FERRY.into()),
+    ];
+    let mut first = Vec::new();
+    for (source, content_type, text) in &folder {
+        let (status, document) = upload_file(&app, &alice, source, content_type, text).await;
+        assert_eq!(status, StatusCode::CREATED, "{document}");
+        assert_eq!(document["status"], "created", "{document}");
+        assert_eq!(document["source"], *source);
+        assert_eq!(document["content_hash"], sha256_hex(text));
+        first.push(document);
+    }
+    let tides = first[1].clone();
+    wait_recallable(&app).await;
+    let chunks_before = chunk_memories(&app, &alice).await;
+    let total: i64 = first.iter().map(|d| d["chunks"].as_i64().unwrap()).sum();
+    assert!(total >= 5, "{first:?}");
+    assert_eq!(chunks_before.len() as i64, total);
+
+    // The same folder again: every document is unchanged and nothing is written at all.
+    let log_head = app
+        .state
+        .store
+        .maintenance()
+        .memory_log_head()
+        .await
+        .unwrap();
+    for ((source, content_type, text), before) in folder.iter().zip(&first) {
+        let (status, document) = upload_file(&app, &alice, source, content_type, text).await;
+        assert_eq!(status, StatusCode::OK, "{document}");
+        assert_eq!(document["status"], "unchanged", "{document}");
+        for field in [
+            "id",
+            "title",
+            "chunks",
+            "chars",
+            "content_hash",
+            "created_at",
+        ] {
+            assert_eq!(document[field], before[field], "{field}: {document}");
+        }
+    }
+    assert_eq!(
+        app.state
+            .store
+            .maintenance()
+            .memory_log_head()
+            .await
+            .unwrap(),
+        log_head,
+        "an unchanged document writes no memory"
+    );
+    assert_eq!(app.list_documents(&alice).await.len(), 3);
+    assert_eq!(
+        ids_of(&chunk_memories(&app, &alice).await),
+        ids_of(&chunks_before)
+    );
+    // Recall finds each chunk once.
+    for query in [
+        "Pellwick harbour tide tables lower quay",
+        "Vellacorn lighthouse keeper's log fog horn lamp oil",
+        "Quillfeather moth-whales migrate to Orrin Deep",
+    ] {
+        let recalled = recall(
+            &app,
+            &alice,
+            json!({ "query": query, "kinds": ["document"], "k": 50 }),
+        )
+        .await;
+        assert!(!recalled.is_empty(), "{query}");
+        each_once(&recalled);
+    }
+
+    // A changed file replaces its document's chunks: same id, new text, old text gone.
+    let (status, replaced) = upload_file(
+        &app,
+        &alice,
+        "/home/alice/notes/tides.md",
+        "text/markdown",
+        TIDES_REVISED,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{replaced}");
+    assert_eq!(replaced["status"], "replaced");
+    assert_eq!(replaced["id"], tides["id"]);
+    assert_eq!(replaced["title"], "Pellwick tides, revised");
+    assert_eq!(replaced["content_hash"], sha256_hex(TIDES_REVISED));
+    assert_eq!(replaced["created_at"], tides["created_at"]);
+    wait_recallable(&app).await;
+    let chunks_after = chunk_memories(&app, &alice).await;
+    let (new_tides, others_after): (Vec<Value>, Vec<Value>) = chunks_after
+        .into_iter()
+        .partition(|memory| chunk_of_document(memory, &tides));
+    let others_before: Vec<Value> = chunks_before
+        .iter()
+        .filter(|memory| !chunk_of_document(memory, &tides))
+        .cloned()
+        .collect();
+    assert_eq!(
+        ids_of(&others_after),
+        ids_of(&others_before),
+        "the other documents' chunks are untouched"
+    );
+    assert_eq!(new_tides.len() as i64, replaced["chunks"].as_i64().unwrap());
+    assert!(
+        new_tides
+            .iter()
+            .all(|memory| memory["content"].as_str().unwrap().contains("Quendrix")),
+        "{new_tides:?}"
+    );
+    assert!(ids_of(&new_tides).is_disjoint(&ids_of(&chunks_before)));
+    for mode in ["keyword", "vector", "hybrid"] {
+        let old = recall(
+            &app,
+            &alice,
+            json!({
+                "query": "Zorblat spring tide peaks at dawn and floods the lower quay",
+                "kinds": ["document"], "mode": mode, "k": 50,
+            }),
+        )
+        .await;
+        assert!(
+            old.iter()
+                .all(|memory| !memory["content"].as_str().unwrap().contains("Zorblat")),
+            "{mode}: {old:?}"
+        );
+        each_once(&old);
+        let new = recall(
+            &app,
+            &alice,
+            json!({
+                "query": "Quendrix neap tide peaks at dusk",
+                "kinds": ["document"], "mode": mode, "k": 50,
+            }),
+        )
+        .await;
+        assert!(
+            new.iter()
+                .any(|memory| memory["content"].as_str().unwrap().contains("Quendrix")),
+            "{mode}: {new:?}"
+        );
+    }
+    assert_eq!(app.list_documents(&alice).await.len(), 3);
+
+    // Users are isolated: bob's file with alice's source and content is his own document.
+    let (status, bobs) = upload_file(
+        &app,
+        &bob,
+        "/home/alice/notes/tides.md",
+        "text/markdown",
+        TIDES_REVISED,
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{bobs}");
+    assert_eq!(bobs["status"], "created");
+    assert_ne!(bobs["id"], tides["id"]);
+    assert_eq!(app.list_documents(&alice).await.len(), 3);
+    assert_eq!(app.list_documents(&bob).await.len(), 1);
+
+    // The same content under another source is a document of its own.
+    let (status, copy) = upload_file(
+        &app,
+        &alice,
+        "/home/alice/backup/tides.md",
+        "text/markdown",
+        TIDES_REVISED,
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{copy}");
+    assert_ne!(copy["id"], tides["id"]);
+
+    // Without a source, the content identifies the document: the same upload twice is one.
+    let loose =
+        json!({ "title": "Loose note", "content": "Pellwick gulls nest on the chapel roof." });
+    let (status, created) = app.ingest_document(&alice, loose.clone()).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(created["status"], "created");
+    let (status, again) = app.ingest_document(&alice, loose).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(again["status"], "unchanged");
+    assert_eq!(again["id"], created["id"]);
+    assert_eq!(app.list_documents(&alice).await.len(), 5);
+
+    // The API reference states what an ingest answers.
+    let (status, spec) = app.get("/openapi.json", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        spec["components"]["schemas"]["IngestStatus"]["enum"],
+        json!(["created", "unchanged", "replaced"])
+    );
+    let responses = &spec["paths"]["/v1/documents"]["post"]["responses"];
+    for code in ["200", "201"] {
+        assert!(
+            responses[code].to_string().contains("IngestedDocument"),
+            "{code}: {responses}"
+        );
+    }
+    app.stop_and_release().await;
+}
+
+#[rstest::rstest]
+#[case::sqlite(Backend::Sqlite)]
+#[case::postgres(Backend::Postgres)]
+#[tokio::test]
+async fn reingesting_keeps_unchanged_documents_and_replaces_changed_ones_on(
+    #[case] backend: Backend,
+) {
+    reingesting_keeps_unchanged_documents_and_replaces_changed_ones(backend).await;
+}
+
+/// Two ingests of one file at once make one document with one set of chunks, whether the
+/// document is new or changed; both answer with that document.
+async fn concurrent_ingests_of_one_file_make_one_document(backend: Backend) {
+    use mnemo::documents::{self, IngestStatus, NewUpload};
+    let home = Home::new(backend).await;
+    let app = TestApp::spawn(&home).await;
+    let key = app.user_key("carol").await;
+    let carol = user_id(&app, "carol").await;
+    let upload = |text: String| NewUpload {
+        title: None,
+        source: Some("/home/carol/vellacorn.md".into()),
+        content_type: "text/markdown".into(),
+        bytes: text.into_bytes(),
+    };
+    let revised = field_notes().replace("Orrin Deep", "the Sunken Stair");
+    for (round, text) in [field_notes(), revised].into_iter().enumerate() {
+        let memory = &app.state.memory;
+        let (a, b) = tokio::join!(
+            documents::ingest(memory, carol, upload(text.clone())),
+            documents::ingest(memory, carol, upload(text.clone())),
+        );
+        let (a, b) = (a.expect("first ingest"), b.expect("second ingest"));
+        assert_eq!(a.document.id, b.document.id, "round {round}");
+        let wrote = [a.status, b.status]
+            .iter()
+            .filter(|status| **status != IngestStatus::Unchanged)
+            .count();
+        assert!(wrote >= 1, "round {round}: {a:?} {b:?}");
+        let listed = app.list_documents(&key).await;
+        assert_eq!(listed.len(), 1, "round {round}: {listed:?}");
+        let state = app
+            .state
+            .store
+            .user(carol)
+            .document_state(a.document.id)
+            .await
+            .unwrap();
+        assert!(state.complete, "round {round}: {state:?}");
+        let chunks = chunk_memories(&app, &key).await;
+        assert_eq!(chunks.len() as i64, state.document.chunks, "round {round}");
+        each_once(&chunks);
+        let joined: String = chunks
+            .iter()
+            .map(|memory| memory["content"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            joined.contains("Sunken Stair"),
+            round == 1,
+            "round {round}: {joined}"
+        );
+        assert_eq!(joined.contains("Orrin Deep"), round == 0, "round {round}");
+        // And once it is in, ingests of it at once are all no-ops.
+        let (c, d) = tokio::join!(
+            documents::ingest(memory, carol, upload(text.clone())),
+            documents::ingest(memory, carol, upload(text)),
+        );
+        assert_eq!(c.unwrap().status, IngestStatus::Unchanged);
+        assert_eq!(d.unwrap().status, IngestStatus::Unchanged);
+        assert_eq!(ids_of(&chunk_memories(&app, &key).await), ids_of(&chunks));
+    }
+    app.stop_and_release().await;
+}
+
+#[rstest::rstest]
+#[case::sqlite(Backend::Sqlite)]
+#[case::postgres(Backend::Postgres)]
+#[tokio::test]
+async fn concurrent_ingests_of_one_file_make_one_document_on(#[case] backend: Backend) {
+    concurrent_ingests_of_one_file_make_one_document(backend).await;
+}
+
+/// `mnemo` on a data directory (and a database URL when given), with the test model.
+fn mnemo_cli(data_dir: &std::path::Path, database_url: Option<&str>) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_mnemo"));
+    command
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env_remove("MNEMO__DATABASE__URL")
+        .env("MNEMO__LOG__LEVEL", "warn")
+        .env("MNEMO__EMBEDDER__MODEL_DIR", support::model_dir());
+    if let Some(url) = database_url {
+        command.env("MNEMO__DATABASE__URL", url);
+    }
+    command
+}
+
+/// `mnemo ingest --user erin PATH`: stdout's lines as (id, status, path), and stderr.
+fn cli_ingest(
+    data: &std::path::Path,
+    url: Option<&str>,
+    path: &std::path::Path,
+) -> (Vec<(String, String, String)>, String) {
+    let output = mnemo_cli(data, url)
+        .args(["ingest", "--user", "erin"])
+        .arg(path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    // `<id>  <n> chunks  <status>  <path>`
+    let lines = stdout
+        .lines()
+        .map(|line| {
+            let fields: Vec<&str> = line.split("  ").collect();
+            assert_eq!(fields.len(), 4, "{line}");
+            (
+                fields[0].to_string(),
+                fields[2].to_string(),
+                fields[3].to_string(),
+            )
+        })
+        .collect();
+    (lines, stderr)
+}
+
+/// The user's chunk memories, through `mnemo memory list`.
+fn cli_chunks(data: &std::path::Path, url: Option<&str>) -> Vec<Value> {
+    let output = mnemo_cli(data, url)
+        .args([
+            "memory", "list", "--user", "erin", "--kinds", "document", "--limit", "500", "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let listed: Value = serde_json::from_slice(&output.stdout).unwrap();
+    listed.as_array().cloned().unwrap_or_default()
+}
+
+/// Ingesting a folder twice with `mnemo ingest` (embedded) leaves it as it was; after one file
+/// changes, a third run replaces that file's chunks only.
+async fn ingesting_a_folder_again_writes_only_what_changed(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = match backend {
+        Backend::Sqlite => None,
+        Backend::Postgres => Some(support::databases::fresh_postgres_url().await),
+    };
+    let url = url.as_deref();
+    let data = dir.path().join("data");
+    let docs = dir.path().join("docs");
+    std::fs::create_dir_all(docs.join("nested")).unwrap();
+    std::fs::write(docs.join("vellacorn.md"), field_notes()).unwrap();
+    std::fs::write(docs.join("nested/tides.md"), TIDES).unwrap();
+    let added = mnemo_cli(&data, url)
+        .args(["user", "add", "erin"])
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "{added:?}");
+
+    let (first, stderr) = cli_ingest(&data, url, &docs);
+    assert_eq!(first.len(), 2, "{first:?}");
+    assert!(
+        first.iter().all(|(_, status, _)| status == "created"),
+        "{first:?}"
+    );
+    assert!(stderr.contains("2 created"), "{stderr}");
+    let chunks_before = cli_chunks(&data, url);
+    assert!(chunks_before.len() >= 4, "{chunks_before:?}");
+
+    // Again, through another spelling of the same folder: the canonical paths match.
+    let (second, stderr) = cli_ingest(&data, url, &docs.join("nested").join(".."));
+    assert_eq!(second.len(), 2, "{second:?}");
+    for ((id, status, _), (first_id, _, _)) in second.iter().zip(&first) {
+        assert_eq!(status, "unchanged", "{second:?}");
+        assert_eq!(id, first_id);
+    }
+    assert!(stderr.contains("2 unchanged"), "{stderr}");
+    let chunks_again = cli_chunks(&data, url);
+    assert_eq!(ids_of(&chunks_again), ids_of(&chunks_before));
+    each_once(&chunks_again);
+
+    // One file changes: its chunks are replaced, the other file's stay.
+    std::fs::write(docs.join("nested/tides.md"), TIDES_REVISED).unwrap();
+    let (third, _) = cli_ingest(&data, url, &docs);
+    let status_of = |suffix: &str| {
+        third
+            .iter()
+            .find(|(_, _, path)| path.ends_with(suffix))
+            .unwrap_or_else(|| panic!("{suffix} in {third:?}"))
+            .clone()
+    };
+    let tides = status_of("tides.md");
+    assert_eq!(tides.1, "replaced", "{third:?}");
+    assert_eq!(status_of("vellacorn.md").1, "unchanged", "{third:?}");
+    assert!(first.iter().any(|(id, _, _)| *id == tides.0), "same id");
+    let chunks_after = cli_chunks(&data, url);
+    each_once(&chunks_after);
+    let contents: Vec<&str> = chunks_after
+        .iter()
+        .map(|memory| memory["content"].as_str().unwrap())
+        .collect();
+    assert!(
+        contents.iter().all(|text| !text.contains("Zorblat")),
+        "{contents:?}"
+    );
+    assert_eq!(
+        contents
+            .iter()
+            .filter(|text| text.contains("Quendrix"))
+            .count(),
+        1,
+        "{contents:?}"
+    );
+    let kept = ids_of(&chunks_before)
+        .intersection(&ids_of(&chunks_after))
+        .count();
+    assert_eq!(
+        kept,
+        chunks_before.len() - 1,
+        "only the tides chunk was replaced"
+    );
+    assert_eq!(chunks_after.len(), chunks_before.len());
+}
+
+#[rstest::rstest]
+#[case::sqlite(Backend::Sqlite)]
+#[case::postgres(Backend::Postgres)]
+#[tokio::test]
+async fn ingesting_a_folder_again_writes_only_what_changed_on(#[case] backend: Backend) {
+    ingesting_a_folder_again_writes_only_what_changed(backend).await;
 }
 
 /// A one-page PDF with `lines` of text in a standard font.

@@ -721,6 +721,24 @@ async fn service_endpoints_report_health_metrics_and_docs() {
     assert!(metrics.contains("mnemo_http_requests_total"), "{metrics}");
     assert!(metrics.contains("route=\"/v1/threads\""), "{metrics}");
     assert!(metrics.contains("mnemo_http_request_duration_seconds"));
+    // Latencies are histograms with buckets: the request above falls in a finite bucket, so
+    // some `le` bucket below +Inf counts it (summaries showed every quantile as 0).
+    let counted_bucket = metrics.lines().any(|line| {
+        line.starts_with("mnemo_http_request_duration_seconds_bucket{")
+            && line.contains("route=\"/v1/threads\"")
+            && !line.contains("le=\"+Inf\"")
+            && line
+                .rsplit(' ')
+                .next()
+                .and_then(|count| count.parse::<f64>().ok())
+                .is_some_and(|count| count >= 1.0)
+    });
+    assert!(counted_bucket, "{metrics}");
+    assert!(!metrics.contains("quantile="), "{metrics}");
+    // GET on a POST-only route is 405 with its own code.
+    let (status, body) = app.get("/v1/memories/search", Some(&key)).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(body["error"]["code"], "method_not_allowed", "{body}");
     let (status, spec) = app.get("/openapi.json", None).await;
     assert_eq!(status, StatusCode::OK);
     for path in [

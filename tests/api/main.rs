@@ -12,6 +12,7 @@ mod engine;
 mod eval;
 mod http;
 mod memory;
+mod quickstart;
 mod research;
 mod ssrf;
 mod writer;

@@ -958,3 +958,257 @@ async fn what_the_model_remembers_after_reading_the_web_has_web_trust() {
     assert_eq!(stored[1]["trust"], "user", "{}", stored[1]);
     app.stop_and_release().await;
 }
+
+/// A weak local model: it answers every request in prose — no JSON object where one is asked
+/// for, no tool call where tools are offered — and writes its report as one cited point.
+fn prose_model(request: &Value) -> Option<Reply> {
+    let prompt = prompt_text(request);
+    if prompt.contains("You write the final report") {
+        return Some(Reply::text(
+            "- Spring tides come when the Sun and the Moon pull the sea together [1].",
+        ));
+    }
+    Some(Reply::text(
+        "Sure! Tides are a lovely topic, and I am happy to help you with them.",
+    ))
+}
+
+/// The `stage_fallback` events of a run: (index in the stream, step).
+fn fallbacks(events: &[ReceivedEvent]) -> Vec<(usize, String)> {
+    events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.event == "stage_fallback")
+        .map(|(index, e)| (index, e.data["step"].as_str().unwrap_or("").to_string()))
+        .collect()
+}
+
+fn index_of(events: &[ReceivedEvent], kind: &str) -> usize {
+    events
+        .iter()
+        .position(|e| e.event == kind)
+        .unwrap_or_else(|| panic!("no {kind} event in {events:?}"))
+}
+
+/// A model that never answers JSON used to fail the research ("no valid JSON after 4
+/// attempts"). Each step it cannot do is done the extractive way, as without a model, and
+/// said so in a `stage_fallback` event; the research completes with a report citing what was
+/// read. Both modes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn research_with_a_model_that_never_answers_json_falls_back_and_completes() {
+    let site = ResearchSite::start(Duration::ZERO).await;
+    let llm = FakeLlm::start().await;
+    llm.set_handler(prose_model);
+    let home = Home::new(Backend::Sqlite).await;
+    let app = spawn(&home, &site, Some(&llm)).await;
+    let alice = app.user_key("alice").await;
+    let query = "Why do spring tides happen at full moon?";
+
+    let events = research(
+        &app,
+        &alice,
+        json!({ "query": query, "allow_clarification": true }),
+    )
+    .await
+    .collect()
+    .await;
+    let done = events.last().unwrap();
+    assert_eq!(done.event, "done");
+    assert_eq!(done.data["status"], "completed", "{events:?}");
+    let steps: Vec<String> = fallbacks(&events).into_iter().map(|(_, s)| s).collect();
+    assert_eq!(
+        steps,
+        [
+            "clarification",
+            "research_brief",
+            "supervisor",
+            "researcher",
+            "curate_sources",
+            "conclusions"
+        ],
+        "{events:?}"
+    );
+    // Every fallback but the conclusions' (which read the report) comes before the report,
+    // and all of them before the research ends.
+    let first_delta = index_of(&events, "report_delta");
+    let complete = index_of(&events, "research_complete");
+    for (index, step) in fallbacks(&events) {
+        if step == "conclusions" {
+            assert!(first_delta < index && index < complete, "{step} at {index}");
+        } else {
+            assert!(
+                index < first_delta,
+                "{step} at {index} is before the report"
+            );
+        }
+    }
+    for event in of_type(&events, "stage_fallback") {
+        let reason = event.data["reason"].as_str().unwrap();
+        assert!(!event.data["content"].as_str().unwrap().is_empty());
+        assert!(
+            !reason.contains("Sure!"),
+            "the reply is not echoed: {reason}"
+        );
+        assert!(!reason.contains("sk-test-secret"), "{reason}");
+        assert_eq!(
+            event.data["research_id"], events[0].data["research_id"],
+            "fallbacks carry the research envelope"
+        );
+    }
+    let brief = &of_type(&events, "stage_fallback")[1].data;
+    assert_eq!(brief["stage"], "research_brief");
+    assert!(
+        brief["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("no valid JSON after 4 attempts"),
+        "{brief}"
+    );
+    // The brief is the query, and the one researcher searched it.
+    let thinking = of_type(&events, "thinking");
+    assert!(
+        thinking
+            .iter()
+            .any(|e| e.data["stage"] == "research_brief" && e.data["content"] == query)
+    );
+    assert!(site.queries().contains(&query.to_lowercase()));
+    // A failed step is not an error of the research.
+    assert!(
+        of_type(&events, "error")
+            .iter()
+            .all(|e| e.data["error_type"] != "llm"),
+        "{events:?}"
+    );
+
+    // The report cites a page that was read, lists it, and the model wrote it from the
+    // passages the extractive researcher kept.
+    let id = events[0].data["research_id"].as_str().unwrap();
+    let (_, record) = app.get(&format!("/research/{id}"), Some(&alice)).await;
+    assert_eq!(record["status"], "completed");
+    let report = record["report"].as_str().unwrap();
+    assert_eq!(report, report_text(&events));
+    let sources = record["sources"].as_array().unwrap();
+    let fetched = site.fetched();
+    let body = report.split("## Sources").next().unwrap();
+    assert_eq!(cited_numbers(body), BTreeSet::from([1]), "{report}");
+    let first = sources
+        .iter()
+        .find(|s| s["n"] == 1)
+        .unwrap_or_else(|| panic!("[1] is listed: {record}"));
+    let url = first["url"].as_str().unwrap();
+    assert!(fetched.contains(url), "[1] {url} was read ({fetched:?})");
+    assert!(report.contains(&format!("[1] {} — {url}", first["title"].as_str().unwrap())));
+    let report_prompts: Vec<String> = llm
+        .requests()
+        .iter()
+        .map(prompt_text)
+        .filter(|p| p.contains("You write the final report"))
+        .collect();
+    assert_eq!(report_prompts.len(), 1);
+    assert!(
+        report_prompts[0].contains("Spring tides happen at new and full moon"),
+        "the findings are the passages read: {}",
+        report_prompts[0]
+    );
+    // The conclusion taken from the report's point is remembered.
+    assert_eq!(
+        of_type(&events, "research_complete")[0].data["metadata"]["memories_written"],
+        1
+    );
+
+    // The recursive mode: its query plan and learnings fall back too.
+    let events = research(
+        &app,
+        &alice,
+        json!({ "query": "lighthouse fresnel lens", "mode": "recursive", "depth": 2, "breadth": 2, "remember": false }),
+    )
+    .await
+    .collect()
+    .await;
+    assert_eq!(
+        events.last().unwrap().data["status"],
+        "completed",
+        "{events:?}"
+    );
+    let steps: Vec<String> = fallbacks(&events).into_iter().map(|(_, s)| s).collect();
+    assert_eq!(
+        steps,
+        [
+            "research_brief",
+            "plan_queries",
+            "learnings",
+            "curate_sources"
+        ],
+        "one level (no follow-up questions without learnings): {events:?}"
+    );
+    assert!(
+        site.queries()
+            .contains(&"lighthouse fresnel lens".to_string())
+    );
+    assert!(report_text(&events).contains("## Sources"));
+    assert!(
+        fallbacks(&events)
+            .iter()
+            .all(|(i, _)| *i < index_of(&events, "report_delta"))
+    );
+    app.stop_and_release().await;
+}
+
+/// A model that answers the report with nothing (a local model out of context, say) leaves an
+/// extractive digest of the passages read instead of an empty report, with citations.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_report_from_the_model_becomes_an_extractive_digest() {
+    let site = ResearchSite::start(Duration::ZERO).await;
+    let llm = FakeLlm::start().await;
+    let script = research_script(vec!["spring tides moon"], "unused");
+    llm.set_handler(move |request| {
+        if prompt_text(request).contains("You write the final report") {
+            return Some(Reply::text(""));
+        }
+        script(request)
+    });
+    let home = Home::new(Backend::Sqlite).await;
+    let app = spawn(&home, &site, Some(&llm)).await;
+    let alice = app.user_key("alice").await;
+    let events = research(
+        &app,
+        &alice,
+        json!({ "query": "Why do spring tides happen at full moon?", "remember": false }),
+    )
+    .await
+    .collect()
+    .await;
+    assert_eq!(
+        events.last().unwrap().data["status"],
+        "completed",
+        "{events:?}"
+    );
+    let steps = fallbacks(&events);
+    assert_eq!(
+        steps.iter().map(|(_, s)| s.as_str()).collect::<Vec<_>>(),
+        ["final_report"],
+        "{events:?}"
+    );
+    assert!(steps[0].0 < index_of(&events, "report_delta"));
+    let report = report_text(&events);
+    assert!(report.contains("the model's report was empty"), "{report}");
+    assert!(
+        report.contains("Spring tides happen at new and full moon"),
+        "{report}"
+    );
+    let id = events[0].data["research_id"].as_str().unwrap();
+    let (_, record) = app.get(&format!("/research/{id}"), Some(&alice)).await;
+    assert_eq!(record["report"].as_str().unwrap(), report);
+    let sources = record["sources"].as_array().unwrap();
+    let fetched = site.fetched();
+    let cited = cited_numbers(report.split("## Sources").next().unwrap());
+    assert!(!cited.is_empty(), "{report}");
+    for n in cited {
+        let source = sources
+            .iter()
+            .find(|s| s["n"].as_u64() == Some(n as u64))
+            .unwrap_or_else(|| panic!("[{n}] is listed"));
+        assert!(fetched.contains(source["url"].as_str().unwrap()));
+    }
+    app.stop_and_release().await;
+}

@@ -204,6 +204,10 @@ export function applyResearchEvent(state: ResearchState, event: RunEvent): void 
         }))
       }
       break
+    case 'stage_fallback':
+      // A step whose model reply could not be used, done the extractive way instead.
+      state.log.push({ seq: event.seq, text: `${text(data.step)}: ${text(data.content)} (${text(data.reason)})` })
+      break
     case 'error': {
       const message = text(data.message ?? data.content)
       state.errors.push({ error_type: text(data.error_type) || 'internal', message, retryable: data.retryable === true })

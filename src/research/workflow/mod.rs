@@ -36,7 +36,7 @@ use serde_json::{Value, json};
 use super::request::{Mode, ResolvedConfig};
 use crate::config::ModelRole;
 use crate::llm::chat::{
-    ChatMessage, ChatRequest, ChatResponse, LlmError, RoleModel, Usage, complete_json,
+    ChatMessage, ChatRequest, ChatResponse, LlmError, LlmErrorKind, RoleModel, Usage, complete_json,
 };
 use crate::llm::prompts::quote;
 use crate::llm::roles::Models;
@@ -103,6 +103,8 @@ const MAX_PASSAGES_EMBEDDED: usize = 160;
 const MAX_CONCLUSIONS: usize = 5;
 /// Results of one search a researcher without a model fetches.
 const FETCHES_PER_SEARCH: usize = 3;
+/// A `stage_fallback` reason is cut to this size.
+const FALLBACK_REASON_CHARS: usize = 300;
 
 /// Runs one research in `context`'s run and records it under `research_id`.
 pub async fn run_research(
@@ -478,6 +480,13 @@ fn llm_failure(error: LlmError) -> RunFailure {
     }
 }
 
+/// Whether a failed model call is a reply that could not be used (no valid JSON after the
+/// retries, an unreadable response), so the step is done the extractive way instead. A model
+/// that could not be reached, refused the key or the request is not: that still fails.
+fn unusable(error: &LlmError) -> bool {
+    error.kind == LlmErrorKind::BadResponse
+}
+
 fn failure(error_type: RunErrorType, message: &str) -> RunFailure {
     RunFailure::Failed {
         error_type,
@@ -566,7 +575,12 @@ mod tests {
             failed: None,
         }];
         let numbers = HashMap::from([("http://a", 1)]);
-        let report = digest("why tides", &findings, &numbers);
+        let report = digest(
+            "why tides",
+            &findings,
+            &numbers,
+            "no language model is configured",
+        );
         assert!(report.contains("- The moon pulls the sea toward it. [1]"));
         assert!(!report.contains("Unrelated"));
         assert_eq!(citations(&report), BTreeSet::from([1]));
@@ -575,6 +589,9 @@ mod tests {
             conclusions,
             vec!["Research on \"why tides\": The moon pulls the sea toward it."]
         );
+        // What was not covered, and the list of sources, are never conclusions.
+        let with_tail = "# q\n\n- Short.\n\n## Not covered\n\n- broken mirror: fetching http://x failed (500)\n\n## Sources\n\n- [1] A long enough title of a source — http://a\n";
+        assert!(extractive_conclusions("q", with_tail).is_empty());
         assert_eq!(word_count("三个字 and two"), 5);
     }
 }

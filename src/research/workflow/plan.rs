@@ -24,7 +24,7 @@ impl Research {
             ("memories", memories),
             ("query", &quote(&self.config.query)),
         ])?;
-        let decision = self
+        let decision = match self
             .json("clarification", role, text, |value| {
                 let need = value["need_clarification"]
                     .as_bool()
@@ -35,7 +35,22 @@ impl Research {
                 ))
             })
             .await
-            .map_err(llm_failure)?;
+        {
+            Ok(decision) => decision,
+            Err(error) if unusable(&error) => {
+                self.progress
+                    .fallback(
+                        "clarification",
+                        "clarification",
+                        "No clarifying question: the research goes on with the request as written",
+                        &error.message,
+                        None,
+                    )
+                    .await?;
+                return Ok(None);
+            }
+            Err(error) => return Err(llm_failure(error)),
+        };
         let (true, question) = decision else {
             return Ok(None);
         };
@@ -75,11 +90,13 @@ impl Research {
         self.progress
             .stage("research_brief", "Writing the research brief")
             .await?;
+        // Without a model, the brief is the query (and the answer to a clarifying question).
+        let extractive = || match clarification {
+            Some(more) => format!("{}\n\n{more}", self.config.query),
+            None => self.config.query.clone(),
+        };
         let brief = match self.role(ModelRole::Research) {
-            None => match clarification {
-                Some(more) => format!("{}\n\n{more}", self.config.query),
-                None => self.config.query.clone(),
-            },
+            None => extractive(),
             Some(role) => {
                 let text = Prompt::ResearchBrief.render(&[
                     ("date", &today()),
@@ -87,16 +104,32 @@ impl Research {
                     ("query", &quote(&self.config.query)),
                     ("clarification", clarification.unwrap_or("")),
                 ])?;
-                self.json("research_brief", role, text, |value| {
-                    value["brief"]
-                        .as_str()
-                        .map(str::trim)
-                        .filter(|brief| !brief.is_empty())
-                        .map(str::to_string)
-                        .ok_or_else(|| "brief must be a non-empty string".to_string())
-                })
-                .await
-                .map_err(llm_failure)?
+                match self
+                    .json("research_brief", role, text, |value| {
+                        value["brief"]
+                            .as_str()
+                            .map(str::trim)
+                            .filter(|brief| !brief.is_empty())
+                            .map(str::to_string)
+                            .ok_or_else(|| "brief must be a non-empty string".to_string())
+                    })
+                    .await
+                {
+                    Ok(brief) => brief,
+                    Err(error) if unusable(&error) => {
+                        self.progress
+                            .fallback(
+                                "research_brief",
+                                "research_brief",
+                                "The query is the research brief",
+                                &error.message,
+                                None,
+                            )
+                            .await?;
+                        extractive()
+                    }
+                    Err(error) => return Err(llm_failure(error)),
+                }
             }
         };
         self.progress

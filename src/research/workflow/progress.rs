@@ -2,6 +2,7 @@
 //! and the time spent waiting on models, searches and fetches.
 
 use crate::runs::ErrorEvent;
+use crate::runs::events::StageFallback;
 use std::sync::atomic::AtomicU64;
 
 use super::*;
@@ -45,6 +46,32 @@ impl Progress {
             out.insert(name.clone(), json!((total * 1000.0).round() / 1000.0));
         }
         Value::Object(out)
+    }
+
+    /// Says that `step` was done without the model's reply (`stage_fallback`), what was done
+    /// instead and why. `reason` is an error message (bounded here), never the reply itself.
+    pub(super) async fn fallback(
+        &self,
+        stage: &str,
+        step: &str,
+        instead: &str,
+        reason: &str,
+        metadata: Option<Value>,
+    ) -> Result<(), RunFailure> {
+        tracing::info!(
+            stage,
+            step,
+            reason,
+            "research step falls back to the extractive path"
+        );
+        self.emit(RunEvent::StageFallback(StageFallback {
+            stage: stage.to_string(),
+            step: step.to_string(),
+            reason: truncate(reason, FALLBACK_REASON_CHARS),
+            content: instead.to_string(),
+            metadata,
+        }))
+        .await
     }
 
     pub(super) async fn error(

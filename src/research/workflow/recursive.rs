@@ -21,7 +21,17 @@ impl Research {
             let mut queries = Vec::new();
             for question in &frontier {
                 let learned: Vec<String> = found.iter().map(|f| f.text.clone()).collect();
-                queries.extend(self.plan_queries(question, breadth, &learned).await?);
+                // Planned without the model, the first level searches the query (the brief
+                // may be long), the next ones the follow-up questions themselves.
+                let plain = if level == 1 {
+                    &self.config.query
+                } else {
+                    question
+                };
+                queries.extend(
+                    self.plan_queries(question, plain, breadth, &learned)
+                        .await?,
+                );
             }
             queries.dedup();
             queries.truncate(self.config.breadth as usize * frontier.len().max(1));
@@ -76,14 +86,17 @@ impl Research {
         Ok(found)
     }
 
+    /// The searches for `question`: planned by the model, or `plain` alone without one (or
+    /// when its reply cannot be used).
     pub(super) async fn plan_queries(
         &self,
         question: &str,
+        plain: &str,
         breadth: u32,
         learned: &[String],
     ) -> Result<Vec<String>, RunFailure> {
         let Some(role) = self.role(ModelRole::Research) else {
-            return Ok(vec![question.to_string()]);
+            return Ok(vec![plain.to_string()]);
         };
         let text = Prompt::ResearchQueries.render(&[
             ("breadth", &breadth.to_string()),
@@ -106,9 +119,23 @@ impl Research {
                 }
                 Ok(queries)
             })
-            .await
-            .map_err(llm_failure)?;
-        Ok(queries.into_iter().take(breadth as usize).collect())
+            .await;
+        match queries {
+            Ok(queries) => Ok(queries.into_iter().take(breadth as usize).collect()),
+            Err(error) if unusable(&error) => {
+                self.progress
+                    .fallback(
+                        "research_execution",
+                        "plan_queries",
+                        &format!("One search for {plain:?}"),
+                        &error.message,
+                        Some(json!({ "question": truncate(question, 200) })),
+                    )
+                    .await?;
+                Ok(vec![plain.to_string()])
+            }
+            Err(error) => Err(llm_failure(error)),
+        }
     }
 
     /// One query of the recursive mode: search, read, extract learnings and follow-ups.
@@ -169,6 +196,20 @@ impl Research {
                 Ok((strings("learnings"), strings("follow_up_questions")))
             })
             .await;
+        if let Err(error) = &parsed
+            && unusable(error)
+        {
+            let _ = self
+                .progress
+                .fallback(
+                    "research_execution",
+                    "learnings",
+                    "The learnings are the passages most similar to the query, without follow-up questions",
+                    &error.message,
+                    Some(json!({ "query": query })),
+                )
+                .await;
+        }
         match parsed {
             Ok((learnings, follow_ups)) if !learnings.is_empty() => (
                 Findings {

@@ -77,17 +77,39 @@ impl Research {
                 let response = result.map_err(llm_failure)?;
                 self.account("final_report", role.model.model(), &response.usage)
                     .await?;
-                response.content
+                if response.content.trim().is_empty() {
+                    self.progress
+                        .fallback(
+                            "final_report_generation",
+                            "final_report",
+                            "The report is an extractive digest of the passages read",
+                            "the report model answered with nothing",
+                            None,
+                        )
+                        .await?;
+                    // Findings the model compressed have no passages of their own: they get
+                    // the passages of the kept sources most similar to their topic.
+                    let urls: Vec<String> = cited.iter().map(|(_, s)| s.url.clone()).collect();
+                    let mut extractive = Vec::with_capacity(findings.len());
+                    for found in findings {
+                        let mut found = found.clone();
+                        if found.passages.is_empty() && found.failed.is_none() {
+                            found.passages = self
+                                .select_passages(&found.topic, &urls)
+                                .await
+                                .unwrap_or_default();
+                        }
+                        extractive.push(found);
+                    }
+                    self.stream_digest(&extractive, &number_of, "the model's report was empty")
+                        .await?
+                } else {
+                    response.content
+                }
             }
             None => {
-                let digest = digest(&self.config.query, findings, &number_of);
-                for chunk in chunks(&digest, 400) {
-                    self.progress
-                        .context
-                        .emit(RunEvent::ReportDelta(Delta { content: chunk }))
-                        .await?;
-                }
-                digest
+                self.stream_digest(findings, &number_of, "no language model is configured")
+                    .await?
             }
         };
         let (mut report, invalid) = check_citations(&body, cited.len());
@@ -129,6 +151,23 @@ impl Research {
         Ok(report)
     }
 
+    /// Streams the extractive digest of `findings` as the report's body.
+    async fn stream_digest(
+        &self,
+        findings: &[Findings],
+        number_of: &HashMap<&str, usize>,
+        why: &str,
+    ) -> Result<String, RunFailure> {
+        let digest = digest(&self.config.query, findings, number_of, why);
+        for chunk in chunks(&digest, 400) {
+            self.progress
+                .context
+                .emit(RunEvent::ReportDelta(Delta { content: chunk }))
+                .await?;
+        }
+        Ok(digest)
+    }
+
     /// Writes the report's conclusions to the user's memory (`source = research`, refs: the
     /// research and its sources). Only a report with cited sources has conclusions: one
     /// written from failed searches would remember the failure. Failures to write are
@@ -163,6 +202,18 @@ impl Research {
                     .await
                 {
                     Ok(conclusions) => conclusions,
+                    Err(error) if unusable(&error) => {
+                        self.progress
+                            .fallback(
+                                "completed",
+                                "conclusions",
+                                "The conclusions are the first sentences of the report's points",
+                                &error.message,
+                                None,
+                            )
+                            .await?;
+                        extractive_conclusions(&self.config.query, report)
+                    }
                     Err(error) => {
                         self.progress
                             .error(
@@ -221,15 +272,16 @@ impl Research {
     }
 }
 
-/// The extractive report written without a model: per topic, the selected passages with
-/// their citation numbers.
+/// The extractive report written without a model (or instead of an empty one; `why` says
+/// which): per topic, the selected passages with their citation numbers.
 pub(super) fn digest(
     query: &str,
     findings: &[Findings],
     number_of: &HashMap<&str, usize>,
+    why: &str,
 ) -> String {
     let mut out = format!(
-        "# {query}\n\nAn extractive digest: the passages of the sources read that are most similar to each question, quoted as found (no language model is configured).\n"
+        "# {query}\n\nAn extractive digest: the passages of the sources read that are most similar to each question, quoted as found ({why}).\n"
     );
     for found in findings {
         let passages: Vec<&Passage> = found
@@ -252,10 +304,12 @@ pub(super) fn digest(
     out
 }
 
-/// Without a model: the first sentence of each of the digest's first passages.
+/// Without a model: the first sentence of each of the report's first points (the digest's
+/// passages), never of what was not covered nor of the list of sources.
 pub(super) fn extractive_conclusions(query: &str, report: &str) -> Vec<String> {
     report
         .lines()
+        .take_while(|line| !matches!(line.trim(), "## Not covered" | "## Sources"))
         .filter_map(|line| line.strip_prefix("- "))
         .filter_map(|passage| sentences(passage).first().map(|s| s.trim().to_string()))
         .map(|sentence| strip_citations(&sentence))

@@ -193,6 +193,17 @@ impl Research {
                     }
                 }
             }
+            Some(Err(error)) if unusable(&error) => {
+                self.progress
+                    .fallback(
+                        "final_report_generation",
+                        "curate_sources",
+                        "Sources are scored by similarity, domain and length only",
+                        &error.message,
+                        None,
+                    )
+                    .await?;
+            }
             Some(Err(error)) => {
                 self.progress
                     .error(

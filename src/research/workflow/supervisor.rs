@@ -134,8 +134,20 @@ impl Research {
             }
         }
         if all.is_empty() {
-            // The supervisor ended without dispatching anything: research the brief itself.
-            all = self.dispatch(vec![self.config.query.clone()], 0).await;
+            // The supervisor ended without dispatching anything (a model that answers in
+            // prose, or whose calls do not parse): one researcher studies the query, as
+            // without a model.
+            self.progress
+                .fallback(
+                    "research_execution",
+                    "supervisor",
+                    "One researcher studies the query",
+                    "the supervisor model made no usable conduct_research call",
+                    None,
+                )
+                .await?;
+            let topics = self.review(vec![self.config.query.clone()]).await?;
+            all = self.dispatch(topics, 0).await;
         }
         Ok(all)
     }
@@ -221,6 +233,7 @@ impl Research {
         let mut calls = 0u32;
         let mut read: Vec<String> = Vec::new();
         let mut failures: Vec<String> = Vec::new();
+        let mut searched = false;
         let notes = loop {
             let mut request = ChatRequest::new(messages.clone());
             let budget_left = calls < self.config.max_react_tool_calls;
@@ -241,12 +254,30 @@ impl Research {
                 let result = if calls > self.config.max_react_tool_calls {
                     "error: the tool-call budget is spent; answer with your findings now".into()
                 } else {
+                    searched |= is_reading_call(call);
                     self.researcher_tool(number, topic, call, &mut read, &mut failures)
                         .await
                 };
                 messages.push(ChatMessage::tool_result(&call.id, result));
             }
         };
+        if !searched {
+            // The model never searched nor fetched (it answered in prose, or its calls did not
+            // parse): research the topic as without a model, so the findings rest on sources.
+            let _ = self
+                .progress
+                .fallback(
+                    "research_execution",
+                    "researcher",
+                    &format!(
+                        "Researcher {number} searches the topic and keeps the passages most similar to it"
+                    ),
+                    "the research model made no usable web_search or fetch_url call",
+                    Some(json!({ "researcher": number, "topic": topic })),
+                )
+                .await;
+            return self.gather(number, topic).await;
+        }
         // A researcher that read nothing and could not fetch anything has failed.
         if read.is_empty() && !failures.is_empty() && notes.trim().is_empty() {
             return Err(failures.join("; "));
@@ -536,7 +567,18 @@ impl Research {
             request.max_tokens = Some(role.max_tokens);
             match self.complete("compression", role, request).await {
                 Ok(response) if !response.content.trim().is_empty() => return response.content,
-                Ok(_) => {}
+                Ok(_) => {
+                    let _ = self
+                        .progress
+                        .fallback(
+                            "research_execution",
+                            "compression",
+                            "The findings are the passages most similar to the topic",
+                            "the compression model answered with nothing",
+                            Some(json!({ "topic": topic })),
+                        )
+                        .await;
+                }
                 Err(error) => {
                     let _ = self
                         .progress
@@ -626,6 +668,19 @@ pub(super) fn assistant_with_calls(response: &ChatResponse) -> ChatMessage {
         tool_calls: response.tool_calls.clone(),
         tool_call_id: None,
     }
+}
+
+/// Whether a researcher's tool call is a search or a fetch with the argument it needs (what
+/// `researcher_tool` runs).
+pub(super) fn is_reading_call(call: &ToolCall) -> bool {
+    let key = match call.name.as_str() {
+        "web_search" => "query",
+        "fetch_url" => "url",
+        _ => return false,
+    };
+    arguments(call)[key]
+        .as_str()
+        .is_some_and(|value| !value.trim().is_empty())
 }
 
 pub(super) fn arguments(call: &ToolCall) -> Value {

@@ -64,16 +64,22 @@ pub(super) fn format_hits(hits: &[SearchHit]) -> String {
 /// `PASSAGE_CHARS`; paragraphs too short to say anything are skipped.
 pub(super) fn split_passages(text: &str) -> Vec<String> {
     let mut out = Vec::new();
+    let mut short = Vec::new();
     for paragraph in text.split("\n\n") {
         let paragraph = paragraph.split_whitespace().collect::<Vec<_>>().join(" ");
         if paragraph.chars().count() < 40 {
+            // Kept only for a source with nothing longer (a note of one sentence), and never
+            // a heading or a fragment of a word or two.
+            if paragraph.split_whitespace().count() >= 3 && !paragraph.starts_with('#') {
+                short.push(paragraph);
+            }
             continue;
         }
         let mut pieces = Vec::new();
         crate::documents::split_long(&paragraph, PASSAGE_CHARS, &mut pieces);
         out.extend(pieces.into_iter().map(str::to_string));
     }
-    out
+    if out.is_empty() { short } else { out }
 }
 
 /// Sentences, ended by `.`, `!`, `?` or their CJK forms.
@@ -133,4 +139,22 @@ pub(super) fn mmr(query: &[f32], items: &[Vec<f32>], k: usize, lambda: f32) -> V
         .into_iter()
         .map(|index| (index, similarity[index]))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_passages;
+
+    #[test]
+    fn a_source_of_one_short_sentence_still_has_a_passage() {
+        // 39 characters: below the passage minimum, but all the source says.
+        let passages = split_passages("# Otters\n\nSea otters hold hands while they sleep.\n");
+        assert_eq!(passages, ["Sea otters hold hands while they sleep."]);
+        // With a longer paragraph beside it, short ones stay out.
+        let long =
+            "Sea otters wrap themselves in kelp so that the current does not carry them off.";
+        let passages = split_passages(&format!("Tiny note here.\n\n{long}"));
+        assert_eq!(passages, [long]);
+        assert!(split_passages("# Title\n\nok").is_empty());
+    }
 }

@@ -85,6 +85,15 @@ impl FakeLlm {
         let inner = Arc::new(Mutex::new(Inner::default()));
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
+            .route(
+                "/v1/models",
+                axum::routing::get(|| async {
+                    axum::Json(serde_json::json!({
+                        "object": "list",
+                        "data": [{ "id": "fake-model", "object": "model", "owned_by": "tests" }],
+                    }))
+                }),
+            )
             .with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
