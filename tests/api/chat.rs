@@ -28,6 +28,23 @@ fn kinds(events: &[ReceivedEvent]) -> Vec<&str> {
     events.iter().map(|event| event.event.as_str()).collect()
 }
 
+/// Adds "I am allergic to peanuts" for the key's user and waits until it is recallable.
+async fn remember_peanut_allergy(app: &TestApp, key: &str) {
+    app.post(
+        "/v1/memories",
+        Some(key),
+        Some(json!({ "content": "I am allergic to peanuts", "kind": "fact" })),
+    )
+    .await;
+    assert!(
+        app.state
+            .memory
+            .wait_recallable(Duration::from_secs(10))
+            .await
+            .unwrap()
+    );
+}
+
 async fn thread_id(app: &TestApp, key: &str) -> String {
     app.create_thread(key, "chat").await["id"]
         .as_str()
@@ -303,19 +320,7 @@ async fn without_a_model_the_reply_lists_recalled_memories_and_says_so() {
     let home = Home::new(Backend::Sqlite).await;
     let app = TestApp::spawn(&home).await;
     let key = app.user_key("alice").await;
-    app.post(
-        "/v1/memories",
-        Some(&key),
-        Some(json!({ "content": "I am allergic to peanuts", "kind": "fact" })),
-    )
-    .await;
-    assert!(
-        app.state
-            .memory
-            .wait_recallable(Duration::from_secs(10))
-            .await
-            .unwrap()
-    );
+    remember_peanut_allergy(&app, &key).await;
     let thread = thread_id(&app, &key).await;
     let events = turn(&app, &key, &thread, "what food allergies do I have?").await;
     let complete = events
@@ -356,19 +361,7 @@ async fn an_unreachable_model_is_reported_by_health_and_the_turn_answers_from_me
     assert_eq!(health["components"]["llm"]["status"], "down", "{health}");
     assert!(!health.to_string().contains("sk-unreachable-secret"));
     let key = app.user_key("alice").await;
-    app.post(
-        "/v1/memories",
-        Some(&key),
-        Some(json!({ "content": "I am allergic to peanuts", "kind": "fact" })),
-    )
-    .await;
-    assert!(
-        app.state
-            .memory
-            .wait_recallable(Duration::from_secs(10))
-            .await
-            .unwrap()
-    );
+    remember_peanut_allergy(&app, &key).await;
     let thread = thread_id(&app, &key).await;
     let events = turn(&app, &key, &thread, "what food allergies do I have?").await;
     let error = events

@@ -29,6 +29,21 @@ fn stop(mut server: std::process::Child) {
     }
 }
 
+/// Runs `mnemo chat` with `args`, feeding `input` on stdin, and waits for it to end.
+fn chat_with(data_dir: &std::path::Path, args: &[&str], input: &[u8]) -> std::process::Output {
+    use std::io::Write;
+    let mut chat = mnemo(data_dir)
+        .arg("chat")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    chat.stdin.take().unwrap().write_all(input).unwrap();
+    chat.wait_with_output().unwrap()
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -155,21 +170,8 @@ fn user_commands_manage_keys_that_the_server_accepts() {
 
 #[test]
 fn chat_runs_an_embedded_server_and_streams_answers_to_the_terminal() {
-    use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
-    let mut chat = mnemo(dir.path())
-        .arg("chat")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = chat.stdin.take().unwrap();
-    stdin
-        .write_all(b"what do you remember about me?\n/quit\n")
-        .unwrap();
-    drop(stdin);
-    let output = chat.wait_with_output().unwrap();
+    let output = chat_with(dir.path(), &[], b"what do you remember about me?\n/quit\n");
     assert!(output.status.success(), "{output:?}");
     let stdout = String::from_utf8(output.stdout).unwrap();
     assert!(
@@ -381,12 +383,7 @@ fn ingest_sends_files_to_a_running_server() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
-    let listening = lines.next().unwrap().unwrap();
-    let base = listening
-        .strip_prefix("mnemo listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line: {listening}"))
-        .to_string();
+    let (base, _banner) = listening_base(&mut server);
 
     let ingested = mnemo(&data)
         .args(["ingest", "--server", &base, "--key", &key])
@@ -428,13 +425,7 @@ fn ingest_sends_files_to_a_running_server() {
         "{documents:?}"
     );
 
-    let pid = server.id().to_string();
-    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while server.try_wait().unwrap().is_none() {
-        assert!(std::time::Instant::now() < deadline, "serve did not stop");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    stop(server);
 }
 
 /// `mnemo check` compares both indexes with SQL: equal after ordinary writes (exit 0), a row
@@ -579,21 +570,11 @@ fn cli_commands_use_the_server_holding_the_data_directory_as_the_named_user() {
     );
 
     // chat --user alice: the same identity (no model: the answer lists what it recalled).
-    let mut chat = mnemo(&data)
-        .args(["chat", "--user", "alice"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        use std::io::Write;
-        let mut stdin = chat.stdin.take().unwrap();
-        stdin
-            .write_all(b"where does my sister live?\n/quit\n")
-            .unwrap();
-    }
-    let chatted = chat.wait_with_output().unwrap();
+    let chatted = chat_with(
+        &data,
+        &["--user", "alice"],
+        b"where does my sister live?\n/quit\n",
+    );
     assert!(chatted.status.success(), "{chatted:?}");
     assert!(
         text(&chatted.stdout).contains("Ilse lives in Graz"),
