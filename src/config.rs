@@ -1063,7 +1063,7 @@ mod tests {
         .unwrap();
         let error = Settings::load_from(
             &Overrides {
-                config_file: Some(file.clone()),
+                config_file: Some(file),
                 ..Overrides::default()
             },
             env(&[]),
@@ -1071,7 +1071,8 @@ mod tests {
         .unwrap_err()
         .to_string();
         let first = error.lines().next().unwrap();
-        assert!(first.contains(&format!("{}:3:", file.display())), "{error}");
+        // The settings library names the file relative to the working directory when it can.
+        assert!(first.contains("mnemo.toml:3:18: extra `=`"), "{error}");
         assert!(error.contains("max_body_bytes = = 3"), "{error}");
         assert!(error.contains('^'), "{error}");
     }
