@@ -138,22 +138,28 @@ impl Authenticator {
         if !bool::from(secret.as_bytes().ct_eq(self.local_secret.as_bytes())) {
             return Err(AuthError::Invalid);
         }
-        let user = if name == DEV_USER {
-            self.store
-                .accounts()
-                .ensure_user(DEV_USER, UserKind::Dev)
-                .await?
-        } else if validate_user_name(name).is_err() {
+        if name != DEV_USER && validate_user_name(name).is_err() {
             return Err(AuthError::Invalid);
-        } else {
-            self.store
-                .accounts()
-                .user_by_name(name)
-                .await?
-                .ok_or_else(|| AuthError::UnknownLocalUser(name.to_string()))?
-        };
+        }
+        let user = local_user(self.store.as_ref(), name)
+            .await?
+            .ok_or_else(|| AuthError::UnknownLocalUser(name.to_string()))?;
         Ok(user.into())
     }
+}
+
+/// The user a local command (the CLI embedded, or through the local credential) acts as: the
+/// local dev user is made on first use; any other name must exist (`None` when it does not).
+pub async fn local_user(store: &dyn Store, name: &str) -> Result<Option<User>, StoreError> {
+    if name == DEV_USER {
+        return Ok(Some(
+            store
+                .accounts()
+                .ensure_user(DEV_USER, UserKind::Dev)
+                .await?,
+        ));
+    }
+    store.accounts().user_by_name(name).await
 }
 
 /// The bearer token a CLI command sends to a server on its own data directory to act as

@@ -159,19 +159,10 @@ async fn open_embedded(
     Ok((engine, store, shutdown, lock))
 }
 
-/// The user an embedded command acts as: the local dev user is made on first use, any other
-/// name must exist.
+/// The user an embedded command acts as (`auth::local_user`), or a usage error naming the
+/// command that creates it.
 pub(super) async fn local_user(store: &dyn Store, name: &str) -> Result<UserId, Failure> {
-    if name == mnemo::auth::DEV_USER {
-        return Ok(store
-            .accounts()
-            .ensure_user(name, store::UserKind::Dev)
-            .await?
-            .id);
-    }
-    Ok(store
-        .accounts()
-        .user_by_name(name)
+    Ok(mnemo::auth::local_user(store, name)
         .await?
         .ok_or_else(|| {
             Failure::usage(format!(

@@ -6,17 +6,24 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-/// Reads the first line `serve` prints and returns the base URL in it.
-fn listening_base(
-    server: &mut std::process::Child,
-) -> (String, std::io::Lines<BufReader<std::process::ChildStdout>>) {
+type Lines = std::io::Lines<BufReader<std::process::ChildStdout>>;
+
+/// Starts `mnemo serve` on a free port of `data_dir`; returns it, the base URL from its first
+/// line, and the rest of what it prints (the banner).
+fn serve(data_dir: &std::path::Path) -> (std::process::Child, String, Lines) {
+    let mut server = mnemo(data_dir)
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
     let listening = lines.next().unwrap().unwrap();
     let base = listening
         .strip_prefix("mnemo listening on ")
         .unwrap_or_else(|| panic!("unexpected first line: {listening}"))
         .to_string();
-    (base, lines)
+    (server, base, lines)
 }
 
 fn stop(mut server: std::process::Child) {
@@ -96,18 +103,7 @@ fn user_commands_manage_keys_that_the_server_accepts() {
     let unknown = mnemo(dir.path()).args(["frobnicate"]).output().unwrap();
     assert_eq!(unknown.status.code(), Some(2));
 
-    let mut server = mnemo(dir.path())
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
-    let listening = lines.next().unwrap().unwrap();
-    let base = listening
-        .strip_prefix("mnemo listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line: {listening}"))
-        .to_string();
+    let (mut server, base, mut lines) = serve(dir.path());
     assert!(!base.ends_with(":0"), "the real port is printed: {base}");
     let banner: Vec<String> = (0..9).map(|_| lines.next().unwrap().unwrap()).collect();
     let banner = banner.join("\n");
@@ -377,13 +373,7 @@ fn ingest_sends_files_to_a_running_server() {
     )
     .unwrap();
 
-    let mut server = mnemo(&data)
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let (base, _banner) = listening_base(&mut server);
+    let (server, base, _banner) = serve(&data);
 
     let ingested = mnemo(&data)
         .args(["ingest", "--server", &base, "--key", &key])
@@ -499,13 +489,7 @@ fn cli_commands_use_the_server_holding_the_data_directory_as_the_named_user() {
         .unwrap();
     assert!(added.status.success(), "{added:?}");
     let key = text(&added.stdout).trim().to_string();
-    let mut server = mnemo(&data)
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let (base, _banner) = listening_base(&mut server);
+    let (server, base, _banner) = serve(&data);
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
