@@ -494,6 +494,41 @@ pub async fn list(
         .await?)
 }
 
+/// One chunk of a document: its number (from 0), the memory that holds it, its text.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct DocumentChunk {
+    pub n: usize,
+    #[schema(value_type = String, format = Uuid)]
+    pub memory_id: MemoryId,
+    pub content: String,
+}
+
+/// A document with its chunks in order. Another user's document is `NotFound`.
+pub async fn get(
+    memory: &MemoryEngine,
+    user: UserId,
+    id: DocumentId,
+) -> Result<(Document, Vec<DocumentChunk>), DocumentError> {
+    let store = memory.store();
+    let document = store.user(user).get_document(id).await?;
+    let ids = store.user(user).document_chunk_ids(id).await?;
+    let mut chunks: Vec<DocumentChunk> = store
+        .user(user)
+        .memories_by_ids(&ids)
+        .await?
+        .into_iter()
+        .map(|chunk| DocumentChunk {
+            n: crate::search::chunk_reference(&chunk.source_refs)
+                .and_then(|(_, n)| n)
+                .unwrap_or(usize::MAX),
+            memory_id: chunk.id,
+            content: chunk.content,
+        })
+        .collect();
+    chunks.sort_by_key(|chunk| (chunk.n, chunk.memory_id));
+    Ok((document, chunks))
+}
+
 /// Deletes a document and its chunk memories (from SQL and, through the memory log, from both
 /// indexes); returns how many chunks went. Another user's document is `NotFound`.
 pub async fn delete(

@@ -353,6 +353,14 @@ pub fn describe(state: &AppState) -> Vec<(&'static str, String)> {
         ),
         ("auth", auth.join(" + ")),
         ("data", data_dir),
+        (
+            "web app",
+            if crate::http::web_app_built() {
+                "/ (sign in with an API key)".into()
+            } else {
+                "not built into this binary (scripts/build-web, then rebuild)".into()
+            },
+        ),
         ("docs", "/docs (API reference), /health, /metrics".into()),
     ]
 }

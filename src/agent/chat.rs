@@ -317,17 +317,7 @@ async fn recall(
 }
 
 fn recalled_events(recalled: &[Recalled]) -> Vec<RecalledMemory> {
-    recalled
-        .iter()
-        .map(|result| RecalledMemory {
-            id: result.memory.id,
-            kind: result.memory.kind,
-            content: result.memory.content.clone(),
-            source: Some(result.memory.source),
-            created_at: Some(result.memory.created_at),
-            score: result.score,
-        })
-        .collect()
+    recalled.iter().map(RecalledMemory::from_recalled).collect()
 }
 
 /// Memories as quoted data with provenance, for prompts.

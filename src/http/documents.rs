@@ -1,4 +1,5 @@
-//! The authenticated user's documents for local research: ingest, list, delete.
+//! The authenticated user's documents for local research: ingest, list, read with chunks,
+//! delete.
 //!
 //! `POST /v1/documents` takes either a JSON body (`Content-Type: application/json`) with the
 //! text inline — `{"content", "title"?, "content_type"?, "source"?}`, where `content_type` is
@@ -20,7 +21,9 @@ use super::AppState;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiBytes, ApiPath, ApiQuery, Page};
 use crate::auth::AuthUser;
-use crate::documents::{self, DocumentError, IngestStatus, IngestedDocument, NewUpload};
+use crate::documents::{
+    self, DocumentChunk, DocumentError, IngestStatus, IngestedDocument, NewUpload,
+};
 use crate::store::{Document, DocumentId};
 
 impl From<DocumentError> for ApiError {
@@ -145,6 +148,26 @@ pub async fn list(
         documents,
         next_before,
     }))
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct DocumentWithChunks {
+    pub document: Document,
+    /// The chunks local research searches and cites (`doc:<id>#<n>`), in order.
+    pub chunks: Vec<DocumentChunk>,
+}
+
+#[utoipa::path(get, path = "/v1/documents/{id}", tag = "documents",
+    params(("id" = String, Path, format = Uuid)),
+    responses((status = 200, body = DocumentWithChunks), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn get(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiPath(id): ApiPath<DocumentId>,
+) -> ApiResult<Json<DocumentWithChunks>> {
+    let (document, chunks) = documents::get(&state.memory, user.user_id, id).await?;
+    Ok(Json(DocumentWithChunks { document, chunks }))
 }
 
 #[utoipa::path(delete, path = "/v1/documents/{id}", tag = "documents",

@@ -14,7 +14,9 @@ use super::extract::{ApiBytes, ApiJson, ApiPath, ApiQuery, Page};
 use crate::auth::AuthUser;
 use crate::memory::rank::RecallMode;
 use crate::memory::{ImportReport, MemoryEngine, PortableMemory, RecallRequest, RecallResponse};
-use crate::store::{Memory, MemoryFilter, MemoryId, MemoryKind, MemoryVersion, NewMemory};
+use crate::store::{
+    Memory, MemoryFilter, MemoryId, MemoryKind, MemoryVersion, NewMemory, ThreadId, Trust,
+};
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -47,6 +49,11 @@ pub struct ListQuery {
     pub include_archived: bool,
     #[serde(default)]
     pub include_invalid: bool,
+    /// Comma-separated trust levels, e.g. `user,assistant`.
+    pub trust: Option<String>,
+    /// Only memories made in this thread.
+    #[param(value_type = Option<String>, format = Uuid)]
+    pub thread_id: Option<ThreadId>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -157,16 +164,38 @@ pub async fn search(
 }
 
 fn parse_kinds(text: &str) -> ApiResult<Vec<MemoryKind>> {
+    parse_list(
+        text,
+        "memory kind",
+        MemoryKind::parse,
+        MemoryKind::ALL,
+        |kind| kind.as_str(),
+    )
+}
+
+fn parse_trusts(text: &str) -> ApiResult<Vec<Trust>> {
+    parse_list(text, "trust", Trust::parse, Trust::ALL, |trust| {
+        trust.as_str()
+    })
+}
+
+/// A comma-separated list of enum texts; an unknown one is a 400 naming the known ones.
+fn parse_list<T: Copy>(
+    text: &str,
+    what: &str,
+    parse: fn(&str) -> Option<T>,
+    all: &[T],
+    name: fn(T) -> &'static str,
+) -> ApiResult<Vec<T>> {
     text.split(',')
         .map(str::trim)
-        .filter(|kind| !kind.is_empty())
-        .map(|kind| {
-            MemoryKind::parse(kind).ok_or_else(|| {
+        .filter(|item| !item.is_empty())
+        .map(|item| {
+            parse(item).ok_or_else(|| {
                 ApiError::bad_request(format!(
-                    "unknown memory kind {kind:?}; expected one of {}",
-                    MemoryKind::ALL
-                        .iter()
-                        .map(|k| k.as_str())
+                    "unknown {what} {item:?}; expected one of {}",
+                    all.iter()
+                        .map(|known| name(*known))
                         .collect::<Vec<_>>()
                         .join(", ")
                 ))
@@ -190,6 +219,8 @@ pub async fn list(
         until: query.until,
         include_archived: query.include_archived,
         include_invalid: query.include_invalid,
+        trusts: query.trust.as_deref().map(parse_trusts).transpose()?,
+        thread: query.thread_id,
     };
     let memories = engine(&state)
         .list(user.user_id, &filter, page.limit, page.before)

@@ -12,8 +12,10 @@ mod runs;
 mod sse;
 mod state;
 mod threads;
+mod web;
 
 pub use state::AppState;
+pub use web::app_built as web_app_built;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,7 +44,7 @@ use error::ApiError;
     paths(
         root, health, models,
         threads::create_thread, threads::list_threads, threads::get_thread,
-        threads::delete_thread, threads::post_message, threads::import_conversation,
+        threads::rename_thread, threads::delete_thread, threads::post_message, threads::import_conversation,
         threads::job_state,
         runs::get_run, runs::run_events, runs::cancel_run,
         memories::search, memories::list, memories::add, memories::get, memories::patch,
@@ -50,7 +52,7 @@ use error::ApiError;
         memories::forget, memories::import_status,
         research::stream, research::models, research::history, research::get, research::delete,
         research::comparison, research::compare, research::test, research::input,
-        documents::ingest, documents::list, documents::delete,
+        documents::ingest, documents::list, documents::get, documents::delete,
     ),
     components(schemas(error::ErrorBody, error::ErrorDetail)),
     modifiers(&BearerAuth, &CommonErrors, &CompareSchema),
@@ -277,6 +279,8 @@ pub fn router(state: AppState) -> Router {
     let max_body = state.settings.server.max_body_bytes;
     Router::new()
         .route("/", get(root))
+        .route("/assets/{*path}", get(web::asset))
+        .route("/favicon.svg", get(web::favicon))
         .route("/health", get(health))
         .route("/metrics", get(metrics_text))
         .route("/openapi.json", get(openapi_json))
@@ -287,7 +291,9 @@ pub fn router(state: AppState) -> Router {
         )
         .route(
             "/v1/threads/{id}",
-            get(threads::get_thread).delete(threads::delete_thread),
+            get(threads::get_thread)
+                .patch(threads::rename_thread)
+                .delete(threads::delete_thread),
         )
         .route("/v1/threads/{id}/messages", post(threads::post_message))
         .route(
@@ -330,7 +336,10 @@ pub fn router(state: AppState) -> Router {
             "/v1/documents",
             post(documents::ingest).get(documents::list),
         )
-        .route("/v1/documents/{id}", delete(documents::delete))
+        .route(
+            "/v1/documents/{id}",
+            get(documents::get).delete(documents::delete),
+        )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body))
@@ -382,17 +391,28 @@ struct RootInfo {
     docs: &'static str,
     openapi: &'static str,
     health: &'static str,
+    /// Where the web app is served (`/` for a browser), or "not built" when this binary was
+    /// built without it.
+    app: &'static str,
 }
 
-#[utoipa::path(get, path = "/", tag = "service", responses((status = 200, body = RootInfo)))]
-async fn root() -> Json<RootInfo> {
+/// A browser (`Accept: text/html`) gets the web app; any other client this description.
+#[utoipa::path(get, path = "/", tag = "service",
+    responses((status = 200, body = RootInfo,
+        description = "The service description; with `Accept: text/html`, the web app's page")))]
+async fn root(headers: axum::http::HeaderMap) -> Response {
+    if web::wants_html(&headers) {
+        return web::index_page();
+    }
     Json(RootInfo {
         name: "mnemo",
         version: env!("CARGO_PKG_VERSION"),
         docs: "/docs",
         openapi: "/openapi.json",
         health: "/health",
+        app: if web::app_built() { "/" } else { "not built" },
     })
+    .into_response()
 }
 
 #[utoipa::path(get, path = "/health", tag = "service",
@@ -449,6 +469,7 @@ async fn health(State(state): State<AppState>) -> Response {
             "indexes": indexes,
             "llm": llm,
             "runs": { "status": "ok", "active": state.runs.active() },
+            "web": { "status": if web::app_built() { "ok" } else { "not_built" }, "build": web::dist_stamp() },
             "memory_writer": state.writer.health().await,
             "auth": {
                 "status": "ok",

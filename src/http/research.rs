@@ -54,8 +54,22 @@ pub struct ResearchModels {
     /// The server's default model (a request may name another with `model`).
     pub default_model: Option<String>,
     pub models: Vec<ModelInfo>,
+    /// Every provider name, also those that are not configured.
     pub search_providers: Vec<&'static str>,
+    /// Each provider and whether it can run on this server (a web provider needs its key or
+    /// URL); `reason` says what is missing.
+    pub search_provider_status: Vec<SearchProviderStatus>,
     pub default_search_api: String,
+    /// The largest request body the server accepts (uploads included), in bytes.
+    pub max_body_bytes: usize,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct SearchProviderStatus {
+    pub name: &'static str,
+    pub configured: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 #[utoipa::path(get, path = "/models", tag = "research",
@@ -66,7 +80,18 @@ pub async fn models(State(state): State<AppState>, _user: AuthUser) -> Json<Rese
         default_model: state.settings.llm.model.clone(),
         models: state.models.list(),
         search_providers: crate::search::provider_names(),
+        search_provider_status: state
+            .research
+            .search_providers()
+            .into_iter()
+            .map(|(name, reason)| SearchProviderStatus {
+                name,
+                configured: reason.is_none(),
+                reason,
+            })
+            .collect(),
         default_search_api: state.research.default_search_api().to_string(),
+        max_body_bytes: state.settings.server.max_body_bytes,
     })
 }
 

@@ -72,18 +72,54 @@ pub async fn create_thread(
         serde_json::from_slice(&body)
             .map_err(|error| ApiError::bad_request(format!("invalid JSON body: {error}")))?
     };
-    let title = body
-        .title
-        .map(|title| title.trim().to_string())
-        .filter(|title| !title.is_empty())
-        .unwrap_or_else(|| "New thread".to_string());
+    let title = match body.title.as_deref().map(str::trim) {
+        None | Some("") => "New thread".to_string(),
+        Some(title) => checked_title(title)?,
+    };
+    let thread = state.store.user(user.user_id).create_thread(&title).await?;
+    Ok((StatusCode::CREATED, Json(thread)))
+}
+
+/// A title trimmed, non-empty and at most `MAX_TITLE_CHARS` characters.
+fn checked_title(title: &str) -> ApiResult<String> {
+    let title = title.trim();
+    if title.is_empty() {
+        return Err(ApiError::bad_request("title is empty"));
+    }
     if title.chars().count() > MAX_TITLE_CHARS {
         return Err(ApiError::bad_request(format!(
             "title is longer than {MAX_TITLE_CHARS} characters"
         )));
     }
-    let thread = state.store.user(user.user_id).create_thread(&title).await?;
-    Ok((StatusCode::CREATED, Json(thread)))
+    Ok(title.to_string())
+}
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RenameThread {
+    /// The new title (trimmed; not empty).
+    #[schema(min_length = 1, max_length = 200, pattern = r"\S")]
+    pub title: String,
+}
+
+#[utoipa::path(patch, path = "/v1/threads/{id}", tag = "threads",
+    params(("id" = String, Path, format = Uuid)),
+    request_body = RenameThread,
+    responses((status = 200, body = Thread), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn rename_thread(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiPath(id): ApiPath<ThreadId>,
+    ApiJson(body): ApiJson<RenameThread>,
+) -> ApiResult<Json<Thread>> {
+    let title = checked_title(&body.title)?;
+    let thread = state
+        .store
+        .user(user.user_id)
+        .rename_thread(id, &title)
+        .await?;
+    Ok(Json(thread))
 }
 
 #[utoipa::path(get, path = "/v1/threads", tag = "threads", params(Page<ThreadId, 200>),

@@ -107,6 +107,7 @@ mod tests {
             archived_at: None,
             version: 1,
             embedding_model: "test".into(),
+            superseded_by: None,
             embedding,
         }
     }

@@ -349,7 +349,11 @@ impl MemoryEngine {
         user: UserId,
         id: MemoryId,
     ) -> MemoryResult<(Memory, Vec<MemoryVersion>)> {
-        let memory = self.store.user(user).get_memory(id).await?;
+        let mut memory = self.store.user(user).get_memory(id).await?;
+        self.store
+            .user(user)
+            .fill_successors(std::slice::from_mut(&mut memory))
+            .await?;
         let history = self.store.user(user).memory_history(id).await?;
         Ok((memory, history))
     }
@@ -366,11 +370,13 @@ impl MemoryEngine {
         if filter.kinds.is_none() {
             filter.kinds = Some(MemoryKind::ordinary());
         }
-        Ok(self
+        let mut memories = self
             .store
             .user(user)
             .list_memories(&filter, limit, before)
-            .await?)
+            .await?;
+        self.store.user(user).fill_successors(&mut memories).await?;
+        Ok(memories)
     }
 
     /// Changes content (re-embedding it), kind, importance, or archives/restores.

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config::{FusionMethod, FusionSettings, MemorySettings};
 use crate::index::rrf::decay_factor;
@@ -24,7 +24,7 @@ pub enum RecallMode {
 
 /// How one result was found: its rank (from 1) and score in each signal's list (the own
 /// view's vector and BM25 lists, then the context view's), and the fused score.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Signals {
     pub vector_rank: Option<usize>,
     pub vector_score: Option<f32>,
@@ -557,6 +557,7 @@ mod tests {
             archived_at: None,
             version: 1,
             embedding_model: "m".into(),
+            superseded_by: None,
             embedding: vector,
         }
     }

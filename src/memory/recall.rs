@@ -241,6 +241,8 @@ impl MemoryEngine {
             until: request.until,
             include_archived: request.include_archived,
             include_invalid: false,
+            trusts: None,
+            thread: None,
         };
         let lists = rank::Lists {
             vector: &vector_hits,

@@ -95,6 +95,22 @@ impl ResearchService {
         }))
     }
 
+    /// Every provider name with whether it can run here (its key or URL is configured) and,
+    /// when it cannot, why; in the order of `search::provider_names`.
+    pub fn search_providers(&self) -> Vec<(&'static str, Option<String>)> {
+        search::provider_names()
+            .into_iter()
+            .map(|name| {
+                let problem = match self.providers.get(name) {
+                    Some(Ok(_)) => None,
+                    Some(Err(reason)) => Some(reason.clone()),
+                    None => Some("not built".to_string()),
+                };
+                (name, problem)
+            })
+            .collect()
+    }
+
     /// The search provider used when a request names none.
     pub fn default_search_api(&self) -> &str {
         self.settings.research.search.default_provider.as_str()

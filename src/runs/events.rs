@@ -9,8 +9,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::llm::chat::Usage;
+use crate::memory::rank::{Recalled, Signals};
 use crate::store::{
-    EventType, MemoryId, MemoryKind, MemorySource, MessageId, RunKind, RunStatus, ThreadId,
+    EventType, MemoryId, MemoryKind, MemorySource, MessageId, RunKind, RunStatus, ThreadId, Trust,
 };
 
 /// One event of a run's log.
@@ -158,6 +159,35 @@ pub struct RecalledMemory {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_at: Option<DateTime<Utc>>,
     pub score: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trust: Option<Trust>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<ThreadId>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub source_refs: Vec<String>,
+    /// Why it was recalled: its rank and score in each signal's list, the fused score, decay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signals: Option<Signals>,
+}
+
+impl RecalledMemory {
+    /// The event's view of a recall result: the memory, its provenance and its signals (the
+    /// model reads none of this; it gets the memories as quoted data).
+    pub fn from_recalled(found: &Recalled) -> Self {
+        let memory = &found.memory;
+        RecalledMemory {
+            id: memory.id,
+            kind: memory.kind,
+            content: memory.content.clone(),
+            source: Some(memory.source),
+            created_at: Some(memory.created_at),
+            score: found.score,
+            trust: Some(memory.trust),
+            thread_id: memory.thread_id,
+            source_refs: memory.source_refs.clone(),
+            signals: Some(found.signals.clone()),
+        }
+    }
 }
 
 /// Search results or the sources kept for the report.

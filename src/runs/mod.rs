@@ -1057,13 +1057,32 @@ mod wire_tests {
                                 .to_utc(),
                         ),
                         score: 0.5,
+                        trust: Some(crate::store::Trust::User),
+                        thread_id: None,
+                        source_refs: vec!["msg-1".into()],
+                        signals: Some(crate::memory::rank::Signals {
+                            vector_rank: Some(1),
+                            vector_score: Some(0.75),
+                            bm25_rank: None,
+                            bm25_score: None,
+                            context_vector_rank: None,
+                            context_vector_score: None,
+                            context_bm25_rank: Some(2),
+                            context_bm25_score: Some(1.5),
+                            rrf: 0.5,
+                            decay: 1.0,
+                        }),
                     }],
                 }),
                 None,
                 envelope(
                     json!({ "type": "memory_recalled", "query": "tea", "memories": [
                         { "id": MEMORY, "kind": "preference", "content": "I like oolong",
-                          "source": "user", "created_at": "2026-05-01T10:00:00Z", "score": 0.5 }
+                          "source": "user", "created_at": "2026-05-01T10:00:00Z", "score": 0.5,
+                          "trust": "user", "source_refs": ["msg-1"],
+                          "signals": { "vector_rank": 1, "vector_score": 0.75, "bm25_rank": null,
+                                       "bm25_score": null, "context_bm25_rank": 2,
+                                       "context_bm25_score": 1.5, "rrf": 0.5, "decay": 1.0 } }
                     ] }),
                     false,
                 ),

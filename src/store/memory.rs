@@ -91,6 +91,11 @@ pub struct Memory {
     pub invalid_at: Option<DateTime<Utc>>,
     #[schema(value_type = Option<String>, format = Uuid)]
     pub supersedes: Option<MemoryId>,
+    /// The newer memory that superseded this one (set on single reads and lists over HTTP;
+    /// derived from the newer memory's `supersedes`, not stored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, format = Uuid)]
+    pub superseded_by: Option<MemoryId>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub last_accessed_at: Option<DateTime<Utc>>,
@@ -180,6 +185,10 @@ pub struct MemoryFilter {
     pub until: Option<DateTime<Utc>>,
     pub include_archived: bool,
     pub include_invalid: bool,
+    /// Only memories at one of these trust levels (listing; recall re-checks with `admits`).
+    pub trusts: Option<Vec<Trust>>,
+    /// Only memories made in this thread (listing; recall re-checks with `admits`).
+    pub thread: Option<ThreadId>,
 }
 
 impl MemoryFilter {
@@ -187,6 +196,13 @@ impl MemoryFilter {
     pub fn admits(&self, memory: &Memory) -> bool {
         (self.include_archived || memory.archived_at.is_none())
             && (self.include_invalid || memory.invalid_at.is_none())
+            && self
+                .trusts
+                .as_ref()
+                .is_none_or(|trusts| trusts.contains(&memory.trust))
+            && self
+                .thread
+                .is_none_or(|thread| memory.thread_id == Some(thread))
             && self
                 .kinds
                 .as_ref()

@@ -311,6 +311,8 @@ pub(in crate::store) trait MemoryStore: Send + Sync + 'static {
     }
     /// The user's memories among `ids` (others' ids are silently absent).
     async fn memories_by_ids(&self, user: UserId, ids: &[MemoryId]) -> StoreResult<Vec<Memory>>;
+    /// Sets `superseded_by` on those of `memories` that a newer memory superseded.
+    async fn fill_successors(&self, user: UserId, memories: &mut [Memory]) -> StoreResult<()>;
     /// The turn memories of one of the user's threads, oldest first.
     async fn thread_turns(&self, user: UserId, thread: ThreadId) -> StoreResult<Vec<Memory>>;
     /// Bumps access stats; no log entry (access does not change what is indexed).
@@ -600,6 +602,8 @@ pub(in crate::store) trait StoreCore: Send + Sync + 'static {
         before: Option<ThreadId>,
     ) -> StoreResult<Vec<Thread>>;
     async fn get_thread(&self, user: UserId, id: ThreadId) -> StoreResult<Thread>;
+    /// Sets a thread's title (and `updated_at`).
+    async fn rename_thread(&self, user: UserId, id: ThreadId, title: &str) -> StoreResult<Thread>;
     async fn delete_thread(&self, user: UserId, id: ThreadId) -> StoreResult<()>;
     async fn append_message(
         &self,

@@ -104,6 +104,7 @@ impl UserScope<'_> {
         fn all_memories(&self, filter: &MemoryFilter) -> StoreResult<Vec<Memory>>;
         /// The user's memories among `ids` (others' ids are silently absent).
         fn memories_by_ids(&self, ids: &[MemoryId]) -> StoreResult<Vec<Memory>>;
+        fn fill_successors(&self, memories: &mut [Memory]) -> StoreResult<()>;
         /// The turn memories of one of the user's threads, oldest first (archived and
         /// invalid ones included).
         fn thread_turns(&self, thread: ThreadId) -> StoreResult<Vec<Memory>>;
@@ -149,6 +150,7 @@ impl UserScope<'_> {
         fn create_thread(&self, title: &str) -> StoreResult<Thread>;
         fn list_threads(&self, limit: i64, before: Option<ThreadId>) -> StoreResult<Vec<Thread>>;
         fn get_thread(&self, id: ThreadId) -> StoreResult<Thread>;
+        fn rename_thread(&self, id: ThreadId, title: &str) -> StoreResult<Thread>;
         fn delete_thread(&self, id: ThreadId) -> StoreResult<()>;
         fn append_message(&self, thread: ThreadId, role: Role, content: &str, run: Option<RunId>) -> StoreResult<Message>;
         /// Appends a past conversation's messages in order, in one transaction.

@@ -383,6 +383,29 @@ macro_rules! sql_store {
                     .ok_or(StoreError::NotFound("thread"))
             }
 
+            async fn rename_thread(
+                &self,
+                user: UserId,
+                id: ThreadId,
+                title: &str,
+            ) -> StoreResult<Thread> {
+                let row = sqlx::query(
+                    "UPDATE threads SET title = $1, updated_at = $2 \
+                     WHERE id = $3 AND user_id = $4 \
+                     RETURNING id, title, created_at, updated_at",
+                )
+                .bind(title)
+                .bind(now())
+                .bind(id.as_uuid())
+                .bind(user.as_uuid())
+                .fetch_optional(&self.pool)
+                .await?;
+                row.as_ref()
+                    .map(rows::thread)
+                    .transpose()?
+                    .ok_or(StoreError::NotFound("thread"))
+            }
+
             async fn delete_thread(&self, user: UserId, id: ThreadId) -> StoreResult<()> {
                 let mut tx = self.pool.begin().await?;
                 for statement in [

@@ -48,6 +48,7 @@ macro_rules! sql_memory_store {
                     archived_at: row.try_get::<Option<DateTime<Utc>>, _>("archived_at")?,
                     version: row.try_get("version")?,
                     embedding_model: row.try_get("embedding_model")?,
+                    superseded_by: None,
                     embedding: vector_from_bytes(&embedding),
                 })
             }
@@ -257,6 +258,7 @@ macro_rules! sql_memory_store {
                         archived_at: None,
                         version: 1,
                         embedding_model: embedded.model,
+                        superseded_by: None,
                         embedding: embedded.vector,
                     };
                     write_memory_row(&mut tx, user, &memory).await?;
@@ -494,6 +496,26 @@ macro_rules! sql_memory_store {
                     ));
                     next += kinds.len();
                 }
+                let trusts: Vec<&str> = filter
+                    .trusts
+                    .iter()
+                    .flatten()
+                    .map(|trust| trust.as_str())
+                    .collect();
+                if filter.trusts.is_some() {
+                    if trusts.is_empty() {
+                        return Ok(Vec::new());
+                    }
+                    sql.push_str(&format!(
+                        " AND trust IN ({})",
+                        super::sql_memory::placeholders(next, trusts.len())
+                    ));
+                    next += trusts.len();
+                }
+                if filter.thread.is_some() {
+                    sql.push_str(&format!(" AND thread_id = ${next}"));
+                    next += 1;
+                }
                 if !filter.include_archived {
                     sql.push_str(" AND archived_at IS NULL");
                 }
@@ -513,6 +535,12 @@ macro_rules! sql_memory_store {
                 }
                 for kind in kinds {
                     query = query.bind(kind);
+                }
+                for trust in trusts {
+                    query = query.bind(trust);
+                }
+                if let Some(thread) = filter.thread {
+                    query = query.bind(thread.as_uuid());
                 }
                 let found = query.bind(limit).fetch_all(&self.pool).await?;
                 Ok(found.iter().map(memory_rows::memory).collect::<Result<_, _>>()?)
@@ -555,6 +583,41 @@ macro_rules! sql_memory_store {
                 }
                 let found = query.fetch_all(&self.pool).await?;
                 Ok(found.iter().map(memory_rows::memory).collect::<Result<_, _>>()?)
+            }
+
+            async fn fill_successors(
+                &self,
+                user: UserId,
+                memories: &mut [Memory],
+            ) -> StoreResult<()> {
+                let ids: Vec<MemoryId> = memories
+                    .iter()
+                    .filter(|memory| memory.invalid_at.is_some())
+                    .map(|memory| memory.id)
+                    .collect();
+                if ids.is_empty() {
+                    return Ok(());
+                }
+                let sql = format!(
+                    "SELECT supersedes, id FROM memories WHERE user_id = $1 \
+                     AND supersedes IN ({}) ORDER BY id",
+                    super::sql_memory::placeholders(2, ids.len())
+                );
+                let mut query = sqlx::query(&sql).bind(user.as_uuid());
+                for id in &ids {
+                    query = query.bind(id.as_uuid());
+                }
+                let found = query.fetch_all(&self.pool).await?;
+                use sqlx::Row as _;
+                for row in &found {
+                    let old = MemoryId::from_uuid(row.try_get("supersedes")?);
+                    let new = MemoryId::from_uuid(row.try_get("id")?);
+                    // Ordered by id: the newest successor is written last and wins.
+                    for memory in memories.iter_mut().filter(|memory| memory.id == old) {
+                        memory.superseded_by = Some(new);
+                    }
+                }
+                Ok(())
             }
 
             async fn record_access(
@@ -904,6 +967,7 @@ macro_rules! sql_memory_store {
                     archived_at: None,
                     version: 1,
                     embedding_model: embedded.model,
+                    superseded_by: None,
                     embedding: embedded.vector,
                 };
                 write_memory_row(&mut tx, user, &memory).await?;

@@ -667,3 +667,58 @@ async fn a_users_daily_token_budget_stops_runs_until_midnight() {
     assert_eq!(events.last().unwrap().data["status"], "completed");
     app.stop().await;
 }
+
+/// The `memory_recalled` event says why each memory came back (its signals, trust and
+/// provenance) for the web app's "why it remembered"; the model's prompt gets none of that.
+#[tokio::test]
+async fn recalled_memories_carry_their_signals_in_the_event_but_not_to_the_model() {
+    let home = Home::new(Backend::Sqlite).await;
+    let llm = FakeLlm::start().await;
+    let app = TestApp::spawn_with_llm(&home, &llm, &[NO_WRITER]).await;
+    let key = app.user_key("alice").await;
+    let (status, added) = app
+        .post(
+            "/v1/memories",
+            Some(&key),
+            Some(
+                json!({ "content": "The staging database listens on port 6543",
+                         "source_refs": ["ticket-42"] }),
+            ),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert!(
+        app.state
+            .memory
+            .wait_recallable(Duration::from_secs(10))
+            .await
+            .unwrap()
+    );
+    llm.push(Reply::text("Port 6543."));
+    let thread = thread_id(&app, &key).await;
+    let events = turn(
+        &app,
+        &key,
+        &thread,
+        "Which port does the staging database use?",
+    )
+    .await;
+    let recalled = events
+        .iter()
+        .find(|e| e.event == "memory_recalled")
+        .expect("memory_recalled");
+    let memory = &recalled.data["memories"][0];
+    assert_eq!(memory["id"], added["id"]);
+    assert_eq!(memory["trust"], "user");
+    assert_eq!(memory["source_refs"], json!(["ticket-42"]));
+    let signals = &memory["signals"];
+    assert_eq!(signals["vector_rank"], 1, "{signals}");
+    assert_eq!(signals["bm25_rank"], 1, "{signals}");
+    assert!(signals["vector_score"].as_f64().unwrap() > 0.3, "{signals}");
+    assert!(signals["rrf"].as_f64().unwrap() > 0.0, "{signals}");
+    assert!(signals["decay"].as_f64().unwrap() > 0.0, "{signals}");
+    let prompt = llm.requests()[0].to_string();
+    assert!(prompt.contains("listens on port 6543"), "{prompt}");
+    assert!(!prompt.contains("vector_rank"), "{prompt}");
+    assert!(!prompt.contains("ticket-42"), "{prompt}");
+}

@@ -105,7 +105,7 @@ fn user_commands_manage_keys_that_the_server_accepts() {
 
     let (mut server, base, mut lines) = serve(dir.path());
     assert!(!base.ends_with(":0"), "the real port is printed: {base}");
-    let banner: Vec<String> = (0..9).map(|_| lines.next().unwrap().unwrap()).collect();
+    let banner: Vec<String> = (0..10).map(|_| lines.next().unwrap().unwrap()).collect();
     let banner = banner.join("\n");
     for expected in [
         "database   sqlite",
@@ -116,6 +116,8 @@ fn user_commands_manage_keys_that_the_server_accepts() {
         "search     ",
         "auth       api keys",
         "data       ",
+        "web app    ",
+        "docs       /docs",
     ] {
         assert!(banner.contains(expected), "{expected:?} not in\n{banner}");
     }

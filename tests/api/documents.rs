@@ -236,6 +236,27 @@ async fn documents_are_searched_locally_and_private(backend: Backend) {
         chunk_count
     );
 
+    // A document reads back with its chunks in order, for its owner only.
+    let (status, read) = app
+        .get(&format!("/v1/documents/{notes_id}"), Some(&alice))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{read}");
+    assert_eq!(read["document"]["id"], notes_id.as_str());
+    let chunks = read["chunks"].as_array().unwrap();
+    assert_eq!(chunks.len() as i64, notes["chunks"].as_i64().unwrap());
+    let numbers: Vec<i64> = chunks.iter().map(|c| c["n"].as_i64().unwrap()).collect();
+    assert_eq!(numbers, (0..chunks.len() as i64).collect::<Vec<_>>());
+    assert!(
+        chunks
+            .iter()
+            .any(|c| c["content"].as_str().unwrap().contains("Orrin Deep")),
+        "{read}"
+    );
+    let (status, _) = app
+        .get(&format!("/v1/documents/{notes_id}"), Some(&bob))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
     // Deleting the document deletes its chunks from SQL and from both indexes.
     assert_eq!(
         app.delete_document(&alice, &notes_id).await,

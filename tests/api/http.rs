@@ -1318,3 +1318,142 @@ async fn an_exhausted_pool_answers_busy_and_stores_nothing() {
     assert_eq!(user_messages(&stored), ["the first word"], "{stored}");
     app.stop().await;
 }
+
+/// `/` answers a browser with the web app (or, in a binary built before the app, a page that
+/// says how to build it) and any other client with JSON; the page and its files carry the
+/// strict Content-Security-Policy, and content-hashed files are cached for good.
+#[tokio::test]
+async fn the_web_app_is_served_to_browsers_under_a_strict_policy() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let page = app
+        .client
+        .get(app.url("/"))
+        .header("accept", "text/html,application/xhtml+xml,*/*;q=0.8")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let headers = page.headers().clone();
+    assert_eq!(headers["content-type"], "text/html; charset=utf-8");
+    assert_eq!(headers["cache-control"], "no-cache");
+    assert_eq!(headers["x-content-type-options"], "nosniff");
+    assert_eq!(headers["referrer-policy"], "no-referrer");
+    let policy = headers["content-security-policy"].to_str().unwrap();
+    for directive in [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "frame-ancestors 'none'",
+        "object-src 'none'",
+    ] {
+        assert!(policy.contains(directive), "{policy}");
+    }
+    assert!(!policy.contains("unsafe-inline") && !policy.contains("unsafe-eval"));
+    let html = page.text().await.unwrap();
+    let (_, root) = app.get("/", None).await;
+    assert_eq!(
+        root["name"], "mnemo",
+        "JSON for a client that does not ask for HTML"
+    );
+
+    let dist = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("web/dist");
+    match std::fs::read_to_string(dist.join("index.html")) {
+        Ok(built) => {
+            assert_eq!(html, built, "the page is the built index.html");
+            assert_eq!(root["app"], "/");
+            // Every script and stylesheet the page names is served, with its type, cached.
+            let assets: Vec<&str> = html
+                .split('"')
+                .filter(|part| part.starts_with("/assets/"))
+                .collect();
+            assert!(assets.iter().any(|asset| asset.ends_with(".js")), "{html}");
+            for asset in assets {
+                let response = app.client.get(app.url(asset)).send().await.unwrap();
+                assert_eq!(response.status(), StatusCode::OK, "{asset}");
+                let expected = if asset.ends_with(".js") {
+                    "text/javascript; charset=utf-8"
+                } else {
+                    "text/css; charset=utf-8"
+                };
+                assert_eq!(response.headers()["content-type"], expected, "{asset}");
+                assert_eq!(
+                    response.headers()["cache-control"],
+                    "public, max-age=31536000, immutable"
+                );
+                assert!(response.headers().contains_key("content-security-policy"));
+                let etag = response.headers()["etag"].clone();
+                let bytes = response.bytes().await.unwrap();
+                let on_disk = std::fs::read(dist.join(asset.trim_start_matches('/'))).unwrap();
+                assert_eq!(bytes.as_ref(), on_disk.as_slice(), "{asset}");
+                let again = app
+                    .client
+                    .get(app.url(asset))
+                    .header("if-none-match", etag)
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
+            }
+            let icon = app
+                .client
+                .get(app.url("/favicon.svg"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(icon.status(), StatusCode::OK);
+            assert_eq!(icon.headers()["content-type"], "image/svg+xml");
+        }
+        Err(_) => {
+            assert!(html.contains("web app was not built"), "{html}");
+            assert!(html.contains("npm run build"), "{html}");
+            assert_eq!(root["app"], "not built");
+        }
+    }
+    let (status, body) = app.get("/assets/no-such-file.js", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(body["error"]["code"], "not_found");
+    let (status, _) = app.get("/assets/..%2F..%2FCargo.toml", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    app.stop().await;
+}
+
+/// `PATCH /v1/threads/{id}` renames a thread of the caller; an empty or too long title is a
+/// 400, another user's thread a 404.
+#[tokio::test]
+async fn a_thread_is_renamed_by_its_owner_only() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let alice = app.user_key("alice").await;
+    let bob = app.user_key("bob").await;
+    let thread = app.create_thread(&alice, "First title").await;
+    let id = thread["id"].as_str().unwrap();
+    let path = format!("/v1/threads/{id}");
+    let (status, renamed) = app
+        .patch(
+            &path,
+            Some(&alice),
+            Some(json!({ "title": "  Trip to Graz  " })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{renamed}");
+    assert_eq!(renamed["title"], "Trip to Graz");
+    assert_eq!(renamed["id"], id);
+    let (_, listed) = app.get("/v1/threads", Some(&alice)).await;
+    assert_eq!(listed["threads"][0]["title"], "Trip to Graz");
+    for bad in [
+        json!({ "title": "   " }),
+        json!({ "title": "x".repeat(201) }),
+        json!({}),
+    ] {
+        let (status, body) = app.patch(&path, Some(&alice), Some(bad)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    }
+    let (status, _) = app
+        .patch(&path, Some(&bob), Some(json!({ "title": "Mine now" })))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (_, still) = app.get(&path, Some(&alice)).await;
+    assert_eq!(still["thread"]["title"], "Trip to Graz");
+    app.stop().await;
+}

@@ -105,6 +105,16 @@ async fn rules_remember_dedupe_and_supersede_without_an_llm() {
     assert_eq!(facts[0]["supersedes"], old_id.as_str());
     let (_, old) = app.get(&format!("/v1/memories/{old_id}"), Some(&key)).await;
     assert!(old["memory"]["invalid_at"].is_string(), "{old}");
+    // What superseded what, from either side: the old memory names its successor, in a
+    // single read and in a list that shows invalid memories.
+    assert_eq!(old["memory"]["superseded_by"], facts[0]["id"], "{old}");
+    let with_invalid = memories(&app, &key, "&kinds=fact&include_invalid=true").await;
+    let listed_old = with_invalid
+        .iter()
+        .find(|memory| memory["id"] == old_id.as_str())
+        .expect("the superseded fact is listed");
+    assert_eq!(listed_old["superseded_by"], facts[0]["id"]);
+    assert!(facts[0].get("superseded_by").is_none(), "{}", facts[0]);
     let changes: Vec<&str> = old["versions"]
         .as_array()
         .unwrap()
@@ -797,6 +807,65 @@ async fn an_imported_conversation_becomes_named_turn_memories() {
         .get(&format!("/v1/threads/{thread}"), Some(&alice))
         .await;
     assert_eq!(thread_view["messages"][1]["author"], "Melanie");
+
+    // Lists filter by trust and by thread (the web app's memory filters), in SQL.
+    let (status, _) = app
+        .post(
+            "/v1/memories",
+            Some(&alice),
+            Some(json!({ "content": "Caroline's favourite glaze is celadon" })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let listed = |memories: Vec<Value>| -> Vec<String> {
+        let mut contents: Vec<String> = memories
+            .iter()
+            .map(|m| m["content"].as_str().unwrap().to_string())
+            .collect();
+        contents.sort();
+        contents
+    };
+    assert_eq!(
+        listed(memories(&app, &alice, "&trust=assistant").await),
+        ["Melanie: Did you make a bowl?"]
+    );
+    assert_eq!(
+        listed(memories(&app, &alice, &format!("&trust=user&thread_id={thread}")).await),
+        ["Caroline: I went to a pottery class on Saturday."]
+    );
+    let both = listed(memories(&app, &alice, "&trust=user,assistant").await);
+    for content in [
+        "Caroline's favourite glaze is celadon",
+        "Caroline: I went to a pottery class on Saturday.",
+        "Melanie: Did you make a bowl?",
+    ] {
+        assert!(both.iter().any(|listed| listed == content), "{both:?}");
+    }
+    let in_thread = listed(memories(&app, &alice, &format!("&thread_id={thread}")).await);
+    assert!(
+        in_thread
+            .iter()
+            .any(|listed| listed == "Melanie: Did you make a bowl?")
+    );
+    assert!(
+        !in_thread.iter().any(|listed| listed.contains("celadon")),
+        "{in_thread:?}"
+    );
+    let (status, bad) = app.get("/v1/memories?trust=boss", Some(&alice)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+    assert!(
+        bad["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("user, assistant, web")
+    );
+    let (status, _) = app.get("/v1/memories?thread_id=nope", Some(&alice)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        memories(&app, &bob, &format!("&thread_id={thread}"))
+            .await
+            .is_empty()
+    );
     app.stop().await;
 }
 

@@ -74,7 +74,7 @@ export interface Memory {
   valid_from: string
   invalid_at: string | null
   supersedes: string | null
-  /** Not served yet (see NOTES-FOR-RUST.md); used when present. */
+  /** The newer memory that replaced this one (on lists and single reads). */
   superseded_by?: string | null
   created_at: string
   updated_at: string
@@ -148,9 +148,7 @@ export interface SearchRequest {
 
 export interface ListMemoriesQuery {
   kinds?: MemoryKind[]
-  /** Not supported by the server yet (see NOTES-FOR-RUST.md); also filtered here. */
   trust?: Trust
-  /** Not supported by the server yet (see NOTES-FOR-RUST.md); also filtered here. */
   thread_id?: string
   since?: string
   until?: string
@@ -190,6 +188,17 @@ export interface DocumentInfo {
   created_at: string
 }
 
+export interface DocumentChunk {
+  n: number
+  memory_id: string
+  content: string
+}
+
+export interface DocumentWithChunks {
+  document: DocumentInfo
+  chunks: DocumentChunk[]
+}
+
 export interface DocumentList {
   documents: DocumentInfo[]
   next_before?: string | null
@@ -206,7 +215,11 @@ export interface ResearchModels {
   default_model: string | null
   models: ModelInfo[]
   search_providers: string[]
+  /** Whether each provider can run on this server (a web provider needs its key or URL). */
+  search_provider_status?: { name: string; configured: boolean; reason?: string }[]
   default_search_api: string
+  /** The largest request body the server accepts, in bytes. */
+  max_body_bytes?: number
 }
 
 export interface ResearchRequest {
@@ -403,7 +416,7 @@ export const threads = {
   list: (before?: string, limit = 50) => json<ThreadList>('GET', '/v1/threads', { query: { limit, before } }),
   create: (title?: string) => json<Thread>('POST', '/v1/threads', { json: title ? { title } : {} }),
   get: (threadId: string) => json<ThreadWithMessages>('GET', `/v1/threads/${id(threadId)}`),
-  /** `PATCH /v1/threads/{id}` `{"title"}` → Thread: not served yet (NOTES-FOR-RUST.md). */
+  /** `PATCH /v1/threads/{id}` `{"title"}` → Thread. */
   rename: (threadId: string, title: string) =>
     json<Thread>('PATCH', `/v1/threads/${id(threadId)}`, { json: { title } }),
   remove: (threadId: string, forgetMemories = false) =>
@@ -469,6 +482,8 @@ export type InlineType = 'text/markdown' | 'text/plain' | 'text/html'
 
 export const documents = {
   list: (before?: string, limit = 100) => json<DocumentList>('GET', '/v1/documents', { query: { limit, before } }),
+  /** The document with its chunks in order (what local research searches and cites). */
+  get: (documentId: string) => json<DocumentWithChunks>('GET', `/v1/documents/${id(documentId)}`),
   /** A text document sent inline as JSON. */
   addText: (title: string, content: string, contentType: InlineType, source?: string) =>
     json<DocumentInfo>('POST', '/v1/documents', {

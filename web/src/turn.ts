@@ -11,7 +11,7 @@ export interface RecalledMemory {
   trust?: string
   created_at?: string
   score?: number
-  /** Per-signal details, when the server sends them (see NOTES-FOR-RUST.md). */
+  /** Why it was recalled: rank and score per signal, the fused score, decay. */
   signals?: Record<string, number | null>
 }
 

@@ -442,17 +442,8 @@ impl Research {
                 Vec::new()
             }
         };
-        let memories: Vec<RecalledMemory> = recalled
-            .iter()
-            .map(|found| RecalledMemory {
-                id: found.memory.id,
-                kind: found.memory.kind,
-                content: found.memory.content.clone(),
-                source: None,
-                created_at: None,
-                score: found.score,
-            })
-            .collect();
+        let memories: Vec<RecalledMemory> =
+            recalled.iter().map(RecalledMemory::from_recalled).collect();
         self.progress
             .emit(RunEvent::MemoryRecalled(MemoryRecalled {
                 query: self.config.query.clone(),

@@ -251,8 +251,9 @@ test('memory: a remembered fact appears after the turn; editing it makes a versi
   const result = page.getByTestId('memory-search-result').filter({ hasText: 'Miso the Brave' }).first()
   await result.waitFor()
   await result.getByTestId('memory-signals').locator('summary').click()
-  assert.match(await result.getByTestId('memory-signals').innerText(), /Vector \(meaning\)[\s\S]*BM25 \(words\)[\s\S]*RRF/)
+  assert.match(await result.getByTestId('memory-signals').innerText(), /Vector \(meaning\)[\s\S]*BM25 \(words\)[\s\S]*Fused/)
   await screenshot(page, 'memory')
+  await screenshot(page, 'memory-viewport', { fullPage: false })
 
   // Export, then import the export back: nothing new (the same contents are skipped).
   const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('memory-export').click()])
@@ -276,6 +277,16 @@ test('memory: a remembered fact appears after the turn; editing it makes a versi
   const messageId = target.split('/').pop()
   await page.locator(`#msg-${messageId}.highlight`).waitFor()
   assert.match(await page.locator(`#msg-${messageId}`).innerText(), /remember that my cat is called Miso/)
+
+  // The chat shows why it remembered: the edited fact, with its rank in each signal.
+  await newThread(page)
+  const asked = await sendMessage(page, 'What is my cat called?')
+  await finishedAnswer(page, asked)
+  const recalled = page.getByTestId('message-assistant').nth(asked).getByTestId('turn-recalled')
+  await recalled.locator('summary').click()
+  const why = recalled.getByTestId('turn-recalled-memory').filter({ hasText: 'Miso the Brave' })
+  await why.waitFor()
+  assert.match(await why.locator('table.signals').innerText(), /Vector \(meaning\)\s+#\d/)
   await page.close()
   assertClean()
 })
@@ -300,6 +311,9 @@ test('documents and research: ingest, research with local search, follow a citat
   await page.getByTestId('document-item').filter({ hasText: 'kelp' }).waitFor()
   const otterDoc = page.getByTestId('document-item').filter({ hasText: 'otters-' })
   const documentId = await otterDoc.getAttribute('data-document-id')
+  // Its text, as the chunks research cites.
+  await otterDoc.getByTestId('document-text').locator('summary').click()
+  await otterDoc.getByTestId('document-chunk').filter({ hasText: 'Sea otters hold hands' }).waitFor()
   await screenshot(page, 'documents')
 
   await page.getByTestId('nav-research').click()
@@ -384,7 +398,7 @@ test('xss: markup in a memory, a model answer and a document shows as text', asy
   assertClean()
 })
 
-test('threads: rename (or a clear message when the server cannot), delete', async () => {
+test('threads: rename, delete', async () => {
   const page = await signedInPage(stack)
   const before = await sendMessage(page, 'A thread to rename')
   await finishedAnswer(page, before)
@@ -393,12 +407,13 @@ test('threads: rename (or a clear message when the server cannot), delete', asyn
   await page.getByTestId('thread-rename-input').fill('Renamed thread')
   await page.getByTestId('thread-rename-save').click()
   const renamed = page.getByTestId('thread-item').filter({ hasText: 'Renamed thread' })
-  const refused = page.getByTestId('notice').filter({ hasText: 'cannot rename threads yet' })
-  await renamed.or(refused).first().waitFor()
-  const target = (await renamed.count()) > 0 ? renamed : item
-  await target.getByTestId('thread-delete').click()
-  await target.getByTestId('thread-delete-confirm').click()
-  await target.waitFor({ state: 'detached' })
+  await renamed.waitFor()
+  // The server kept the new title.
+  const threads = (await stack.api('GET', '/v1/threads')).body.threads
+  assert.ok(threads.some((thread) => thread.title === 'Renamed thread'), JSON.stringify(threads))
+  await renamed.getByTestId('thread-delete').click()
+  await renamed.getByTestId('thread-delete-confirm').click()
+  await renamed.waitFor({ state: 'detached' })
   await page.close()
   assertClean()
 })

@@ -1,10 +1,7 @@
 // The browser tests' world: a fresh mnemo (env MNEMO_BIN) on a temporary data directory with
-// one user, the fake model, and Debian's Chromium driven by playwright-core.
-//
-// Two modes. By default the built app (web/dist) is served by a test-only static server that
-// proxies the API to mnemo (for a mnemo that does not embed the app yet). With
-// MNEMO_SERVES_WEB=1 the page opens mnemo's own address, through a TCP relay the tests can cut.
-// Either way `cutConnections()` drops the event streams in flight, as a network failure would.
+// one user, the fake model, and Debian's Chromium driven by playwright-core. The page opens
+// mnemo's own address (mnemo serves the built app at `/`) through a TCP relay, so that
+// `cutConnections()` can drop every connection in flight, as a network failure would.
 
 import { spawn, execFile } from 'node:child_process'
 import { createHmac } from 'node:crypto'
@@ -16,7 +13,6 @@ import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import { chromium } from 'playwright-core'
 import { startFakeOpenAi } from '../fake-openai.mjs'
-import { startStaticServer } from './static-server.mjs'
 
 const run = promisify(execFile)
 const here = path.dirname(fileURLToPath(import.meta.url))
@@ -134,8 +130,6 @@ async function waitHealthy(url, timeoutMs) {
 export async function startStack() {
   const bin = process.env.MNEMO_BIN
   if (!bin || !existsSync(bin)) throw new Error(`set MNEMO_BIN to the mnemo binary (got ${bin ?? 'nothing'})`)
-  const servesWeb = process.env.MNEMO_SERVES_WEB === '1'
-  if (!servesWeb && !existsSync(path.join(WEB_DIR, 'dist', 'index.html'))) throw new Error('web/dist is missing: run npm run build')
   mkdirSync(RESULTS_DIR, { recursive: true })
   const home = mkdtempSync(path.join(os.tmpdir(), 'mnemo-web-test-'))
   const dataDir = path.join(home, 'data')
@@ -166,15 +160,8 @@ export async function startStack() {
   await waitHealthy(mnemoUrl, 60_000)
   log('mnemo at', mnemoUrl, 'fake model at', fake.baseUrl)
 
-  let front
-  let cut
-  if (servesWeb) {
-    front = await startRelay(mnemoUrl)
-    cut = () => front.cut()
-  } else {
-    front = await startStaticServer({ dist: path.join(WEB_DIR, 'dist'), upstream: mnemoUrl })
-    cut = () => front.cutStreams()
-  }
+  const front = await startRelay(mnemoUrl)
+  const cut = () => front.cut()
 
   const profile = mkdtempSync(path.join(os.tmpdir(), 'mnemo-web-chromium-'))
   const context = await chromium.launchPersistentContext(profile, {
@@ -250,6 +237,7 @@ export async function signedInPage(stack, hash = '#/chat') {
   return page
 }
 
-export async function screenshot(page, name) {
-  await page.screenshot({ path: path.join(RESULTS_DIR, `${name}.png`), fullPage: true })
+/** Saves the whole page as `test-results/NAME.png` (`{ fullPage: false }`: the viewport only). */
+export async function screenshot(page, name, { fullPage = true } = {}) {
+  await page.screenshot({ path: path.join(RESULTS_DIR, `${name}.png`), fullPage })
 }
