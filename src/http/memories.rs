@@ -169,14 +169,12 @@ fn parse_kinds(text: &str) -> ApiResult<Vec<MemoryKind>> {
         "memory kind",
         MemoryKind::parse,
         MemoryKind::ALL,
-        |kind| kind.as_str(),
+        MemoryKind::as_str,
     )
 }
 
 fn parse_trusts(text: &str) -> ApiResult<Vec<Trust>> {
-    parse_list(text, "trust", Trust::parse, Trust::ALL, |trust| {
-        trust.as_str()
-    })
+    parse_list(text, "trust", Trust::parse, Trust::ALL, Trust::as_str)
 }
 
 /// A comma-separated list of enum texts; an unknown one is a 400 naming the known ones.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use reqwest::StatusCode;
-use serde_json::json;
+use serde_json::{Value, json};
 use support::fake_llm::{FakeLlm, Reply, prompt_text};
 use support::{Backend, Home, ReceivedEvent, TestApp};
 
@@ -43,6 +43,20 @@ async fn remember_peanut_allergy(app: &TestApp, key: &str) {
             .await
             .unwrap()
     );
+}
+
+/// Adds a memory over HTTP and waits until both indexes hold it; returns the memory.
+async fn remember(app: &TestApp, key: &str, body: Value) -> Value {
+    let (status, added) = app.post("/v1/memories", Some(key), Some(body)).await;
+    assert_eq!(status, StatusCode::CREATED, "{added}");
+    assert!(
+        app.state
+            .memory
+            .wait_recallable(Duration::from_secs(10))
+            .await
+            .unwrap()
+    );
+    added
 }
 
 async fn thread_id(app: &TestApp, key: &str) -> String {
@@ -118,21 +132,12 @@ async fn a_recall_tool_round_trip_puts_the_memory_in_the_next_prompt() {
     let app =
         TestApp::spawn_with_llm(&home, &llm, &[NO_WRITER, ("MNEMO__CHAT__AUTO_RECALL", "0")]).await;
     let key = app.user_key("alice").await;
-    let (status, _) = app
-        .post(
-            "/v1/memories",
-            Some(&key),
-            Some(json!({ "content": "The staging database runs PostgreSQL 16 on port 6543" })),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED);
-    assert!(
-        app.state
-            .memory
-            .wait_recallable(Duration::from_secs(10))
-            .await
-            .unwrap()
-    );
+    remember(
+        &app,
+        &key,
+        json!({ "content": "The staging database runs PostgreSQL 16 on port 6543" }),
+    )
+    .await;
     llm.push(Reply::tool(
         "recall_memory",
         json!({ "query": "staging database port" }),
@@ -676,24 +681,13 @@ async fn recalled_memories_carry_their_signals_in_the_event_but_not_to_the_model
     let llm = FakeLlm::start().await;
     let app = TestApp::spawn_with_llm(&home, &llm, &[NO_WRITER]).await;
     let key = app.user_key("alice").await;
-    let (status, added) = app
-        .post(
-            "/v1/memories",
-            Some(&key),
-            Some(
-                json!({ "content": "The staging database listens on port 6543",
-                         "source_refs": ["ticket-42"] }),
-            ),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED);
-    assert!(
-        app.state
-            .memory
-            .wait_recallable(Duration::from_secs(10))
-            .await
-            .unwrap()
-    );
+    let added = remember(
+        &app,
+        &key,
+        json!({ "content": "The staging database listens on port 6543",
+                 "source_refs": ["ticket-42"] }),
+    )
+    .await;
     llm.push(Reply::text("Port 6543."));
     let thread = thread_id(&app, &key).await;
     let events = turn(
