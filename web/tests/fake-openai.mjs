@@ -73,10 +73,14 @@ export function chooseReply(request) {
   }
   // Deep research (src/research/workflow.rs and prompts/research_*.md).
   if (prompt.includes('You are the clarification step')) return text(JSON.stringify({ need_clarification: false, question: '' }))
-  if (prompt.includes('You write the research brief')) return text(JSON.stringify({ brief: 'Find out how sea otters sleep.' }))
+  // A question about ferrets researches the ferret document (the XSS test's), anything else otters.
+  const ferrets = /ferrets/i.test(prompt)
+  if (prompt.includes('You write the research brief')) {
+    return text(JSON.stringify({ brief: ferrets ? 'Find out what the document says about ferrets.' : 'Find out how sea otters sleep.' }))
+  }
   if (prompt.includes('You are the research supervisor')) {
     if (toolResults(request).length > 0) return tools([['research_complete', {}]])
-    return tools([['conduct_research', { research_topic: 'otters sleeping' }]])
+    return tools([['conduct_research', { research_topic: ferrets ? 'dangerous document ferrets' : 'otters sleeping' }]])
   }
   if (prompt.includes('You are a researcher')) {
     if (toolResults(request).length === 0) {

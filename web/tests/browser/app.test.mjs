@@ -390,6 +390,16 @@ test('xss: markup in a memory, a model answer and a document shows as text', asy
   await page.getByTestId('memory-search-submit').click()
   await page.getByTestId('memory-search-results').getByText('Dangerous document text').first().waitFor()
 
+  // A source found by research: its title and text came from the document, as a fetched
+  // page's would.
+  await page.getByTestId('nav-research').click()
+  await page.getByTestId('research-query').fill('What does the document say about ferrets?')
+  await page.getByTestId('research-provider').selectOption('local')
+  await page.getByTestId('research-start').click()
+  await page.locator('[data-testid="research-live"][data-status="completed"]').waitFor({ timeout: 60_000 })
+  const sources = page.getByTestId('research-live').getByTestId('report').getByTestId('report-source')
+  await sources.filter({ hasText: `Doc ${XSS}` }).first().waitFor()
+
   await page.waitForTimeout(500)
   assert.equal(await page.locator('img[src="x"]').count(), 0)
   assert.equal(await page.evaluate(() => document.querySelectorAll('script').length), 1, 'only the app bundle')
