@@ -30,19 +30,12 @@ fn kinds(events: &[ReceivedEvent]) -> Vec<&str> {
 
 /// Adds "I am allergic to peanuts" for the key's user and waits until it is recallable.
 async fn remember_peanut_allergy(app: &TestApp, key: &str) {
-    app.post(
-        "/v1/memories",
-        Some(key),
-        Some(json!({ "content": "I am allergic to peanuts", "kind": "fact" })),
+    remember(
+        app,
+        key,
+        json!({ "content": "I am allergic to peanuts", "kind": "fact" }),
     )
     .await;
-    assert!(
-        app.state
-            .memory
-            .wait_recallable(Duration::from_secs(10))
-            .await
-            .unwrap()
-    );
 }
 
 /// Adds a memory over HTTP and waits until both indexes hold it; returns the memory.
