@@ -604,6 +604,9 @@ pub struct ServerSettings {
     /// Model tokens one user's runs may use per UTC day; past it runs stop and new ones get
     /// 429 until midnight. 0 turns the limit off.
     pub daily_token_budget: u64,
+    /// Browser origins (`scheme://host[:port]`, comma-separated) allowed to call `/mcp`
+    /// besides loopback ones; a request from any other `Origin` is refused (403).
+    pub allowed_origins: String,
 }
 
 /// Largest `max_tokens` (completion tokens of one call) a role may be given.
@@ -624,6 +627,7 @@ impl Default for ServerSettings {
             requests_per_minute: 600,
             run_token_budget: 1_000_000,
             daily_token_budget: 5_000_000,
+            allowed_origins: String::new(),
         }
     }
 }

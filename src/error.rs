@@ -9,6 +9,8 @@ pub enum ErrorKind {
     /// The caller sent something unusable; retrying the same request fails again.
     BadRequest,
     Unauthenticated,
+    /// Authenticated or not, this caller may not do this (e.g. a foreign browser origin).
+    Forbidden,
     NotFound,
     /// The HTTP method is not served on this path.
     MethodNotAllowed,
@@ -39,6 +41,7 @@ impl ErrorKind {
         match self {
             ErrorKind::BadRequest => "bad_request",
             ErrorKind::Unauthenticated => "unauthenticated",
+            ErrorKind::Forbidden => "forbidden",
             ErrorKind::NotFound => "not_found",
             ErrorKind::MethodNotAllowed => "method_not_allowed",
             ErrorKind::Conflict => "conflict",
@@ -99,6 +102,7 @@ mod tests {
         let retryable: Vec<ErrorKind> = [
             ErrorKind::BadRequest,
             ErrorKind::Unauthenticated,
+            ErrorKind::Forbidden,
             ErrorKind::NotFound,
             ErrorKind::MethodNotAllowed,
             ErrorKind::Conflict,

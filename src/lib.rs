@@ -26,6 +26,7 @@ pub mod error;
 pub mod http;
 pub mod index;
 pub mod llm;
+pub mod mcp;
 pub mod memory;
 pub mod research;
 pub mod runs;

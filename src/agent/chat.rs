@@ -80,6 +80,32 @@ impl HasKind for ChatError {
     }
 }
 
+/// A conversation held by an outside client (`POST /v1/chat/completions`): its messages are the
+/// turn's working memory (after mnemo's system prompt with the recalled memories), its tools
+/// are offered to the model beside mnemo's, and a call to one of them ends the turn: the call
+/// goes back to the client unchanged, as a `tool_call` event marked `"client": true`.
+#[derive(Clone, Default)]
+pub struct ClientConversation {
+    pub messages: Vec<ChatMessage>,
+    pub tools: Vec<ToolSpec>,
+    /// The model the client asked for; `None` is the chat role's.
+    pub model: Option<RoleModel>,
+}
+
+impl ClientConversation {
+    /// The client's newest message, when it is the user's (a new turn); `None` when the
+    /// conversation ends with tool results or an assistant message (the turn goes on).
+    pub fn new_user_message(&self) -> Option<&str> {
+        self.messages
+            .last()
+            .filter(|message| message.role == ChatRole::User)
+            .map(|message| message.content.as_str())
+    }
+}
+
+/// The names of mnemo's own tools, which a client may not define.
+pub const SERVER_TOOLS: [&str; 4] = ["recall_memory", "remember", "forget", "deep_research"];
+
 /// Starts chat turns: the one path every surface (the HTTP API, the benchmarks) takes to
 /// store the user's message, run the turn and queue its memory work.
 #[derive(Clone)]
@@ -114,6 +140,58 @@ impl ChatService {
         thread: ThreadId,
         content: &str,
         idempotency_key: Option<&str>,
+    ) -> Result<Run, ChatError> {
+        self.begin(user, thread, content, idempotency_key, None)
+            .await
+    }
+
+    /// A turn of an outside client's conversation in `thread`: its newest user message is
+    /// stored and answered as [`ChatService::send`] does; a conversation that ends with the
+    /// results of the client's own tools continues the turn of the thread's last user message
+    /// in a new run (its reply remembered like any turn's).
+    pub async fn send_conversation(
+        &self,
+        user: UserId,
+        thread: ThreadId,
+        conversation: ClientConversation,
+    ) -> Result<Run, ChatError> {
+        if let Some(content) = conversation.new_user_message() {
+            let content = content.to_string();
+            return self
+                .begin(user, thread, &content, None, Some(conversation))
+                .await;
+        }
+        let messages = self.deps.store.user(user).list_messages(thread).await?;
+        let Some(message) = messages.into_iter().rev().find(|m| m.role == Role::User) else {
+            return Err(ChatError::BadRequest(
+                "the conversation has no user message to answer".into(),
+            ));
+        };
+        self.runs.admit(user).await?;
+        let deps = self.deps.clone();
+        let asked = message.clone();
+        let run = self
+            .runs
+            .start(user, Some(thread), RunKind::Chat, move |context| {
+                run_chat_turn(context, deps, asked, Some(conversation))
+            })
+            .await?;
+        let job = TurnJob {
+            thread_id: thread,
+            user_message_id: message.id,
+            run_id: Some(run.id),
+        };
+        self.deps.writer.enqueue_turn(user, &job).await?;
+        Ok(run)
+    }
+
+    async fn begin(
+        &self,
+        user: UserId,
+        thread: ThreadId,
+        content: &str,
+        idempotency_key: Option<&str>,
+        conversation: Option<ClientConversation>,
     ) -> Result<Run, ChatError> {
         let content = content.trim();
         if content.is_empty() {
@@ -157,7 +235,7 @@ impl ChatService {
             BegunTurn::Started { message, run } => {
                 let deps = self.deps.clone();
                 self.runs.launch(user, run.clone(), move |context| {
-                    run_chat_turn(context, deps, message)
+                    run_chat_turn(context, deps, message, conversation)
                 });
                 self.deps.writer.notify();
                 Ok(run)
@@ -216,12 +294,16 @@ pub async fn run_chat_turn(
     context: Arc<RunContext>,
     deps: ChatDeps,
     message: Message,
+    client: Option<ClientConversation>,
 ) -> Result<(), RunFailure> {
     let user = context.user;
     let thread = context
         .thread_id()
         .ok_or_else(|| failure(RunErrorType::Validation, "a chat turn needs a thread"))?;
-    let chat_model = deps.models.role(ModelRole::Chat).cloned();
+    let chat_model = client
+        .as_ref()
+        .and_then(|client| client.model.clone())
+        .or_else(|| deps.models.role(ModelRole::Chat).cloned());
     context
         .emit(RunEvent::SessionStart(SessionStart {
             kind: RunKind::Chat,
@@ -248,10 +330,44 @@ pub async fn run_chat_turn(
             Usage::default(),
         ),
         Some(model) => {
-            let messages = working_memory(&deps, user, thread, &message, &recalled).await?;
+            let (messages, client_tools) = match &client {
+                None => (
+                    working_memory(&deps, user, thread, &message, &recalled).await?,
+                    Vec::new(),
+                ),
+                Some(client) => {
+                    let mut messages = vec![ChatMessage::system(
+                        system_prompt(&deps, user, None, &recalled).await?,
+                    )];
+                    messages.extend(client.messages.iter().cloned());
+                    (messages, client.tools.clone())
+                }
+            };
             let trust = least_trusted(&recalled, Trust::User);
-            match tool_loop(&context, &deps, &model, messages, &message, trust).await {
-                Ok(answer) => answer,
+            let turn = Turn {
+                model: &model,
+                user_message: &message,
+                client_tools: &client_tools,
+            };
+            match tool_loop(&context, &deps, &turn, messages, trust).await {
+                Ok(Answer::Text(content, usage)) => (content, usage),
+                // The client runs its own tools: their calls are the turn's end.
+                Ok(Answer::ClientTools(calls)) => {
+                    for call in calls {
+                        context
+                            .emit(RunEvent::ToolCall(ToolCallEvent {
+                                id: Some(call.id.clone()),
+                                name: Some(call.name.clone()),
+                                tool: None,
+                                arguments: Value::String(call.arguments.clone()),
+                                stage: None,
+                                content: None,
+                                metadata: Some(json!({ "client": true })),
+                            }))
+                            .await?;
+                    }
+                    return Ok(());
+                }
                 // The model cannot be reached at all: say why, then answer from memory as a
                 // server without a model does, rather than failing the turn.
                 Err(LoopError::Unreachable(error)) => {
@@ -405,6 +521,26 @@ async fn working_memory(
         None => history.iter().filter(|m| m.id != current.id).collect(),
     };
     let summary = summarize_older(deps, user, thread, &older).await?;
+    let system = system_prompt(deps, user, summary, recalled).await?;
+    let mut messages = vec![ChatMessage::system(system)];
+    for message in recent {
+        messages.push(match message.role {
+            Role::Assistant => ChatMessage::assistant(&message.content),
+            _ => ChatMessage::user(&message.content),
+        });
+    }
+    messages.push(ChatMessage::user(&current.content));
+    Ok(messages)
+}
+
+/// mnemo's system prompt: today's date, the user's profile, the thread's rolling summary and
+/// the recalled memories, all quoted as data.
+async fn system_prompt(
+    deps: &ChatDeps,
+    user: UserId,
+    summary: Option<String>,
+    recalled: &[Recalled],
+) -> Result<String, RunFailure> {
     let profile = match deps.memory.profile(user).await {
         Ok(Some(profile)) => format!(
             "=== What you know about the user (profile, data) ===\n{}",
@@ -416,7 +552,7 @@ async fn working_memory(
             "(no profile yet)".to_string()
         }
     };
-    let system = Prompt::ChatSystem.render(&[
+    Ok(Prompt::ChatSystem.render(&[
         ("today", &chrono::Utc::now().format("%Y-%m-%d").to_string()),
         ("profile", &profile),
         (
@@ -426,16 +562,7 @@ async fn working_memory(
                 .unwrap_or_else(|| "(none)".into()),
         ),
         ("memories", &memories_as_data(recalled)),
-    ])?;
-    let mut messages = vec![ChatMessage::system(system)];
-    for message in recent {
-        messages.push(match message.role {
-            Role::Assistant => ChatMessage::assistant(&message.content),
-            _ => ChatMessage::user(&message.content),
-        });
-    }
-    messages.push(ChatMessage::user(&current.content));
-    Ok(messages)
+    ])?)
 }
 
 /// The stored rolling summary, brought up to date when older messages fell out of the budget
@@ -572,20 +699,38 @@ impl From<crate::store::StoreError> for LoopError {
     }
 }
 
+/// What a turn's tool loop works with.
+struct Turn<'a> {
+    model: &'a RoleModel,
+    user_message: &'a Message,
+    /// The outside client's own tools (offered to the model; their calls end the loop).
+    client_tools: &'a [ToolSpec],
+}
+
+/// How the tool loop ended.
+enum Answer {
+    /// The model answered in text.
+    Text(String, Usage),
+    /// The model called the client's tools: the client runs them.
+    ClientTools(Vec<ToolCall>),
+}
+
 async fn tool_loop(
     context: &Arc<RunContext>,
     deps: &ChatDeps,
-    model: &RoleModel,
+    turn: &Turn<'_>,
     mut messages: Vec<ChatMessage>,
-    user_message: &Message,
     mut trust: Trust,
-) -> Result<(String, Usage), LoopError> {
+) -> Result<Answer, LoopError> {
+    let model = turn.model;
+    let user_message = turn.user_message;
     let mut total = Usage::default();
     let mut tool_calls = 0usize;
     let mut first = true;
     loop {
         let mut request = ChatRequest::new(messages.clone());
         request.tools = tool_specs(deps.research.is_some());
+        request.tools.extend(turn.client_tools.iter().cloned());
         request.max_tokens = Some(model.max_tokens);
         let response = match stream_with_deltas(context, deps, model, &request).await? {
             Ok(response) => response,
@@ -621,7 +766,18 @@ async fn tool_loop(
             )));
         }
         if response.tool_calls.is_empty() {
-            return Ok((response.content, total));
+            return Ok(Answer::Text(response.content, total));
+        }
+        let for_client: Vec<ToolCall> = response
+            .tool_calls
+            .iter()
+            .filter(|call| turn.client_tools.iter().any(|tool| tool.name == call.name))
+            .cloned()
+            .collect();
+        if !for_client.is_empty() {
+            // Calls of mnemo's own tools in the same step are dropped: the client's next
+            // request carries only the calls it was given, and the model may ask again.
+            return Ok(Answer::ClientTools(for_client));
         }
         tool_calls += response.tool_calls.len();
         if tool_calls > deps.settings.max_tool_calls {
@@ -713,34 +869,7 @@ async fn run_tool(
     let arguments: Value = serde_json::from_str(&call.arguments)
         .map_err(|error| format!("arguments are not valid JSON: {error}"))?;
     match call.name.as_str() {
-        "recall_memory" => {
-            let query = arguments["query"]
-                .as_str()
-                .filter(|query| !query.trim().is_empty())
-                .ok_or("recall_memory needs a non-empty query")?;
-            let kinds = arguments["kinds"].as_array().map(|kinds| {
-                kinds
-                    .iter()
-                    .filter_map(|kind| kind.as_str().and_then(MemoryKind::parse))
-                    .collect()
-            });
-            let request = RecallRequest {
-                query: query.to_string(),
-                k: Some(arguments["k"].as_u64().unwrap_or(5).clamp(1, 20) as usize),
-                kinds,
-                decay: true,
-                ..RecallRequest::default()
-            };
-            let response = deps
-                .memory
-                .recall(user, request)
-                .await
-                .map_err(|error| crate::error::public_message(&error))?;
-            Ok((
-                json!({ "memories": recalled_events(&response.results) }),
-                least_trusted(&response.results, Trust::User),
-            ))
-        }
+        "recall_memory" => recall_tool(&deps.memory, user, &arguments).await,
         "remember" => {
             let content = arguments["content"]
                 .as_str()
@@ -767,19 +896,10 @@ async fn run_tool(
                 .map_err(|error| crate::error::public_message(&error))?;
             Ok((json!({ "queued": true, "content": content }), Trust::User))
         }
-        "forget" => {
-            let query = arguments["query"]
-                .as_str()
-                .filter(|query| !query.trim().is_empty())
-                .ok_or("forget needs a query")?;
-            let forgotten = deps
-                .memory
-                .forget(user, query)
-                .await
-                .map_err(|error| error.to_string())?;
-            let contents: Vec<String> = forgotten.into_iter().map(|m| m.content).collect();
-            Ok((json!({ "forgotten": contents }), Trust::User))
-        }
+        "forget" => Ok((
+            forget_tool(&deps.memory, user, &arguments).await?,
+            Trust::User,
+        )),
         "deep_research" => {
             let research = deps
                 .research
@@ -809,4 +929,56 @@ async fn run_tool(
         }
         other => Err(format!("unknown tool {other:?}")),
     }
+}
+
+/// The `recall_memory` tool (chat and MCP): `query`, optional `k` (1–20, default 5) and
+/// `kinds`. Returns the memories as recall events show them, and the least trust among them.
+pub async fn recall_tool(
+    memory: &MemoryEngine,
+    user: UserId,
+    arguments: &Value,
+) -> Result<(Value, Trust), String> {
+    let query = arguments["query"]
+        .as_str()
+        .filter(|query| !query.trim().is_empty())
+        .ok_or("recall_memory needs a non-empty query")?;
+    let kinds = arguments["kinds"].as_array().map(|kinds| {
+        kinds
+            .iter()
+            .filter_map(|kind| kind.as_str().and_then(MemoryKind::parse))
+            .collect()
+    });
+    let request = RecallRequest {
+        query: query.to_string(),
+        k: Some(arguments["k"].as_u64().unwrap_or(5).clamp(1, 20) as usize),
+        kinds,
+        decay: true,
+        ..RecallRequest::default()
+    };
+    let response = memory
+        .recall(user, request)
+        .await
+        .map_err(|error| crate::error::public_message(&error))?;
+    Ok((
+        json!({ "memories": recalled_events(&response.results) }),
+        least_trusted(&response.results, Trust::User),
+    ))
+}
+
+/// The `forget` tool (chat and MCP): deletes the memories matching `query`; returns their text.
+pub async fn forget_tool(
+    memory: &MemoryEngine,
+    user: UserId,
+    arguments: &Value,
+) -> Result<Value, String> {
+    let query = arguments["query"]
+        .as_str()
+        .filter(|query| !query.trim().is_empty())
+        .ok_or("forget needs a query")?;
+    let forgotten = memory
+        .forget(user, query)
+        .await
+        .map_err(|error| crate::error::public_message(&error))?;
+    let contents: Vec<String> = forgotten.into_iter().map(|m| m.content).collect();
+    Ok(json!({ "forgotten": contents }))
 }

@@ -15,6 +15,7 @@ use super::Failure;
 use super::connect::{Route, Target, route};
 use mnemo::config::Settings;
 
+#[derive(Clone)]
 pub(super) struct Client {
     base: String,
     key: Option<String>,

@@ -9,6 +9,7 @@ mod chat;
 mod connect;
 mod import_chat;
 mod ingest;
+mod mcp;
 mod memory;
 mod research;
 
@@ -78,6 +79,9 @@ enum Command {
         #[arg(long)]
         thread: Option<String>,
     },
+    /// MCP over stdio for desktop clients (Claude Desktop, Cursor): relays to the `/mcp` of
+    /// the server the routing picks (same as chat), as that route's user.
+    Mcp,
     /// Run one deep research and stream its report (same routing and --user as chat).
     Research(research::ResearchArgs),
     /// Benchmarks that print numbers.
@@ -327,6 +331,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Chat { thread } => {
             let settings = load_quiet(&overrides)?;
             chat::run(settings, &cli.target, thread).await
+        }
+        Command::Mcp => {
+            let settings = load_quiet(&overrides)?;
+            mcp::run(settings, &cli.target).await
         }
         Command::Research(args) => {
             let settings = load_quiet(&overrides)?;

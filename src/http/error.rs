@@ -31,12 +31,36 @@ pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
+/// One error shape for the whole API, which is also OpenAI's (`message`, `type`, `param`,
+/// `code`), so the OpenAI SDKs report mnemo's errors as their own.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct ErrorDetail {
-    /// Machine-readable: bad_request, unauthenticated, not_found, method_not_allowed, conflict,
+    /// Machine-readable: bad_request, unauthenticated, forbidden, not_found, method_not_allowed, conflict,
     /// payload_too_large, rate_limited, timeout, unavailable, internal.
     pub code: &'static str,
     pub message: String,
+    /// The OpenAI error class: invalid_request_error, authentication_error, not_found_error,
+    /// rate_limit_error or server_error.
+    #[serde(rename = "type")]
+    #[schema(rename = "type")]
+    pub error_type: &'static str,
+    /// The request field at fault (OpenAI's shape); null.
+    pub param: Option<String>,
+}
+
+/// The OpenAI error class of a kind.
+fn openai_type(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::Unauthenticated => "authentication_error",
+        ErrorKind::NotFound => "not_found_error",
+        ErrorKind::RateLimited | ErrorKind::Busy => "rate_limit_error",
+        ErrorKind::Timeout | ErrorKind::Unavailable | ErrorKind::Internal => "server_error",
+        ErrorKind::Forbidden => "permission_error",
+        ErrorKind::BadRequest
+        | ErrorKind::MethodNotAllowed
+        | ErrorKind::Conflict
+        | ErrorKind::PayloadTooLarge => "invalid_request_error",
+    }
 }
 
 /// The cause chain of a failed request, carried from the response to `log_errors`.
@@ -88,6 +112,7 @@ impl ApiError {
         match self.kind {
             ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
             ErrorKind::Unauthenticated => StatusCode::UNAUTHORIZED,
+            ErrorKind::Forbidden => StatusCode::FORBIDDEN,
             ErrorKind::NotFound => StatusCode::NOT_FOUND,
             ErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorKind::Conflict => StatusCode::CONFLICT,
@@ -145,7 +170,12 @@ impl IntoResponse for ApiError {
             self.message
         };
         let body = ErrorBody {
-            error: ErrorDetail { code, message },
+            error: ErrorDetail {
+                code,
+                message,
+                error_type: openai_type(self.kind),
+                param: None,
+            },
         };
         let mut response = (status, Json(body)).into_response();
         if status == StatusCode::TOO_MANY_REQUESTS {

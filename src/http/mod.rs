@@ -6,7 +6,9 @@ mod documents;
 pub mod error;
 pub mod extract;
 pub mod limits;
+mod mcp;
 mod memories;
+mod openai;
 mod research;
 mod runs;
 mod sse;
@@ -53,6 +55,7 @@ use error::ApiError;
         research::stream, research::models, research::history, research::get, research::delete,
         research::comparison, research::compare, research::test, research::input,
         documents::ingest, documents::list, documents::get, documents::delete,
+        openai::completions, openai::list_models, openai::get_model,
     ),
     components(schemas(error::ErrorBody, error::ErrorDetail)),
     modifiers(&BearerAuth, &CommonErrors, &CompareSchema),
@@ -63,6 +66,7 @@ use error::ApiError;
         (name = "memories", description = "The user's long-term memory: hybrid recall, history, export and import"),
         (name = "research", description = "Deep research: streamed, cited reports; history and model comparison"),
         (name = "documents", description = "The user's own documents, searched by local research"),
+        (name = "openai", description = "OpenAI-compatible chat completions and model list, with mnemo's memory behind them"),
     )
 )]
 struct ApiDoc;
@@ -305,7 +309,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/runs/{id}/events", get(runs::run_events))
         .route("/v1/runs/{id}/cancel", post(runs::cancel_run))
         .route("/v1/runs/{id}/input", post(research::input))
-        .route("/v1/models", get(models))
+        .route("/v1/roles", get(models))
+        .route("/v1/models", get(openai::list_models))
+        .route("/v1/models/{id}", get(openai::get_model))
+        .route("/v1/chat/completions", post(openai::completions))
         .route("/v1/memories/search", post(memories::search))
         .route(
             "/v1/memories",
@@ -340,6 +347,7 @@ pub fn router(state: AppState) -> Router {
             "/v1/documents/{id}",
             get(documents::get).delete(documents::delete),
         )
+        .merge(mcp::routes(&state))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body))
@@ -496,7 +504,7 @@ struct ModelsInfo {
     embedding_dimension: usize,
 }
 
-#[utoipa::path(get, path = "/v1/models", tag = "service",
+#[utoipa::path(get, path = "/v1/roles", tag = "service",
     responses((status = 200, body = ModelsInfo)), security(("bearer" = [])))]
 async fn models(State(state): State<AppState>, _user: crate::auth::AuthUser) -> Json<ModelsInfo> {
     let memory = state.memory.status();

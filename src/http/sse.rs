@@ -49,6 +49,20 @@ pub fn run_event_response(state: &AppState, user: UserId, run: RunId, after: i64
             let _alive = &guard;
             Ok::<_, Infallible>(to_sse(event))
         });
+    let mut response = event_stream(state, events);
+    let headers = response.headers_mut();
+    if let Ok(value) = HeaderValue::from_str(&run.to_string()) {
+        headers.insert(HeaderName::from_static("x-run-id"), value);
+    }
+    response
+}
+
+/// An SSE response of `events` with keep-alive comments every `server.keep_alive_secs`, not to
+/// be cached or buffered by proxies.
+pub fn event_stream<S>(state: &AppState, events: S) -> Response
+where
+    S: futures::Stream<Item = Result<Event, Infallible>> + Send + 'static,
+{
     let keep_alive = KeepAlive::new()
         .interval(Duration::from_secs(
             state.settings.server.keep_alive_secs.max(1),
@@ -61,8 +75,5 @@ pub fn run_event_response(state: &AppState, user: UserId, run: RunId, after: i64
         HeaderName::from_static("x-accel-buffering"),
         HeaderValue::from_static("no"),
     );
-    if let Ok(value) = HeaderValue::from_str(&run.to_string()) {
-        headers.insert(HeaderName::from_static("x-run-id"), value);
-    }
     response
 }

@@ -157,6 +157,32 @@ impl Models {
         self.roles.iter().find(|model| model.role == role)
     }
 
+    /// A configured model by name, to answer as the chat role does (its token cap is the
+    /// chat role's): the model of any role may be asked for by name.
+    pub fn named(&self, name: &str) -> Option<RoleModel> {
+        let model = self.roles.iter().find(|role| role.model.model() == name)?;
+        Some(RoleModel {
+            role: ModelRole::Chat,
+            model: model.model.clone(),
+            max_tokens: self
+                .role(ModelRole::Chat)
+                .map_or(model.max_tokens, |chat| chat.max_tokens),
+        })
+    }
+
+    /// The distinct names of the configured models, the chat role's first.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        let chat = self.role(ModelRole::Chat).into_iter();
+        for role in chat.chain(self.roles.iter()) {
+            let name = role.model.model().to_string();
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        names
+    }
+
     pub fn configured(&self) -> bool {
         !self.roles.is_empty()
     }

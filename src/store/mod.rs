@@ -602,6 +602,14 @@ pub(in crate::store) trait StoreCore: Send + Sync + 'static {
         before: Option<ThreadId>,
     ) -> StoreResult<Vec<Thread>>;
     async fn get_thread(&self, user: UserId, id: ThreadId) -> StoreResult<Thread>;
+    /// The user's thread keyed by `conversation_key`, created (with `title`) when there is none;
+    /// two concurrent calls with one key get the same thread.
+    async fn conversation_thread(
+        &self,
+        user: UserId,
+        conversation_key: &str,
+        title: &str,
+    ) -> StoreResult<Thread>;
     /// Sets a thread's title (and `updated_at`).
     async fn rename_thread(&self, user: UserId, id: ThreadId, title: &str) -> StoreResult<Thread>;
     async fn delete_thread(&self, user: UserId, id: ThreadId) -> StoreResult<()>;

@@ -150,6 +150,8 @@ impl UserScope<'_> {
         fn create_thread(&self, title: &str) -> StoreResult<Thread>;
         fn list_threads(&self, limit: i64, before: Option<ThreadId>) -> StoreResult<Vec<Thread>>;
         fn get_thread(&self, id: ThreadId) -> StoreResult<Thread>;
+        /// The thread an outside client's conversation maps to, made on first use.
+        fn conversation_thread(&self, conversation_key: &str, title: &str) -> StoreResult<Thread>;
         fn rename_thread(&self, id: ThreadId, title: &str) -> StoreResult<Thread>;
         fn delete_thread(&self, id: ThreadId) -> StoreResult<()>;
         fn append_message(&self, thread: ThreadId, role: Role, content: &str, run: Option<RunId>) -> StoreResult<Message>;

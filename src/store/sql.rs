@@ -383,6 +383,44 @@ macro_rules! sql_store {
                     .ok_or(StoreError::NotFound("thread"))
             }
 
+            async fn conversation_thread(
+                &self,
+                user: UserId,
+                conversation_key: &str,
+                title: &str,
+            ) -> StoreResult<Thread> {
+                let select = "SELECT id, title, created_at, updated_at FROM threads \
+                              WHERE user_id = $1 AND conversation_key = $2";
+                let found = sqlx::query(select)
+                    .bind(user.as_uuid())
+                    .bind(conversation_key)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                if let Some(row) = found {
+                    return Ok(rows::thread(&row)?);
+                }
+                let at = now();
+                // A concurrent request may have made it meanwhile: the unique index keeps one.
+                sqlx::query(
+                    "INSERT INTO threads (id, user_id, title, created_at, updated_at, conversation_key) \
+                     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+                )
+                .bind(ThreadId::new().as_uuid())
+                .bind(user.as_uuid())
+                .bind(title)
+                .bind(at)
+                .bind(at)
+                .bind(conversation_key)
+                .execute(&self.pool)
+                .await?;
+                let row = sqlx::query(select)
+                    .bind(user.as_uuid())
+                    .bind(conversation_key)
+                    .fetch_one(&self.pool)
+                    .await?;
+                Ok(rows::thread(&row)?)
+            }
+
             async fn rename_thread(
                 &self,
                 user: UserId,

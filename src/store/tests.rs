@@ -35,6 +35,7 @@ conformance!(
     jobs_whose_worker_keeps_dying_fail_for_good,
     users_and_keys,
     threads_are_private_and_paginated,
+    a_conversation_key_names_one_thread_per_user,
     messages_keep_order_and_owner,
     deleting_a_thread_removes_its_messages_and_runs,
     run_events_append_in_sequence_and_replay_after_a_cursor,
@@ -184,6 +185,38 @@ async fn threads_are_private_and_paginated(store: Arc<dyn Store>) {
         "bob's"
     );
     assert_eq!(store.list_threads(bob.id, 10, None).await.unwrap().len(), 1);
+}
+
+async fn a_conversation_key_names_one_thread_per_user(store: Arc<dyn Store>) {
+    let (alice, bob) = two_users(&store).await;
+    // Concurrent first requests of one conversation make one thread.
+    let (first, second) = tokio::join!(
+        store.conversation_thread(alice.id, "key-1", "hello"),
+        store.conversation_thread(alice.id, "key-1", "hello"),
+    );
+    let first = first.unwrap();
+    assert_eq!(first.id, second.unwrap().id);
+    assert_eq!(first.title, "hello");
+    let again = store
+        .conversation_thread(alice.id, "key-1", "another title")
+        .await
+        .unwrap();
+    assert_eq!((again.id, again.title.as_str()), (first.id, "hello"));
+    let other = store
+        .conversation_thread(alice.id, "key-2", "other")
+        .await
+        .unwrap();
+    assert_ne!(other.id, first.id);
+    // The same key is another thread for another user.
+    let bobs = store
+        .conversation_thread(bob.id, "key-1", "hello")
+        .await
+        .unwrap();
+    assert_ne!(bobs.id, first.id);
+    assert_eq!(
+        store.list_threads(alice.id, 10, None).await.unwrap().len(),
+        2
+    );
 }
 
 async fn messages_keep_order_and_owner(store: Arc<dyn Store>) {

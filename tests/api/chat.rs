@@ -322,7 +322,7 @@ async fn without_a_model_the_reply_lists_recalled_memories_and_says_so() {
     assert!(reply.contains("No language model is configured"), "{reply}");
     assert!(reply.contains("I am allergic to peanuts"), "{reply}");
     assert_eq!(events.last().unwrap().data["status"], "completed");
-    let (status, models) = app.get("/v1/models", Some(&key)).await;
+    let (status, models) = app.get("/v1/roles", Some(&key)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(models["llm_configured"], false);
     app.stop().await;

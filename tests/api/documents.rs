@@ -8,26 +8,12 @@
 use crate::support;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use mnemo::search::{self, SearchHit, SearchProvider};
 use mnemo::store::UserId;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use support::{Backend, Home, TestApp};
-
-const INDEX_WAIT: Duration = Duration::from_secs(60);
-
-async fn wait_recallable(app: &TestApp) {
-    assert!(
-        app.state
-            .memory
-            .wait_recallable(INDEX_WAIT)
-            .await
-            .expect("memory log head"),
-        "chunks were not indexed within {INDEX_WAIT:?}"
-    );
-}
 
 async fn user_id(app: &TestApp, name: &str) -> UserId {
     app.state
@@ -142,7 +128,7 @@ async fn documents_are_searched_locally_and_private(backend: Backend) {
         )
         .await;
     assert_eq!(status, StatusCode::CREATED);
-    wait_recallable(&app).await;
+    app.wait_indexed().await;
 
     // The local provider finds the chunk that answers the question, with its document.
     let provider = local(&app);
@@ -266,7 +252,7 @@ async fn documents_are_searched_locally_and_private(backend: Backend) {
         app.delete_document(&alice, &notes_id).await,
         StatusCode::NOT_FOUND
     );
-    wait_recallable(&app).await;
+    app.wait_indexed().await;
     let after = provider
         .search(alice_id, "Quillfeather moth-whales migrate Orrin Deep", 10)
         .await
@@ -429,7 +415,7 @@ async fn reingesting_keeps_unchanged_documents_and_replaces_changed_ones(backend
         first.push(document);
     }
     let tides = first[1].clone();
-    wait_recallable(&app).await;
+    app.wait_indexed().await;
     let chunks_before = chunk_memories(&app, &alice).await;
     let total: i64 = first.iter().map(|d| d["chunks"].as_i64().unwrap()).sum();
     assert!(total >= 5, "{first:?}");
@@ -504,7 +490,7 @@ async fn reingesting_keeps_unchanged_documents_and_replaces_changed_ones(backend
     assert_eq!(replaced["title"], "Pellwick tides, revised");
     assert_eq!(replaced["content_hash"], sha256_hex(TIDES_REVISED));
     assert_eq!(replaced["created_at"], tides["created_at"]);
-    wait_recallable(&app).await;
+    app.wait_indexed().await;
     let chunks_after = chunk_memories(&app, &alice).await;
     let (new_tides, others_after): (Vec<Value>, Vec<Value>) = chunks_after
         .into_iter()
@@ -944,7 +930,7 @@ async fn pdf_documents_are_extracted_and_searchable() {
     assert_eq!(document["title"], "Glass notes");
     assert_eq!(document["content_type"], "application/pdf");
     assert_eq!(document["chunks"], 1);
-    wait_recallable(&app).await;
+    app.wait_indexed().await;
     let carol = user_id(&app, "carol").await;
     let hits = local(&app)
         .search(carol, "how do Zentrovian glassblowers anneal lanterns", 5)
@@ -977,7 +963,7 @@ async fn hostile_documents_neither_crash_nor_exhaust_the_server() {
         .upload_document(&key, Some("text/html"), html.into_bytes(), "")
         .await;
     assert_eq!(status, StatusCode::CREATED, "{document}");
-    wait_recallable(&app).await;
+    app.wait_indexed().await;
     let erin = user_id(&app, "erin").await;
     let hits = local(&app)
         .search(erin, "where do Quillfeather otters nest", 5)

@@ -6,6 +6,7 @@ mod support;
 
 mod chat;
 mod cli;
+mod clients;
 mod crash;
 mod documents;
 mod engine;

@@ -161,6 +161,18 @@ impl TestApp {
             .expect("server task");
     }
 
+    /// Waits until every memory written so far is in both indexes (at most a minute).
+    pub async fn wait_indexed(&self) {
+        assert!(
+            self.state
+                .memory
+                .wait_recallable(Duration::from_secs(60))
+                .await
+                .expect("memory log head"),
+            "memories were not indexed within a minute"
+        );
+    }
+
     /// Creates a user with an API key and returns the key.
     pub async fn user_key(&self, name: &str) -> String {
         let user = self
