@@ -388,6 +388,12 @@ pub struct EmbedderSettings {
     pub api_key: Option<SecretString>,
     pub model: Option<String>,
     pub dimension: Option<usize>,
+    /// The embedding queue: how long an idle model waits for more texts to batch (ms).
+    pub batch_wait_ms: u64,
+    /// Texts per model call at most (a query waits for one such batch at most).
+    pub max_batch: usize,
+    /// Recent query vectors kept, so a repeated query is not embedded again (0: off).
+    pub query_cache: usize,
 }
 
 impl Default for EmbedderSettings {
@@ -399,6 +405,9 @@ impl Default for EmbedderSettings {
             api_key: None,
             model: None,
             dimension: None,
+            batch_wait_ms: 2,
+            max_batch: 32,
+            query_cache: 1024,
         }
     }
 }

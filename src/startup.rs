@@ -200,7 +200,15 @@ pub async fn open_memory(
     store: Arc<dyn Store>,
     shutdown: CancellationToken,
 ) -> Result<Arc<MemoryEngine>, MemoryError> {
-    let embedder = crate::llm::embed::from_settings(&settings.embedder).await?;
+    let embedder: Arc<dyn crate::llm::embed::Embedder> =
+        Arc::new(crate::llm::embed_queue::EmbedQueue::start(
+            crate::llm::embed::from_settings(&settings.embedder).await?,
+            crate::llm::embed_queue::QueueSettings {
+                batch_wait: std::time::Duration::from_millis(settings.embedder.batch_wait_ms),
+                max_batch: settings.embedder.max_batch,
+                query_cache: settings.embedder.query_cache,
+            },
+        ));
     let dimension = embedder.dimension();
     let (vector, watermark): (Arc<dyn VectorIndex>, VectorWatermark) = match &settings.qdrant.url {
         Some(url) if !url.is_empty() => {

@@ -62,6 +62,14 @@ pub trait Embedder: Send + Sync {
     fn dimension(&self) -> usize;
     /// One vector per input text, in input order.
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError>;
+    /// A search query's vector. The server's queue ([`super::embed_queue::EmbedQueue`]) runs
+    /// queries ahead of bulk work and caches repeated ones.
+    async fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        self.embed(&[text.to_string()])
+            .await?
+            .pop()
+            .ok_or_else(|| EmbedError::Internal("no vector returned".into()))
+    }
 }
 
 fn l2_normalize(v: &mut [f32]) {

@@ -3,6 +3,7 @@
 
 pub mod chat;
 pub mod embed;
+pub mod embed_queue;
 pub mod openai;
 pub mod prompts;
 pub mod roles;

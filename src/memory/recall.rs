@@ -200,9 +200,8 @@ impl MemoryEngine {
                     return Ok::<_, MemoryError>((Vec::new(), Vec::new(), 0.0, 0.0));
                 }
                 let embed_started = Instant::now();
-                let embedded = self.embedder.embed(&[query.to_string()]).await?;
+                let vector = self.embedder.embed_query(query).await?;
                 let embed_ms = elapsed_ms(embed_started);
-                let vector = embedded.into_iter().next().unwrap_or_default();
                 let search_started = Instant::now();
                 let index = self.indexer.vector();
                 let context_search = async {

@@ -227,6 +227,9 @@ async fn recall_records_access_and_health_reports_index_lag() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(count, 1);
+    // The same query again: its vector comes from the query cache.
+    let again = search(&app, &key, json!({ "query": "where is my passport" })).await;
+    assert_eq!(contents(&again)[0], "I keep my passport in the blue drawer");
 
     let (status, health) = app.get("/health", None).await;
     assert_eq!(status, StatusCode::OK, "{health}");
@@ -255,5 +258,14 @@ async fn recall_records_access_and_health_reports_index_lag() {
         metrics.contains("mnemo_recall_duration_seconds"),
         "{metrics}"
     );
+    // The embedding queue: its depth, its batch sizes and the query cache.
+    for line in [
+        "mnemo_embed_queue_texts 0",
+        "mnemo_embed_batch_texts_count",
+        "mnemo_embed_query_cache_total{result=\"hit\"} 1",
+        "mnemo_embed_query_cache_total{result=\"miss\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
     app.stop().await;
 }

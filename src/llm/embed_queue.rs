@@ -1,0 +1,477 @@
+//! One embedding queue for the whole process ([`EmbedQueue`]): every caller's texts — API adds,
+//! imports, the memory writer, context views, re-embedding, research, recall's queries — wait
+//! in it, and one worker runs the model on micro-batches made across callers.
+//!
+//! - **Batching**: when the model is idle, the worker waits at most `batch_wait_ms` for more
+//!   texts before it runs; while it runs, new texts queue up and form the next batch. A batch
+//!   holds at most `max_batch` texts, sorted by length so the padded batch wastes little.
+//! - **Queries first**: recall's query texts have their own lane, always taken before bulk
+//!   texts, and a bulk request is cut into batch-sized pieces, so a query waits for at most
+//!   one running batch, however large the import behind it.
+//! - **A cache of query vectors** (LRU by model and text): a repeated query embeds nothing.
+//! - `/metrics`: `mnemo_embed_queue_texts` (waiting), `mnemo_embed_batch_texts` (histogram of
+//!   batch sizes), `mnemo_embed_query_cache_total{result="hit"|"miss"}`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::{mpsc, oneshot};
+
+use super::embed::{EmbedError, Embedder};
+
+/// How the queue batches (from `[embedder]` settings).
+#[derive(Debug, Clone, Copy)]
+pub struct QueueSettings {
+    /// Longest wait for more texts before an idle model runs a batch.
+    pub batch_wait: Duration,
+    /// Texts per model call at most.
+    pub max_batch: usize,
+    /// Query vectors kept (0 turns the cache off).
+    pub query_cache: usize,
+}
+
+type Reply = oneshot::Sender<Result<Vec<Vec<f32>>, EmbedError>>;
+
+/// A caller's texts, as they go through the worker piece by piece.
+struct Request {
+    texts: Vec<String>,
+    /// Vectors of the texts embedded so far, in order.
+    done: Vec<Vec<f32>>,
+    reply: Reply,
+}
+
+impl Request {
+    fn remaining(&self) -> usize {
+        self.texts.len() - self.done.len()
+    }
+}
+
+/// The [`Embedder`] every part of the server uses: the model behind one batching queue.
+pub struct EmbedQueue {
+    model_id: String,
+    dimension: usize,
+    queries: mpsc::UnboundedSender<Request>,
+    bulk: mpsc::UnboundedSender<Request>,
+    waiting: Arc<AtomicUsize>,
+    cache: Mutex<QueryCache>,
+}
+
+impl EmbedQueue {
+    /// Starts the worker on the current tokio runtime; it ends when the queue is dropped.
+    pub fn start(inner: Arc<dyn Embedder>, settings: QueueSettings) -> Self {
+        let (queries, query_lane) = mpsc::unbounded_channel();
+        let (bulk, bulk_lane) = mpsc::unbounded_channel();
+        let waiting = Arc::new(AtomicUsize::new(0));
+        let worker = Worker {
+            inner: inner.clone(),
+            settings: QueueSettings {
+                max_batch: settings.max_batch.max(1),
+                ..settings
+            },
+            query_lane,
+            bulk_lane,
+            pending_queries: VecDeque::new(),
+            pending_bulk: VecDeque::new(),
+            waiting: waiting.clone(),
+        };
+        tokio::spawn(worker.run());
+        Self {
+            model_id: inner.model_id().to_string(),
+            dimension: inner.dimension(),
+            queries,
+            bulk,
+            waiting,
+            cache: Mutex::new(QueryCache::new(settings.query_cache)),
+        }
+    }
+
+    async fn submit(&self, lane: Lane, texts: Vec<String>) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (reply, answer) = oneshot::channel();
+        let count = texts.len();
+        let request = Request {
+            texts,
+            done: Vec::with_capacity(count),
+            reply,
+        };
+        self.waiting.fetch_add(count, Ordering::Relaxed);
+        metrics::gauge!("mnemo_embed_queue_texts").set(self.waiting.load(Ordering::Relaxed) as f64);
+        let sender = match lane {
+            Lane::Query => &self.queries,
+            Lane::Bulk => &self.bulk,
+        };
+        let stopped = || EmbedError::Unavailable("the embedding queue has stopped".into());
+        if sender.send(request).is_err() {
+            self.waiting.fetch_sub(count, Ordering::Relaxed);
+            return Err(stopped());
+        }
+        answer.await.map_err(|_| stopped())?
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, QueryCache> {
+        self.cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Lane {
+    Query,
+    Bulk,
+}
+
+#[async_trait]
+impl Embedder for EmbedQueue {
+    fn model_id(&self) -> &str {
+        &self.model_id
+    }
+
+    fn dimension(&self) -> usize {
+        self.dimension
+    }
+
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.submit(Lane::Bulk, texts.to_vec()).await
+    }
+
+    async fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        if let Some(vector) = self.cache().get(text) {
+            metrics::counter!("mnemo_embed_query_cache_total", "result" => "hit").increment(1);
+            return Ok(vector);
+        }
+        metrics::counter!("mnemo_embed_query_cache_total", "result" => "miss").increment(1);
+        let vector = self
+            .submit(Lane::Query, vec![text.to_string()])
+            .await?
+            .pop()
+            .ok_or_else(|| EmbedError::Internal("no vector returned".into()))?;
+        self.cache().put(text, vector.clone());
+        Ok(vector)
+    }
+}
+
+struct Worker {
+    inner: Arc<dyn Embedder>,
+    settings: QueueSettings,
+    query_lane: mpsc::UnboundedReceiver<Request>,
+    bulk_lane: mpsc::UnboundedReceiver<Request>,
+    pending_queries: VecDeque<Request>,
+    pending_bulk: VecDeque<Request>,
+    waiting: Arc<AtomicUsize>,
+}
+
+impl Worker {
+    async fn run(mut self) {
+        loop {
+            self.drain();
+            if self.pending_texts() == 0 {
+                // Idle: sleep until someone asks.
+                tokio::select! {
+                    biased;
+                    Some(request) = self.query_lane.recv() => self.pending_queries.push_back(request),
+                    Some(request) = self.bulk_lane.recv() => self.pending_bulk.push_back(request),
+                    else => return,
+                }
+                // A little while for more texts to make a batch.
+                let deadline = tokio::time::Instant::now() + self.settings.batch_wait;
+                while self.pending_texts() < self.settings.max_batch {
+                    tokio::select! {
+                        biased;
+                        Some(request) = self.query_lane.recv() => self.pending_queries.push_back(request),
+                        Some(request) = self.bulk_lane.recv() => self.pending_bulk.push_back(request),
+                        () = tokio::time::sleep_until(deadline) => break,
+                    }
+                }
+                self.drain();
+            }
+            self.run_batch().await;
+        }
+    }
+
+    /// Moves what has arrived into the pending lists, without waiting.
+    fn drain(&mut self) {
+        while let Ok(request) = self.query_lane.try_recv() {
+            self.pending_queries.push_back(request);
+        }
+        while let Ok(request) = self.bulk_lane.try_recv() {
+            self.pending_bulk.push_back(request);
+        }
+    }
+
+    fn pending_texts(&self) -> usize {
+        self.pending_queries
+            .iter()
+            .chain(&self.pending_bulk)
+            .map(Request::remaining)
+            .sum()
+    }
+
+    /// Embeds the next batch: queries first, then bulk pieces, `max_batch` texts at most.
+    async fn run_batch(&mut self) {
+        // (lane is query, index in its pending list, texts taken from it)
+        let mut taken: Vec<(bool, usize, usize)> = Vec::new();
+        let mut texts: Vec<String> = Vec::new();
+        for (queries, pending) in [(true, &self.pending_queries), (false, &self.pending_bulk)] {
+            for (index, request) in pending.iter().enumerate() {
+                let room = self.settings.max_batch - texts.len();
+                if room == 0 {
+                    break;
+                }
+                let start = request.done.len();
+                let take = request.remaining().min(room);
+                texts.extend_from_slice(&request.texts[start..start + take]);
+                taken.push((queries, index, take));
+            }
+        }
+        if texts.is_empty() {
+            return;
+        }
+        metrics::histogram!("mnemo_embed_batch_texts").record(texts.len() as f64);
+        // Shortest first: the model pads each of its batches to their longest text.
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        order.sort_by_key(|&index| texts[index].len());
+        let sorted: Vec<String> = order.iter().map(|&index| texts[index].clone()).collect();
+        let result = self.inner.embed(&sorted).await;
+        self.waiting.fetch_sub(texts.len(), Ordering::Relaxed);
+        metrics::gauge!("mnemo_embed_queue_texts").set(self.waiting.load(Ordering::Relaxed) as f64);
+        let mut vectors: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
+        let failure = match result {
+            Ok(found) if found.len() == sorted.len() => {
+                for (vector, &index) in found.into_iter().zip(&order) {
+                    vectors[index] = vector;
+                }
+                None
+            }
+            Ok(_) => Some("the model returned a wrong number of vectors".to_string()),
+            Err(error) => Some(error.to_string()),
+        };
+        // Hand each request its vectors; finished (or failed) requests are answered.
+        let mut vectors = vectors.into_iter();
+        let mut finished: Vec<(bool, usize)> = Vec::new();
+        for &(queries, index, take) in &taken {
+            let pending = if queries {
+                &mut self.pending_queries
+            } else {
+                &mut self.pending_bulk
+            };
+            let request = &mut pending[index];
+            request.done.extend(vectors.by_ref().take(take));
+            if failure.is_some() || request.remaining() == 0 {
+                finished.push((queries, index));
+            }
+        }
+        // Remove from the back so the indexes stay valid.
+        for &(queries, index) in finished.iter().rev() {
+            let pending = if queries {
+                &mut self.pending_queries
+            } else {
+                &mut self.pending_bulk
+            };
+            let Some(request) = pending.remove(index) else {
+                continue;
+            };
+            let answer = match &failure {
+                None => Ok(request.done),
+                Some(message) => {
+                    // Its texts still waiting are given up with it.
+                    self.waiting
+                        .fetch_sub(request.texts.len() - request.done.len(), Ordering::Relaxed);
+                    Err(EmbedError::Unavailable(message.clone()))
+                }
+            };
+            let _ = request.reply.send(answer);
+        }
+    }
+}
+
+/// The most recently used query vectors, by text (one queue serves one model).
+struct QueryCache {
+    capacity: usize,
+    entries: HashMap<String, (Vec<f32>, u64)>,
+    tick: u64,
+}
+
+impl QueryCache {
+    fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            entries: HashMap::new(),
+            tick: 0,
+        }
+    }
+
+    fn get(&mut self, text: &str) -> Option<Vec<f32>> {
+        self.tick += 1;
+        let tick = self.tick;
+        let (vector, used) = self.entries.get_mut(text)?;
+        *used = tick;
+        Some(vector.clone())
+    }
+
+    fn put(&mut self, text: &str, vector: Vec<f32>) {
+        if self.capacity == 0 {
+            return;
+        }
+        if self.entries.len() >= self.capacity && !self.entries.contains_key(text) {
+            // Evicts the least recently used; a scan, at most `capacity` entries, only when full.
+            if let Some(oldest) = self
+                .entries
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(text, _)| text.clone())
+            {
+                self.entries.remove(&oldest);
+            }
+        }
+        self.tick += 1;
+        self.entries.insert(text.to_string(), (vector, self.tick));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// Vectors that name their text's length; records every batch it is given.
+    struct Counting {
+        batches: Mutex<Vec<Vec<String>>>,
+        delay: Duration,
+        calls: AtomicUsize,
+    }
+
+    #[async_trait]
+    impl Embedder for Counting {
+        fn model_id(&self) -> &str {
+            "counting"
+        }
+
+        fn dimension(&self) -> usize {
+            1
+        }
+
+        async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            self.batches.lock().unwrap().push(texts.to_vec());
+            tokio::time::sleep(self.delay).await;
+            if texts.iter().any(|text| text == "poison") {
+                return Err(EmbedError::BadInput("poison".into()));
+            }
+            Ok(texts.iter().map(|text| vec![text.len() as f32]).collect())
+        }
+    }
+
+    fn counting(delay_ms: u64) -> Arc<Counting> {
+        Arc::new(Counting {
+            batches: Mutex::new(Vec::new()),
+            delay: Duration::from_millis(delay_ms),
+            calls: AtomicUsize::new(0),
+        })
+    }
+
+    fn settings(max_batch: usize) -> QueueSettings {
+        QueueSettings {
+            batch_wait: Duration::from_millis(20),
+            max_batch,
+            query_cache: 4,
+        }
+    }
+
+    #[tokio::test]
+    async fn concurrent_callers_share_batches_and_get_their_own_vectors_in_order() {
+        let model = counting(5);
+        let queue = Arc::new(EmbedQueue::start(model.clone(), settings(64)));
+        let calls = (0..8).map(|caller| {
+            let queue = queue.clone();
+            async move {
+                let texts: Vec<String> = (0..3).map(|i| "x".repeat(caller * 3 + i + 1)).collect();
+                (texts.clone(), queue.embed(&texts).await.unwrap())
+            }
+        });
+        for (texts, vectors) in futures::future::join_all(calls).await {
+            let lengths: Vec<f32> = texts.iter().map(|text| text.len() as f32).collect();
+            assert_eq!(vectors.concat(), lengths);
+        }
+        // 24 texts from 8 callers in far fewer model calls than 8.
+        assert!(
+            model.calls.load(Ordering::SeqCst) <= 2,
+            "{:?}",
+            model.batches
+        );
+        let first = &model.batches.lock().unwrap()[0];
+        let mut sorted = first.clone();
+        sorted.sort_by_key(String::len);
+        assert_eq!(first, &sorted, "a batch runs shortest first");
+    }
+
+    #[tokio::test]
+    async fn a_query_overtakes_a_bulk_import_and_repeats_come_from_the_cache() {
+        let model = counting(30);
+        let queue = Arc::new(EmbedQueue::start(model.clone(), settings(4)));
+        let bulk_queue = queue.clone();
+        let import = tokio::spawn(async move {
+            let texts: Vec<String> = (0..40).map(|i| format!("memory {i}")).collect();
+            bulk_queue.embed(&texts).await.unwrap()
+        });
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        let query = queue.embed_query("what is my cat called").await.unwrap();
+        assert_eq!(query, vec![21.0]);
+        let batches = model.batches.lock().unwrap().clone();
+        let at = batches
+            .iter()
+            .position(|batch| batch.contains(&"what is my cat called".to_string()))
+            .unwrap();
+        assert!(
+            at <= 2,
+            "the query ran before most of the import: {at} of {}",
+            batches.len()
+        );
+        assert!(batches.iter().all(|batch| batch.len() <= 4));
+        let vectors = import.await.unwrap();
+        assert_eq!(vectors.len(), 40);
+        assert_eq!(vectors[12], vec!["memory 12".len() as f32]);
+        let calls = model.calls.load(Ordering::SeqCst);
+        assert_eq!(
+            queue.embed_query("what is my cat called").await.unwrap(),
+            vec![21.0]
+        );
+        assert_eq!(
+            model.calls.load(Ordering::SeqCst),
+            calls,
+            "a cached query embeds nothing"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_batch_fails_its_callers_and_the_queue_goes_on() {
+        let model = counting(1);
+        let queue = EmbedQueue::start(model.clone(), settings(8));
+        let error = queue.embed(&["poison".to_string()]).await.unwrap_err();
+        assert!(error.to_string().contains("poison"), "{error}");
+        assert_eq!(
+            queue.embed(&["ok".to_string()]).await.unwrap(),
+            vec![vec![2.0]]
+        );
+    }
+
+    #[test]
+    fn the_cache_forgets_the_least_recently_used() {
+        let mut cache = QueryCache::new(2);
+        cache.put("a", vec![1.0]);
+        cache.put("b", vec![2.0]);
+        assert_eq!(cache.get("a"), Some(vec![1.0]));
+        cache.put("c", vec![3.0]);
+        assert_eq!(cache.get("b"), None);
+        assert_eq!(cache.get("a"), Some(vec![1.0]));
+        assert_eq!(cache.get("c"), Some(vec![3.0]));
+        let mut off = QueryCache::new(0);
+        off.put("a", vec![1.0]);
+        assert_eq!(off.get("a"), None);
+    }
+}
