@@ -166,6 +166,22 @@ enum BenchCommand {
         #[arg(long, value_enum, default_value_t = crate::tools::bench::UserVectors::Model)]
         user_vectors: crate::tools::bench::UserVectors,
     },
+    /// Memories a second into the server through its API (one client, concurrent clients, a
+    /// bulk import) against the model's own limit, and recall latency during the import.
+    Ingest {
+        /// Memories posted one at a time by one client.
+        #[arg(long, default_value_t = 300)]
+        sequential: usize,
+        /// Memories posted by the concurrent clients together.
+        #[arg(long, default_value_t = 800)]
+        concurrent: usize,
+        /// Concurrent clients.
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        /// Memories in the bulk import.
+        #[arg(long, default_value_t = 3000)]
+        bulk: usize,
+    },
     /// Time from the end of a turn to its memory being recallable, and writer throughput.
     Write {
         /// Chat turns whose memories are timed from turn end to recallable.
@@ -339,6 +355,28 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Research(args) => {
             let settings = load_quiet(&overrides)?;
             research::run(settings, &cli.target, args).await
+        }
+        Command::Bench {
+            command:
+                BenchCommand::Ingest {
+                    sequential,
+                    concurrent,
+                    clients,
+                    bulk,
+                },
+        } => {
+            let settings = load_quiet(&overrides)?;
+            let options = crate::tools::bench_ingest::IngestBenchOptions {
+                data_dir: settings.data_dir.join("bench-ingest"),
+                model_dir: Some(settings.embedder.model_dir.clone()),
+                sequential,
+                concurrent,
+                clients,
+                bulk,
+            };
+            crate::tools::bench_ingest::run_ingest_bench(options, &mut std::io::stdout())
+                .await
+                .map_err(|error| Failure::other(format!("{error:#}")))
         }
         Command::Bench {
             command:

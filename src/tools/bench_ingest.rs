@@ -1,0 +1,393 @@
+//! `mnemo bench ingest`: memories per second into the real server (in-process, on a scratch
+//! data directory, the shipped defaults and the local model) through its HTTP API, the way
+//! clients write: (a) one client posting one memory at a time, (b) eight clients at once,
+//! (c) a bulk JSON-lines import; and recall latency through the API while the import runs,
+//! against the same queries on an idle server. Beside them, the model's own limit: sentences a
+//! second in batches, and one sentence's latency, with nothing else running.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use mnemo::auth::keys;
+use mnemo::config::{Overrides, Settings};
+use mnemo::llm::embed::Embedder;
+use mnemo::store::UserKind;
+
+pub struct IngestBenchOptions {
+    pub data_dir: PathBuf,
+    pub model_dir: Option<PathBuf>,
+    /// Memories posted one at a time by one client.
+    pub sequential: usize,
+    /// Memories posted by the concurrent clients together.
+    pub concurrent: usize,
+    pub clients: usize,
+    /// Memories in the bulk import.
+    pub bulk: usize,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+const PLACES: [&str; 12] = [
+    "harbour",
+    "library",
+    "climbing gym",
+    "bakery",
+    "train station",
+    "museum",
+    "dentist",
+    "farmers market",
+    "office",
+    "swimming pool",
+    "garden centre",
+    "cinema",
+];
+const PEOPLE: [&str; 8] = [
+    "sister",
+    "manager",
+    "neighbour",
+    "old friend Tomas",
+    "daughter",
+    "landlord",
+    "coach",
+    "cousin Ines",
+];
+const TOPICS: [&str; 10] = [
+    "the kitchen renovation",
+    "a trip to Porto in the spring",
+    "learning the cello",
+    "the new budget for the allotment",
+    "switching to a standing desk",
+    "a recipe for lentil soup with smoked paprika",
+    "why the car keeps stalling in the cold",
+    "the school play next month",
+    "a book about the history of lighthouses",
+    "adopting a second cat",
+];
+
+/// The `index`-th synthetic memory: a first-person note of everyday length, unique by number.
+fn memory_text(index: usize) -> String {
+    let place = PLACES[index % PLACES.len()];
+    let person = PEOPLE[(index / 3) % PEOPLE.len()];
+    let topic = TOPICS[(index / 7) % TOPICS.len()];
+    match index % 3 {
+        0 => format!("Note {index}: I met my {person} at the {place} and we talked about {topic}."),
+        1 => format!(
+            "Note {index}: at the {place} this week I kept thinking about {topic}, and my {person} \
+             thinks I should decide before the end of the month."
+        ),
+        _ => format!("Note {index}: remind me that my {person} recommended {topic}."),
+    }
+}
+
+/// The `index`-th recall query, all different so none comes from the query cache.
+fn query_text(index: usize) -> String {
+    let topic = TOPICS[index % TOPICS.len()];
+    let person = PEOPLE[(index / 10) % PEOPLE.len()];
+    format!("what did my {person} say about {topic} (question {index})")
+}
+
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    key: String,
+}
+
+impl Client {
+    async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
+        let response = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(&self.key)
+            .json(&body)
+            .send()
+            .await?;
+        let status = response.status();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        if !status.is_success() {
+            bail!("{path} answered {status}: {body}");
+        }
+        Ok(body)
+    }
+
+    async fn add(&self, index: usize) -> anyhow::Result<()> {
+        self.post(
+            "/v1/memories",
+            json!({ "content": memory_text(index), "kind": "fact" }),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// One recall through the API; its latency in ms.
+    async fn recall(&self, index: usize) -> anyhow::Result<f64> {
+        let started = Instant::now();
+        self.post(
+            "/v1/memories/search",
+            json!({ "query": query_text(index), "k": 5 }),
+        )
+        .await?;
+        Ok(started.elapsed().as_secs_f64() * 1000.0)
+    }
+}
+
+/// Recall latencies (sorted) of `count` queries from `first` on, one after another.
+async fn recalls(client: &Client, first: usize, count: usize) -> anyhow::Result<Vec<f64>> {
+    let mut times = Vec::with_capacity(count);
+    for index in first..first + count {
+        times.push(client.recall(index).await?);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times)
+}
+
+/// The model alone: sentences a second in batches of 32, and one sentence's p50 latency.
+async fn model_limit(embedder: &Arc<dyn Embedder>) -> anyhow::Result<(f64, f64)> {
+    let texts: Vec<String> = (0..512)
+        .map(|index| memory_text(1_000_000 + index))
+        .collect();
+    embedder.embed(&texts[..32]).await?; // warm-up
+    let started = Instant::now();
+    for chunk in texts.chunks(32) {
+        embedder.embed(chunk).await?;
+    }
+    let batched = texts.len() as f64 / started.elapsed().as_secs_f64();
+    let mut single = Vec::new();
+    for text in texts.iter().take(60) {
+        let started = Instant::now();
+        embedder.embed(std::slice::from_ref(text)).await?;
+        single.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    single.sort_by(f64::total_cmp);
+    Ok((batched, percentile(&single, 0.5)))
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met { "met" } else { "MISSED" }
+}
+
+/// Runs the benchmark and writes a markdown table to `out`.
+pub async fn run_ingest_bench(
+    options: IngestBenchOptions,
+    out: &mut dyn std::io::Write,
+) -> anyhow::Result<()> {
+    if options.data_dir.exists() {
+        std::fs::remove_dir_all(&options.data_dir).context("clearing the bench data dir")?;
+    }
+    let mut env: Vec<(String, String)> = vec![
+        ("MNEMO__SERVER__ADDR".into(), "127.0.0.1:0".into()),
+        ("MNEMO__LOG__LEVEL".into(), "warn".into()),
+        // Clients of a benchmark are not abusers.
+        ("MNEMO__SERVER__REQUESTS_PER_MINUTE".into(), "0".into()),
+    ];
+    if let Some(dir) = &options.model_dir {
+        env.push((
+            "MNEMO__EMBEDDER__MODEL_DIR".into(),
+            dir.display().to_string(),
+        ));
+    }
+    let overrides = Overrides {
+        data_dir: Some(options.data_dir.clone()),
+        ..Overrides::default()
+    };
+    let settings = Settings::load_from(&overrides, env)?;
+    let body_limit = settings.server.max_body_bytes;
+
+    eprintln!("measuring the model alone…");
+    let raw = mnemo::llm::embed::from_settings(&settings.embedder).await?;
+    let (model_batched, model_single) = model_limit(&raw).await?;
+    drop(raw);
+
+    let shutdown = CancellationToken::new();
+    let listener = mnemo::startup::bind(&settings).await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let state = mnemo::startup::build_state(settings, shutdown.clone()).await?;
+    let server_state = state.clone();
+    let server = tokio::spawn(async move { mnemo::http::serve(listener, server_state).await });
+    let user = state
+        .store
+        .accounts()
+        .create_user("bench", UserKind::Key)
+        .await?;
+    let key = keys::generate();
+    state
+        .store
+        .accounts()
+        .add_api_key(user.id, &key.hash, &key.prefix)
+        .await?;
+    let client = Arc::new(Client {
+        http: reqwest::Client::builder()
+            .pool_max_idle_per_host(64)
+            .build()?,
+        base,
+        key: key.plaintext,
+    });
+
+    // (a) One client, one memory at a time.
+    eprintln!("(a) one client posting {} memories…", options.sequential);
+    let mut next = 0usize;
+    let mut latencies = Vec::with_capacity(options.sequential);
+    let started = Instant::now();
+    for _ in 0..options.sequential {
+        let one = Instant::now();
+        client.add(next).await?;
+        latencies.push(one.elapsed().as_secs_f64() * 1000.0);
+        next += 1;
+    }
+    let sequential_rate = options.sequential as f64 / started.elapsed().as_secs_f64();
+    latencies.sort_by(f64::total_cmp);
+
+    // (b) Several clients at once.
+    eprintln!(
+        "(b) {} clients posting {} memories…",
+        options.clients, options.concurrent
+    );
+    let first = next;
+    next += options.concurrent;
+    let started = Instant::now();
+    let workers = (0..options.clients.max(1)).map(|worker| {
+        let client = client.clone();
+        let (clients, total) = (options.clients.max(1), options.concurrent);
+        tokio::spawn(async move {
+            for index in (worker..total).step_by(clients) {
+                client.add(first + index).await?;
+            }
+            anyhow::Ok(())
+        })
+    });
+    for worker in futures::future::join_all(workers).await {
+        worker??;
+    }
+    let concurrent_rate = options.concurrent as f64 / started.elapsed().as_secs_f64();
+
+    // Recall on an idle server, then during the bulk import.
+    let queries = 100;
+    state
+        .memory
+        .wait_recallable(Duration::from_secs(60))
+        .await?;
+    let idle = recalls(&client, 0, queries).await?;
+
+    eprintln!("(c) importing {} memories as JSON lines…", options.bulk);
+    let mut lines = String::new();
+    for index in next..next + options.bulk {
+        lines.push_str(&json!({ "kind": "fact", "content": memory_text(index) }).to_string());
+        lines.push('\n');
+    }
+    if lines.len() > body_limit {
+        bail!(
+            "the import is {} bytes, above server.max_body_bytes ({body_limit}); use fewer --bulk",
+            lines.len()
+        );
+    }
+    let importer = client.clone();
+    let started = Instant::now();
+    let import = tokio::spawn(async move {
+        let response = importer
+            .http
+            .post(format!("{}/v1/memories/import", importer.base))
+            .bearer_auth(&importer.key)
+            .header("content-type", "application/x-ndjson")
+            .body(lines)
+            .send()
+            .await?;
+        let status = response.status();
+        let report: Value = response.json().await.unwrap_or(Value::Null);
+        if !status.is_success() {
+            bail!("the import answered {status}: {report}");
+        }
+        anyhow::Ok((Instant::now(), report))
+    });
+    let mut busy = Vec::new();
+    let mut query = queries;
+    while !import.is_finished() {
+        busy.push(client.recall(query).await?);
+        query += 1;
+    }
+    let (ended, report) = import.await??;
+    let bulk_rate = options.bulk as f64 / (ended - started).as_secs_f64();
+    if report["imported"].as_u64() != Some(options.bulk as u64) {
+        bail!("the import did not take every line: {report}");
+    }
+    busy.sort_by(f64::total_cmp);
+
+    shutdown.cancel();
+    let _ = server.await;
+    state.memory.join_background(Duration::from_secs(10)).await;
+    let indexer = Arc::downgrade(state.memory.indexer());
+    drop(state);
+    for _ in 0..200 {
+        if indexer.strong_count() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let idle_p95 = percentile(&idle, 0.95);
+    let busy_p95 = percentile(&busy, 0.95);
+    writeln!(
+        out,
+        "| measure (local model, one view per fact memory) | value | target |"
+    )?;
+    writeln!(out, "|---|---|---|")?;
+    writeln!(
+        out,
+        "| model alone: batches of 32 / one sentence p50 | {model_batched:.0} sentences/s / {model_single:.1} ms | the limit |"
+    )?;
+    writeln!(
+        out,
+        "| (a) one client, one memory a request | {sequential_rate:.0} memories/s (p50 {:.1} ms, p95 {:.1} ms) | ≥ 60/s: {} |",
+        percentile(&latencies, 0.5),
+        percentile(&latencies, 0.95),
+        verdict(sequential_rate >= 60.0)
+    )?;
+    writeln!(
+        out,
+        "| (b) {} clients at once | {concurrent_rate:.0} memories/s | ≥ 150/s: {} |",
+        options.clients,
+        verdict(concurrent_rate >= 150.0)
+    )?;
+    writeln!(
+        out,
+        "| (c) bulk import of {} (JSON lines) | {bulk_rate:.0} memories/s | ≥ 250/s: {} |",
+        options.bulk,
+        verdict(bulk_rate >= 250.0)
+    )?;
+    writeln!(
+        out,
+        "| recall through the API, idle: p50 / p95 | {:.1} ms / {idle_p95:.1} ms | |",
+        percentile(&idle, 0.5)
+    )?;
+    writeln!(
+        out,
+        "| recall during the import ({} queries): p50 / p95 | {:.1} ms / {busy_p95:.1} ms | p95 ≤ 2× idle: {} |",
+        busy.len(),
+        percentile(&busy, 0.5),
+        verdict(busy_p95 <= 2.0 * idle_p95)
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memories_and_queries_are_all_different() {
+        let memories: std::collections::HashSet<String> = (0..5000).map(memory_text).collect();
+        assert_eq!(memories.len(), 5000);
+        let queries: std::collections::HashSet<String> = (0..500).map(query_text).collect();
+        assert_eq!(queries.len(), 500);
+        assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 0.5), 3.0);
+    }
+}
