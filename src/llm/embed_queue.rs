@@ -69,7 +69,7 @@ impl EmbedQueue {
             ..settings
         };
         let waiting = Arc::new(AtomicUsize::new(0));
-        let mut lane = || {
+        let lane = || {
             let (sender, receiver) = mpsc::unbounded_channel();
             let worker = Worker {
                 inner: inner.clone(),

@@ -67,6 +67,8 @@ pub type MemoryResult<T> = Result<T, MemoryError>;
 
 /// Memory content is capped so one memory stays a short statement.
 pub const MAX_MEMORY_CHARS: usize = 8_000;
+/// Memories re-embedded (and written in one transaction) at a time after a model change.
+const REEMBED_BATCH: i64 = 256;
 
 pub struct MemoryEngine {
     store: Arc<dyn Store>,
@@ -559,7 +561,7 @@ impl MemoryEngine {
             let stale = self
                 .store
                 .maintenance()
-                .memories_not_embedded_by(&model, 64)
+                .memories_not_embedded_by(&model, REEMBED_BATCH)
                 .await?;
             if stale.is_empty() {
                 break;
@@ -569,12 +571,13 @@ impl MemoryEngine {
                 .map(|owned| owned.memory.content.clone())
                 .collect();
             let embedded = self.embed(&texts).await?;
-            for (owned, embedded) in stale.iter().zip(embedded) {
-                self.store
-                    .user(owned.user)
-                    .set_embedding(owned.memory.id, &embedded)
-                    .await?;
-            }
+            let items: Vec<(UserId, MemoryId, Embedded)> = stale
+                .iter()
+                .zip(embedded)
+                .map(|(owned, embedded)| (owned.user, owned.memory.id, embedded))
+                .collect();
+            // One transaction a batch.
+            self.store.maintenance().set_embeddings(&items).await?;
             done += stale.len() as u64;
             progress(done, total.max(done));
             self.indexer.notify();

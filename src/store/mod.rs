@@ -389,13 +389,9 @@ pub(in crate::store) trait MemoryStore: Send + Sync + 'static {
         user: UserId,
         thread: ThreadId,
     ) -> StoreResult<Vec<MemoryId>>;
-    /// Replaces a memory's vector (re-embedding after a model change).
-    async fn set_embedding(
-        &self,
-        user: UserId,
-        id: MemoryId,
-        embedded: &Embedded,
-    ) -> StoreResult<()>;
+    /// Replaces memories' vectors (re-embedding after a model change), each under its
+    /// owner, in one transaction; a memory that is gone (or not its owner's) is skipped.
+    async fn set_embeddings(&self, items: &[(UserId, MemoryId, Embedded)]) -> StoreResult<()>;
 }
 
 text_enum!(

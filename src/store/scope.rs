@@ -114,8 +114,6 @@ impl UserScope<'_> {
         fn supersede_memory(&self, old: MemoryId, new: NewMemory, embedded: Embedded) -> StoreResult<Memory>;
         /// Deletes the memories made from one thread only; returns their ids.
         fn delete_thread_memories(&self, thread: ThreadId) -> StoreResult<Vec<MemoryId>>;
-        /// Replaces a memory's vector (re-embedding after a model change).
-        fn set_embedding(&self, id: MemoryId, embedded: &Embedded) -> StoreResult<()>;
         /// Stores context views' vectors and logs an upsert for each memory.
         fn set_context_embeddings(&self, embeddings: Vec<(MemoryId, Embedded)>) -> StoreResult<()>;
 
@@ -220,6 +218,8 @@ impl Maintenance<'_> {
         /// Memories whose vector was made by another model than `model`, oldest first.
         fn memories_not_embedded_by(&self, model: &str, limit: i64) -> StoreResult<Vec<OwnedMemory>>;
         fn count_memories_not_embedded_by(&self, model: &str) -> StoreResult<i64>;
+        /// Replaces memories' vectors, each under its owner, in one transaction.
+        fn set_embeddings(&self, items: &[(UserId, MemoryId, Embedded)]) -> StoreResult<()>;
 
         /// Claims the oldest ready job (see `JobStore::claim_job`).
         fn claim_job(&self, lease: chrono::Duration, max_attempts: i64) -> StoreResult<Option<Job>>;

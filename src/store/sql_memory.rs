@@ -1014,28 +1014,27 @@ macro_rules! sql_memory_store {
                 Ok(ids)
             }
 
-            async fn set_embedding(
+            async fn set_embeddings(
                 &self,
-                user: UserId,
-                id: MemoryId,
-                embedded: &Embedded,
+                items: &[(UserId, MemoryId, Embedded)],
             ) -> StoreResult<()> {
                 let mut tx = self.pool.begin().await?;
-                let done = sqlx::query(
-                    "UPDATE memories SET embedding = $1, embedding_model = $2, embedding_dim = $3 \
-                     WHERE id = $4 AND user_id = $5",
-                )
-                .bind(vector_to_bytes(&embedded.vector))
-                .bind(&embedded.model)
-                .bind(embedded.vector.len() as i64)
-                .bind(id.as_uuid())
-                .bind(user.as_uuid())
-                .execute(&mut *tx)
-                .await?;
-                if done.rows_affected() == 0 {
-                    return Ok(());
+                for (user, id, embedded) in items {
+                    let done = sqlx::query(
+                        "UPDATE memories SET embedding = $1, embedding_model = $2, embedding_dim = $3 \
+                         WHERE id = $4 AND user_id = $5",
+                    )
+                    .bind(vector_to_bytes(&embedded.vector))
+                    .bind(&embedded.model)
+                    .bind(embedded.vector.len() as i64)
+                    .bind(id.as_uuid())
+                    .bind(user.as_uuid())
+                    .execute(&mut *tx)
+                    .await?;
+                    if done.rows_affected() > 0 {
+                        append_log(&mut tx, *user, Some(*id), LogOp::Upsert).await?;
+                    }
                 }
-                append_log(&mut tx, user, Some(id), LogOp::Upsert).await?;
                 tx.commit().await?;
                 Ok(())
             }

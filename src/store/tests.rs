@@ -854,7 +854,7 @@ async fn reembedding_finds_other_models(store: Arc<dyn Store>) {
     assert_eq!(stale[0].user, alice.id);
     // Under another user the memory is not there to change.
     store
-        .set_embedding(bob.id, stale[0].memory.id, &vector)
+        .set_embeddings(&[(bob.id, stale[0].memory.id, vector.clone())])
         .await
         .unwrap();
     assert_eq!(
@@ -865,7 +865,7 @@ async fn reembedding_finds_other_models(store: Arc<dyn Store>) {
         2
     );
     store
-        .set_embedding(alice.id, stale[0].memory.id, &vector)
+        .set_embeddings(&[(alice.id, stale[0].memory.id, vector.clone())])
         .await
         .unwrap();
     assert_eq!(

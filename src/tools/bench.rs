@@ -122,6 +122,9 @@ pub enum UserVectors {
     Synthetic,
 }
 
+/// Memories of the typical user, whose recall has its own target.
+const TYPICAL_MEMORIES: usize = 1000;
+
 impl Default for RecallBenchOptions {
     fn default() -> Self {
         Self {
@@ -161,13 +164,23 @@ impl RecallBenchOptions {
         Ok(())
     }
 
-    /// Memories of user `index` (0 is the big user).
+    /// Memories of user `index`: 0 is the big user, 1 the typical user (`TYPICAL_MEMORIES`,
+    /// when the rest allows it), the others share the rest.
     fn share(&self, index: usize) -> usize {
         if index == 0 {
             return self.user_memories;
         }
         let others = self.users - 1;
-        let rest = self.total - self.user_memories;
+        let mut rest = self.total - self.user_memories;
+        let typical = others > 1 && rest >= TYPICAL_MEMORIES * 2;
+        if typical {
+            if index == 1 {
+                return TYPICAL_MEMORIES;
+            }
+            rest -= TYPICAL_MEMORIES;
+            let (others, index) = (others - 1, index - 1);
+            return rest / others + usize::from(index - 1 < rest % others);
+        }
         rest / others + usize::from(index - 1 < rest % others)
     }
 }
@@ -843,23 +856,30 @@ impl Bench<'_> {
             )?;
         }
         if stack.users.len() > 1 && self.options.share(1) > 0 {
-            let label = format!("small user ({}), hybrid", count(self.options.share(1)));
-            let latency = self
-                .recall_series(
-                    &stack.engine,
-                    stack.users[1],
-                    false,
-                    RecallMode::Hybrid,
-                    quarter,
-                    &label,
-                )
-                .await?;
-            self.row(
-                step,
-                &format!("{label}, {quarter} queries"),
-                &latency.long(),
-                "",
-            )?;
+            let typical = count(self.options.share(1));
+            for (mode, name) in [
+                (RecallMode::Hybrid, "hybrid"),
+                (RecallMode::Keyword, "BM25 only"),
+            ] {
+                let label = format!("typical user ({typical}), {name}");
+                let latency = self
+                    .recall_series(&stack.engine, stack.users[1], false, mode, quarter, &label)
+                    .await?;
+                let target = if self.options.share(1) == TYPICAL_MEMORIES {
+                    verdict(
+                        "p50 ≤ 1 ms, p99 ≤ 3 ms",
+                        latency.p50 <= 1.0 && latency.p99 <= 3.0,
+                    )
+                } else {
+                    String::new()
+                };
+                self.row(
+                    step,
+                    &format!("{label}, {quarter} queries"),
+                    &latency.long(),
+                    &target,
+                )?;
+            }
         }
         Ok(())
     }
@@ -1863,6 +1883,11 @@ mod tests {
         };
         let sum: usize = (0..options.users).map(|user| options.share(user)).sum();
         assert_eq!(sum, 1003);
+        // At full size the second user is the typical one, and the shares still add up.
+        let full = RecallBenchOptions::default();
+        assert_eq!(full.share(1), TYPICAL_MEMORIES);
+        let sum: usize = (0..full.users).map(|user| full.share(user)).sum();
+        assert_eq!(sum, full.total);
         assert_eq!(count(1_234_567), "1,234,567");
         assert_eq!(count(999), "999");
         let latency = Latency::of((1..=100).map(f64::from).collect(), 10.0);
