@@ -5,10 +5,13 @@
 //! - **Batching**: when the model is idle, the worker waits at most `batch_wait_ms` for more
 //!   texts before it runs; while it runs, new texts queue up and form the next batch. A batch
 //!   holds at most `max_batch` texts, sorted by length so the padded batch wastes little.
-//! - **Queries never wait behind bulk work**: recall's query texts have a lane and a worker of
-//!   their own, which runs beside the bulk worker (each batch on its own blocking thread), so
-//!   an import in progress slows a query only by sharing the cores. A bulk request is cut into
-//!   batch-sized pieces, so concurrent imports and writes take turns.
+//! - **Queries ahead of bulk work**: recall's query texts have a lane and a worker of their
+//!   own. The bulk worker does not start a batch while a query is being embedded, and while
+//!   queries keep coming (one in the last `QUERY_RECENT`) it runs pieces of `BUSY_BULK_BATCH`
+//!   texts only, so a query waits for a short piece at most instead of a whole batch (the
+//!   model's matrix products share one thread pool, so two batches at once would not help).
+//!   A bulk request is cut into pieces in any case, so concurrent imports and writes take
+//!   turns.
 //! - **A cache of query vectors** (LRU by model and text): a repeated query embeds nothing.
 //! - `/metrics`: `mnemo_embed_queue_texts` (waiting), `mnemo_embed_batch_texts` (histogram of
 //!   batch sizes), `mnemo_embed_query_cache_total{result="hit"|"miss"}`.
@@ -36,6 +39,51 @@ pub struct QueueSettings {
 
 type Reply = oneshot::Sender<Result<Vec<Vec<f32>>, EmbedError>>;
 
+/// A bulk piece while queries are coming in.
+const BUSY_BULK_BATCH: usize = 1;
+/// How long after a query the bulk lane keeps its pieces short.
+const QUERY_RECENT: Duration = Duration::from_millis(250);
+
+/// What the bulk worker knows of the query lane.
+struct QueryActivity {
+    in_flight: AtomicUsize,
+    /// When the last query arrived, in ms after `epoch`.
+    last_ms: std::sync::atomic::AtomicU64,
+    epoch: std::time::Instant,
+    idle: tokio::sync::Notify,
+}
+
+impl QueryActivity {
+    fn begin(&self) {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        self.last_ms
+            .store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    fn end(&self) {
+        if self.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.idle.notify_waiters();
+        }
+    }
+
+    fn recent(&self) -> bool {
+        let last = self.last_ms.load(Ordering::Relaxed);
+        self.epoch.elapsed().as_millis() as u64 <= last + QUERY_RECENT.as_millis() as u64
+            && last > 0
+    }
+
+    /// Returns once no query is being embedded.
+    async fn wait_idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            if self.in_flight.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
 /// A caller's texts, as they go through the worker piece by piece.
 struct Request {
     texts: Vec<String>,
@@ -58,6 +106,7 @@ pub struct EmbedQueue {
     bulk: mpsc::UnboundedSender<Request>,
     waiting: Arc<AtomicUsize>,
     cache: Mutex<QueryCache>,
+    queries_active: Arc<QueryActivity>,
 }
 
 impl EmbedQueue {
@@ -69,7 +118,13 @@ impl EmbedQueue {
             ..settings
         };
         let waiting = Arc::new(AtomicUsize::new(0));
-        let lane = || {
+        let queries_active = Arc::new(QueryActivity {
+            in_flight: AtomicUsize::new(0),
+            last_ms: std::sync::atomic::AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
+            idle: tokio::sync::Notify::new(),
+        });
+        let lane = |yields: Option<Arc<QueryActivity>>| {
             let (sender, receiver) = mpsc::unbounded_channel();
             let worker = Worker {
                 inner: inner.clone(),
@@ -77,12 +132,13 @@ impl EmbedQueue {
                 lane: receiver,
                 pending: VecDeque::new(),
                 waiting: waiting.clone(),
+                yields_to: yields,
             };
             tokio::spawn(worker.run());
             sender
         };
-        let queries = lane();
-        let bulk = lane();
+        let queries = lane(None);
+        let bulk = lane(Some(queries_active.clone()));
         Self {
             model_id: inner.model_id().to_string(),
             dimension: inner.dimension(),
@@ -90,6 +146,7 @@ impl EmbedQueue {
             bulk,
             waiting,
             cache: Mutex::new(QueryCache::new(settings.query_cache)),
+            queries_active,
         }
     }
 
@@ -151,9 +208,10 @@ impl Embedder for EmbedQueue {
             return Ok(vector);
         }
         metrics::counter!("mnemo_embed_query_cache_total", "result" => "miss").increment(1);
-        let vector = self
-            .submit(Lane::Query, vec![text.to_string()])
-            .await?
+        self.queries_active.begin();
+        let embedded = self.submit(Lane::Query, vec![text.to_string()]).await;
+        self.queries_active.end();
+        let vector = embedded?
             .pop()
             .ok_or_else(|| EmbedError::Internal("no vector returned".into()))?;
         self.cache().put(text, vector.clone());
@@ -168,6 +226,8 @@ struct Worker {
     lane: mpsc::UnboundedReceiver<Request>,
     pending: VecDeque<Request>,
     waiting: Arc<AtomicUsize>,
+    /// The bulk worker gives way to the query lane.
+    yields_to: Option<Arc<QueryActivity>>,
 }
 
 impl Worker {
@@ -188,7 +248,14 @@ impl Worker {
                     }
                 }
             }
-            self.run_batch().await;
+            let mut cap = self.settings.max_batch;
+            if let Some(queries) = &self.yields_to {
+                queries.wait_idle().await;
+                if queries.recent() {
+                    cap = cap.min(BUSY_BULK_BATCH);
+                }
+            }
+            self.run_batch(cap).await;
         }
     }
 
@@ -203,13 +270,13 @@ impl Worker {
         self.pending.iter().map(Request::remaining).sum()
     }
 
-    /// Embeds the next batch: the oldest requests' next texts, `max_batch` at most.
-    async fn run_batch(&mut self) {
+    /// Embeds the next batch: the oldest requests' next texts, `cap` at most.
+    async fn run_batch(&mut self, cap: usize) {
         // (index in the pending list, texts taken from it)
         let mut taken: Vec<(usize, usize)> = Vec::new();
         let mut texts: Vec<String> = Vec::new();
         for (index, request) in self.pending.iter().enumerate() {
-            let room = self.settings.max_batch - texts.len();
+            let room = cap - texts.len();
             if room == 0 {
                 break;
             }
