@@ -325,9 +325,18 @@ impl Bench<'_> {
         let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
         let settings = MemorySettings::default();
         writeln!(self.out, "## mnemo recall benchmark\n")?;
-        let spread = match (o.total - o.user_memories).checked_div(others) {
-            Some(each) => format!("; {others} other users with ~{} each", count(each)),
-            None => String::new(),
+        let spread = if others > 1 && o.share(1) == TYPICAL_MEMORIES {
+            format!(
+                "; a typical user with {}; {} other users with ~{} each",
+                count(TYPICAL_MEMORIES),
+                others - 1,
+                count(o.share(2))
+            )
+        } else {
+            match (o.total - o.user_memories).checked_div(others) {
+                Some(each) => format!("; {others} other users with ~{} each", count(each)),
+                None => String::new(),
+            }
         };
         writeln!(
             self.out,
