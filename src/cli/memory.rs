@@ -482,20 +482,36 @@ async fn execute(backend: &Backend, command: MemoryCommand) -> Result<(), Failur
                 text = std::fs::read_to_string(&path)
                     .map_err(|e| Failure::usage(format!("reading {}: {e}", path.display())))?;
             }
-            let report = match backend {
-                Backend::Remote { .. } => parse_json(
-                    &backend
-                        .remote(
-                            Method::POST,
-                            "/v1/memories/import",
-                            Some(RemoteBody::Text(text)),
-                        )
-                        .await?,
-                )?,
-                Backend::Embedded { engine, user, .. } => {
-                    to_json(&engine.import(*user, &text).await.map_err(memory_failure)?)?
-                }
-            };
+            // In pieces, with a progress bar: a big file neither meets the server's body limit
+            // nor sits silent.
+            let pieces = import_pieces(&text);
+            let bar = indicatif::ProgressBar::new(text.lines().count() as u64);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "importing {bar:40} {pos}/{len} lines ({per_sec}, eta {eta})",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            let mut report = json!({ "imported": 0, "skipped": 0, "errors": [] });
+            for (first_line, piece) in pieces {
+                let part = match backend {
+                    Backend::Remote { .. } => parse_json(
+                        &backend
+                            .remote(
+                                Method::POST,
+                                "/v1/memories/import",
+                                Some(RemoteBody::Text(piece.to_string())),
+                            )
+                            .await?,
+                    )?,
+                    Backend::Embedded { engine, user, .. } => {
+                        to_json(&engine.import(*user, piece).await.map_err(memory_failure)?)?
+                    }
+                };
+                merge_import_report(&mut report, &part, first_line);
+                bar.inc(piece.lines().count() as u64);
+            }
+            bar.finish_and_clear();
             println!("{report}");
             if report["errors"]
                 .as_array()
@@ -508,6 +524,53 @@ async fn execute(backend: &Backend, command: MemoryCommand) -> Result<(), Failur
         }
     }
     Ok(())
+}
+
+/// Lines of one import request at most, and its size at most (under the default body limit).
+const IMPORT_PIECE_LINES: usize = 1000;
+const IMPORT_PIECE_BYTES: usize = 1024 * 1024;
+
+/// The JSON-lines text cut into pieces of whole lines, each with the number of its first line.
+fn import_pieces(text: &str) -> Vec<(usize, &str)> {
+    let mut pieces = Vec::new();
+    let (mut start, mut lines, mut first_line) = (0usize, 0usize, 1usize);
+    let mut offset = 0usize;
+    for (index, line) in text.split_inclusive('\n').enumerate() {
+        if lines > 0
+            && (lines == IMPORT_PIECE_LINES || offset - start + line.len() > IMPORT_PIECE_BYTES)
+        {
+            pieces.push((first_line, &text[start..offset]));
+            start = offset;
+            lines = 0;
+            first_line = index + 1;
+        }
+        offset += line.len();
+        lines += 1;
+    }
+    if start < text.len() {
+        pieces.push((first_line, &text[start..]));
+    }
+    pieces
+}
+
+/// Adds a piece's import report to the whole file's, its error lines counted from the file's
+/// first line.
+fn merge_import_report(report: &mut Value, part: &Value, first_line: usize) {
+    for field in ["imported", "skipped"] {
+        let sum = report[field].as_u64().unwrap_or(0) + part[field].as_u64().unwrap_or(0);
+        report[field] = json!(sum);
+    }
+    if let (Some(errors), Some(found)) =
+        (report["errors"].as_array_mut(), part["errors"].as_array())
+    {
+        for error in found {
+            let mut error = error.clone();
+            if let Some(line) = error["line"].as_u64() {
+                error["line"] = json!(line + first_line as u64 - 1);
+            }
+            errors.push(error);
+        }
+    }
 }
 
 fn mode_name(mode: RecallMode) -> &'static str {
@@ -571,5 +634,39 @@ pub async fn check(settings: &Settings) -> Result<(), Failure> {
         Err(Failure::other(
             "the indexes differ from SQL: run `mnemo reindex` to rebuild them",
         ))
+    }
+}
+
+#[cfg(test)]
+mod import_tests {
+    use super::*;
+
+    #[test]
+    fn pieces_are_whole_lines_and_error_lines_count_from_the_file() {
+        let text: String = (1..=2500).map(|i| format!("{{\"n\": {i}}}\n")).collect();
+        let pieces = import_pieces(&text);
+        assert_eq!(
+            pieces.iter().map(|(first, _)| *first).collect::<Vec<_>>(),
+            [1, 1001, 2001]
+        );
+        assert_eq!(pieces.iter().map(|(_, p)| *p).collect::<String>(), text);
+        assert!(pieces[1].1.starts_with("{\"n\": 1001}"));
+        let mut report = json!({ "imported": 0, "skipped": 0, "errors": [] });
+        merge_import_report(
+            &mut report,
+            &json!({ "imported": 998, "skipped": 1, "errors": [{ "line": 5, "message": "bad" }] }),
+            1001,
+        );
+        merge_import_report(
+            &mut report,
+            &json!({ "imported": 2, "skipped": 0, "errors": [] }),
+            2001,
+        );
+        assert_eq!(report["imported"], 1000);
+        assert_eq!(report["skipped"], 1);
+        assert_eq!(report["errors"][0]["line"], 1005);
+        // A line without a newline at the end, and big lines cut by size.
+        let big = format!("{}\n{}", "x".repeat(700_000), "y".repeat(700_000));
+        assert_eq!(import_pieces(&big).len(), 2);
     }
 }

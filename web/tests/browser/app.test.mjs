@@ -435,7 +435,12 @@ test('layout: phone width, dark theme, keyboard', async () => {
   await page.getByTestId('thread-list').waitFor()
   await screenshot(page, 'chat-phone-threads')
   await page.getByTestId('thread-link').first().click()
+  await page.getByTestId('message-assistant').first().waitFor()
+  const chatOverflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth)
+  assert.ok(chatOverflow <= 1, `no horizontal scrolling in a thread at 375 px (${chatOverflow} px)`)
   await page.getByTestId('nav-memory').click()
+  // Measured once the memory view has replaced the chat (whose layout is checked above).
+  await page.getByTestId('memory-item').first().waitFor()
   const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth)
   assert.ok(overflow <= 1, `no horizontal scrolling at 375 px (${overflow} px)`)
   await screenshot(page, 'memory-phone')
