@@ -498,6 +498,7 @@ fn stream_reply(
     let events = state
         .runs
         .follow(user, run.id, 0, state.streams_stop.clone());
+    let guard = super::sse::OpenStream::new();
     let first = reply.chunk(json!({ "role": "assistant", "content": "" }), None);
     let mut calls = 0usize;
     let mut usage = no_usage();
@@ -547,7 +548,10 @@ fn stream_reply(
             }
             futures::stream::iter(out)
         })
-        .map(|chunk| Event::default().data(chunk.to_string()));
+        .map(move |chunk| {
+            let _alive = &guard;
+            Event::default().data(chunk.to_string())
+        });
     let events = futures::stream::once(async move { Event::default().data(first.to_string()) })
         .chain(chunks)
         .chain(futures::stream::once(async {

@@ -14,10 +14,10 @@ use super::AppState;
 use crate::store::{RunId, StoredEvent, UserId};
 
 /// Counts open event streams in the `mnemo_sse_open_streams` gauge while alive.
-struct OpenStream;
+pub(super) struct OpenStream;
 
 impl OpenStream {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         metrics::gauge!("mnemo_sse_open_streams").increment(1.0);
         Self
     }
