@@ -43,6 +43,8 @@ type Reply = oneshot::Sender<Result<Vec<Vec<f32>>, EmbedError>>;
 const BUSY_BULK_BATCH: usize = 1;
 /// How long after a query the bulk lane keeps its pieces short.
 const QUERY_RECENT: Duration = Duration::from_millis(250);
+/// The longest the bulk lane waits for queries in flight before its next piece.
+const QUERY_YIELD_MAX: Duration = Duration::from_millis(100);
 
 /// What the bulk worker knows of the query lane.
 struct QueryActivity {
@@ -54,16 +56,13 @@ struct QueryActivity {
 }
 
 impl QueryActivity {
-    fn begin(&self) {
+    /// Counts a query as in flight until the returned guard is dropped (also when the caller
+    /// gives up and drops the future awaiting it).
+    fn begin(self: &Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         self.last_ms
             .store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
-    }
-
-    fn end(&self) {
-        if self.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.idle.notify_waiters();
-        }
+        InFlight(self.clone())
     }
 
     fn recent(&self) -> bool {
@@ -72,14 +71,29 @@ impl QueryActivity {
             && last > 0
     }
 
-    /// Returns once no query is being embedded.
+    /// Returns once no query is being embedded, or after `QUERY_YIELD_MAX` (so a steady
+    /// stream of queries slows bulk work down but never stops it).
     async fn wait_idle(&self) {
-        loop {
-            let notified = self.idle.notified();
-            if self.in_flight.load(Ordering::SeqCst) == 0 {
-                return;
+        let waited = async {
+            loop {
+                let notified = self.idle.notified();
+                if self.in_flight.load(Ordering::SeqCst) == 0 {
+                    return;
+                }
+                notified.await;
             }
-            notified.await;
+        };
+        let _ = tokio::time::timeout(QUERY_YIELD_MAX, waited).await;
+    }
+}
+
+/// A query in flight; dropping it ends it.
+struct InFlight(Arc<QueryActivity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if self.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
         }
     }
 }
@@ -208,9 +222,9 @@ impl Embedder for EmbedQueue {
             return Ok(vector);
         }
         metrics::counter!("mnemo_embed_query_cache_total", "result" => "miss").increment(1);
-        self.queries_active.begin();
+        let in_flight = self.queries_active.begin();
         let embedded = self.submit(Lane::Query, vec![text.to_string()]).await;
-        self.queries_active.end();
+        drop(in_flight);
         let vector = embedded?
             .pop()
             .ok_or_else(|| EmbedError::Internal("no vector returned".into()))?;
@@ -499,6 +513,23 @@ mod tests {
             queue.embed(&["ok".to_string()]).await.unwrap(),
             vec![vec![2.0]]
         );
+    }
+
+    #[tokio::test]
+    async fn a_query_whose_caller_gave_up_does_not_hold_back_bulk_work() {
+        let model = counting(50);
+        let queue = EmbedQueue::start(model.clone(), settings(8));
+        // The caller stops waiting (a client that went away): the future is dropped mid-way.
+        let gave_up =
+            tokio::time::timeout(Duration::from_millis(10), queue.embed_query("who left")).await;
+        assert!(gave_up.is_err());
+        let bulk = tokio::time::timeout(
+            Duration::from_secs(5),
+            queue.embed(&["written after".to_string()]),
+        )
+        .await
+        .expect("bulk work goes on after an abandoned query");
+        assert_eq!(bulk.unwrap(), vec![vec![13.0]]);
     }
 
     #[test]
