@@ -6,7 +6,8 @@
 //!   texts before it runs; while it runs, new texts queue up and form the next batch. A batch
 //!   holds at most `max_batch` texts, sorted by length so the padded batch wastes little.
 //! - **Queries ahead of bulk work**: recall's query texts have a lane and a worker of their
-//!   own. The bulk worker does not start a batch while a query is being embedded, and while
+//!   own. The bulk worker does not start a batch while a query is being embedded (it waits
+//!   `QUERY_YIELD_MAX` at most, so a steady stream of queries never stops writes), and while
 //!   queries keep coming (one in the last `QUERY_RECENT`) it runs pieces of `BUSY_BULK_BATCH`
 //!   texts only, so a query waits for a short piece at most instead of a whole batch (the
 //!   model's matrix products share one thread pool, so two batches at once would not help).
