@@ -9,12 +9,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::tools::bench_server::{percentile, release, scratch_settings};
 use mnemo::auth::keys;
-use mnemo::config::{Overrides, Settings};
 use mnemo::llm::embed::Embedder;
 use mnemo::store::UserKind;
 
@@ -28,14 +28,6 @@ pub struct IngestBenchOptions {
     pub clients: usize,
     /// Memories in the bulk import.
     pub bulk: usize,
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
 }
 
 const PLACES: [&str; 12] = [
@@ -181,26 +173,9 @@ pub async fn run_ingest_bench(
     options: IngestBenchOptions,
     out: &mut dyn std::io::Write,
 ) -> anyhow::Result<()> {
-    if options.data_dir.exists() {
-        std::fs::remove_dir_all(&options.data_dir).context("clearing the bench data dir")?;
-    }
-    let mut env: Vec<(String, String)> = vec![
-        ("MNEMO__SERVER__ADDR".into(), "127.0.0.1:0".into()),
-        ("MNEMO__LOG__LEVEL".into(), "warn".into()),
-        // Clients of a benchmark are not abusers.
-        ("MNEMO__SERVER__REQUESTS_PER_MINUTE".into(), "0".into()),
-    ];
-    if let Some(dir) = &options.model_dir {
-        env.push((
-            "MNEMO__EMBEDDER__MODEL_DIR".into(),
-            dir.display().to_string(),
-        ));
-    }
-    let overrides = Overrides {
-        data_dir: Some(options.data_dir.clone()),
-        ..Overrides::default()
-    };
-    let settings = Settings::load_from(&overrides, env)?;
+    // Clients of a benchmark are not abusers.
+    let unlimited = vec![("MNEMO__SERVER__REQUESTS_PER_MINUTE".into(), "0".into())];
+    let settings = scratch_settings(&options.data_dir, options.model_dir.as_deref(), unlimited)?;
     let body_limit = settings.server.max_body_bytes;
 
     eprintln!("measuring the model alone…");
@@ -338,15 +313,7 @@ pub async fn run_ingest_bench(
 
     shutdown.cancel();
     let _ = server.await;
-    state.memory.join_background(Duration::from_secs(10)).await;
-    let indexer = Arc::downgrade(state.memory.indexer());
-    drop(state);
-    for _ in 0..200 {
-        if indexer.strong_count() == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    release(state).await;
 
     let idle_p95 = percentile(&idle, 0.95);
     let busy_p95 = percentile(&busy, 0.95);

@@ -7,10 +7,10 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use tokio_util::sync::CancellationToken;
 
-use mnemo::config::{Overrides, Settings};
+use crate::tools::bench_server::{percentile, release, scratch_settings};
 use mnemo::memory::RecallRequest;
 use mnemo::memory::rank::RecallMode;
 use mnemo::store::UserKind;
@@ -25,44 +25,20 @@ pub struct WriteBenchOptions {
     pub llm_model: Option<String>,
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
-}
-
 /// Runs the benchmark and writes a markdown table to `out`.
 pub async fn run_write_bench(
     options: WriteBenchOptions,
     out: &mut dyn std::io::Write,
 ) -> anyhow::Result<()> {
-    if options.data_dir.exists() {
-        std::fs::remove_dir_all(&options.data_dir).context("clearing the bench data dir")?;
-    }
-    let mut env: Vec<(String, String)> = vec![
-        ("MNEMO__SERVER__ADDR".into(), "127.0.0.1:0".into()),
-        ("MNEMO__LOG__LEVEL".into(), "warn".into()),
-    ];
-    if let Some(dir) = &options.model_dir {
-        env.push((
-            "MNEMO__EMBEDDER__MODEL_DIR".into(),
-            dir.display().to_string(),
-        ));
-    }
+    let mut llm: Vec<(String, String)> = Vec::new();
     if let Some(url) = &options.llm_url {
-        env.push(("MNEMO__LLM__BASE_URL".into(), url.clone()));
-        env.push((
+        llm.push(("MNEMO__LLM__BASE_URL".into(), url.clone()));
+        llm.push((
             "MNEMO__LLM__MODEL".into(),
             options.llm_model.clone().unwrap_or_else(|| "bench".into()),
         ));
     }
-    let overrides = Overrides {
-        data_dir: Some(options.data_dir.clone()),
-        ..Overrides::default()
-    };
-    let settings = Settings::load_from(&overrides, env)?;
+    let settings = scratch_settings(&options.data_dir, options.model_dir.as_deref(), llm)?;
     let shutdown = CancellationToken::new();
     let state = mnemo::startup::build_state(settings, shutdown.clone()).await?;
     let user = state
@@ -143,17 +119,7 @@ pub async fn run_write_bench(
     }
     let drain = started.elapsed().as_secs_f64();
     shutdown.cancel();
-    state.runs.shutdown(Duration::from_secs(5)).await;
-    state.memory.join_background(Duration::from_secs(10)).await;
-    // The vector shard flushes when its last owner goes; let that happen inside the runtime.
-    let indexer = std::sync::Arc::downgrade(state.memory.indexer());
-    drop(state);
-    for _ in 0..200 {
-        if indexer.strong_count() == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    release(state).await;
 
     let path = if options.llm_url.is_some() {
         "LLM (chat + extraction through the endpoint)"

@@ -4,5 +4,6 @@
 
 pub mod bench;
 pub mod bench_ingest;
+pub mod bench_server;
 pub mod bench_write;
 pub mod eval;

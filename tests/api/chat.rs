@@ -42,13 +42,7 @@ async fn remember_peanut_allergy(app: &TestApp, key: &str) {
 async fn remember(app: &TestApp, key: &str, body: Value) -> Value {
     let (status, added) = app.post("/v1/memories", Some(key), Some(body)).await;
     assert_eq!(status, StatusCode::CREATED, "{added}");
-    assert!(
-        app.state
-            .memory
-            .wait_recallable(Duration::from_secs(10))
-            .await
-            .unwrap()
-    );
+    app.wait_indexed().await;
     added
 }
 
@@ -398,13 +392,7 @@ async fn prompts_for_one_user_never_contain_another_users_memories_or_messages()
         }
         keys.push((name, key));
     }
-    assert!(
-        app.state
-            .memory
-            .wait_recallable(Duration::from_secs(20))
-            .await
-            .unwrap()
-    );
+    app.wait_indexed().await;
     let turns = futures::stream::iter(
         keys.iter()
             .flat_map(|(name, key)| users.iter().map(move |other| (*name, key.clone(), *other))),

@@ -454,31 +454,51 @@ async fn the_mcp_sdk_remembers_recalls_and_researches_for_its_user_only() {
     app.stop().await;
 }
 
+/// The MCP protocol version the raw-HTTP tests speak (a session-based one).
+const MCP_VERSION: &str = "2025-06-18";
+
+/// A raw JSON-RPC `POST /mcp`, with `key` as bearer and, once there is one, the session.
+fn mcp_post(
+    app: &TestApp,
+    key: Option<&str>,
+    session: Option<&str>,
+    body: &Value,
+) -> reqwest::RequestBuilder {
+    let mut request = app
+        .client
+        .post(app.url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .json(body);
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    if let Some(session) = session {
+        request = request
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", MCP_VERSION);
+    }
+    request
+}
+
+fn mcp_initialize() -> Value {
+    json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {
+            "protocolVersion": MCP_VERSION,
+            "capabilities": {},
+            "clientInfo": { "name": "test", "version": "1" },
+        },
+    })
+}
+
 #[tokio::test]
 async fn mcp_over_http_refuses_strangers_foreign_origins_and_borrowed_sessions() {
     let home = Home::new(Backend::Sqlite).await;
     let app = TestApp::spawn(&home).await;
     let alice = app.user_key("alice").await;
     let bob = app.user_key("bob").await;
-    let initialize = json!({
-        "jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": { "name": "test", "version": "1" },
-        },
-    });
-    let post = |key: Option<&str>, body: &Value| {
-        let mut request = app
-            .client
-            .post(app.url("/mcp"))
-            .header("accept", "application/json, text/event-stream")
-            .json(body);
-        if let Some(key) = key {
-            request = request.bearer_auth(key);
-        }
-        request
-    };
+    let initialize = mcp_initialize();
+    let post = |key: Option<&str>, body: &Value| mcp_post(&app, key, None, body);
     let response = post(None, &initialize).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
     assert_eq!(response.headers()["www-authenticate"], "Bearer");
@@ -503,9 +523,7 @@ async fn mcp_over_http_refuses_strangers_foreign_origins_and_borrowed_sessions()
         .unwrap()
         .to_string();
     let list = json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/list" });
-    let response = post(Some(&bob), &list)
-        .header("mcp-session-id", &session)
-        .header("mcp-protocol-version", "2025-06-18")
+    let response = mcp_post(&app, Some(&bob), Some(&session), &list)
         .send()
         .await
         .unwrap();
@@ -562,29 +580,9 @@ async fn an_mcp_deep_research_stops_when_the_client_cancels_it() {
     llm.set_default(Reply::Hang);
     let app = TestApp::spawn_with_llm(&home, &llm, &[]).await;
     let alice = app.user_key("alice").await;
-    let version = "2025-06-18";
-    let post = |session: Option<&str>, body: Value| {
-        let mut request = app
-            .client
-            .post(app.url("/mcp"))
-            .bearer_auth(&alice)
-            .header("accept", "application/json, text/event-stream")
-            .json(&body);
-        if let Some(session) = session {
-            request = request
-                .header("mcp-session-id", session)
-                .header("mcp-protocol-version", version);
-        }
-        request.send()
-    };
-    let opened = post(
-        None,
-        json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": version, "capabilities": {},
-            "clientInfo": { "name": "test", "version": "1" } } }),
-    )
-    .await
-    .unwrap();
+    let post =
+        |session: Option<&str>, body: Value| mcp_post(&app, Some(&alice), session, &body).send();
+    let opened = post(None, mcp_initialize()).await.unwrap();
     assert_eq!(opened.status(), StatusCode::OK);
     let session = opened.headers()["mcp-session-id"]
         .to_str()

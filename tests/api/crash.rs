@@ -570,14 +570,7 @@ async fn crash_and_check(home: &Home) {
 
     // The same data dir in-process: SQL and both indexes hold exactly the same ids.
     let app = TestApp::spawn(home).await;
-    assert!(
-        app.state
-            .memory
-            .wait_recallable(Duration::from_secs(30))
-            .await
-            .expect("log head"),
-        "the indexer catches up"
-    );
+    app.wait_indexed().await;
     let lag = app.state.memory.indexer().lag().await.expect("lag");
     for (user, name) in names.iter().enumerate() {
         let user_id = app

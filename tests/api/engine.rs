@@ -85,13 +85,7 @@ async fn memories_from_another_model_are_reembedded_at_start_and_become_recallab
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(remaining, 0, "every memory is re-embedded with {model}");
-    assert!(
-        app.state
-            .memory
-            .wait_recallable(Duration::from_secs(10))
-            .await
-            .unwrap()
-    );
+    app.wait_indexed().await;
     let found = search(
         &app,
         &key,
@@ -167,13 +161,7 @@ async fn the_decay_job_archives_unused_trivia_at_start_and_recall_respects_it() 
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(archived, ["The hotel lobby had green carpets"]);
-    assert!(
-        app.state
-            .memory
-            .wait_recallable(Duration::from_secs(10))
-            .await
-            .unwrap()
-    );
+    app.wait_indexed().await;
     let default = search(&app, &key, json!({ "query": "hotel", "mode": "keyword" })).await;
     assert_eq!(
         contents(&default),
@@ -203,13 +191,7 @@ async fn recall_records_access_and_health_reports_index_lag() {
         .await;
     assert_eq!(status, StatusCode::CREATED, "{memory}");
     let id = memory["id"].as_str().unwrap().to_string();
-    assert!(
-        app.state
-            .memory
-            .wait_recallable(Duration::from_secs(10))
-            .await
-            .unwrap()
-    );
+    app.wait_indexed().await;
     let found = search(&app, &key, json!({ "query": "where is my passport" })).await;
     assert_eq!(contents(&found)[0], "I keep my passport in the blue drawer");
     let signals = &found["results"][0]["signals"];

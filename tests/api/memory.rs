@@ -6,7 +6,6 @@
 use crate::support;
 
 use std::collections::{HashMap, HashSet};
-use std::time::Duration;
 
 use futures::StreamExt;
 use mnemo::index::vector::VectorFilter;
@@ -44,20 +43,6 @@ impl Drop for TestHome {
             eprintln!("test data kept in {}", home.dir.keep().display());
         }
     }
-}
-
-/// How long a test waits for written memories to reach both indexes.
-const INDEX_WAIT: Duration = Duration::from_secs(60);
-
-async fn wait_recallable(app: &TestApp) {
-    assert!(
-        app.state
-            .memory
-            .wait_recallable(INDEX_WAIT)
-            .await
-            .expect("memory log head"),
-        "memories were not indexed within {INDEX_WAIT:?}"
-    );
 }
 
 /// `POST /v1/memories`; returns the created memory.
@@ -233,7 +218,7 @@ async fn hybrid_recall_keeps_a_keyword_only_hit_and_a_vector_only_hit() {
     let minutes = add_text(&app, &key, &long_minutes_with_code(code)).await;
     let felines = add_text(&app, &key, "I adore felines and own three of them").await;
     let (minutes_id, felines_id) = (id_of(&minutes), id_of(&felines));
-    wait_recallable(&app).await;
+    app.wait_indexed().await;
 
     // "cats" shares no stem with "felines", and nothing else holds the code.
     let query = format!("cats {code}");
@@ -303,7 +288,7 @@ async fn chinese_memories_are_found_through_bm25() {
     ] {
         add_text(&app, &key, content).await;
     }
-    wait_recallable(&app).await;
+    app.wait_indexed().await;
 
     let results = search(&app, &key, json!({ "query": "爬山", "mode": "keyword" })).await;
     assert_eq!(
@@ -346,7 +331,7 @@ async fn archived_memories_leave_default_recall_and_lists_and_come_back_when_res
     .await;
     let id = id_of(&memory).to_string();
     let other = add_text(&app, &key, "The bins go out on Thursday evenings").await;
-    wait_recallable(&app).await;
+    app.wait_indexed().await;
 
     let query = "spare house key flowerpot";
     let visible = |results: &[Value]| find(results, &id).is_some();
@@ -362,7 +347,7 @@ async fn archived_memories_leave_default_recall_and_lists_and_come_back_when_res
     assert_eq!(status, StatusCode::OK, "{archived}");
     assert!(archived["archived_at"].is_string(), "{archived}");
     assert_eq!(archived["version"], 2);
-    wait_recallable(&app).await;
+    app.wait_indexed().await;
 
     for mode in ["hybrid", "keyword", "vector"] {
         let results = search(&app, &key, json!({ "query": query, "mode": mode })).await;
@@ -386,7 +371,7 @@ async fn archived_memories_leave_default_recall_and_lists_and_come_back_when_res
     assert_eq!(status, StatusCode::OK, "{restored}");
     assert!(restored["archived_at"].is_null(), "{restored}");
     assert_eq!(restored["version"], 3);
-    wait_recallable(&app).await;
+    app.wait_indexed().await;
     for mode in ["hybrid", "keyword", "vector"] {
         let results = search(&app, &key, json!({ "query": query, "mode": mode })).await;
         assert!(visible(&results), "{mode} after restore: {results:#?}");
@@ -479,7 +464,7 @@ async fn the_memory_api_round_trips_through_patch_delete_export_and_import() {
     )
     .await;
     let old_news = add_text(&app, &key, "The old router lives in the hallway cupboard").await;
-    wait_recallable(&app).await;
+    app.wait_indexed().await;
     let found = search(
         &app,
         &key,
@@ -520,7 +505,7 @@ async fn the_memory_api_round_trips_through_patch_delete_export_and_import() {
         similarity > 0.999,
         "the stored vector is the new content's ({similarity})"
     );
-    wait_recallable(&app).await;
+    app.wait_indexed().await;
     let found = search(
         &app,
         &key,
@@ -564,7 +549,7 @@ async fn the_memory_api_round_trips_through_patch_delete_export_and_import() {
     assert_eq!(body["error"]["code"], "not_found");
     let (status, _) = app.delete(&doomed, Some(&key)).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "a second delete");
-    wait_recallable(&app).await;
+    app.wait_indexed().await;
     for mode in ["hybrid", "keyword", "vector"] {
         let results = search(
             &app,
@@ -618,7 +603,7 @@ async fn the_memory_api_round_trips_through_patch_delete_export_and_import() {
     assert_eq!(body["deleted"], 3);
     assert!(list(&app, &key, "?include_archived=true").await.is_empty());
     assert_eq!(export(&app, &key).await, "");
-    wait_recallable(&app).await;
+    app.wait_indexed().await;
     let found = search(
         &app,
         &key,
@@ -645,7 +630,7 @@ async fn the_memory_api_round_trips_through_patch_delete_export_and_import() {
         2,
         "the archived one stays archived"
     );
-    wait_recallable(&app).await;
+    app.wait_indexed().await;
     let found = search(
         &app,
         &key,
@@ -874,7 +859,7 @@ async fn every_part_of_a_hyphenated_code_finds_it_by_keyword() {
     let plumber = add_text(&app, &key, "Call the plumber on 555-0142").await;
     let room = add_text(&app, &key, "The reading group meets in room-101").await;
     add_text(&app, &key, "I bought 4 new plants for the balcony").await;
-    wait_recallable(&app).await;
+    app.wait_indexed().await;
 
     let cases = [
         ("zq7-kestrel-4471", id_of(&locker)),
@@ -1106,7 +1091,7 @@ async fn isolation_at_scale(backend: Backend, scale: Scale) {
         })
         .collect();
     assert_eq!(owner.len(), scale.users * scale.per_user);
-    wait_recallable(&app).await;
+    app.wait_indexed().await;
 
     // Both indexes, queried directly: per-user counts, and every user searching with every
     // other user's canary.
@@ -1350,7 +1335,7 @@ async fn recall_returns_nothing_for_what_no_memory_is_about() {
         add_text(&app, &key, content).await;
     }
     let boat = add_text(&app, &key, "My sailing boat is called Seabiscuit").await;
-    wait_recallable(&app).await;
+    app.wait_indexed().await;
     for query in ["hello", "thanks!", "What is the capital of Mongolia?"] {
         let found = search(&app, &key, json!({ "query": query })).await;
         assert!(found.is_empty(), "{query:?} found {found:#?}");

@@ -1,0 +1,63 @@
+//! What the benchmarks that run the real server in-process share: settings for a scratch data
+//! directory, an orderly release of the server's state, and the percentile they report.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use mnemo::config::{Overrides, Settings};
+use mnemo::http::AppState;
+
+/// Settings for a server on a fresh `data_dir` (emptied first), on a free loopback port, quiet
+/// logs, the local model in `model_dir`, and the `MNEMO__…` variables in `extra`.
+pub fn scratch_settings(
+    data_dir: &Path,
+    model_dir: Option<&Path>,
+    extra: Vec<(String, String)>,
+) -> anyhow::Result<Settings> {
+    if data_dir.exists() {
+        std::fs::remove_dir_all(data_dir).context("clearing the bench data dir")?;
+    }
+    let mut env: Vec<(String, String)> = vec![
+        ("MNEMO__SERVER__ADDR".into(), "127.0.0.1:0".into()),
+        ("MNEMO__LOG__LEVEL".into(), "warn".into()),
+    ];
+    if let Some(dir) = model_dir {
+        env.push((
+            "MNEMO__EMBEDDER__MODEL_DIR".into(),
+            dir.display().to_string(),
+        ));
+    }
+    env.extend(extra);
+    let overrides = Overrides {
+        data_dir: Some(data_dir.to_path_buf()),
+        ..Overrides::default()
+    };
+    Ok(Settings::load_from(&overrides, env)?)
+}
+
+/// Ends the runs and background tasks of a state whose shutdown token was cancelled, and
+/// waits (bounded) until the indexes are let go: the vector shard flushes when its last owner
+/// goes, which must happen inside the runtime.
+pub async fn release(state: AppState) {
+    state.runs.shutdown(Duration::from_secs(5)).await;
+    state.memory.join_background(Duration::from_secs(10)).await;
+    let indexer = std::sync::Arc::downgrade(state.memory.indexer());
+    drop(state);
+    for _ in 0..200 {
+        if indexer.strong_count() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The value at fraction `p` of ascending `sorted` (0 when empty).
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
