@@ -37,7 +37,8 @@ const MAX_COMPARED_MODELS: usize = 4;
 #[utoipa::path(post, path = "/research/stream", tag = "research", request_body = ResearchRequest,
     responses(
         (status = 200, description = "Server-sent events of the research run (resumable at `/v1/runs/{id}/events`)", content_type = "text/event-stream"),
-        (status = 400, body = ErrorBody)),
+        (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody, description = "`thread_id` names none of your threads")),
     security(("bearer" = [])))]
 pub async fn stream(
     State(state): State<AppState>,
@@ -273,7 +274,8 @@ pub struct CompareResults {
 }
 
 #[utoipa::path(post, path = "/research/compare", tag = "research", request_body = CompareBody,
-    responses((status = 200, body = CompareResults), (status = 400, body = ErrorBody)),
+    responses((status = 200, body = CompareResults), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody, description = "`thread_id` names none of your threads")),
     security(("bearer" = [])))]
 pub async fn compare(
     State(state): State<AppState>,

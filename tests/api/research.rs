@@ -567,6 +567,22 @@ async fn research_requests_are_validated_and_the_test_endpoint_resolves_them() {
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{error}");
     assert!(error.to_string().contains("max_source"), "{error}");
+    // A thread that is not the caller's is 404, and the API document says so (schemathesis
+    // found the answer undocumented).
+    let (status, error) = app
+        .post(
+            "/research/stream",
+            Some(&alice),
+            Some(json!({ "query": "q", "thread_id": "e1570d82-7ac1-1c75-b2c3-20292336541a" })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{error}");
+    assert_eq!(error["error"]["code"], "not_found", "{error}");
+    let (_, spec) = app.get("/openapi.json", None).await;
+    for path in ["/research/stream", "/research/compare"] {
+        let responses = &spec["paths"][path]["post"]["responses"];
+        assert!(responses["404"].is_object(), "{path}: {responses}");
+    }
     let (status, tested) = app
         .post("/research/test", Some(&alice), Some(json!({ "query": "tides", "model": "other-model", "api_key": "sk-mine-123456", "depth": 3, "mode": "recursive" })))
         .await;
