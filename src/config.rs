@@ -394,6 +394,8 @@ pub struct EmbedderSettings {
     pub max_batch: usize,
     /// Recent query vectors kept, so a repeated query is not embedded again (0: off).
     pub query_cache: usize,
+    /// Threads the local model's matrix products use (0: one per core).
+    pub threads: usize,
 }
 
 impl Default for EmbedderSettings {
@@ -408,6 +410,7 @@ impl Default for EmbedderSettings {
             batch_wait_ms: 2,
             max_batch: 32,
             query_cache: 1024,
+            threads: 0,
         }
     }
 }

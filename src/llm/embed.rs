@@ -10,14 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use candle_core::{DType, Device, IndexOp, Tensor};
-use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config as BertConfig};
 use serde::Deserialize;
-use tokenizers::{
-    PaddingDirection, PaddingParams, PaddingStrategy, Tokenizer, TruncationDirection,
-    TruncationParams, TruncationStrategy,
-};
+use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
+
+use mnemo_encoder::{BertEncoder, BertSettings, Tokens};
 
 /// Texts per forward pass of the local model.
 const LOCAL_BATCH: usize = 32;
@@ -125,9 +121,12 @@ pub struct LocalEmbedder {
 }
 
 struct LocalModel {
-    model: BertModel,
+    encoder: BertEncoder,
+    /// Truncates, never pads: the encoder packs the texts of a batch.
     tokenizer: Tokenizer,
-    device: Device,
+    /// The model's threads (`embedder.threads`).
+    pool: rayon::ThreadPool,
+    threads: usize,
     pooling: Pooling,
     max_seq_len: usize,
     /// Whether the model's pipeline ends in a `Normalize` module. Output is
@@ -173,17 +172,18 @@ fn read_optional_json<T: serde::de::DeserializeOwned>(
     read_json(path).map(Some)
 }
 
-fn candle_err(context: &str, err: candle_core::Error) -> EmbedError {
-    EmbedError::Internal(format!("{context}: {err}"))
-}
-
 impl LocalEmbedder {
     /// Loads a Hugging Face / sentence-transformers layout directory:
     /// `config.json`, `tokenizer.json`, `model.safetensors`, and optionally
     /// `modules.json`, the pooling config and `sentence_bert_config.json`.
     /// The model id is the directory name. Blocking (reads ~100 MB); call it
-    /// at startup or from `spawn_blocking`.
+    /// at startup or from `spawn_blocking`. The model runs on every core.
     pub fn load(dir: &Path) -> Result<Self, EmbedError> {
+        Self::load_with_threads(dir, 0)
+    }
+
+    /// [`LocalEmbedder::load`] with the model's thread budget (0: one per core).
+    pub fn load_with_threads(dir: &Path, threads: usize) -> Result<Self, EmbedError> {
         let model_id = dir
             .file_name()
             .and_then(|n| n.to_str())
@@ -199,7 +199,7 @@ impl LocalEmbedder {
             )));
         }
 
-        let config: BertConfig = read_json(&dir.join("config.json"))?;
+        let config: BertSettings = read_json(&dir.join("config.json"))?;
 
         // modules.json tells where the pooling config lives and whether a
         // Normalize module follows.
@@ -241,10 +241,6 @@ impl LocalEmbedder {
                 dir.join("tokenizer.json").display()
             ))
         })?;
-        let pad_token = "[PAD]".to_string();
-        let pad_id = tokenizer
-            .token_to_id(&pad_token)
-            .unwrap_or(config.pad_token_id as u32);
         tokenizer
             .with_truncation(Some(TruncationParams {
                 direction: TruncationDirection::Right,
@@ -253,35 +249,30 @@ impl LocalEmbedder {
                 stride: 0,
             }))
             .map_err(|e| EmbedError::BadInput(format!("configure truncation: {e}")))?;
-        tokenizer.with_padding(Some(PaddingParams {
-            strategy: PaddingStrategy::BatchLongest,
-            direction: PaddingDirection::Right,
-            pad_to_multiple_of: None,
-            pad_id,
-            pad_type_id: 0,
-            pad_token,
-        }));
+        tokenizer.with_padding(None);
 
-        let device = Device::Cpu;
         let weights = read_file(&dir.join("model.safetensors"))?;
-        let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &device)
-            .map_err(|e| candle_err("read model.safetensors", e))?;
-        // Checkpoints exported from BertForX carry a `bert.` prefix; sentence
-        // transformers checkpoints do not.
-        let vb = if vb.contains_tensor("bert.embeddings.word_embeddings.weight") {
-            vb.pp("bert")
+        let encoder = BertEncoder::load(&config, &weights)
+            .map_err(|e| EmbedError::BadInput(format!("load {}: {e}", dir.display())))?;
+        let threads = if threads == 0 {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
         } else {
-            vb
+            threads
         };
-        let model = BertModel::load(vb, &config).map_err(|e| candle_err("load BERT weights", e))?;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("mnemo-embed-{i}"))
+            .build()
+            .map_err(|e| EmbedError::Internal(format!("embedding threads: {e}")))?;
 
         Ok(Self {
             model_id,
             dimension: config.hidden_size,
             inner: Arc::new(LocalModel {
-                model,
+                encoder,
                 tokenizer,
-                device,
+                pool,
+                threads,
                 pooling,
                 max_seq_len,
                 declares_normalize,
@@ -306,49 +297,42 @@ impl LocalModel {
             .tokenizer
             .encode_batch(texts.to_vec(), true)
             .map_err(|e| EmbedError::Internal(format!("tokenize: {e}")))?;
-        let batch = encodings.len();
-        let seq_len = encodings.first().map_or(0, |e| e.get_ids().len());
-        let mut ids = Vec::with_capacity(batch * seq_len);
-        let mut type_ids = Vec::with_capacity(batch * seq_len);
-        let mut mask = Vec::with_capacity(batch * seq_len);
-        for enc in &encodings {
-            if enc.get_ids().len() != seq_len {
-                return Err(EmbedError::Internal(
-                    "tokenizer did not pad the batch".into(),
-                ));
-            }
-            ids.extend_from_slice(enc.get_ids());
-            type_ids.extend_from_slice(enc.get_type_ids());
-            mask.extend_from_slice(enc.get_attention_mask());
+        let tokens: Vec<Tokens<'_>> = encodings
+            .iter()
+            .map(|e| Tokens {
+                ids: e.get_ids(),
+                type_ids: e.get_type_ids(),
+            })
+            .collect();
+        let packed = self
+            .pool
+            .install(|| self.encoder.forward(&tokens, self.threads))
+            .map_err(|e| EmbedError::BadInput(e.to_string()))?;
+        let width = self.encoder.hidden_size();
+        let mut rows = Vec::with_capacity(tokens.len());
+        let mut start = 0;
+        for text in &tokens {
+            let len = text.ids.len();
+            let own = &packed[start * width..(start + len) * width];
+            start += len;
+            let pooled: Vec<f32> = match self.pooling {
+                Pooling::Cls => own.get(..width).map(<[f32]>::to_vec).unwrap_or_default(),
+                Pooling::Mean => {
+                    let mut sum = vec![0.0f32; width];
+                    for token in own.chunks_exact(width) {
+                        sum.iter_mut().zip(token).for_each(|(s, v)| *s += v);
+                    }
+                    let count = len.max(1) as f32;
+                    sum.iter_mut().for_each(|s| *s /= count);
+                    sum
+                }
+            };
+            rows.push(if pooled.is_empty() {
+                vec![0.0; width]
+            } else {
+                pooled
+            });
         }
-        let shape = (batch, seq_len);
-        let ids = Tensor::from_vec(ids, shape, &self.device).map_err(|e| candle_err("ids", e))?;
-        let type_ids =
-            Tensor::from_vec(type_ids, shape, &self.device).map_err(|e| candle_err("types", e))?;
-        let mask =
-            Tensor::from_vec(mask, shape, &self.device).map_err(|e| candle_err("mask", e))?;
-
-        let hidden = self
-            .model
-            .forward(&ids, &type_ids, Some(&mask))
-            .map_err(|e| candle_err("BERT forward", e))?;
-        let pooled = match self.pooling {
-            Pooling::Cls => hidden
-                .i((.., 0, ..))
-                .map_err(|e| candle_err("cls pooling", e))?,
-            Pooling::Mean => {
-                let pool = || -> candle_core::Result<Tensor> {
-                    let mask = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
-                    let summed = hidden.broadcast_mul(&mask)?.sum(1)?;
-                    let counts = mask.sum(1)?.clamp(1e-9, f64::MAX)?;
-                    summed.broadcast_div(&counts)
-                };
-                pool().map_err(|e| candle_err("mean pooling", e))?
-            }
-        };
-        let mut rows: Vec<Vec<f32>> = pooled
-            .to_vec2::<f32>()
-            .map_err(|e| candle_err("read embeddings", e))?;
         rows.iter_mut().for_each(|r| l2_normalize(r));
         Ok(rows)
     }
@@ -616,9 +600,11 @@ pub async fn from_settings(
             dir.display()
         )));
     }
-    let embedder = tokio::task::spawn_blocking(move || LocalEmbedder::load(&dir))
-        .await
-        .map_err(|error| EmbedError::Internal(error.to_string()))??;
+    let threads = config.threads;
+    let embedder =
+        tokio::task::spawn_blocking(move || LocalEmbedder::load_with_threads(&dir, threads))
+            .await
+            .map_err(|error| EmbedError::Internal(error.to_string()))??;
     Ok(Arc::new(embedder))
 }
 
@@ -709,6 +695,58 @@ mod tests {
             "similar pair must beat unrelated"
         );
         assert!(sim(0, 1) > sim(0, 2) + 0.3);
+    }
+
+    /// The encoder of `llm/bert.rs` against an independent implementation of BERT
+    /// (candle-transformers), text by text, unpadded.
+    #[tokio::test]
+    async fn local_encoder_agrees_with_candle_transformers_bert() {
+        use candle_core::{DType, Device, Tensor};
+        use candle_transformers::models::bert::{BertModel, Config};
+        let Some(ours) = load_model() else { return };
+        let dir = model_dir();
+        let config: Config =
+            serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap();
+        let weights = std::fs::read(dir.join("model.safetensors")).unwrap();
+        let vb =
+            candle_nn::VarBuilder::from_buffered_safetensors(weights, DType::F32, &Device::Cpu)
+                .unwrap();
+        let reference = BertModel::load(vb, &config).unwrap();
+        let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json")).unwrap();
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: ours.max_seq_len(),
+                ..Default::default()
+            }))
+            .unwrap();
+        tokenizer.with_padding(None);
+        let texts = strings(&[
+            "",
+            "hi",
+            "My sister's birthday is on the 14th of May; she turns thirty.",
+            "我喜欢在周末去爬山，也喜欢喝乌龙茶。",
+            "Mixed 中文 and English, with punctuation！？",
+            &"a long note about the garden and the weather ".repeat(40),
+        ]);
+        let got = ours.embed(&texts).await.unwrap();
+        for (text, got) in texts.iter().zip(&got) {
+            let encoding = tokenizer.encode(text.as_str(), true).unwrap();
+            let len = encoding.get_ids().len();
+            let tensor = |v: &[u32]| Tensor::from_vec(v.to_vec(), (1, len), &Device::Cpu).unwrap();
+            let ids = tensor(encoding.get_ids());
+            let types = tensor(encoding.get_type_ids());
+            let mask = tensor(encoding.get_attention_mask());
+            let hidden = reference.forward(&ids, &types, Some(&mask)).unwrap();
+            let mut want: Vec<f32> = (hidden.sum(1).unwrap() / len as f64)
+                .unwrap()
+                .squeeze(0)
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+            l2_normalize(&mut want);
+            let cosine = dot(got, &want);
+            assert!(cosine > 0.99999, "{text:?}: cosine {cosine}");
+        }
     }
 
     #[tokio::test]

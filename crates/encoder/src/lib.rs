@@ -1,0 +1,654 @@
+//! The BERT encoder forward pass of the local embedder, written for CPU inference of short
+//! texts.
+//!
+//! Why not a general tensor library's BERT: embedding is the most expensive step of every
+//! write and of every recall, and for sentences of 10–60 tokens a generic implementation
+//! spends a large part of its time outside the matrix products — padding every text of a
+//! batch to the longest, one small threaded matrix product per (text, head) in attention,
+//! one allocation per operation. Here:
+//!
+//! - the texts of a batch are **packed**, not padded: the dense layers run once over all
+//!   tokens of all texts (`tokens × hidden` by `hidden × out`), attention runs per text;
+//! - Q, K and V are **one** product (their weights concatenated at load time), and the bias
+//!   is the product's starting value, so no separate bias pass;
+//! - the residual add is fused into the layer norm, the bias into GELU's input;
+//! - buffers are allocated once per call and reused by every layer;
+//! - products run on the `gemm` crate (AVX-512 kernels where the CPU has them), threaded
+//!   only when large enough to gain from it, inside the embedder's own thread pool.
+//!
+//! The weights come from a Hugging Face `model.safetensors` (read with candle), so every
+//! BERT-family checkpoint with absolute positions works: all-MiniLM-L6-v2, bge-small, e5 in
+//! fp32. mnemo's `llm::embed` tests check the result against candle-transformers' BERT.
+
+#![deny(unsafe_code)]
+
+use std::collections::HashMap;
+
+use candle_core::{DType, Device, Tensor};
+use serde::Deserialize;
+
+/// A model the encoder cannot load or input it cannot encode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncoderError(String);
+
+impl std::fmt::Display for EncoderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for EncoderError {}
+
+/// Below this many rows (tokens), a product runs on one thread. A short text's products are
+/// bound by reading the weights (42 MB for MiniLM) from memory, and two threads read faster
+/// than one, so only the tiniest inputs stay on one.
+const PARALLEL_MIN_ROWS: usize = 8;
+
+/// The fields of a Hugging Face BERT `config.json` the forward pass needs.
+#[derive(Debug, Clone, Deserialize)]
+pub struct BertSettings {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub intermediate_size: usize,
+    #[serde(default = "default_act")]
+    pub hidden_act: String,
+    pub max_position_embeddings: usize,
+    #[serde(default = "default_type_vocab")]
+    pub type_vocab_size: usize,
+    #[serde(default = "default_eps")]
+    pub layer_norm_eps: f64,
+    #[serde(default = "default_position_type")]
+    pub position_embedding_type: String,
+}
+
+fn default_act() -> String {
+    "gelu".into()
+}
+fn default_type_vocab() -> usize {
+    2
+}
+fn default_eps() -> f64 {
+    1e-12
+}
+fn default_position_type() -> String {
+    "absolute".into()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Activation {
+    /// GELU with the exact error function (BERT's `gelu`).
+    GeluErf,
+    /// GELU's tanh approximation (`gelu_new`, `gelu_pytorch_tanh`).
+    GeluTanh,
+    Relu,
+}
+
+/// A linear layer: `x · w + b`, with `w` stored `inputs × outputs` row-major.
+struct Dense {
+    w: Vec<f32>,
+    b: Vec<f32>,
+    inputs: usize,
+    outputs: usize,
+}
+
+struct Norm {
+    weight: Vec<f32>,
+    bias: Vec<f32>,
+}
+
+struct Layer {
+    qkv: Dense,
+    attention_out: Dense,
+    attention_norm: Norm,
+    up: Dense,
+    down: Dense,
+    output_norm: Norm,
+}
+
+/// A loaded BERT encoder.
+pub struct BertEncoder {
+    hidden: usize,
+    heads: usize,
+    intermediate: usize,
+    eps: f32,
+    activation: Activation,
+    max_positions: usize,
+    type_vocab: usize,
+    vocab: usize,
+    word: Vec<f32>,
+    position: Vec<f32>,
+    token_type: Vec<f32>,
+    embedding_norm: Norm,
+    layers: Vec<Layer>,
+}
+
+/// One text's tokens.
+pub struct Tokens<'a> {
+    pub ids: &'a [u32],
+    pub type_ids: &'a [u32],
+}
+
+/// Reads tensors by name from a safetensors file, with or without a `bert.` prefix.
+struct Weights {
+    tensors: HashMap<String, Tensor>,
+    prefix: &'static str,
+}
+
+impl Weights {
+    fn get(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, EncoderError> {
+        let full = format!("{}{name}", self.prefix);
+        let tensor = self
+            .tensors
+            .get(&full)
+            .ok_or_else(|| EncoderError(format!("model.safetensors lacks {full}")))?;
+        if tensor.dims() != shape {
+            return Err(EncoderError(format!(
+                "{full} has shape {:?}, the config says {shape:?}",
+                tensor.dims()
+            )));
+        }
+        tensor
+            .to_dtype(DType::F32)
+            .and_then(|t| t.flatten_all())
+            .and_then(|t| t.to_vec1::<f32>())
+            .map_err(|e| EncoderError(format!("read {full}: {e}")))
+    }
+
+    /// A PyTorch linear layer (`weight` is `outputs × inputs`), transposed for `x · w`.
+    fn dense(&self, name: &str, inputs: usize, outputs: usize) -> Result<Dense, EncoderError> {
+        let weight = self.get(&format!("{name}.weight"), &[outputs, inputs])?;
+        let b = self.get(&format!("{name}.bias"), &[outputs])?;
+        Ok(Dense {
+            w: transpose(&weight, outputs, inputs),
+            b,
+            inputs,
+            outputs,
+        })
+    }
+
+    fn norm(&self, name: &str, size: usize) -> Result<Norm, EncoderError> {
+        Ok(Norm {
+            weight: self.get(&format!("{name}.weight"), &[size])?,
+            bias: self.get(&format!("{name}.bias"), &[size])?,
+        })
+    }
+}
+
+fn transpose(m: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut t = vec![0.0; m.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            t[c * rows + r] = m[r * cols + c];
+        }
+    }
+    t
+}
+
+/// Concatenates the columns of layers that read the same input (Q, K, V) into one.
+fn concat_columns(parts: &[Dense]) -> Dense {
+    let inputs = parts[0].inputs;
+    let outputs: usize = parts.iter().map(|d| d.outputs).sum();
+    let mut w = Vec::with_capacity(inputs * outputs);
+    for row in 0..inputs {
+        for part in parts {
+            w.extend_from_slice(&part.w[row * part.outputs..(row + 1) * part.outputs]);
+        }
+    }
+    let b = parts.iter().flat_map(|d| d.b.iter().copied()).collect();
+    Dense {
+        w,
+        b,
+        inputs,
+        outputs,
+    }
+}
+
+impl BertEncoder {
+    /// Loads the weights of `model.safetensors` (bytes) for `settings`.
+    pub fn load(settings: &BertSettings, safetensors: &[u8]) -> Result<Self, EncoderError> {
+        let activation = match settings.hidden_act.as_str() {
+            "gelu" => Activation::GeluErf,
+            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Activation::GeluTanh,
+            "relu" => Activation::Relu,
+            other => {
+                return Err(EncoderError(format!(
+                    "unsupported hidden_act {other:?} (gelu, gelu_new, relu)"
+                )));
+            }
+        };
+        if settings.position_embedding_type != "absolute" {
+            return Err(EncoderError(format!(
+                "unsupported position_embedding_type {:?} (only absolute)",
+                settings.position_embedding_type
+            )));
+        }
+        let hidden = settings.hidden_size;
+        let heads = settings.num_attention_heads;
+        if heads == 0 || !hidden.is_multiple_of(heads) {
+            return Err(EncoderError(format!(
+                "hidden_size {hidden} is not a multiple of num_attention_heads {heads}"
+            )));
+        }
+        let tensors = candle_core::safetensors::load_buffer(safetensors, &Device::Cpu)
+            .map_err(|e| EncoderError(format!("read model.safetensors: {e}")))?;
+        // Checkpoints exported from BertForX carry a `bert.` prefix; sentence-transformers
+        // checkpoints do not.
+        let prefix = if tensors.contains_key("bert.embeddings.word_embeddings.weight") {
+            "bert."
+        } else {
+            ""
+        };
+        let weights = Weights { tensors, prefix };
+        let inter = settings.intermediate_size;
+        let mut layers = Vec::with_capacity(settings.num_hidden_layers);
+        for i in 0..settings.num_hidden_layers {
+            let at = |part: &str| format!("encoder.layer.{i}.{part}");
+            let qkv = concat_columns(&[
+                weights.dense(&at("attention.self.query"), hidden, hidden)?,
+                weights.dense(&at("attention.self.key"), hidden, hidden)?,
+                weights.dense(&at("attention.self.value"), hidden, hidden)?,
+            ]);
+            layers.push(Layer {
+                qkv,
+                attention_out: weights.dense(&at("attention.output.dense"), hidden, hidden)?,
+                attention_norm: weights.norm(&at("attention.output.LayerNorm"), hidden)?,
+                up: weights.dense(&at("intermediate.dense"), hidden, inter)?,
+                down: weights.dense(&at("output.dense"), inter, hidden)?,
+                output_norm: weights.norm(&at("output.LayerNorm"), hidden)?,
+            });
+        }
+        Ok(Self {
+            hidden,
+            heads,
+            intermediate: inter,
+            eps: settings.layer_norm_eps as f32,
+            activation,
+            max_positions: settings.max_position_embeddings,
+            type_vocab: settings.type_vocab_size,
+            vocab: settings.vocab_size,
+            word: weights.get(
+                "embeddings.word_embeddings.weight",
+                &[settings.vocab_size, hidden],
+            )?,
+            position: weights.get(
+                "embeddings.position_embeddings.weight",
+                &[settings.max_position_embeddings, hidden],
+            )?,
+            token_type: weights.get(
+                "embeddings.token_type_embeddings.weight",
+                &[settings.type_vocab_size, hidden],
+            )?,
+            embedding_norm: weights.norm("embeddings.LayerNorm", hidden)?,
+            layers,
+        })
+    }
+
+    /// Width of the token vectors.
+    pub fn hidden_size(&self) -> usize {
+        self.hidden
+    }
+
+    /// The last layer's token vectors of every text, packed: text after text, one row of
+    /// `hidden_size` per token. `threads` bounds the threads of the matrix products (they run
+    /// in the caller's rayon pool).
+    pub fn forward(&self, texts: &[Tokens<'_>], threads: usize) -> Result<Vec<f32>, EncoderError> {
+        let h = self.hidden;
+        let lengths: Vec<usize> = texts.iter().map(|t| t.ids.len()).collect();
+        let rows: usize = lengths.iter().sum();
+        if rows == 0 {
+            return Ok(Vec::new());
+        }
+        if let Some(long) = lengths.iter().find(|&&len| len > self.max_positions) {
+            return Err(EncoderError(format!(
+                "{long} tokens, the model takes {} at most",
+                self.max_positions
+            )));
+        }
+        let parallel = threads > 1 && rows >= PARALLEL_MIN_ROWS;
+        let threads = if parallel { threads } else { 1 };
+
+        // Embeddings: word + position + token type, then layer norm.
+        let mut x = vec![0.0f32; rows * h];
+        let mut row = 0;
+        for text in texts {
+            for (pos, (&id, &type_id)) in text.ids.iter().zip(text.type_ids).enumerate() {
+                let (id, type_id) = (id as usize, type_id as usize);
+                if id >= self.vocab || type_id >= self.type_vocab {
+                    return Err(EncoderError(format!(
+                        "token {id} (type {type_id}) is outside the model's vocabulary"
+                    )));
+                }
+                let out = &mut x[row * h..(row + 1) * h];
+                let word = &self.word[id * h..(id + 1) * h];
+                let position = &self.position[pos * h..(pos + 1) * h];
+                let kind = &self.token_type[type_id * h..(type_id + 1) * h];
+                for (j, o) in out.iter_mut().enumerate() {
+                    *o = word[j] + position[j] + kind[j];
+                }
+                row += 1;
+            }
+        }
+        layer_norm_rows(&mut x, None, &self.embedding_norm, h, self.eps);
+
+        let mut qkv = vec![0.0f32; rows * 3 * h];
+        let mut context = vec![0.0f32; rows * h];
+        let mut projected = vec![0.0f32; rows * h];
+        let mut up = vec![0.0f32; rows * self.intermediate];
+        for layer in &self.layers {
+            linear(&layer.qkv, &x, &mut qkv, rows, threads);
+            self.attention(&qkv, &mut context, &lengths, parallel);
+            linear(
+                &layer.attention_out,
+                &context,
+                &mut projected,
+                rows,
+                threads,
+            );
+            // x = norm(projected + x)
+            layer_norm_rows(&mut x, Some(&projected), &layer.attention_norm, h, self.eps);
+            linear(&layer.up, &x, &mut up, rows, threads);
+            activate(&mut up, self.activation, parallel);
+            linear(&layer.down, &up, &mut projected, rows, threads);
+            layer_norm_rows(&mut x, Some(&projected), &layer.output_norm, h, self.eps);
+        }
+        Ok(x)
+    }
+
+    /// Scaled dot-product attention of every text over its own tokens, every head; texts in
+    /// parallel when `parallel`.
+    fn attention(&self, qkv: &[f32], context: &mut [f32], lengths: &[usize], parallel: bool) {
+        use rayon::prelude::*;
+        let h = self.hidden;
+        // Each text's rows of `context`, with the row its tokens start at.
+        let mut parts = Vec::with_capacity(lengths.len());
+        let mut rest = context;
+        let mut start = 0;
+        for &len in lengths {
+            let (own, tail) = rest.split_at_mut(len * h);
+            parts.push((start, own));
+            rest = tail;
+            start += len;
+        }
+        let one = |(start, own): (usize, &mut [f32])| self.attend(qkv, start, own);
+        if parallel && parts.len() > 1 {
+            parts.into_par_iter().for_each(one);
+        } else {
+            parts.into_iter().for_each(one);
+        }
+    }
+
+    /// Attention of one text whose tokens start at row `start`, written to `out` (its rows).
+    fn attend(&self, qkv: &[f32], start: usize, out: &mut [f32]) {
+        let h = self.hidden;
+        let d = h / self.heads;
+        let len = out.len() / h;
+        let scale = 1.0 / (d as f32).sqrt();
+        let stride = 3 * h;
+        let mut scores = vec![0.0f32; len];
+        for head in 0..self.heads {
+            let (q_at, k_at, v_at) = (head * d, h + head * d, 2 * h + head * d);
+            for i in 0..len {
+                let q = &qkv[(start + i) * stride + q_at..][..d];
+                let mut max = f32::NEG_INFINITY;
+                for (j, score) in scores.iter_mut().enumerate() {
+                    let k = &qkv[(start + j) * stride + k_at..][..d];
+                    *score = dot(q, k) * scale;
+                    max = max.max(*score);
+                }
+                let mut sum = 0.0;
+                for score in &mut scores {
+                    *score = (*score - max).exp();
+                    sum += *score;
+                }
+                let row = &mut out[i * h + head * d..][..d];
+                row.fill(0.0);
+                for (j, &p) in scores.iter().enumerate() {
+                    let v = &qkv[(start + j) * stride + v_at..][..d];
+                    let p = p / sum;
+                    for (o, &v) in row.iter_mut().zip(v) {
+                        *o += p * v;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    // Eight partial sums so the compiler can keep them in vector registers.
+    let mut acc = [0.0f32; 8];
+    let (a_chunks, b_chunks) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = a_chunks
+        .remainder()
+        .iter()
+        .zip(b_chunks.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in a_chunks.zip(b_chunks) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// `out = input · layer.w + layer.b` for `rows` rows.
+fn linear(layer: &Dense, input: &[f32], out: &mut [f32], rows: usize, threads: usize) {
+    let out = &mut out[..rows * layer.outputs];
+    for row in out.chunks_exact_mut(layer.outputs) {
+        row.copy_from_slice(&layer.b);
+    }
+    matmul_accumulate(
+        out,
+        &input[..rows * layer.inputs],
+        &layer.w,
+        rows,
+        layer.inputs,
+        layer.outputs,
+        threads,
+    );
+}
+
+/// `out += lhs · rhs`, all row-major: `lhs` is `m × k`, `rhs` is `k × n`, `out` is `m × n`.
+///
+/// The one unsafe call of the forward pass: `gemm` takes raw pointers and strides. The slice
+/// lengths are checked against the shapes first, so every index `gemm` computes from them
+/// stays inside the slices, and `out` is borrowed mutably, so it aliases neither input.
+#[allow(unsafe_code)]
+fn matmul_accumulate(
+    out: &mut [f32],
+    lhs: &[f32],
+    rhs: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    threads: usize,
+) {
+    assert_eq!(lhs.len(), m * k, "lhs is not {m}×{k}");
+    assert_eq!(rhs.len(), k * n, "rhs is not {k}×{n}");
+    assert_eq!(out.len(), m * n, "out is not {m}×{n}");
+    let parallelism = if threads > 1 {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    };
+    let (k_i, n_i) = (k as isize, n as isize);
+    // SAFETY: the asserts above bound every row/column index by the slices' lengths; the
+    // strides describe row-major matrices of exactly those shapes.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            out.as_mut_ptr(),
+            1,
+            n_i,
+            true,
+            lhs.as_ptr(),
+            1,
+            k_i,
+            rhs.as_ptr(),
+            1,
+            n_i,
+            1.0f32,
+            1.0f32,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+}
+
+/// `x = layer_norm(x + residual)` row by row (`residual` absent: `x = layer_norm(x)`).
+fn layer_norm_rows(x: &mut [f32], residual: Option<&[f32]>, norm: &Norm, width: usize, eps: f32) {
+    for (r, row) in x.chunks_exact_mut(width).enumerate() {
+        if let Some(residual) = residual {
+            for (v, add) in row.iter_mut().zip(&residual[r * width..(r + 1) * width]) {
+                *v += add;
+            }
+        }
+        let mean = row.iter().sum::<f32>() / width as f32;
+        let variance = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / width as f32;
+        let inv = 1.0 / (variance + eps).sqrt();
+        for ((v, w), b) in row.iter_mut().zip(&norm.weight).zip(&norm.bias) {
+            *v = (*v - mean) * inv * w + b;
+        }
+    }
+}
+
+/// Applies the activation in place; in pieces on the pool's threads when `parallel`.
+fn activate(x: &mut [f32], activation: Activation, parallel: bool) {
+    use rayon::prelude::*;
+    let apply = |piece: &mut [f32]| match activation {
+        Activation::GeluErf => piece.iter_mut().for_each(|v| {
+            *v = 0.5 * *v * (1.0 + libm::erff(*v * std::f32::consts::FRAC_1_SQRT_2));
+        }),
+        Activation::GeluTanh => piece.iter_mut().for_each(|v| {
+            let inner = 0.797_884_6 * (*v + 0.044_715 * *v * *v * *v);
+            *v = 0.5 * *v * (1.0 + inner.tanh());
+        }),
+        Activation::Relu => piece.iter_mut().for_each(|v| *v = v.max(0.0)),
+    };
+    if parallel {
+        x.par_chunks_mut(16 * 1024).for_each(apply);
+    } else {
+        apply(x);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reproducible pseudo-random matrix.
+    fn matrix(rows: usize, cols: usize, seed: u32) -> Vec<f32> {
+        let mut state = seed.wrapping_mul(2_654_435_761).max(1);
+        (0..rows * cols)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 17;
+                state ^= state << 5;
+                (state % 2000) as f32 / 1000.0 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn matmul_accumulates_onto_the_output_single_and_threaded() {
+        for (m, k, n) in [(1, 3, 2), (7, 33, 65), (96, 384, 1536)] {
+            let (a, b) = (matrix(m, k, 1), matrix(k, n, 2));
+            let start = matrix(m, n, 3);
+            let mut want = start.clone();
+            for i in 0..m {
+                for j in 0..n {
+                    want[i * n + j] += (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum::<f32>();
+                }
+            }
+            for threads in [1, 2] {
+                let mut got = start.clone();
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                pool.install(|| matmul_accumulate(&mut got, &a, &b, m, k, n, threads));
+                let worst = got
+                    .iter()
+                    .zip(&want)
+                    .map(|(g, w)| (g - w).abs())
+                    .fold(0.0, f32::max);
+                assert!(worst < 1e-3, "{m}×{k}×{n} on {threads}: off by {worst}");
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "rhs is not")]
+    fn matmul_refuses_slices_that_do_not_fit_the_shapes() {
+        let mut out = vec![0.0; 4];
+        matmul_accumulate(&mut out, &[0.0; 4], &[0.0; 3], 2, 2, 2, 1);
+    }
+
+    #[test]
+    fn concatenated_columns_compute_each_part() {
+        let part = |outputs: usize, seed: u32| Dense {
+            w: matrix(4, outputs, seed),
+            b: matrix(1, outputs, seed + 10),
+            inputs: 4,
+            outputs,
+        };
+        let parts = [part(3, 1), part(2, 2)];
+        let joined = concat_columns(&parts);
+        let x = matrix(5, 4, 9);
+        let mut all = vec![0.0; 5 * 5];
+        linear(&joined, &x, &mut all, 5, 1);
+        let mut offset = 0;
+        for p in &parts {
+            let mut own = vec![0.0; 5 * p.outputs];
+            linear(p, &x, &mut own, 5, 1);
+            for r in 0..5 {
+                for c in 0..p.outputs {
+                    let diff = (own[r * p.outputs + c] - all[r * 5 + offset + c]).abs();
+                    assert!(diff < 1e-5);
+                }
+            }
+            offset += p.outputs;
+        }
+        assert_eq!(
+            transpose(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], 2, 3),
+            [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]
+        );
+    }
+
+    #[test]
+    fn layer_norm_centres_and_scales_each_row_after_the_residual() {
+        let norm = Norm {
+            weight: vec![2.0; 4],
+            bias: vec![1.0; 4],
+        };
+        let mut x = vec![1.0, 2.0, 3.0, 4.0, 0.0, 0.0, 0.0, 8.0];
+        let residual = vec![1.0; 8];
+        layer_norm_rows(&mut x, Some(&residual), &norm, 4, 1e-12);
+        for row in x.chunks(4) {
+            // weight·normalised + bias: mean 1, standard deviation 2.
+            let mean = row.iter().sum::<f32>() / 4.0;
+            let sd = (row.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / 4.0).sqrt();
+            assert!(
+                (mean - 1.0).abs() < 1e-5 && (sd - 2.0).abs() < 1e-4,
+                "{row:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn gelu_matches_known_values() {
+        let mut x = vec![-3.0, -1.0, 0.0, 1.0, 3.0];
+        activate(&mut x, Activation::GeluErf, false);
+        let want = [-0.004_049_7, -0.158_655_3, 0.0, 0.841_344_7, 2.995_950_3];
+        for (got, want) in x.iter().zip(want) {
+            assert!((got - want).abs() < 1e-5, "{got} against {want}");
+        }
+    }
+}
