@@ -307,7 +307,7 @@ impl LocalModel {
         let packed = self
             .pool
             .install(|| self.encoder.forward(&tokens, self.threads))
-            .map_err(|e| EmbedError::BadInput(e.to_string()))?;
+            .map_err(|e| EmbedError::Internal(format!("encode: {e}")))?;
         let width = self.encoder.hidden_size();
         let mut rows = Vec::with_capacity(tokens.len());
         let mut start = 0;
@@ -315,23 +315,22 @@ impl LocalModel {
             let len = text.ids.len();
             let own = &packed[start * width..(start + len) * width];
             start += len;
-            let pooled: Vec<f32> = match self.pooling {
-                Pooling::Cls => own.get(..width).map(<[f32]>::to_vec).unwrap_or_default(),
+            let mut pooled = vec![0.0f32; width];
+            match self.pooling {
+                Pooling::Cls => {
+                    if let Some(first) = own.get(..width) {
+                        pooled.copy_from_slice(first);
+                    }
+                }
                 Pooling::Mean => {
-                    let mut sum = vec![0.0f32; width];
                     for token in own.chunks_exact(width) {
-                        sum.iter_mut().zip(token).for_each(|(s, v)| *s += v);
+                        pooled.iter_mut().zip(token).for_each(|(p, v)| *p += v);
                     }
                     let count = len.max(1) as f32;
-                    sum.iter_mut().for_each(|s| *s /= count);
-                    sum
+                    pooled.iter_mut().for_each(|p| *p /= count);
                 }
-            };
-            rows.push(if pooled.is_empty() {
-                vec![0.0; width]
-            } else {
-                pooled
-            });
+            }
+            rows.push(pooled);
         }
         rows.iter_mut().for_each(|r| l2_normalize(r));
         Ok(rows)
@@ -697,7 +696,7 @@ mod tests {
         assert!(sim(0, 1) > sim(0, 2) + 0.3);
     }
 
-    /// The encoder of `llm/bert.rs` against an independent implementation of BERT
+    /// The encoder of `crates/encoder` against an independent implementation of BERT
     /// (candle-transformers), text by text, unpadded.
     #[tokio::test]
     async fn local_encoder_agrees_with_candle_transformers_bert() {

@@ -9,12 +9,12 @@
 //!
 //! - the texts of a batch are **packed**, not padded: the dense layers run once over all
 //!   tokens of all texts (`tokens × hidden` by `hidden × out`), attention runs per text;
-//! - Q, K and V are **one** product (their weights concatenated at load time), and the bias
-//!   is the product's starting value, so no separate bias pass;
-//! - the residual add is fused into the layer norm, the bias into GELU's input;
+//! - Q, K and V are **one** product (their weights concatenated at load time), and every
+//!   product starts from its bias, so there is no separate bias pass;
+//! - the residual add is fused into the layer norm;
 //! - buffers are allocated once per call and reused by every layer;
 //! - products run on the `gemm` crate (AVX-512 kernels where the CPU has them), threaded
-//!   only when large enough to gain from it, inside the embedder's own thread pool.
+//!   except for the tiniest inputs, inside the embedder's own thread pool.
 //!
 //! The weights come from a Hugging Face `model.safetensors` (read with candle), so every
 //! BERT-family checkpoint with absolute positions works: all-MiniLM-L6-v2, bge-small, e5 in
