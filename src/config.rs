@@ -396,6 +396,12 @@ pub struct EmbedderSettings {
     pub query_cache: usize,
     /// Threads the local model's matrix products use (0: one per core).
     pub threads: usize,
+    /// Put before every search query (e5: `query: `); unset: what the model declares.
+    pub query_prefix: Option<String>,
+    /// Put before every stored text (e5: `passage: `); unset: what the model declares.
+    pub passage_prefix: Option<String>,
+    /// `mean` or `cls`; unset: what the model declares.
+    pub pooling: Option<crate::llm::embed::Pooling>,
 }
 
 impl Default for EmbedderSettings {
@@ -411,6 +417,9 @@ impl Default for EmbedderSettings {
             max_batch: 32,
             query_cache: 1024,
             threads: 0,
+            query_prefix: None,
+            passage_prefix: None,
+            pooling: None,
         }
     }
 }

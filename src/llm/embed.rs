@@ -1,5 +1,6 @@
-//! Text embedders: the [`Embedder`] trait, a local CPU sentence-transformers
-//! BERT model run with candle ([`LocalEmbedder`]), and a client for
+//! Text embedders: the [`Embedder`] trait, a local CPU model — a sentence-transformers BERT
+//! directory or a packed 4-bit multilingual-e5 — run by `mnemo-encoder` ([`LocalEmbedder`]),
+//! and a client for
 //! OpenAI-compatible `/embeddings` endpoints ([`OpenAiEmbedder`]).
 //!
 //! Every embedder returns unit-length (L2-normalised) vectors, so cosine
@@ -58,10 +59,15 @@ pub trait Embedder: Send + Sync {
     fn dimension(&self) -> usize;
     /// One vector per input text, in input order.
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError>;
+    /// Search queries' vectors: models trained with a query prompt (e5's `query: `) get it
+    /// here, stored texts get theirs in [`Embedder::embed`].
+    async fn embed_queries(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.embed(texts).await
+    }
     /// A search query's vector. The server's queue ([`super::embed_queue::EmbedQueue`]) runs
     /// queries ahead of bulk work and caches repeated ones.
     async fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
-        self.embed(&[text.to_string()])
+        self.embed_queries(&[text.to_string()])
             .await?
             .pop()
             .ok_or_else(|| EmbedError::Internal("no vector returned".into()))
@@ -80,7 +86,8 @@ fn l2_normalize(v: &mut [f32]) {
 // ---------------------------------------------------------------------------
 
 /// How token embeddings are reduced to one sentence vector.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Pooling {
     /// Average of the non-padding token embeddings.
     Mean,
@@ -113,22 +120,55 @@ struct ModuleEntry {
     kind: String,
 }
 
-/// A sentence-transformers BERT model (e.g. all-MiniLM-L6-v2) on the CPU.
+/// A local embedding model on the CPU: a sentence-transformers BERT directory (e.g.
+/// all-MiniLM-L6-v2) or a packed 4-bit multilingual-e5 file ([`mnemo_encoder::packed`]).
 pub struct LocalEmbedder {
     model_id: String,
     dimension: usize,
     inner: Arc<LocalModel>,
 }
 
+/// What a model directory does not say, or what the settings override.
+#[derive(Clone, Debug, Default)]
+pub struct LocalOptions {
+    /// Threads of the model's matrix products (0: one per core).
+    pub threads: usize,
+    /// Put before every search query (e5: `query: `); unset: the model's own.
+    pub query_prefix: Option<String>,
+    /// Put before every stored text (e5: `passage: `); unset: the model's own.
+    pub passage_prefix: Option<String>,
+    /// Unset: the model's own pooling.
+    pub pooling: Option<Pooling>,
+}
+
+/// The tokenizer of a model directory (`tokenizer.json`) or of a packed model.
+enum TextTokenizer {
+    HuggingFace(Tokenizer),
+    SentencePiece(super::unigram::SentencePieceTokenizer),
+}
+
+impl TextTokenizer {
+    fn encode_batch(&self, texts: &[&str]) -> Result<Vec<tokenizers::Encoding>, String> {
+        match self {
+            Self::HuggingFace(tokenizer) => tokenizer
+                .encode_batch(texts.to_vec(), true)
+                .map_err(|e| e.to_string()),
+            Self::SentencePiece(tokenizer) => tokenizer.encode_batch(texts),
+        }
+    }
+}
+
 struct LocalModel {
     encoder: BertEncoder,
     /// Truncates, never pads: the encoder packs the texts of a batch.
-    tokenizer: Tokenizer,
+    tokenizer: TextTokenizer,
     /// The model's threads (`embedder.threads`).
     pool: rayon::ThreadPool,
     threads: usize,
     pooling: Pooling,
     max_seq_len: usize,
+    query_prefix: String,
+    passage_prefix: String,
     /// Whether the model's pipeline ends in a `Normalize` module. Output is
     /// normalised regardless; this is kept for diagnostics.
     declares_normalize: bool,
@@ -141,6 +181,8 @@ impl std::fmt::Debug for LocalEmbedder {
             .field("dimension", &self.dimension)
             .field("pooling", &self.inner.pooling)
             .field("max_seq_len", &self.inner.max_seq_len)
+            .field("query_prefix", &self.inner.query_prefix)
+            .field("passage_prefix", &self.inner.passage_prefix)
             .field("declares_normalize", &self.inner.declares_normalize)
             .finish()
     }
@@ -172,18 +214,74 @@ fn read_optional_json<T: serde::de::DeserializeOwned>(
     read_json(path).map(Some)
 }
 
+/// The packed model file of `dir`: its one `*.bin` file that starts with the packed magic.
+pub fn packed_model_file(dir: &Path) -> Option<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|e| e == "bin"))
+        .filter(|path| {
+            let mut magic = [0u8; 4];
+            std::fs::File::open(path)
+                .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+                .is_ok()
+                && &magic == mnemo_encoder::packed::MAGIC
+        })
+        .collect();
+    found.sort();
+    found.into_iter().next()
+}
+
+/// Whether `dir` holds a model the local embedder can load.
+pub fn is_model_dir(dir: &Path) -> bool {
+    dir.join("config.json").exists() || packed_model_file(dir).is_some()
+}
+
+/// The query and passage prompts a sentence-transformers directory declares.
+#[derive(Deserialize, Default)]
+struct SentenceTransformersConfig {
+    #[serde(default)]
+    prompts: std::collections::HashMap<String, String>,
+}
+
+/// The encoder, its tokenizer and what the directory says of pooling and prompts.
+struct LoadedModel {
+    encoder: BertEncoder,
+    tokenizer: TextTokenizer,
+    dimension: usize,
+    pooling: Pooling,
+    max_seq_len: usize,
+    query_prefix: String,
+    passage_prefix: String,
+    declares_normalize: bool,
+}
+
 impl LocalEmbedder {
-    /// Loads a Hugging Face / sentence-transformers layout directory:
-    /// `config.json`, `tokenizer.json`, `model.safetensors`, and optionally
-    /// `modules.json`, the pooling config and `sentence_bert_config.json`.
-    /// The model id is the directory name. Blocking (reads ~100 MB); call it
-    /// at startup or from `spawn_blocking`. The model runs on every core.
+    /// Loads a model directory with the model's own settings, on every core: a Hugging Face /
+    /// sentence-transformers layout (`config.json`, `tokenizer.json`, `model.safetensors`,
+    /// optionally `modules.json`, the pooling config, `sentence_bert_config.json` and
+    /// `config_sentence_transformers.json`'s prompts), or a directory holding a packed model
+    /// `*.bin` (multilingual-e5-small in 4 bits: `query: `/`passage: ` prefixes, mean pooling).
+    /// The model id is the directory name. Blocking (reads ~100 MB); call it at startup or
+    /// from `spawn_blocking`.
     pub fn load(dir: &Path) -> Result<Self, EmbedError> {
-        Self::load_with_threads(dir, 0)
+        Self::load_with(dir, &LocalOptions::default())
     }
 
     /// [`LocalEmbedder::load`] with the model's thread budget (0: one per core).
     pub fn load_with_threads(dir: &Path, threads: usize) -> Result<Self, EmbedError> {
+        Self::load_with(
+            dir,
+            &LocalOptions {
+                threads,
+                ..LocalOptions::default()
+            },
+        )
+    }
+
+    /// [`LocalEmbedder::load`] with settings that override the model's.
+    pub fn load_with(dir: &Path, options: &LocalOptions) -> Result<Self, EmbedError> {
         let model_id = dir
             .file_name()
             .and_then(|n| n.to_str())
@@ -198,7 +296,48 @@ impl LocalEmbedder {
                 dir.display()
             )));
         }
+        let loaded = if dir.join("config.json").exists() {
+            Self::load_hugging_face(dir)?
+        } else if let Some(file) = packed_model_file(dir) {
+            Self::load_packed(&file)?
+        } else {
+            return Err(EmbedError::Unavailable(format!(
+                "{} holds neither config.json (a Hugging Face model) nor a packed model .bin",
+                dir.display()
+            )));
+        };
+        let threads = if options.threads == 0 {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        } else {
+            options.threads
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("mnemo-embed-{i}"))
+            .build()
+            .map_err(|e| EmbedError::Internal(format!("embedding threads: {e}")))?;
 
+        Ok(Self {
+            model_id,
+            dimension: loaded.dimension,
+            inner: Arc::new(LocalModel {
+                encoder: loaded.encoder,
+                tokenizer: loaded.tokenizer,
+                pool,
+                threads,
+                pooling: options.pooling.unwrap_or(loaded.pooling),
+                max_seq_len: loaded.max_seq_len,
+                query_prefix: options.query_prefix.clone().unwrap_or(loaded.query_prefix),
+                passage_prefix: options
+                    .passage_prefix
+                    .clone()
+                    .unwrap_or(loaded.passage_prefix),
+                declares_normalize: loaded.declares_normalize,
+            }),
+        })
+    }
+
+    fn load_hugging_face(dir: &Path) -> Result<LoadedModel, EmbedError> {
         let config: BertSettings = read_json(&dir.join("config.json"))?;
 
         // modules.json tells where the pooling config lives and whether a
@@ -221,6 +360,14 @@ impl LocalEmbedder {
                 ));
             }
             Some(_) => Pooling::Mean,
+        };
+        let prompts: SentenceTransformersConfig =
+            read_optional_json(&dir.join("config_sentence_transformers.json"))?.unwrap_or_default();
+        let prompt = |names: &[&str]| {
+            names
+                .iter()
+                .find_map(|name| prompts.prompts.get(*name).cloned())
+                .unwrap_or_default()
         };
 
         let sbert: Option<SentenceBertConfig> =
@@ -254,29 +401,35 @@ impl LocalEmbedder {
         let weights = read_file(&dir.join("model.safetensors"))?;
         let encoder = BertEncoder::load(&config, &weights)
             .map_err(|e| EmbedError::BadInput(format!("load {}: {e}", dir.display())))?;
-        let threads = if threads == 0 {
-            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-        } else {
-            threads
-        };
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("mnemo-embed-{i}"))
-            .build()
-            .map_err(|e| EmbedError::Internal(format!("embedding threads: {e}")))?;
-
-        Ok(Self {
-            model_id,
+        Ok(LoadedModel {
+            encoder,
+            tokenizer: TextTokenizer::HuggingFace(tokenizer),
             dimension: config.hidden_size,
-            inner: Arc::new(LocalModel {
-                encoder,
-                tokenizer,
-                pool,
-                threads,
-                pooling,
-                max_seq_len,
-                declares_normalize,
-            }),
+            pooling,
+            max_seq_len,
+            query_prefix: prompt(&["query"]),
+            passage_prefix: prompt(&["passage", "document"]),
+            declares_normalize,
+        })
+    }
+
+    fn load_packed(file: &Path) -> Result<LoadedModel, EmbedError> {
+        let bytes = read_file(file)?;
+        let model = mnemo_encoder::packed::load(&bytes)
+            .map_err(|e| EmbedError::BadInput(format!("load {}: {e}", file.display())))?;
+        let max_seq_len = model.encoder.max_positions().min(DEFAULT_MAX_SEQ);
+        let tokenizer = super::unigram::SentencePieceTokenizer::new(&model.vocabulary, max_seq_len)
+            .map_err(|e| EmbedError::BadInput(format!("tokenizer of {}: {e}", file.display())))?;
+        Ok(LoadedModel {
+            dimension: model.encoder.hidden_size(),
+            encoder: model.encoder,
+            tokenizer: TextTokenizer::SentencePiece(tokenizer),
+            pooling: Pooling::Mean,
+            max_seq_len,
+            // The prompts multilingual-e5 was trained with.
+            query_prefix: "query: ".into(),
+            passage_prefix: "passage: ".into(),
+            declares_normalize: true,
         })
     }
 
@@ -289,13 +442,47 @@ impl LocalEmbedder {
     pub fn max_seq_len(&self) -> usize {
         self.inner.max_seq_len
     }
+
+    /// What is put before a search query and before a stored text.
+    pub fn prefixes(&self) -> (&str, &str) {
+        (&self.inner.query_prefix, &self.inner.passage_prefix)
+    }
+
+    async fn run(
+        &self,
+        texts: &[String],
+        prefix: fn(&LocalModel) -> &str,
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let model = Arc::clone(&self.inner);
+        let texts = texts.to_vec();
+        tokio::task::spawn_blocking(move || {
+            let prefix = prefix(&model);
+            let mut out = Vec::with_capacity(texts.len());
+            for chunk in texts.chunks(LOCAL_BATCH) {
+                let prefixed: Vec<String>;
+                let refs: Vec<&str> = if prefix.is_empty() {
+                    chunk.iter().map(String::as_str).collect()
+                } else {
+                    prefixed = chunk.iter().map(|t| format!("{prefix}{t}")).collect();
+                    prefixed.iter().map(String::as_str).collect()
+                };
+                out.extend(model.embed_batch(&refs)?);
+            }
+            Ok(out)
+        })
+        .await
+        .map_err(|e| EmbedError::Internal(format!("embedding task failed: {e}")))?
+    }
 }
 
 impl LocalModel {
     fn embed_batch(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
         let encodings = self
             .tokenizer
-            .encode_batch(texts.to_vec(), true)
+            .encode_batch(texts)
             .map_err(|e| EmbedError::Internal(format!("tokenize: {e}")))?;
         let tokens: Vec<Tokens<'_>> = encodings
             .iter()
@@ -348,21 +535,11 @@ impl Embedder for LocalEmbedder {
     }
 
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        if texts.is_empty() {
-            return Ok(Vec::new());
-        }
-        let model = Arc::clone(&self.inner);
-        let texts = texts.to_vec();
-        tokio::task::spawn_blocking(move || {
-            let mut out = Vec::with_capacity(texts.len());
-            for chunk in texts.chunks(LOCAL_BATCH) {
-                let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
-                out.extend(model.embed_batch(&refs)?);
-            }
-            Ok(out)
-        })
-        .await
-        .map_err(|e| EmbedError::Internal(format!("embedding task failed: {e}")))?
+        self.run(texts, |model| &model.passage_prefix).await
+    }
+
+    async fn embed_queries(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.run(texts, |model| &model.query_prefix).await
     }
 }
 
@@ -378,6 +555,8 @@ pub struct OpenAiEmbedder {
     api_key: Option<String>,
     model: String,
     dimension: usize,
+    query_prefix: String,
+    passage_prefix: String,
 }
 
 impl std::fmt::Debug for OpenAiEmbedder {
@@ -445,7 +624,35 @@ impl OpenAiEmbedder {
             api_key: api_key.filter(|k| !k.is_empty()),
             model,
             dimension,
+            query_prefix: String::new(),
+            passage_prefix: String::new(),
         })
+    }
+
+    /// Puts `query` before every search query and `passage` before every stored text (for a
+    /// served model trained with prompts, e.g. e5's `query: ` / `passage: `).
+    #[must_use]
+    pub fn with_prefixes(mut self, query: String, passage: String) -> Self {
+        self.query_prefix = query;
+        self.passage_prefix = passage;
+        self
+    }
+
+    async fn embed_with(
+        &self,
+        texts: &[String],
+        prefix: &str,
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let mut out = Vec::with_capacity(texts.len());
+        for chunk in texts.chunks(REMOTE_BATCH) {
+            if prefix.is_empty() {
+                out.extend(self.embed_chunk(chunk).await?);
+            } else {
+                let prefixed: Vec<String> = chunk.iter().map(|t| format!("{prefix}{t}")).collect();
+                out.extend(self.embed_chunk(&prefixed).await?);
+            }
+        }
+        Ok(out)
     }
 
     fn redact(&self, text: &str) -> String {
@@ -551,11 +758,11 @@ impl Embedder for OpenAiEmbedder {
     }
 
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let mut out = Vec::with_capacity(texts.len());
-        for chunk in texts.chunks(REMOTE_BATCH) {
-            out.extend(self.embed_chunk(chunk).await?);
-        }
-        Ok(out)
+        self.embed_with(texts, &self.passage_prefix).await
+    }
+
+    async fn embed_queries(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.embed_with(texts, &self.query_prefix).await
     }
 }
 
@@ -588,22 +795,28 @@ pub async fn from_settings(
             .api_key
             .as_ref()
             .map(|key| key.expose_secret().to_string());
-        return Ok(Arc::new(OpenAiEmbedder::new(
-            base_url, key, model, dimension,
-        )?));
+        let embedder = OpenAiEmbedder::new(base_url, key, model, dimension)?.with_prefixes(
+            config.query_prefix.clone().unwrap_or_default(),
+            config.passage_prefix.clone().unwrap_or_default(),
+        );
+        return Ok(Arc::new(embedder));
     }
     let dir = config.model_dir.clone();
-    if !dir.join("config.json").exists() {
+    if !is_model_dir(&dir) {
         return Err(EmbedError::Unavailable(format!(
             "no embedding model in {} (run scripts/fetch-model, or set embedder.model_dir)",
             dir.display()
         )));
     }
-    let threads = config.threads;
-    let embedder =
-        tokio::task::spawn_blocking(move || LocalEmbedder::load_with_threads(&dir, threads))
-            .await
-            .map_err(|error| EmbedError::Internal(error.to_string()))??;
+    let options = LocalOptions {
+        threads: config.threads,
+        query_prefix: config.query_prefix.clone(),
+        passage_prefix: config.passage_prefix.clone(),
+        pooling: config.pooling,
+    };
+    let embedder = tokio::task::spawn_blocking(move || LocalEmbedder::load_with(&dir, &options))
+        .await
+        .map_err(|error| EmbedError::Internal(error.to_string()))??;
     Ok(Arc::new(embedder))
 }
 
@@ -880,6 +1093,79 @@ mod tests {
             sent,
             serde_json::json!({"model": "text-embed", "input": ["first", "second"]})
         );
+    }
+
+    #[tokio::test]
+    async fn openai_prefixes_queries_and_passages_by_role() {
+        let body =
+            r#"{"object":"list","data":[{"object":"embedding","index":0,"embedding":[1.0,0.0]}]}"#;
+        let (url, server) =
+            fake_server(vec![(200, body.to_string()), (200, body.to_string())]).await;
+        let e = OpenAiEmbedder::new(url, None, "e5", 2)
+            .expect("new")
+            .with_prefixes("query: ".into(), "passage: ".into());
+        e.embed(&strings(&["my cat is Tom"])).await.expect("embed");
+        e.embed_query("cat name").await.expect("embed a query");
+        let requests = server.await.expect("server");
+        let inputs: Vec<serde_json::Value> = requests
+            .iter()
+            .map(|req| {
+                let json_start = req.find("\r\n\r\n").expect("body") + 4;
+                let sent: serde_json::Value =
+                    serde_json::from_str(&req[json_start..]).expect("json");
+                sent["input"].clone()
+            })
+            .collect();
+        assert_eq!(
+            inputs,
+            [
+                serde_json::json!(["passage: my cat is Tom"]),
+                serde_json::json!(["query: cat name"])
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn local_prefixes_come_from_the_model_unless_set() {
+        let Some(model) = load_model() else { return };
+        assert_eq!(model.prefixes(), ("", ""), "MiniLM declares no prompts");
+        let plain = model
+            .embed(&strings(&["my cat is Tom"]))
+            .await
+            .expect("embed");
+        assert_eq!(
+            model
+                .embed_queries(&strings(&["my cat is Tom"]))
+                .await
+                .expect("embed"),
+            plain,
+            "no prompt: a query is embedded as the text itself"
+        );
+        let prefixed = LocalEmbedder::load_with(
+            &model_dir(),
+            &LocalOptions {
+                threads: 1,
+                query_prefix: Some("query: ".into()),
+                passage_prefix: Some("passage: ".into()),
+                pooling: Some(Pooling::Cls),
+            },
+        )
+        .expect("load with options");
+        assert_eq!(prefixed.prefixes(), ("query: ", "passage: "));
+        assert_eq!(prefixed.pooling(), Pooling::Cls);
+        let as_passage = prefixed
+            .embed(&strings(&["my cat is Tom"]))
+            .await
+            .expect("embed");
+        let as_query = prefixed
+            .embed_queries(&strings(&["my cat is Tom"]))
+            .await
+            .expect("embed");
+        assert_ne!(
+            as_passage, as_query,
+            "the prefixes differ, so do the vectors"
+        );
+        assert_ne!(as_passage, plain);
     }
 
     #[tokio::test]

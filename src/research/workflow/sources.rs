@@ -143,17 +143,22 @@ impl Research {
         if sources.is_empty() {
             return Ok(Vec::new());
         }
-        let mut texts = vec![brief.to_string()];
-        texts.extend(sources.iter().map(|source| {
-            format!(
-                "{}\n{}",
-                source.title,
-                truncate(source.text.as_deref().unwrap_or(""), SCORE_EXCERPT_CHARS)
-            )
-        }));
+        let texts: Vec<String> = sources
+            .iter()
+            .map(|source| {
+                format!(
+                    "{}\n{}",
+                    source.title,
+                    truncate(source.text.as_deref().unwrap_or(""), SCORE_EXCERPT_CHARS)
+                )
+            })
+            .collect();
         // The similarity embedding runs while the model judges the sources.
         let embedder = self.deps.memory.embedder().clone();
-        let similarity = async move { embedder.embed(&texts).await };
+        let brief_text = brief.to_string();
+        let similarity = async move {
+            tokio::try_join!(embedder.embed_query(&brief_text), embedder.embed(&texts))
+        };
         let judgement = async {
             match self.role(ModelRole::Research) {
                 Some(role) => Some(self.curate(role, brief, &sources).await),
@@ -162,11 +167,9 @@ impl Research {
         };
         let (similarity, judgement) = tokio::join!(similarity, judgement);
         match similarity {
-            Ok(vectors) => {
-                if let Some((query, rest)) = vectors.split_first() {
-                    for (source, vector) in sources.iter_mut().zip(rest) {
-                        source.relevance = f64::from(cosine(query, vector).max(0.0));
-                    }
+            Ok((query, vectors)) => {
+                for (source, vector) in sources.iter_mut().zip(&vectors) {
+                    source.relevance = f64::from(cosine(&query, vector).max(0.0));
                 }
             }
             Err(error) => {

@@ -520,19 +520,16 @@ impl Research {
         if candidates.is_empty() {
             return Ok(Vec::new());
         }
-        let mut texts = vec![topic.to_string()];
-        texts.extend(candidates.iter().map(|passage| passage.text.clone()));
-        let vectors = self
-            .deps
-            .memory
-            .embedder()
-            .embed(&texts)
-            .await
+        let texts: Vec<String> = candidates
+            .iter()
+            .map(|passage| passage.text.clone())
+            .collect();
+        let embedder = self.deps.memory.embedder();
+        // The topic is a search query (models with a query prompt get it), the passages are
+        // what is searched.
+        let (query, rest) = tokio::try_join!(embedder.embed_query(topic), embedder.embed(&texts))
             .map_err(|error| format!("embedding passages failed: {error}"))?;
-        let (query, rest) = vectors
-            .split_first()
-            .ok_or_else(|| "the embedder returned nothing".to_string())?;
-        let chosen = mmr(query, rest, PASSAGES_PER_TOPIC, 0.7);
+        let chosen = mmr(&query, &rest, PASSAGES_PER_TOPIC, 0.7);
         Ok(chosen
             .into_iter()
             .map(|(index, _)| candidates[index].clone())

@@ -201,8 +201,7 @@ impl Env<'_> {
 /// The configured embedder, shared by every scratch store, with two changes that leave the
 /// vectors as they are (up to float rounding): a batch is embedded in order of text length (the local model pads each chunk of 32
 /// texts to its longest, and LoCoMo turns vary enough that session-ordered chunks do twice the
-/// work), and single texts — queries — are cached, so the dozen probes of one question embed
-/// it once. The time of that one real embedding is kept: latencies still include it.
+/// work), and queries are cached, so the dozen probes of one question embed it once. The time of that one real embedding is kept: latencies still include it.
 pub(super) struct EvalEmbedder {
     pub(super) inner: Arc<dyn Embedder>,
     pub(super) queries: std::sync::Mutex<std::collections::HashMap<String, (Vec<f32>, f64)>>,
@@ -244,22 +243,29 @@ impl Embedder for EvalEmbedder {
         &self,
         texts: &[String],
     ) -> Result<Vec<Vec<f32>>, mnemo::llm::embed::EmbedError> {
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        order.sort_by_key(|&i| (texts[i].len(), i));
+        let sorted: Vec<String> = order.iter().map(|&i| texts[i].clone()).collect();
+        let vectors = self.inner.embed(&sorted).await?;
+        let mut out = vec![Vec::new(); texts.len()];
+        for (vector, &i) in vectors.into_iter().zip(&order) {
+            out[i] = vector;
+        }
+        Ok(out)
+    }
+
+    async fn embed_queries(
+        &self,
+        texts: &[String],
+    ) -> Result<Vec<Vec<f32>>, mnemo::llm::embed::EmbedError> {
         let [text] = texts else {
-            let mut order: Vec<usize> = (0..texts.len()).collect();
-            order.sort_by_key(|&i| (texts[i].len(), i));
-            let sorted: Vec<String> = order.iter().map(|&i| texts[i].clone()).collect();
-            let vectors = self.inner.embed(&sorted).await?;
-            let mut out = vec![Vec::new(); texts.len()];
-            for (vector, &i) in vectors.into_iter().zip(&order) {
-                out[i] = vector;
-            }
-            return Ok(out);
+            return self.inner.embed_queries(texts).await;
         };
         if let Some((vector, _)) = self.queries().get(text) {
             return Ok(vec![vector.clone()]);
         }
         let started = Instant::now();
-        let vectors = self.inner.embed(texts).await?;
+        let vectors = self.inner.embed_queries(texts).await?;
         let ms = started.elapsed().as_secs_f64() * 1000.0;
         if let Some(vector) = vectors.first() {
             self.queries().insert(text.clone(), (vector.clone(), ms));

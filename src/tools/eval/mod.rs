@@ -1168,8 +1168,8 @@ mod tests {
         );
         assert_eq!(inner.batches.lock().unwrap()[0], ["a", "a", "bb", "ccc"]);
         let query = vec!["what did I say?".to_string()];
-        let first = embedder.embed(&query).await.unwrap();
-        let again = embedder.embed(&query).await.unwrap();
+        let first = embedder.embed_queries(&query).await.unwrap();
+        let again = embedder.embed_queries(&query).await.unwrap();
         assert_eq!(first, again);
         assert_eq!(
             inner.batches.lock().unwrap().len(),

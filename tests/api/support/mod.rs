@@ -9,7 +9,7 @@ pub mod fake_llm;
 pub mod research_site;
 pub mod site;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use eventsource_stream::Eventsource;
@@ -84,6 +84,73 @@ pub fn model_dir() -> String {
         "the embedding model is missing: run scripts/fetch-model"
     );
     dir.to_string()
+}
+
+/// The packed multilingual model fetched by `scripts/fetch-model`.
+pub fn multilingual_model_dir() -> String {
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/models/multilingual-e5-small-q4"
+    );
+    assert!(
+        std::path::Path::new(dir).join("e5-small-q4.bin").exists(),
+        "the multilingual embedding model is missing: run scripts/fetch-model"
+    );
+    dir.to_string()
+}
+
+/// A venv named `name` in the target's temporary directory with the pinned packages of
+/// `requirements`, made on first use and again when the file changes (under a file lock, so
+/// parallel tests make it once); its python. An error says why pip could not make it.
+pub fn python_venv(name: &str, requirements: &Path) -> Result<PathBuf, String> {
+    use std::process::Command;
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    std::fs::create_dir_all(root).map_err(|e| format!("target tmp dir: {e}"))?;
+    let lock = std::fs::File::create(root.join(format!("{name}.lock")))
+        .map_err(|e| format!("lock file: {e}"))?;
+    lock.lock().map_err(|e| format!("lock the venv: {e}"))?;
+    let venv = root.join(name);
+    let python = venv.join("bin/python");
+    let wanted = std::fs::read_to_string(requirements)
+        .map_err(|e| format!("read {}: {e}", requirements.display()))?;
+    let ready = venv.join(".ready");
+    if std::fs::read_to_string(&ready).ok().as_deref() == Some(wanted.as_str()) {
+        return Ok(python);
+    }
+    let _ = std::fs::remove_dir_all(&venv);
+    eprintln!(
+        "making a venv with {} in {}",
+        requirements.display(),
+        venv.display()
+    );
+    let made = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .map_err(|e| format!("python3 -m venv: {e}"))?;
+    if !made.success() {
+        return Err("python3 -m venv failed".into());
+    }
+    let installed = Command::new(&python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "-r",
+        ])
+        .arg(requirements)
+        .status()
+        .map_err(|e| format!("pip: {e}"))?;
+    if !installed.success() {
+        return Err(format!(
+            "pip could not install {} (is PyPI reachable?)",
+            requirements.display()
+        ));
+    }
+    std::fs::write(&ready, wanted).map_err(|e| format!("mark the venv ready: {e}"))?;
+    Ok(python)
 }
 
 /// Settings for a test app in `home`, with extra `MNEMO__…` variables.
