@@ -1,6 +1,8 @@
 //! Rule-based memory candidates from what the user wrote, in English and Chinese ("remember
-//! that…", "from now on…", "my … is …", "I prefer…", 记住, 以后, 我喜欢, 我的…是…), and the
-//! lexical tests consolidation uses (duplicate, same subject with a new value). Pure; no I/O.
+//! that…", "from now on…", "my … is …", "I prefer…"; 记住/记得/别忘了, 以后, 我(不)喜欢,
+//! 我叫…, 我的…叫/是…), and the lexical tests consolidation uses (duplicate, same subject with
+//! a new value; for Chinese also the slot a statement fills: 我的猫叫…, 我(不)喜欢…). A
+//! Chinese question never becomes a memory. Pure; no I/O.
 
 use crate::store::MemoryKind;
 
@@ -32,12 +34,24 @@ fn candidate(kind: MemoryKind, content: &str, importance: u8) -> Option<Candidat
     })
 }
 
-/// Splits text into sentences on `.!?;。！？；` and newlines.
-fn sentences(text: &str) -> Vec<&str> {
-    text.split(['.', '!', '?', ';', '\n', '。', '！', '？', '；'])
-        .map(str::trim)
-        .filter(|sentence| !sentence.is_empty())
-        .collect()
+/// Splits text into sentences on `.!?;。！？；` and newlines; each says whether it ended
+/// with a question mark.
+fn sentences(text: &str) -> Vec<(&str, bool)> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (at, c) in text
+        .char_indices()
+        .chain(std::iter::once((text.len(), '\n')))
+    {
+        if matches!(c, '.' | '!' | '?' | ';' | '\n' | '。' | '！' | '？' | '；') {
+            let sentence = text[start..at].trim();
+            if !sentence.is_empty() {
+                out.push((sentence, c == '?' || c == '？'));
+            }
+            start = (at + c.len_utf8()).min(text.len());
+        }
+    }
+    out
 }
 
 /// Strips a leading phrase (ASCII case-insensitive), returning the rest. The search runs on an
@@ -58,58 +72,325 @@ fn after_prefix<'a>(sentence: &'a str, prefixes: &[&str]) -> Option<&'a str> {
 /// Candidates from the user's own words. Assistant text is never passed here.
 pub fn rule_candidates(user_text: &str) -> Vec<Candidate> {
     let mut found = Vec::new();
-    for sentence in sentences(user_text) {
-        let lower = sentence.to_lowercase();
-        let item = if let Some(rest) = after_prefix(
-            sentence,
-            &[
-                "please remember that ",
-                "remember that ",
-                "please remember ",
-                "remember: ",
-                "remember ",
-            ],
-        ) {
-            candidate(MemoryKind::Fact, rest, 4)
-        } else if let Some(rest) = after_prefix(sentence, &["from now on, ", "from now on "]) {
-            candidate(MemoryKind::Preference, &format!("From now on, {rest}"), 4)
-        } else if lower.starts_with("i prefer ")
-            || lower.starts_with("i like ")
-            || lower.starts_with("i love ")
-            || lower.starts_with("i hate ")
-            || lower.starts_with("i don't like ")
-            || lower.starts_with("i do not like ")
-        {
-            candidate(MemoryKind::Preference, sentence, 3)
-        } else if lower.starts_with("my ") && lower.contains(" is ") {
-            candidate(MemoryKind::Fact, sentence, 3)
-        } else if let Some(at) = sentence.find("记住") {
-            let rest = &sentence[at + "记住".len()..];
-            candidate(
-                MemoryKind::Fact,
-                rest.trim_start_matches(['，', ',', '：', ':']),
-                4,
-            )
-        } else if sentence.starts_with("以后") || sentence.starts_with("从现在起") {
-            candidate(MemoryKind::Preference, sentence, 4)
-        } else if sentence.starts_with("我喜欢")
-            || sentence.starts_with("我不喜欢")
-            || sentence.starts_with("我爱")
-            || sentence.starts_with("我讨厌")
-            || sentence.starts_with("我更喜欢")
-        {
-            candidate(MemoryKind::Preference, sentence, 3)
-        } else if sentence.starts_with("我的")
-            && (sentence.contains('是') || sentence.contains('叫'))
-        {
-            candidate(MemoryKind::Fact, sentence, 3)
-        } else {
-            None
-        };
-        found.extend(item);
+    for (sentence, asked) in sentences(user_text) {
+        match english_candidate(sentence) {
+            Some(item) => found.extend(item),
+            // "你喜欢什么？", "我的生日是哪天": asking is not telling.
+            None if asked || chinese_question(sentence) => {}
+            None => found.extend(
+                chinese_clauses(sentence)
+                    .into_iter()
+                    .filter_map(chinese_candidate),
+            ),
+        }
     }
     found.dedup_by(|a, b| a.content == b.content);
     found
+}
+
+/// The English rules: `None` when no trigger opens the sentence, `Some(None)` when one does
+/// but what it holds is too short to keep.
+fn english_candidate(sentence: &str) -> Option<Option<Candidate>> {
+    let lower = sentence.to_lowercase();
+    if let Some(rest) = after_prefix(
+        sentence,
+        &[
+            "please remember that ",
+            "remember that ",
+            "please remember ",
+            "remember: ",
+            "remember ",
+        ],
+    ) {
+        Some(candidate(MemoryKind::Fact, rest, 4))
+    } else if let Some(rest) = after_prefix(sentence, &["from now on, ", "from now on "]) {
+        Some(candidate(
+            MemoryKind::Preference,
+            &format!("From now on, {rest}"),
+            4,
+        ))
+    } else if lower.starts_with("i prefer ")
+        || lower.starts_with("i like ")
+        || lower.starts_with("i love ")
+        || lower.starts_with("i hate ")
+        || lower.starts_with("i don't like ")
+        || lower.starts_with("i do not like ")
+    {
+        Some(candidate(MemoryKind::Preference, sentence, 3))
+    } else if lower.starts_with("my ") && lower.contains(" is ") {
+        Some(candidate(MemoryKind::Fact, sentence, 3))
+    } else {
+        None
+    }
+}
+
+/// A candidate from one Chinese clause (not a question).
+fn chinese_candidate(clause: &str) -> Option<Candidate> {
+    if let Some(rest) = chinese_remember_request(clause) {
+        candidate(MemoryKind::Fact, rest, 4)
+    } else if chinese_standing_instruction(clause) {
+        candidate(MemoryKind::Preference, clause, 4)
+    } else if chinese_preference(clause).is_some()
+        || clause.starts_with("我讨厌")
+        || clause.starts_with("我更喜欢")
+    {
+        candidate(MemoryKind::Preference, clause, 3)
+    } else if let Some((slot, _)) = chinese_attribute(clause) {
+        // A favourite (我最喜欢的颜色是…) is a preference; the rest are facts.
+        let kind = if slot.contains("喜欢的") || slot.contains("爱的") {
+            MemoryKind::Preference
+        } else {
+            MemoryKind::Fact
+        };
+        candidate(kind, clause, 3)
+    } else {
+        None
+    }
+}
+
+/// A Chinese sentence cut before every comma that opens a statement of its own, so each
+/// statement keeps its own slot: 我的猫叫咪咪，我的生日是五月三日 is two facts, 对了，我的猫叫
+/// 小黑 one, 我不喜欢鹦鹉，太吵了 one (the reason stays), and 请记住，我的猫叫小白 one request.
+fn chinese_clauses(sentence: &str) -> Vec<&str> {
+    let opens = |text: &str| {
+        chinese_remember_request(text).is_some()
+            || chinese_standing_instruction(text)
+            || chinese_preference(text).is_some()
+            || chinese_attribute(text).is_some()
+    };
+    let mut clauses = Vec::new();
+    let mut start = 0;
+    for (at, comma) in sentence.match_indices(['，', ',']) {
+        let current = &sentence[start..at];
+        let next = &sentence[at + comma.len()..];
+        // A bare request ("请记住，…") asks to keep what follows it.
+        let bare_request = chinese_remember_request(current).is_some_and(str::is_empty)
+            || (chinese_standing_instruction(current) && trim_clause(current).chars().count() <= 4);
+        if opens(next) && !bare_request {
+            clauses.push(current);
+            start = at + comma.len();
+        }
+    }
+    clauses.push(&sentence[start..]);
+    clauses
+}
+
+/// Punctuation and spaces around a Chinese clause.
+fn trim_clause(text: &str) -> &str {
+    text.trim_matches(|c: char| {
+        c.is_whitespace() || matches!(c, '，' | ',' | '：' | ':' | '、' | '～' | '~' | '…')
+    })
+}
+
+/// Words that make a Chinese sentence a question (unless 都/也 follows: 什么都吃 tells).
+const CHINESE_QUESTION_WORDS: &[&str] = &[
+    "什么",
+    "什麼",
+    "甚麼",
+    "谁",
+    "誰",
+    "哪",
+    "怎么",
+    "怎麼",
+    "为什么",
+    "為什麼",
+    "多少",
+    "几点",
+    "几个",
+    "几岁",
+    "几号",
+    "几月",
+    "几天",
+    "是不是",
+    "有没有",
+    "对不对",
+    "好不好",
+];
+
+/// A Chinese question without its question mark: a final 吗/呢, or a question word.
+fn chinese_question(sentence: &str) -> bool {
+    let sentence = trim_clause(sentence);
+    if sentence.ends_with(['吗', '嗎', '呢', '么', '麼']) {
+        return true;
+    }
+    CHINESE_QUESTION_WORDS.iter().any(|word| {
+        sentence.match_indices(word).any(|(at, _)| {
+            !sentence[at + word.len()..]
+                .trim_start()
+                .starts_with(['都', '也'])
+        })
+    })
+}
+
+/// Who a Chinese request may be addressed with before its verb: 请记住, 你要记得, 麻烦你以后.
+const CHINESE_REQUEST_OPENERS: &[&str] = &[
+    "请你",
+    "你要",
+    "你得",
+    "麻烦你",
+    "麻烦",
+    "那你",
+    "请",
+    "你",
+    "那",
+    "还有",
+];
+
+/// The sentence without the politeness or address before a request's verb.
+fn without_opener(sentence: &str) -> &str {
+    let sentence = trim_clause(sentence);
+    CHINESE_REQUEST_OPENERS
+        .iter()
+        .find_map(|opener| sentence.strip_prefix(opener))
+        .map_or(sentence, trim_clause)
+}
+
+/// What an explicit Chinese remember request asks to keep: 记住…, 请记得…, 别忘了…
+fn chinese_remember_request(sentence: &str) -> Option<&str> {
+    if let Some(at) = sentence.find("记住") {
+        return Some(trim_clause(&sentence[at + "记住".len()..]));
+    }
+    let request = without_opener(sentence);
+    [
+        "记得",
+        "别忘了",
+        "别忘记",
+        "不要忘了",
+        "不要忘记",
+        "千万别忘了",
+    ]
+    .iter()
+    .find_map(|verb| request.strip_prefix(verb))
+    .map(trim_clause)
+}
+
+/// A standing instruction: 以后…, 请以后…, 今后…, 从现在起…
+fn chinese_standing_instruction(sentence: &str) -> bool {
+    let request = without_opener(sentence);
+    [
+        "以后",
+        "今后",
+        "从现在起",
+        "从现在开始",
+        "从今以后",
+        "从今往后",
+    ]
+    .iter()
+    .any(|opener| request.starts_with(opener))
+}
+
+/// Words that may stand between 我 and 喜欢: 我很喜欢, 我最喜欢, 我不太喜欢, 我不是很喜欢.
+const CHINESE_DEGREE: &str = "很最特别比较更真挺超还也都太非常蛮一直向来其实是不";
+
+/// A Chinese like or dislike as `(object, likes)`: 我喜欢喝乌龙茶 → ("喝乌龙茶", true),
+/// 我不喜欢香菜 and 我讨厌香菜 → ("香菜", false). 不喜欢 is never read as 喜欢. A phrase
+/// about a favourite (我最喜欢的颜色是…) is an attribute, not a preference slot.
+fn chinese_preference(sentence: &str) -> Option<(&str, bool)> {
+    let rest = trim_clause(sentence).strip_prefix('我')?;
+    let verb_at = rest
+        .char_indices()
+        .find(|(_, c)| !CHINESE_DEGREE.contains(*c))
+        .map_or(rest.len(), |(at, _)| at);
+    let (degree, rest) = rest.split_at(verb_at);
+    if degree.chars().count() > 4 {
+        return None;
+    }
+    let negated = degree.contains('不');
+    let (object, likes) = if let Some(object) = rest.strip_prefix("喜欢") {
+        (object, !negated)
+    } else if let Some(object) = rest.strip_prefix("讨厌") {
+        (object, false)
+    } else if let Some(object) = rest.strip_prefix('爱').filter(|o| !o.starts_with('人')) {
+        // 我爱人 is "my spouse".
+        (object, !negated)
+    } else {
+        return None;
+    };
+    let object = trim_clause(object);
+    if object.is_empty() || object.starts_with('的') {
+        return None;
+    }
+    Some((object, likes))
+}
+
+/// Who a Chinese statement of the user's is about before its 叫/是: 我的猫, 我家的狗, 我女儿
+/// (and 我最喜欢的颜色, see [`chinese_attribute`]).
+const CHINESE_OWNERS: &[&str] = &[
+    "我们家的",
+    "我家的",
+    "我们的",
+    "我的",
+    "我家",
+    "我爱人",
+    "我老婆",
+    "我老公",
+    "我太太",
+    "我先生",
+    "我女儿",
+    "我儿子",
+    "我妈妈",
+    "我爸爸",
+    "我妈",
+    "我爸",
+];
+
+/// A Chinese statement filling a slot as `(slot, value)`: 我的猫叫小白 → ("我的猫叫", "小白"),
+/// 我叫张伟 → ("我叫", "张伟"), 我的生日是五月三日 → ("我的生日是", "五月三日"),
+/// 我最喜欢的颜色是蓝色 → ("我最喜欢的颜色是", "蓝色"). The slot ends at the first 叫 or 是
+/// after the owner; "我是…" names no slot (I am many things at once).
+fn chinese_attribute(sentence: &str) -> Option<(&str, &str)> {
+    let sentence = trim_clause(sentence);
+    let slot_end = if sentence.starts_with("我叫") {
+        "我叫".len()
+    } else {
+        let owner_len = match CHINESE_OWNERS
+            .iter()
+            .find(|owner| sentence.starts_with(*owner))
+        {
+            Some(owner) => owner.len(),
+            // 我最喜欢的…, 我不太喜欢的…: a favourite, named like an owned thing.
+            None => {
+                let rest = sentence.strip_prefix('我')?;
+                let degree = rest
+                    .char_indices()
+                    .find(|(_, c)| !CHINESE_DEGREE.contains(*c))
+                    .map_or(rest.len(), |(at, _)| at);
+                let favourite = ["喜欢的", "爱的"]
+                    .iter()
+                    .find(|phrase| rest[degree..].starts_with(*phrase))?;
+                '我'.len_utf8() + degree + favourite.len()
+            }
+        };
+        let (verb_at, verb) = sentence[owner_len..]
+            .char_indices()
+            .find(|(_, c)| matches!(c, '叫' | '是'))?;
+        // After 的 the thing owned must be named: 我的是… says nothing (我妈是… does).
+        if verb_at == 0 && sentence[..owner_len].ends_with('的') {
+            return None;
+        }
+        owner_len + verb_at + verb.len_utf8()
+    };
+    let value = trim_clause(&sentence[slot_end..]);
+    // 我叫了外卖 orders food; 我的猫叫过 is no name.
+    if value.is_empty() || value.starts_with(['了', '过', '着']) {
+        return None;
+    }
+    Some((&sentence[..slot_end], value))
+}
+
+/// The slot a Chinese statement fills and its value: an attribute (我的猫叫 → 小白) or a
+/// like/dislike (喜欢 → 乌龙茶, the value says which). Two statements with the same slot
+/// and different values say the same thing changed.
+fn chinese_slot(statement: &str) -> Option<(String, String)> {
+    let compact: String = statement.chars().filter(|c| !c.is_whitespace()).collect();
+    let trimmed = compact.trim_end_matches(['。', '！', '.', '!', '；', ';']);
+    if let Some((slot, value)) = chinese_attribute(trimmed) {
+        return Some((slot.to_string(), value.to_string()));
+    }
+    chinese_preference(trimmed).map(|(object, likes)| {
+        let feeling = if likes { "喜欢" } else { "不喜欢" };
+        (format!("喜欢:{object}"), feeling.to_string())
+    })
 }
 
 /// Words that carry nothing to remember on their own: greetings, thanks, acknowledgements
@@ -246,6 +527,13 @@ pub fn same_statement(a: &str, b: &str) -> bool {
 /// at work" and "I use PostgreSQL 17 at work", or "My dentist is Dr. Wu" and "My dentist is
 /// Dr. Lee". Returns false for equal statements.
 pub fn same_subject_new_value(old: &str, new: &str) -> bool {
+    // Chinese statements that name their slot: the same slot with another value, or not at
+    // all (我的猫叫小白 and 我的狗叫豆豆 share most characters but no subject).
+    if let (Some((old_slot, old_value)), Some((new_slot, new_value))) =
+        (chinese_slot(old), chinese_slot(new))
+    {
+        return old_slot == new_slot && old_value != new_value;
+    }
     let old_tokens = tokens(old);
     let new_tokens = tokens(new);
     if old_tokens == new_tokens || old_tokens.is_empty() || new_tokens.is_empty() {
@@ -398,9 +686,13 @@ mod tests {
                 "我喜欢周末去爬山",
                 vec![(MemoryKind::Preference, "我喜欢周末去爬山")],
             ),
+            // Two statements, two slots.
             (
                 "我的猫叫咪咪，我的生日是五月三日",
-                vec![(MemoryKind::Fact, "我的猫叫咪咪，我的生日是五月三日")],
+                vec![
+                    (MemoryKind::Fact, "我的猫叫咪咪"),
+                    (MemoryKind::Fact, "我的生日是五月三日"),
+                ],
             ),
             (
                 "我的生日是五月三日",
@@ -415,6 +707,168 @@ mod tests {
                 .collect();
             assert_eq!(contents(text), expected, "{text}");
         }
+    }
+
+    fn expect_all(cases: Vec<(&str, Vec<(MemoryKind, &str)>)>) {
+        let mut mismatches = Vec::new();
+        for (text, expected) in cases {
+            let expected: Vec<(MemoryKind, String)> = expected
+                .into_iter()
+                .map(|(kind, content)| (kind, content.to_string()))
+                .collect();
+            let got = contents(text);
+            if got != expected {
+                mismatches.push(format!("{text}: got {got:?}, want {expected:?}"));
+            }
+        }
+        assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+    }
+
+    #[test]
+    fn chinese_names_with_jiao() {
+        expect_all(vec![
+            ("我的猫叫小白", vec![(MemoryKind::Fact, "我的猫叫小白")]),
+            ("我叫张伟。", vec![(MemoryKind::Fact, "我叫张伟")]),
+            (
+                "我家的狗叫豆豆！",
+                vec![(MemoryKind::Fact, "我家的狗叫豆豆")],
+            ),
+            ("我叫了外卖", vec![]),
+            ("我的猫叫什么？", vec![]),
+            ("你叫什么名字", vec![]),
+        ]);
+    }
+
+    #[test]
+    fn chinese_attributes_with_shi() {
+        expect_all(vec![
+            (
+                "我的生日是五月三日",
+                vec![(MemoryKind::Fact, "我的生日是五月三日")],
+            ),
+            ("我的血型是A型。", vec![(MemoryKind::Fact, "我的血型是A型")]),
+            ("我妈是老师", vec![(MemoryKind::Fact, "我妈是老师")]),
+            ("我的是红色的", vec![]),
+            (
+                "我最喜欢的颜色是蓝色",
+                vec![(MemoryKind::Preference, "我最喜欢的颜色是蓝色")],
+            ),
+            ("我的生日是哪天？", vec![]),
+            ("我的生日是哪天", vec![]),
+            ("我是说明天", vec![]),
+        ]);
+    }
+
+    #[test]
+    fn chinese_likes_and_dislikes() {
+        expect_all(vec![
+            (
+                "我喜欢喝乌龙茶。",
+                vec![(MemoryKind::Preference, "我喜欢喝乌龙茶")],
+            ),
+            (
+                "我很喜欢周杰伦",
+                vec![(MemoryKind::Preference, "我很喜欢周杰伦")],
+            ),
+            (
+                "我不喜欢香菜",
+                vec![(MemoryKind::Preference, "我不喜欢香菜")],
+            ),
+            (
+                "我不太喜欢鹦鹉，太吵了",
+                vec![(MemoryKind::Preference, "我不太喜欢鹦鹉，太吵了")],
+            ),
+            ("你喜欢什么？", vec![]),
+            ("你喜欢什么", vec![]),
+            ("我喜欢什么？", vec![]),
+            ("我喜欢吃什么来着", vec![]),
+            // 我爱人 is "my spouse", not "I love people".
+            ("我爱人是医生", vec![(MemoryKind::Fact, "我爱人是医生")]),
+        ]);
+        // 不喜欢 is read as a dislike, never as 喜欢.
+        assert_eq!(chinese_preference("我喜欢香菜"), Some(("香菜", true)));
+        assert_eq!(chinese_preference("我不喜欢香菜"), Some(("香菜", false)));
+        assert_eq!(
+            chinese_preference("我不是很喜欢香菜"),
+            Some(("香菜", false))
+        );
+        assert_eq!(chinese_preference("我讨厌香菜"), Some(("香菜", false)));
+        // Liking something else is another slot, not a change: both stay.
+        assert!(!same_subject_new_value("我喜欢喝咖啡", "我喜欢喝茶"));
+        assert!(same_subject_new_value("我喜欢香菜", "我不喜欢香菜"));
+        assert!(same_subject_new_value("我不喜欢香菜", "我很喜欢香菜"));
+        assert!(!same_subject_new_value("我喜欢香菜", "我很喜欢香菜"));
+    }
+
+    #[test]
+    fn chinese_standing_instructions_with_yihou() {
+        expect_all(vec![
+            (
+                "以后都用中文回答我",
+                vec![(MemoryKind::Preference, "以后都用中文回答我")],
+            ),
+            (
+                "请你以后回答短一点。",
+                vec![(MemoryKind::Preference, "请你以后回答短一点")],
+            ),
+            (
+                "从现在开始叫我老王",
+                vec![(MemoryKind::Preference, "从现在开始叫我老王")],
+            ),
+            ("以后会下雨吗", vec![]),
+            ("以后怎么办？", vec![]),
+        ]);
+    }
+
+    #[test]
+    fn chinese_remember_requests() {
+        expect_all(vec![
+            ("记得我对花生过敏", vec![(MemoryKind::Fact, "我对花生过敏")]),
+            (
+                "请记得，我周三下午要开会。",
+                vec![(MemoryKind::Fact, "我周三下午要开会")],
+            ),
+            (
+                "别忘了我女儿六月考试",
+                vec![(MemoryKind::Fact, "我女儿六月考试")],
+            ),
+            (
+                "你要记得：房租每月五号交",
+                vec![(MemoryKind::Fact, "房租每月五号交")],
+            ),
+            ("不要忘记我不吃香菜", vec![(MemoryKind::Fact, "我不吃香菜")]),
+            (
+                "请记住，我在公司用PostgreSQL 16。",
+                vec![(MemoryKind::Fact, "我在公司用PostgreSQL 16")],
+            ),
+            ("你还记得我的猫叫什么吗？", vec![]),
+            ("你记得我喜欢什么吗", vec![]),
+            ("我记得小时候很冷", vec![]),
+        ]);
+    }
+
+    /// The Chinese slot mirrors "my cat is called X": a new value supersedes, another
+    /// subject does not.
+    #[test]
+    fn chinese_supersede() {
+        let cases = [
+            ("我的猫叫小白", "我的猫叫小黑", true),
+            ("我的猫叫小白", "我的猫叫大黄", true),
+            ("我叫张伟", "我叫李明远", true),
+            ("我的生日是五月三日", "我的生日是六月一日。", true),
+            ("我最喜欢的颜色是蓝色", "我最喜欢的颜色是绿色", true),
+            ("我的猫叫小白", "我的猫叫小白。", false),
+            ("我的猫叫小白", "我的狗叫豆豆", false),
+            ("我的猫叫小白", "我的猫是橘猫", false),
+            ("我的生日是五月三日", "我的电话是5550142", false),
+        ];
+        for (old, new, expected) in cases {
+            assert_eq!(same_subject_new_value(old, new), expected, "{old} -> {new}");
+        }
+        // What the rules extract keeps its slot.
+        let old = &rule_candidates("我的猫叫小白。")[0].content;
+        let new = &rule_candidates("对了，我的猫叫小黑！")[0].content;
+        assert!(same_subject_new_value(old, new), "{old} -> {new}");
     }
 
     #[test]
