@@ -112,6 +112,24 @@ enum EvalCommand {
     Locomo(EvalArgs),
     /// The same on a LongMemEval-format file.
     Longmemeval(EvalArgs),
+    /// Recall@k and NDCG@10 per query type on the hand-written Chinese set (eval/zh): the
+    /// memories written for one fresh user as POST /v1/memories does, every query recalled
+    /// as memories/search does (hybrid, shipped settings), with BM25-only and vector-only rows
+    /// beside it. The embedder is the configured one (embedder.model_dir).
+    Zh(ZhEvalArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ZhEvalArgs {
+    /// The directory holding memories.json and queries.json.
+    #[arg(long, default_value = "eval/zh")]
+    data: PathBuf,
+    /// Results directory (results.json, results.md, per_query.jsonl).
+    #[arg(long, default_value = "eval/results/zh")]
+    out: PathBuf,
+    /// Only the first N memories, and the queries whose relevant memories are all among them.
+    #[arg(long)]
+    limit_memories: Option<usize>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -435,6 +453,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let (args, longmemeval) = match command {
                 EvalCommand::Locomo(args) => (args, false),
                 EvalCommand::Longmemeval(args) => (args, true),
+                EvalCommand::Zh(args) => return eval_zh(args, settings).await,
             };
             if !args.data.exists() {
                 return Err(Failure::usage(format!(
@@ -488,6 +507,34 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             memory::check(&settings).await
         }
     }
+}
+
+/// `mnemo eval zh`: the table on stdout, where the files went on stderr.
+async fn eval_zh(args: ZhEvalArgs, settings: Settings) -> Result<(), Failure> {
+    if !args.data.join("memories.json").exists() {
+        return Err(Failure::usage(format!(
+            "no zh eval set at {} (run from the repository root or pass --data)",
+            args.data.display()
+        )));
+    }
+    let options = crate::tools::eval::zh::ZhOptions {
+        data: args.data,
+        out_dir: args.out,
+        settings,
+        limit_memories: args.limit_memories,
+    };
+    let summary = crate::tools::eval::zh::run_zh(options)
+        .await
+        .map_err(|error| Failure::other(format!("{error:#}")))?;
+    print!("{}", summary.table);
+    eprintln!("{}", summary.report.headline());
+    eprintln!(
+        "files: {}, {}, {}",
+        summary.results_json.display(),
+        summary.results_md.display(),
+        summary.per_query.display()
+    );
+    Ok(())
 }
 
 /// Settings for a one-shot command, with warnings (not info chatter) on stderr.

@@ -4,7 +4,7 @@
 pub mod chat;
 pub mod embed;
 pub mod embed_queue;
-pub mod unigram;
 pub mod openai;
 pub mod prompts;
 pub mod roles;
+pub mod unigram;

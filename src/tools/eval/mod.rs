@@ -24,6 +24,8 @@
 //! recording (the evaluation's own reads must not refresh what decay sees).
 //!
 //! Datasets plug in through [`Dataset`]: [`locomo`] and [`longmemeval`] are the adapters.
+//! [`zh`] (`mnemo eval zh`) is separate: standalone memories rather than conversations, asked
+//! on the product's path only, with BM25-only and vector-only rows beside it.
 //! Output ([`report`]): `results.json` (everything), `results.md` (tables beside the
 //! dataset's reference points), `recall.svg` (recall@k against k) and `per_question.jsonl`.
 
@@ -34,6 +36,7 @@ pub mod longmemeval;
 pub mod metrics;
 pub mod report;
 mod scratch;
+pub mod zh;
 
 use std::collections::BTreeMap;
 use std::io::Write;
