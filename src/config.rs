@@ -628,6 +628,15 @@ pub struct ServerSettings {
     /// Browser origins (`scheme://host[:port]`, comma-separated) allowed to call `/mcp`
     /// besides loopback ones; a request from any other `Origin` is refused (403).
     pub allowed_origins: String,
+    /// A run is leased to the replica executing it for this long; a run whose lease was not
+    /// renewed in time (its replica died) is closed by another replica's sweeper.
+    pub run_lease_ms: u64,
+    /// How often a replica renews its runs' leases and sweeps runs whose lease expired
+    /// (shorter than `run_lease_ms`).
+    pub run_heartbeat_ms: u64,
+    /// How often a replica executing runs looks for cancels and inputs sent through another
+    /// replica when nothing woke it (PostgreSQL wakes it at once with NOTIFY).
+    pub run_command_poll_ms: u64,
 }
 
 /// Largest `max_tokens` (completion tokens of one call) a role may be given.
@@ -649,6 +658,9 @@ impl Default for ServerSettings {
             run_token_budget: 1_000_000,
             daily_token_budget: 5_000_000,
             allowed_origins: String::new(),
+            run_lease_ms: 15_000,
+            run_heartbeat_ms: 5_000,
+            run_command_poll_ms: 500,
         }
     }
 }
@@ -859,6 +871,16 @@ impl Settings {
             return Err(ConfigError::Invalid(
                 "server.header_read_timeout_secs, server.max_connections and \
                  server.max_runs_per_user must be positive"
+                    .into(),
+            ));
+        }
+        if self.server.run_heartbeat_ms == 0
+            || self.server.run_command_poll_ms == 0
+            || self.server.run_lease_ms <= self.server.run_heartbeat_ms
+        {
+            return Err(ConfigError::Invalid(
+                "server.run_heartbeat_ms and server.run_command_poll_ms must be positive, and \
+                 server.run_lease_ms longer than server.run_heartbeat_ms"
                     .into(),
             ));
         }

@@ -19,6 +19,10 @@ use serde::{Deserialize, Serialize};
 /// The lock file's name inside the data directory.
 pub const LOCK_FILE: &str = "mnemo.lock";
 
+/// The file naming the replica id of the process holding the data directory (see
+/// [`DataDirLock::swap_replica`]).
+pub const REPLICA_FILE: &str = "replica.id";
+
 /// What the holder of a data directory says about itself.
 #[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Holder {
@@ -165,6 +169,27 @@ impl DataDirLock {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Records `replica` as this process's replica id and returns the id the previous holder
+    /// recorded: that process is gone (we hold its lock), so the runs it owned can be taken
+    /// over at once. `None` when there was none or the file does not hold an id.
+    pub fn swap_replica(&self, replica: uuid::Uuid) -> std::io::Result<Option<uuid::Uuid>> {
+        let dir = self.path.parent().unwrap_or_else(|| Path::new("."));
+        let path = dir.join(REPLICA_FILE);
+        let previous = match std::fs::read_to_string(&path) {
+            Ok(text) => uuid::Uuid::parse_str(text.trim()).ok(),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+            Err(error) => return Err(error),
+        };
+        let fresh = dir.join(format!("{REPLICA_FILE}.new"));
+        {
+            let mut file = File::create(&fresh)?;
+            file.write_all(replica.to_string().as_bytes())?;
+            file.sync_data()?;
+        }
+        std::fs::rename(&fresh, &path)?;
+        Ok(previous)
     }
 
     fn write(&self) -> std::io::Result<()> {

@@ -27,7 +27,7 @@ use crate::llm::roles::Models;
 use crate::memory::writer::MemoryWriter;
 use crate::memory::{MemoryEngine, MemoryError};
 use crate::research::ResearchService;
-use crate::runs::{RunHub, RunLimits};
+use crate::runs::{Leases, RunHub, RunLimits};
 use crate::store::{self, Store, UserKind};
 use secrecy::ExposeSecret as _;
 
@@ -124,7 +124,23 @@ pub async fn build_state(
             daily_tokens: (settings.server.daily_token_budget > 0)
                 .then_some(settings.server.daily_token_budget),
         },
+        Leases {
+            lease: Duration::from_millis(settings.server.run_lease_ms),
+            heartbeat: Duration::from_millis(settings.server.run_heartbeat_ms),
+            command_poll: Duration::from_millis(settings.server.run_command_poll_ms),
+        },
     );
+    // The previous process of this data directory is gone (we hold its lock): its runs are
+    // taken over now rather than when their leases run out.
+    let predecessor = data_lock
+        .swap_replica(runs.replica().as_uuid())
+        .map_err(|error| {
+            StartupError::Refused(format!(
+                "could not record the replica id in {}: {error}",
+                settings.data_dir.display()
+            ))
+        })?
+        .map(crate::store::ReplicaId::from_uuid);
     let memory = open_memory(&settings, store.clone(), shutdown.child_token()).await?;
     memory.track(spawn_reembedding(memory.clone(), shutdown.child_token()));
     let decay = crate::memory::decay::spawn(
@@ -139,17 +155,11 @@ pub async fn build_state(
     for worker in writer.spawn(settings.memory.writer_workers, shutdown.child_token()) {
         memory.track(worker);
     }
-    let recovered = runs.recover_interrupted().await?;
+    let recovered = runs.recover_interrupted(predecessor).await?;
     if recovered > 0 {
-        tracing::warn!(recovered, "marked runs interrupted by the previous process");
+        tracing::warn!(recovered, "marked runs interrupted whose replica is gone");
     }
-    let interrupted = store.maintenance().interrupt_running_research().await?;
-    if interrupted > 0 {
-        tracing::warn!(
-            interrupted,
-            "marked researches interrupted by the previous process"
-        );
-    }
+    runs.spawn_control();
     let settings = Arc::new(settings);
     let research = ResearchService::new(
         settings.clone(),

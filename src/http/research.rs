@@ -435,12 +435,16 @@ pub async fn input(
     let value: Value = json!({
         "approve": body.approve, "topics": body.topics, "content": body.content,
     });
-    state.runs.send_input(id, value).map_err(|refused| {
-        let message = match refused {
-            crate::runs::InputRefused::NotLive => "the run is not running",
-            crate::runs::InputRefused::NotAwaiting => "the run is not waiting for input",
-        };
-        ApiError::new(crate::error::ErrorKind::Conflict, message)
-    })?;
+    state
+        .runs
+        .request_input(user.user_id, id, value)
+        .await?
+        .map_err(|refused| {
+            let message = match refused {
+                crate::runs::InputRefused::NotLive => "the run is not running",
+                crate::runs::InputRefused::NotAwaiting => "the run is not waiting for input",
+            };
+            ApiError::new(crate::error::ErrorKind::Conflict, message)
+        })?;
     Ok(StatusCode::ACCEPTED)
 }

@@ -87,11 +87,9 @@ pub async fn cancel_run(
             format!("run already ended with status {}", run.status.as_str()),
         ));
     }
-    if !state.runs.cancel(id) {
-        return Err(ApiError::new(
-            ErrorKind::Conflict,
-            "run is not executing on this server",
-        ));
+    // Wherever it executes: another replica's run gets the cancel through its owner.
+    if !state.runs.request_cancel(user.user_id, id).await? {
+        return Err(ApiError::new(ErrorKind::Conflict, "run already ended"));
     }
     Ok((StatusCode::ACCEPTED, Json(run)))
 }

@@ -6,6 +6,12 @@
 //! `RunHub` owns the runs executing in this process: their next sequence number, a watch
 //! channel that wakes followers, a cancellation token, and a count of connected readers (a run
 //! nobody follows for the configured grace period is cancelled).
+//!
+//! Several replicas may share one database. The hub is one replica (a `ReplicaId` made at
+//! start): it claims each run it executes through a lease on the run's row and renews the
+//! leases on a heartbeat; its sweeper takes over (and closes as `interrupted`) only runs whose
+//! owner's lease expired. A cancel or an input for a run executing on another replica becomes
+//! a command row that the owner takes (polling; woken by NOTIFY on PostgreSQL).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -27,8 +33,8 @@ pub use events::{ErrorEvent, RunErrorType, RunEvent};
 pub use stream::stream_to_events;
 
 use crate::store::{
-    EventType, Run, RunId, RunKind, RunStatus, Store, StoreError, StoreResult, StoredEvent,
-    ThreadId, UserId,
+    CommandSent, EventType, ExpiredRun, ReplicaId, Run, RunCommand, RunId, RunKind, RunStatus,
+    Store, StoreError, StoreResult, StoredEvent, Sweep, ThreadId, UserId, WakeChannel,
 };
 
 /// How a run body ended when it was not cancelled.
@@ -192,11 +198,34 @@ struct RunInput {
 /// Why input could not be delivered to a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InputRefused {
-    /// The run is not executing in this process (finished, or on another replica).
+    /// The run is not executing (it has ended).
     NotLive,
     /// The run is executing but is not waiting for input.
     NotAwaiting,
 }
+
+/// How this replica holds its runs: the lease on each run's row, how often it is renewed
+/// (and expired runs swept), and how often the replica looks for commands sent through other
+/// replicas when nothing woke it.
+#[derive(Debug, Clone, Copy)]
+pub struct Leases {
+    pub lease: Duration,
+    pub heartbeat: Duration,
+    pub command_poll: Duration,
+}
+
+impl Default for Leases {
+    fn default() -> Self {
+        Self {
+            lease: Duration::from_secs(15),
+            heartbeat: Duration::from_secs(5),
+            command_poll: Duration::from_millis(500),
+        }
+    }
+}
+
+/// Commands nobody took for this long are deleted (their run ended on a replica that died).
+const STALE_COMMAND_AGE: chrono::Duration = chrono::Duration::minutes(10);
 
 /// Runs executing in this process.
 pub struct RunHub {
@@ -208,6 +237,17 @@ pub struct RunHub {
     abandon_after: Option<Duration>,
     /// Runs one user may have executing at once.
     limits: RunLimits,
+    /// This process as the owner of the runs it executes.
+    replica: ReplicaId,
+    leases: Leases,
+    /// The previous process of this data directory, known to be gone (we hold its lock):
+    /// its runs are taken over without waiting for their leases.
+    predecessor: Mutex<Option<ReplicaId>>,
+    /// Stops the lease keeper and the command reader, after the runs wrote their end.
+    control_stop: CancellationToken,
+    /// Runs that another replica appended an event to (PostgreSQL's NOTIFY), for followers of
+    /// runs not executing here.
+    remote_events: tokio::sync::broadcast::Sender<RunId>,
 }
 
 /// What every event of a research carries besides its own fields.
@@ -255,6 +295,8 @@ pub struct RunContext {
     pub run: Run,
     pub user: UserId,
     store: Arc<dyn Store>,
+    /// The replica executing the run (its appends are fenced by it).
+    replica: ReplicaId,
     next_seq: tokio::sync::Mutex<i64>,
     notify: watch::Sender<i64>,
     cancel: CancellationToken,
@@ -274,9 +316,23 @@ impl RunContext {
         // Input sent while nobody waited is stale.
         while receiver.try_recv().is_ok() {}
         self.input.awaiting.store(true, Ordering::SeqCst);
+        // Other replicas read it from the run's row to accept input for this run.
+        self.set_awaiting(true).await;
         let value = receiver.recv().await;
         self.input.awaiting.store(false, Ordering::SeqCst);
+        self.set_awaiting(false).await;
         value
+    }
+
+    async fn set_awaiting(&self, awaiting: bool) {
+        if let Err(error) = self
+            .store
+            .user(self.user)
+            .set_awaiting_input(self.run.id, awaiting)
+            .await
+        {
+            tracing::warn!(run = %self.run.id, %error, "could not record whether a run waits for input");
+        }
     }
 
     /// Appends an event to the log and wakes followers. The envelope `run_id`, `seq` and
@@ -301,7 +357,7 @@ impl RunContext {
         let data = event_data(&event, self.run.id, seq, research_id, model)?;
         self.store
             .user(self.user)
-            .append_run_event(self.run.id, seq, event.event_type(), &data)
+            .append_run_event(self.run.id, seq, event.event_type(), &data, self.replica)
             .await?;
         *next = seq;
         self.notify.send_replace(seq);
@@ -334,7 +390,7 @@ impl RunContext {
         let data = event_data(&RunEvent::done(status), self.run.id, seq, research_id, None)?;
         self.store
             .user(self.user)
-            .append_final_run_event(self.run.id, seq, &data, status, error)
+            .append_final_run_event(self.run.id, seq, &data, status, error, self.replica)
             .await?;
         *next = seq;
         self.notify.send_replace(seq);
@@ -401,6 +457,7 @@ impl RunHub {
         shutdown: CancellationToken,
         abandon_after: Option<Duration>,
         limits: RunLimits,
+        leases: Leases,
     ) -> Arc<Self> {
         Arc::new(Self {
             store,
@@ -409,7 +466,17 @@ impl RunHub {
             shutdown,
             abandon_after,
             limits,
+            replica: ReplicaId::new(),
+            leases,
+            predecessor: Mutex::new(None),
+            control_stop: CancellationToken::new(),
+            remote_events: tokio::sync::broadcast::channel(1024).0,
         })
+    }
+
+    /// This process's id as the owner of its runs.
+    pub fn replica(&self) -> ReplicaId {
+        self.replica
     }
 
     /// Whether `user` may start another run: fewer than the per-user cap of their runs
@@ -443,37 +510,217 @@ impl RunHub {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Marks runs left `running` by a previous process as interrupted, appending an `error`
-    /// and a `done` event so that followers see them end. Returns how many were recovered.
-    pub async fn recover_interrupted(&self) -> StoreResult<usize> {
-        let stale = self.store.maintenance().running_runs().await?;
-        for &(run, owner, last_seq) in &stale {
-            let message = "the server stopped while this run was in progress";
-            let error = RunEvent::Error(ErrorEvent {
-                error_type: RunErrorType::Internal,
-                message: message.into(),
-                retryable: true,
-                content: None,
-                metadata: None,
-            });
-            let scope = self.store.user(owner);
-            let data = event_data(&error, run, last_seq + 1, None, None)?;
-            scope
-                .append_run_event(run, last_seq + 1, error.event_type(), &data)
-                .await?;
-            let done = RunEvent::done(RunStatus::Interrupted);
-            let data = event_data(&done, run, last_seq + 2, None, None)?;
-            scope
-                .append_final_run_event(
-                    run,
-                    last_seq + 2,
-                    &data,
-                    RunStatus::Interrupted,
-                    Some(message),
-                )
-                .await?;
+    /// Closes the runs nobody holds any more — their owner's lease expired, or their owner is
+    /// `predecessor` (the previous process of this data directory, known to be gone) — as
+    /// `interrupted`, with an `error` and a `done` event so that followers see them end. Runs
+    /// whose owner is alive are left alone. Returns how many were closed.
+    pub async fn recover_interrupted(&self, predecessor: Option<ReplicaId>) -> StoreResult<usize> {
+        *self
+            .predecessor
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = predecessor;
+        self.sweep().await
+    }
+
+    /// One sweep: takes over and closes every run whose lease expired (see
+    /// [`RunHub::recover_interrupted`]), then closes researches left running by a run that
+    /// ended.
+    pub async fn sweep(&self) -> StoreResult<usize> {
+        let now = crate::store::now();
+        let lease = self.lease_span();
+        let sweep = Sweep {
+            now,
+            unclaimed_before: now - lease,
+            predecessor: *self
+                .predecessor
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        };
+        let maintenance = self.store.maintenance();
+        let expired = maintenance.expired_runs(&sweep).await?;
+        let mut closed = 0;
+        for run in expired {
+            // Our own run whose lease lapsed (renewals failed for a while) is still ours.
+            if run.owner == Some(self.replica) && self.live().contains_key(&run.run) {
+                continue;
+            }
+            match self.close_taken_over(&run, &sweep).await {
+                Ok(true) => closed += 1,
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::warn!(run = %run.run, %error, "could not close a run whose owner is gone");
+                }
+            }
         }
-        Ok(stale.len())
+        let orphaned = maintenance.interrupt_orphaned_research(now - lease).await?;
+        if orphaned > 0 {
+            tracing::warn!(orphaned, "marked researches of ended runs interrupted");
+        }
+        Ok(closed)
+    }
+
+    /// Takes over one expired run and closes it; false when another replica took it first or
+    /// its owner renewed the lease meanwhile.
+    async fn close_taken_over(&self, expired: &ExpiredRun, sweep: &Sweep) -> StoreResult<bool> {
+        let maintenance = self.store.maintenance();
+        let Some(last_seq) = maintenance
+            .take_over_run(expired, sweep, self.replica, self.lease_until())
+            .await?
+        else {
+            return Ok(false);
+        };
+        let run = expired.run;
+        tracing::warn!(%run, owner = ?expired.owner, "closing a run whose owner is gone");
+        let message = "the server stopped while this run was in progress";
+        let error = RunEvent::Error(ErrorEvent {
+            error_type: RunErrorType::Internal,
+            message: message.into(),
+            retryable: true,
+            content: None,
+            metadata: None,
+        });
+        let scope = self.store.user(expired.user);
+        let data = event_data(&error, run, last_seq + 1, None, None)?;
+        scope
+            .append_run_event(run, last_seq + 1, error.event_type(), &data, self.replica)
+            .await?;
+        let done = RunEvent::done(RunStatus::Interrupted);
+        let data = event_data(&done, run, last_seq + 2, None, None)?;
+        scope
+            .append_final_run_event(
+                run,
+                last_seq + 2,
+                &data,
+                RunStatus::Interrupted,
+                Some(message),
+                self.replica,
+            )
+            .await?;
+        maintenance.interrupt_research_of_run(run).await?;
+        Ok(true)
+    }
+
+    fn lease_span(&self) -> chrono::Duration {
+        chrono::Duration::from_std(self.leases.lease).unwrap_or(chrono::Duration::days(1))
+    }
+
+    fn lease_until(&self) -> chrono::DateTime<chrono::Utc> {
+        crate::store::now() + self.lease_span()
+    }
+
+    /// Starts the replica's background work: the lease keeper (renews this replica's leases and
+    /// sweeps expired runs every heartbeat) and the command reader (takes the cancels and inputs
+    /// other replicas stored for runs executing here). Both stop after [`RunHub::shutdown`].
+    pub fn spawn_control(self: &Arc<Self>) {
+        let hub = self.clone();
+        tokio::spawn(async move {
+            let mut last_cleanup = std::time::Instant::now();
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(hub.leases.heartbeat) => {}
+                    _ = hub.control_stop.cancelled() => return,
+                }
+                let maintenance = hub.store.maintenance();
+                if let Err(error) = maintenance
+                    .renew_leases(hub.replica, hub.lease_until())
+                    .await
+                {
+                    tracing::warn!(%error, "could not renew this replica's run leases");
+                }
+                if hub.shutdown.is_cancelled() {
+                    // Shutting down: keep our leases while our runs write their end, take no
+                    // new work.
+                    continue;
+                }
+                match hub.sweep().await {
+                    Ok(0) => {}
+                    Ok(closed) => tracing::warn!(closed, "closed runs whose replica is gone"),
+                    Err(error) => tracing::warn!(%error, "sweeping expired runs failed"),
+                }
+                if last_cleanup.elapsed() >= Duration::from_secs(60) {
+                    last_cleanup = std::time::Instant::now();
+                    let before = crate::store::now() - STALE_COMMAND_AGE;
+                    if let Err(error) = maintenance.drop_stale_run_commands(before).await {
+                        tracing::warn!(%error, "could not delete stale run commands");
+                    }
+                }
+            }
+        });
+        let hub = self.clone();
+        tokio::spawn(async move {
+            let Some(mut wakeups) = hub
+                .store
+                .maintenance()
+                .wakeups(WakeChannel::RunEvents)
+                .await
+            else {
+                return;
+            };
+            loop {
+                tokio::select! {
+                    next = futures::StreamExt::next(&mut wakeups) => match next {
+                        Some(payload) => {
+                            if let Ok(run) = payload.parse::<RunId>() {
+                                // Nobody listening is fine: no follower of a remote run.
+                                let _ = hub.remote_events.send(run);
+                            }
+                        }
+                        None => return,
+                    },
+                    _ = hub.control_stop.cancelled() => return,
+                }
+            }
+        });
+        let hub = self.clone();
+        tokio::spawn(async move {
+            let mut wakeups = hub
+                .store
+                .maintenance()
+                .wakeups(WakeChannel::RunCommands)
+                .await;
+            loop {
+                let woken = async {
+                    match wakeups.as_mut() {
+                        Some(stream) => futures::StreamExt::next(stream).await,
+                        None => futures::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    _ = tokio::time::sleep(hub.leases.command_poll) => {}
+                    next = woken => {
+                        if next.is_none() {
+                            wakeups = None;
+                        }
+                    }
+                    _ = hub.control_stop.cancelled() => return,
+                }
+                if hub.live().is_empty() {
+                    continue;
+                }
+                match hub.store.maintenance().take_run_commands(hub.replica).await {
+                    Ok(commands) => {
+                        for (run, command) in commands {
+                            hub.apply(run, command);
+                        }
+                    }
+                    Err(error) => tracing::warn!(%error, "could not read run commands"),
+                }
+            }
+        });
+    }
+
+    /// Carries out a command another replica stored for a run executing here.
+    fn apply(&self, run: RunId, command: RunCommand) {
+        match command {
+            RunCommand::Cancel => {
+                self.cancel(run);
+            }
+            RunCommand::Input(value) => {
+                if let Err(refused) = self.send_input(run, value) {
+                    tracing::info!(%run, ?refused, "dropped input the run no longer waits for");
+                }
+            }
+        }
     }
 
     /// Creates a run row and executes `body` in the background. The body's future is dropped
@@ -532,6 +779,7 @@ impl RunHub {
             run: run.clone(),
             user,
             store: self.store.clone(),
+            replica: self.replica,
             next_seq: tokio::sync::Mutex::new(0),
             notify,
             cancel: cancel.clone(),
@@ -542,10 +790,26 @@ impl RunHub {
         });
         let hub = self.clone();
         self.tracker.spawn(async move {
-            let watchdog = hub.watch_readers(cancel.clone(), readers, background);
-            let outcome = tokio::select! {
-                outcome = body(context.clone()) => Some(outcome),
-                _ = cancel.cancelled() => None,
+            let claimed = hub
+                .store
+                .maintenance()
+                .claim_run(context.run.id, hub.replica, hub.lease_until())
+                .await;
+            let watchdog = hub.watch_readers(context.run.id, cancel.clone(), readers, background);
+            let outcome = match claimed {
+                Ok(true) => tokio::select! {
+                    outcome = body(context.clone()) => Some(outcome),
+                    _ = cancel.cancelled() => None,
+                },
+                Ok(false) => {
+                    // Not running any more, or another replica holds it: nothing to do here.
+                    tracing::warn!(run = %context.run.id, "a run to start was already taken");
+                    watchdog.abort();
+                    hub.live().remove(&context.run.id);
+                    metrics::gauge!("mnemo_runs_active").decrement(1.0);
+                    return;
+                }
+                Err(error) => Some(Err(RunFailure::from(error))),
             };
             watchdog.abort();
             let status = hub.finish(&context, outcome).await;
@@ -556,14 +820,17 @@ impl RunHub {
         });
     }
 
-    /// Cancels the run when it has had no reader for the grace period.
+    /// Cancels the run when it has had no reader for the grace period, here or (through the
+    /// run's `read_until`) on another replica.
     fn watch_readers(
         &self,
+        run: RunId,
         cancel: CancellationToken,
         readers: Arc<AtomicUsize>,
         background: Arc<AtomicBool>,
     ) -> tokio::task::JoinHandle<()> {
         let grace = self.abandon_after;
+        let store = self.store.clone();
         tokio::spawn(async move {
             let Some(grace) = grace else { return };
             let tick = Duration::from_millis(250).min(grace);
@@ -576,6 +843,14 @@ impl RunHub {
                 if readers.load(Ordering::Relaxed) == 0 {
                     unread_for += tick;
                     if unread_for >= grace {
+                        let remote = store.maintenance().remote_readers_until(run).await;
+                        if let Ok(Some(until)) = remote
+                            && until > crate::store::now()
+                        {
+                            // Someone follows it through another replica.
+                            unread_for = Duration::ZERO;
+                            continue;
+                        }
                         tracing::info!("cancelling a run nobody has followed for {grace:?}");
                         cancel.cancel();
                         return;
@@ -649,6 +924,54 @@ impl RunHub {
         status
     }
 
+    /// Requests the cancellation of the user's run wherever it executes: at once when it runs
+    /// here, else through a command its owner takes. False when the run has ended. The owner
+    /// check must have been done by the caller.
+    pub async fn request_cancel(&self, user: UserId, run: RunId) -> StoreResult<bool> {
+        if self.cancel(run) {
+            return Ok(true);
+        }
+        let sent = self
+            .store
+            .user(user)
+            .send_run_command(run, &RunCommand::Cancel)
+            .await?;
+        Ok(sent == CommandSent::Sent)
+    }
+
+    /// Delivers the user's input to their run wherever it executes (see
+    /// [`RunHub::request_cancel`]); refused when the run has ended or does not wait for input.
+    pub async fn request_input(
+        &self,
+        user: UserId,
+        run: RunId,
+        value: Value,
+    ) -> StoreResult<Result<(), InputRefused>> {
+        let value = match self.local_input(run, value) {
+            Ok(result) => return Ok(result),
+            Err(value) => value,
+        };
+        let sent = self
+            .store
+            .user(user)
+            .send_run_command(run, &RunCommand::Input(value))
+            .await?;
+        Ok(match sent {
+            CommandSent::Sent => Ok(()),
+            CommandSent::NotRunning => Err(InputRefused::NotLive),
+            CommandSent::NotAwaiting => Err(InputRefused::NotAwaiting),
+        })
+    }
+
+    /// The input delivered to a run executing here (`Ok` with the outcome), or handed back
+    /// when the run does not execute here.
+    fn local_input(&self, run: RunId, value: Value) -> Result<Result<(), InputRefused>, Value> {
+        if !self.live().contains_key(&run) {
+            return Err(value);
+        }
+        Ok(self.send_input(run, value))
+    }
+
     /// Requests cancellation; false when the run is not executing in this process.
     pub fn cancel(&self, run: RunId) -> bool {
         match self.live().get(&run) {
@@ -691,8 +1014,8 @@ impl RunHub {
         }
     }
 
-    /// Delivers the user's input to a run that waits for it. The owner check must have been
-    /// done by the caller.
+    /// Delivers the user's input to a run executing here that waits for it. The owner check
+    /// must have been done by the caller.
     pub fn send_input(&self, run: RunId, value: Value) -> Result<(), InputRefused> {
         let live = self.live();
         let live = live.get(&run).ok_or(InputRefused::NotLive)?;
@@ -714,6 +1037,29 @@ impl RunHub {
             .is_err()
         {
             tracing::warn!("some runs did not finish writing within {grace:?}");
+        }
+        self.control_stop.cancel();
+    }
+
+    /// Tells the owner of a run executing elsewhere that it has a reader here (its
+    /// no-reader watchdog reads `read_until`), at most every third of the grace period.
+    async fn tell_remote_reader(
+        &self,
+        user: UserId,
+        run: RunId,
+        told: &mut Option<std::time::Instant>,
+    ) {
+        let Some(grace) = self.abandon_after else {
+            return;
+        };
+        if told.is_some_and(|at| at.elapsed() < grace / 3) {
+            return;
+        }
+        *told = Some(std::time::Instant::now());
+        let until = crate::store::now()
+            + chrono::Duration::from_std(grace).unwrap_or(chrono::Duration::days(1));
+        if let Err(error) = self.store.user(user).touch_run_reader(run, until).await {
+            tracing::warn!(%run, %error, "could not record a reader of a run on another replica");
         }
     }
 
@@ -738,11 +1084,14 @@ impl RunHub {
             None => (None, None),
         };
         let guard = readers.map(ReaderGuard::new);
+        // Wakes a follower of a run executing on another replica (NOTIFY on PostgreSQL).
+        let mut remote = receiver.is_none().then(|| hub.remote_events.subscribe());
         async_stream(move |sender| async move {
             let _guard = guard;
             let mut receiver = receiver;
             let mut last = after;
             let mut stopping = false;
+            let mut reader_told: Option<std::time::Instant> = None;
             loop {
                 let Some(events) = read_with_retries(|| {
                     let hub = hub.clone();
@@ -803,16 +1152,44 @@ impl RunHub {
                         return;
                     }
                 }
+                if receiver.is_none() {
+                    hub.tell_remote_reader(user, run, &mut reader_told).await;
+                }
                 let wait = async {
-                    match receiver.as_mut() {
-                        Some(receiver) => {
+                    match (receiver.as_mut(), remote.as_mut()) {
+                        (Some(receiver), _) => {
                             if receiver.changed().await.is_err() {
                                 // The run ended in this process; read what is left.
                                 tokio::time::sleep(Duration::from_millis(20)).await;
                             }
                         }
-                        // Executing elsewhere (another replica) or recovered: poll the log.
-                        None => tokio::time::sleep(Duration::from_millis(500)).await,
+                        // Executing elsewhere (another replica) or recovered: poll the log,
+                        // sooner when the owner's append is notified.
+                        (None, remote) => {
+                            let notified = async {
+                                let Some(remote) = remote else {
+                                    return futures::future::pending().await;
+                                };
+                                loop {
+                                    match remote.recv().await {
+                                        Ok(id) if id == run => return,
+                                        Ok(_) => {}
+                                        Err(tokio::sync::broadcast::error::RecvError::Lagged(
+                                            _,
+                                        )) => {
+                                            return;
+                                        }
+                                        Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                                            return futures::future::pending().await;
+                                        }
+                                    }
+                                }
+                            };
+                            tokio::select! {
+                                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                                _ = notified => {}
+                            }
+                        }
                     }
                 };
                 tokio::select! {

@@ -59,6 +59,12 @@ uuid_id!(RunId, "run");
 uuid_id!(MemoryId, "memory");
 uuid_id!(JobId, "job");
 uuid_id!(DocumentId, "document");
+uuid_id!(
+    /// One running server process (a replica): made fresh at every start, it names the owner
+    /// of the runs the process executes.
+    ReplicaId,
+    "replica"
+);
 
 /// The identity of an authenticated user. There is deliberately no public constructor from a
 /// UUID: handlers get one only from the `AuthUser` extractor, and the store builds them from

@@ -11,12 +11,14 @@ mod ids;
 mod memory;
 mod postgres;
 mod research;
+mod run_control;
 mod scope;
 mod sql;
 mod sql_documents;
 mod sql_jobs;
 mod sql_memory;
 mod sql_research;
+mod sql_run_control;
 mod sqlite;
 #[cfg(test)]
 mod tests;
@@ -30,7 +32,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{ErrorKind, HasKind};
 
 pub use document::{Document, DocumentState, NewDocument};
-pub use ids::{DocumentId, JobId, MemoryId, MessageId, RunId, ThreadId, UserId};
+pub use ids::{DocumentId, JobId, MemoryId, MessageId, ReplicaId, RunId, ThreadId, UserId};
 pub use memory::{
     Embedded, LogEntry, LogOp, Memory, MemoryFilter, MemoryKind, MemoryPatch, MemorySource,
     MemoryVersion, NewMemory, OwnedMemory, Trust, vector_from_bytes, vector_to_bytes,
@@ -38,6 +40,8 @@ pub use memory::{
 pub use postgres::PostgresStore;
 use research::ResearchStore;
 pub use research::{NewResearch, ResearchOutcome, ResearchRecord};
+pub use run_control::{CommandSent, ExpiredRun, RunCommand, RunCommandKind, Sweep, WakeChannel};
+use run_control::{RunControlStore, Wakeups};
 pub use scope::{Accounts, Maintenance, UserScope};
 pub use sqlite::SqliteStore;
 
@@ -547,12 +551,30 @@ pub(in crate::store) trait DocumentStore: Send + Sync + 'static {
 /// callers go through `user(id)`, `maintenance()` and `accounts()` (see `scope`).
 #[allow(private_bounds)]
 pub trait Store:
-    MemoryStore + JobStore + DocumentStore + ResearchStore + StoreCore + Send + Sync + 'static
+    MemoryStore
+    + JobStore
+    + DocumentStore
+    + ResearchStore
+    + RunControlStore
+    + Wakeups
+    + StoreCore
+    + Send
+    + Sync
+    + 'static
 {
 }
 
 impl<T> Store for T where
-    T: MemoryStore + JobStore + DocumentStore + ResearchStore + StoreCore + Send + Sync + 'static
+    T: MemoryStore
+        + JobStore
+        + DocumentStore
+        + ResearchStore
+        + RunControlStore
+        + Wakeups
+        + StoreCore
+        + Send
+        + Sync
+        + 'static
 {
 }
 
@@ -667,7 +689,9 @@ pub(in crate::store) trait StoreCore: Send + Sync + 'static {
         error: Option<&str>,
     ) -> StoreResult<()>;
     /// Appends the run's `done` event and moves it to `status` (when still running) in one
-    /// transaction: a reader that sees the event sees the terminal status.
+    /// transaction: a reader that sees the event sees the terminal status. Only the run's
+    /// owner `writer` (or anyone while the run has no owner) may append; another replica's
+    /// append is `Conflict`.
     async fn append_final_run_event(
         &self,
         user: UserId,
@@ -676,8 +700,10 @@ pub(in crate::store) trait StoreCore: Send + Sync + 'static {
         data: &serde_json::Value,
         status: RunStatus,
         error: Option<&str>,
+        writer: ReplicaId,
     ) -> StoreResult<()>;
-    /// Appends an event with the given sequence number (the caller serialises appends per run).
+    /// Appends an event with the given sequence number (the caller serialises appends per run);
+    /// fenced by `writer` like `append_final_run_event`.
     async fn append_run_event(
         &self,
         user: UserId,
@@ -685,6 +711,7 @@ pub(in crate::store) trait StoreCore: Send + Sync + 'static {
         seq: i64,
         event_type: EventType,
         data: &serde_json::Value,
+        writer: ReplicaId,
     ) -> StoreResult<()>;
     /// Events with `seq > after`, in order, at most `limit`.
     async fn run_events_after(
@@ -694,9 +721,6 @@ pub(in crate::store) trait StoreCore: Send + Sync + 'static {
         after: i64,
         limit: i64,
     ) -> StoreResult<Vec<StoredEvent>>;
-    /// Runs left `running` by a previous process (crash), for recovery at start, with their
-    /// owners and last sequence numbers.
-    async fn running_runs(&self) -> StoreResult<Vec<(RunId, UserId, i64)>>;
 }
 
 /// Opens the store named by the URL scheme (`sqlite:` or `postgres:`) and runs its migrations.

@@ -10,6 +10,7 @@ use super::sql_documents::sql_document_store;
 use super::sql_jobs::sql_job_store;
 use super::sql_memory::sql_memory_store;
 use super::sql_research::sql_research_store;
+use super::sql_run_control::sql_run_control_store;
 use super::*;
 
 pub struct PostgresStore {
@@ -34,7 +35,13 @@ impl PostgresStore {
     }
 }
 
-sql_store!(PostgresStore, Postgres, sqlx::postgres::PgRow, "postgres");
+sql_store!(
+    PostgresStore,
+    Postgres,
+    sqlx::postgres::PgRow,
+    "postgres",
+    Some("SELECT pg_notify('mnemo_run_events', $1)")
+);
 
 sql_memory_store!(
     PostgresStore,
@@ -56,3 +63,48 @@ sql_document_store!(
     sqlx::postgres::PgRow,
     "memories.source_refs @> jsonb_build_array($3::text)"
 );
+
+sql_run_control_store!(
+    PostgresStore,
+    sqlx::postgres::PgRow,
+    Some("SELECT pg_notify('mnemo_run_commands', '')")
+);
+
+#[async_trait::async_trait]
+impl run_control::Wakeups for PostgresStore {
+    async fn wakeups(
+        &self,
+        channel: run_control::WakeChannel,
+    ) -> Option<futures::stream::BoxStream<'static, String>> {
+        use futures::StreamExt as _;
+        // A pool of its own, so the listening connection is not taken from the statements'.
+        let options = (*self.pool.connect_options()).clone();
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_lazy_with(options);
+        let name = channel.name();
+        let mut listener = match sqlx::postgres::PgListener::connect_with(&pool).await {
+            Ok(listener) => listener,
+            Err(error) => {
+                tracing::warn!(%error, channel = name, "could not listen; polling only");
+                return None;
+            }
+        };
+        if let Err(error) = listener.listen(name).await {
+            tracing::warn!(%error, channel = name, "could not listen; polling only");
+            return None;
+        }
+        // `recv` reconnects after a lost connection (notifications sent meanwhile are lost:
+        // polling picks up what they were about); an error ends the stream.
+        let wakeups = futures::stream::unfold(listener, move |mut listener| async move {
+            match listener.recv().await {
+                Ok(notification) => Some((notification.payload().to_string(), listener)),
+                Err(error) => {
+                    tracing::warn!(%error, channel = name, "listening failed; polling only");
+                    None
+                }
+            }
+        });
+        Some(wakeups.boxed())
+    }
+}

@@ -96,6 +96,4 @@ pub(in crate::store) trait ResearchStore: Send + Sync + 'static {
     /// The user's researches, newest first.
     async fn list_research(&self, user: UserId, limit: i64) -> StoreResult<Vec<ResearchRecord>>;
     async fn delete_research(&self, user: UserId, id: RunId) -> StoreResult<()>;
-    /// Marks researches left `running` by a previous process as `interrupted`.
-    async fn interrupt_running_research(&self) -> StoreResult<u64>;
 }

@@ -174,10 +174,17 @@ impl UserScope<'_> {
         /// Moves a running run to a terminal status; a run already terminal is left as it is.
         fn finish_run(&self, id: RunId, status: RunStatus, error: Option<&str>) -> StoreResult<()>;
         /// Appends an event with the given sequence number (the caller serialises appends per
-        /// run); another user's run is `NotFound`.
-        fn append_run_event(&self, run: RunId, seq: i64, event_type: EventType, data: &serde_json::Value) -> StoreResult<()>;
-        /// Appends `done` and sets the terminal status in one transaction.
-        fn append_final_run_event(&self, run: RunId, seq: i64, data: &serde_json::Value, status: RunStatus, error: Option<&str>) -> StoreResult<()>;
+        /// run); another user's run is `NotFound`, a run another replica owns `Conflict`.
+        fn append_run_event(&self, run: RunId, seq: i64, event_type: EventType, data: &serde_json::Value, writer: ReplicaId) -> StoreResult<()>;
+        /// Appends `done` and sets the terminal status in one transaction (fenced as above).
+        fn append_final_run_event(&self, run: RunId, seq: i64, data: &serde_json::Value, status: RunStatus, error: Option<&str>, writer: ReplicaId) -> StoreResult<()>;
+        /// Stores a cancel or an input for whichever replica executes the run.
+        fn send_run_command(&self, run: RunId, command: &RunCommand) -> StoreResult<CommandSent>;
+        /// Records whether the run waits for input now (read by `send_run_command`).
+        fn set_awaiting_input(&self, run: RunId, awaiting: bool) -> StoreResult<()>;
+        /// Records that the running run is read through a replica not executing it, until
+        /// `until` (the owner's no-reader watchdog counts it).
+        fn touch_run_reader(&self, run: RunId, until: DateTime<Utc>) -> StoreResult<()>;
         /// Events with `seq > after`, in order, at most `limit`.
         fn run_events_after(&self, run: RunId, after: i64, limit: i64) -> StoreResult<Vec<StoredEvent>>;
     }
@@ -228,10 +235,34 @@ impl Maintenance<'_> {
         fn fail_job(&self, id: JobId, error: &str, retry_at: Option<DateTime<Utc>>) -> StoreResult<()>;
         fn queue_stats(&self) -> StoreResult<QueueStats>;
 
-        /// Runs left `running` by a previous process, with their owners and last sequence.
-        fn running_runs(&self) -> StoreResult<Vec<(RunId, UserId, i64)>>;
-        /// Marks researches left `running` by a previous process as `interrupted`.
-        fn interrupt_running_research(&self) -> StoreResult<u64>;
+        /// Makes `replica` the owner of a running run nobody claimed yet, leased until `until`.
+        fn claim_run(&self, run: RunId, replica: ReplicaId, until: DateTime<Utc>) -> StoreResult<bool>;
+        /// Moves the lease of every running run `replica` owns to `until`.
+        fn renew_leases(&self, replica: ReplicaId, until: DateTime<Utc>) -> StoreResult<u64>;
+        /// The running runs `sweep` may take over (their owner's lease expired).
+        fn expired_runs(&self, sweep: &Sweep) -> StoreResult<Vec<ExpiredRun>>;
+        /// Takes over an expired run if it is still as found; its last sequence number.
+        fn take_over_run(&self, expired: &ExpiredRun, sweep: &Sweep, replica: ReplicaId, until: DateTime<Utc>) -> StoreResult<Option<i64>>;
+        /// Marks the researches of `run` still running as `interrupted`.
+        fn interrupt_research_of_run(&self, run: RunId) -> StoreResult<u64>;
+        /// Marks `interrupted` the running researches whose run is gone or ended before
+        /// `ended_before`.
+        fn interrupt_orphaned_research(&self, ended_before: DateTime<Utc>) -> StoreResult<u64>;
+        /// Takes the commands for runs `replica` owns, oldest first.
+        fn take_run_commands(&self, replica: ReplicaId) -> StoreResult<Vec<(RunId, RunCommand)>>;
+        /// Deletes commands nobody took before `before`.
+        fn drop_stale_run_commands(&self, before: DateTime<Utc>) -> StoreResult<u64>;
+        /// Until when readers on other replicas said they read the run.
+        fn remote_readers_until(&self, run: RunId) -> StoreResult<Option<DateTime<Utc>>>;
+    }
+
+    /// The payloads notified on `channel` (PostgreSQL's NOTIFY); `None` where the backend
+    /// cannot notify, and readers only poll.
+    pub async fn wakeups(
+        &self,
+        channel: WakeChannel,
+    ) -> Option<futures::stream::BoxStream<'static, String>> {
+        Wakeups::wakeups(self.store, channel).await
     }
 }
 

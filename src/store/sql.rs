@@ -4,8 +4,12 @@
 //! timestamptz vs RFC 3339 text, jsonb vs text) are chosen by sqlx's encoders.
 
 /// Expands to `impl Store for $store` where `$store` has a `pool: sqlx::Pool<$db>` field.
+/// `$notify_event` is run in every transaction that appends a run event, with the run's id
+/// as `$1` (PostgreSQL's `pg_notify`, waking followers on other replicas); `None` on SQLite.
 macro_rules! sql_store {
-    ($store:ty, $db:ty, $row:ty, $backend:literal) => {
+    ($store:ty, $db:ty, $row:ty, $backend:literal, $notify_event:expr) => {
+        const NOTIFY_EVENT: Option<&str> = $notify_event;
+
         mod rows {
             use chrono::{DateTime, Utc};
             use sqlx::Row as _;
@@ -80,6 +84,7 @@ macro_rules! sql_store {
 
         /// Appends a run event; with `finish`, the run's terminal status in the same
         /// transaction, so whoever reads the final event also reads how the run ended.
+        #[allow(clippy::too_many_arguments)]
         async fn append_event(
             pool: &sqlx::Pool<$db>,
             user: UserId,
@@ -88,19 +93,23 @@ macro_rules! sql_store {
             event_type: EventType,
             data: &serde_json::Value,
             finish: Option<(RunStatus, Option<&str>)>,
+            writer: ReplicaId,
         ) -> StoreResult<()> {
             let at = now();
             let mut tx = pool.begin().await?;
-            // The owner check comes first (and is the transaction's first write).
+            // The owner checks come first (and are the transaction's first write): the user's
+            // run, held by `writer` (a replica whose run was taken over appends nothing more).
             let owned = match finish {
                 None => {
                     sqlx::query(
-                        "UPDATE runs SET last_seq = $1, updated_at = $2 WHERE id = $3 AND user_id = $4",
+                        "UPDATE runs SET last_seq = $1, updated_at = $2 WHERE id = $3 AND user_id = $4 \
+                         AND (owner IS NULL OR owner = $5)",
                     )
                     .bind(seq)
                     .bind(at)
                     .bind(run.as_uuid())
                     .bind(user.as_uuid())
+                    .bind(writer.as_uuid())
                     .execute(&mut *tx)
                     .await?
                 }
@@ -109,8 +118,9 @@ macro_rules! sql_store {
                         "UPDATE runs SET last_seq = $1, updated_at = $2, \
                          error = CASE WHEN status = 'running' THEN $5 ELSE error END, \
                          finished_at = CASE WHEN status = 'running' THEN $2 ELSE finished_at END, \
-                         status = CASE WHEN status = 'running' THEN $6 ELSE status END \
-                         WHERE id = $3 AND user_id = $4",
+                         status = CASE WHEN status = 'running' THEN $6 ELSE status END, \
+                         awaiting_input = $8 \
+                         WHERE id = $3 AND user_id = $4 AND (owner IS NULL OR owner = $7)",
                     )
                     .bind(seq)
                     .bind(at)
@@ -118,12 +128,26 @@ macro_rules! sql_store {
                     .bind(user.as_uuid())
                     .bind(error)
                     .bind(status.as_str())
+                    .bind(writer.as_uuid())
+                    .bind(false)
                     .execute(&mut *tx)
                     .await?
                 }
             };
             if owned.rows_affected() != 1 {
-                return Err(StoreError::NotFound("run"));
+                drop(tx);
+                let exists: Option<(i64,)> =
+                    sqlx::query_as("SELECT last_seq FROM runs WHERE id = $1 AND user_id = $2")
+                        .bind(run.as_uuid())
+                        .bind(user.as_uuid())
+                        .fetch_optional(pool)
+                        .await?;
+                return Err(match exists {
+                    Some(_) => StoreError::Conflict(format!(
+                        "run {run} is owned by another replica"
+                    )),
+                    None => StoreError::NotFound("run"),
+                });
             }
             let inserted = sqlx::query(
                 "INSERT INTO run_events (run_id, seq, event_type, data, created_at) \
@@ -144,6 +168,9 @@ macro_rules! sql_store {
                     )));
                 }
                 Err(error) => return Err(error.into()),
+            }
+            if let Some(notify) = NOTIFY_EVENT {
+                sqlx::query(notify).bind(run.to_string()).execute(&mut *tx).await?;
             }
             tx.commit().await?;
             Ok(())
@@ -887,8 +914,9 @@ macro_rules! sql_store {
                 seq: i64,
                 event_type: EventType,
                 data: &serde_json::Value,
+                writer: ReplicaId,
             ) -> StoreResult<()> {
-                append_event(&self.pool, user, run, seq, event_type, data, None).await
+                append_event(&self.pool, user, run, seq, event_type, data, None, writer).await
             }
 
             async fn append_final_run_event(
@@ -899,6 +927,7 @@ macro_rules! sql_store {
                 data: &serde_json::Value,
                 status: RunStatus,
                 error: Option<&str>,
+                writer: ReplicaId,
             ) -> StoreResult<()> {
                 append_event(
                     &self.pool,
@@ -908,6 +937,7 @@ macro_rules! sql_store {
                     EventType::Done,
                     data,
                     Some((status, error)),
+                    writer,
                 )
                 .await
             }
@@ -932,24 +962,6 @@ macro_rules! sql_store {
                 .fetch_all(&self.pool)
                 .await?;
                 Ok(found.iter().map(rows::event).collect::<Result<_, _>>()?)
-            }
-
-            async fn running_runs(&self) -> StoreResult<Vec<(RunId, UserId, i64)>> {
-                let found = sqlx::query("SELECT id, user_id, last_seq FROM runs WHERE status = 'running'")
-                    .fetch_all(&self.pool)
-                    .await?;
-                found
-                    .iter()
-                    .map(|row| {
-                        use sqlx::Row as _;
-                        Ok((
-                            RunId::from_uuid(row.try_get("id")?),
-                            UserId::from_trusted(row.try_get("user_id")?),
-                            row.try_get("last_seq")?,
-                        ))
-                    })
-                    .collect::<Result<_, sqlx::Error>>()
-                    .map_err(StoreError::from)
             }
         }
     };

@@ -134,17 +134,6 @@ macro_rules! sql_research_store {
                 }
                 Ok(())
             }
-
-            async fn interrupt_running_research(&self) -> StoreResult<u64> {
-                let done = sqlx::query(
-                    "UPDATE research SET status = 'interrupted', finished_at = $1, \
-                     error = 'the server stopped during this research' WHERE status = 'running'",
-                )
-                .bind(now())
-                .execute(&self.pool)
-                .await?;
-                Ok(done.rows_affected())
-            }
         }
     };
 }

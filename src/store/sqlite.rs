@@ -11,6 +11,7 @@ use super::sql_documents::sql_document_store;
 use super::sql_jobs::sql_job_store;
 use super::sql_memory::sql_memory_store;
 use super::sql_research::sql_research_store;
+use super::sql_run_control::sql_run_control_store;
 use super::*;
 
 /// Bytes of the database file mapped into memory (address space, not resident memory).
@@ -52,7 +53,7 @@ impl SqliteStore {
     }
 }
 
-sql_store!(SqliteStore, Sqlite, sqlx::sqlite::SqliteRow, "sqlite");
+sql_store!(SqliteStore, Sqlite, sqlx::sqlite::SqliteRow, "sqlite", None);
 
 // Any write statement takes SQLite's single write lock at once, so a transaction that reads
 // before it writes cannot fail to upgrade its lock.
@@ -72,3 +73,16 @@ sql_document_store!(
     sqlx::sqlite::SqliteRow,
     "EXISTS (SELECT 1 FROM json_each(memories.source_refs) AS r WHERE r.value = $3)"
 );
+
+sql_run_control_store!(SqliteStore, sqlx::sqlite::SqliteRow, None);
+
+#[async_trait::async_trait]
+impl run_control::Wakeups for SqliteStore {
+    /// SQLite cannot notify: readers poll.
+    async fn wakeups(
+        &self,
+        _channel: run_control::WakeChannel,
+    ) -> Option<futures::stream::BoxStream<'static, String>> {
+        None
+    }
+}

@@ -40,6 +40,8 @@ conformance!(
     deleting_a_thread_removes_its_messages_and_runs,
     run_events_append_in_sequence_and_replay_after_a_cursor,
     runs_finish_once,
+    runs_are_taken_over_only_when_their_lease_expired,
+    run_commands_reach_the_owner_once,
     timestamps_round_trip_exactly,
     memories_round_trip_with_history_and_log,
     memories_are_private,
@@ -276,6 +278,7 @@ async fn deleting_a_thread_removes_its_messages_and_runs(store: Arc<dyn Store>) 
             1,
             EventType::Done,
             &json!({"status": "completed"}),
+            ReplicaId::new(),
         )
         .await
         .unwrap();
@@ -311,20 +314,35 @@ async fn run_events_append_in_sequence_and_replay_after_a_cursor(store: Arc<dyn 
                 seq,
                 EventType::Thinking,
                 &json!({ "n": seq, "text": "日本語 ok" }),
+                ReplicaId::new(),
             )
             .await
             .unwrap();
     }
     assert!(matches!(
         store
-            .append_run_event(alice.id, run.id, 3, EventType::Thinking, &json!({}))
+            .append_run_event(
+                alice.id,
+                run.id,
+                3,
+                EventType::Thinking,
+                &json!({}),
+                ReplicaId::new()
+            )
             .await,
         Err(StoreError::Conflict(_))
     ));
     // Another user cannot write into the run's log.
     assert!(matches!(
         store
-            .append_run_event(bob.id, run.id, 11, EventType::Thinking, &json!({}))
+            .append_run_event(
+                bob.id,
+                run.id,
+                11,
+                EventType::Thinking,
+                &json!({}),
+                ReplicaId::new()
+            )
             .await,
         Err(StoreError::NotFound("run"))
     ));
@@ -377,10 +395,6 @@ async fn runs_finish_once(store: Arc<dyn Store>) {
         .create_run(alice.id, None, RunKind::Chat)
         .await
         .unwrap();
-    assert_eq!(
-        store.running_runs().await.unwrap(),
-        vec![(run.id, alice.id, 0)]
-    );
     // Another user's finish changes nothing.
     store
         .finish_run(bob.id, run.id, RunStatus::Cancelled, None)
@@ -402,7 +416,297 @@ async fn runs_finish_once(store: Arc<dyn Store>) {
     assert_eq!(state.status, RunStatus::Failed);
     assert_eq!(state.error.as_deref(), Some("boom"));
     assert!(state.finished_at.is_some());
-    assert!(store.running_runs().await.unwrap().is_empty());
+}
+
+async fn runs_are_taken_over_only_when_their_lease_expired(store: Arc<dyn Store>) {
+    let (alice, _) = two_users(&store).await;
+    let (a, b, c) = (ReplicaId::new(), ReplicaId::new(), ReplicaId::new());
+    let start = now();
+    let hour = chrono::Duration::hours(1);
+    let held = store
+        .create_run(alice.id, None, RunKind::Research)
+        .await
+        .unwrap();
+    assert!(store.claim_run(held.id, a, start + hour).await.unwrap());
+    assert!(!store.claim_run(held.id, b, start + hour).await.unwrap());
+    // Replica A appends under its lease.
+    store
+        .append_run_event(alice.id, held.id, 1, EventType::Thinking, &json!({}), a)
+        .await
+        .unwrap();
+    let unclaimed = store
+        .create_run(alice.id, None, RunKind::Chat)
+        .await
+        .unwrap();
+    // A sweep now finds nothing: A's lease runs, the unclaimed run is too young.
+    let sweep_now = Sweep {
+        now: start,
+        unclaimed_before: start - chrono::Duration::seconds(15),
+        predecessor: None,
+    };
+    assert_eq!(store.expired_runs(&sweep_now).await.unwrap(), vec![]);
+    // An unclaimed run is takeable once it has not been touched for a lease.
+    let later = Sweep {
+        unclaimed_before: now() + chrono::Duration::seconds(1),
+        ..sweep_now
+    };
+    assert_eq!(
+        store.expired_runs(&later).await.unwrap(),
+        vec![ExpiredRun {
+            run: unclaimed.id,
+            user: alice.id,
+            owner: None
+        }]
+    );
+    // The previous process of a data directory is known to be gone: its runs are takeable
+    // at once.
+    let after_restart = Sweep {
+        predecessor: Some(a),
+        ..sweep_now
+    };
+    assert_eq!(
+        store
+            .expired_runs(&after_restart)
+            .await
+            .unwrap()
+            .iter()
+            .map(|run| run.run)
+            .collect::<Vec<_>>(),
+        [held.id]
+    );
+    // Past A's lease, B takes the run over; C, which found it expired too, gets nothing.
+    let expired_sweep = Sweep {
+        now: start + hour * 2,
+        ..sweep_now
+    };
+    let found = store.expired_runs(&expired_sweep).await.unwrap();
+    let expired = found
+        .iter()
+        .find(|run| run.run == held.id)
+        .cloned()
+        .unwrap();
+    assert_eq!(expired.owner, Some(a));
+    assert_eq!(
+        store
+            .take_over_run(&expired, &expired_sweep, b, start + hour * 3)
+            .await
+            .unwrap(),
+        Some(1)
+    );
+    assert_eq!(
+        store
+            .take_over_run(&expired, &expired_sweep, c, start + hour * 3)
+            .await
+            .unwrap(),
+        None
+    );
+    // A may append no more (fenced); B continues the sequence.
+    assert!(matches!(
+        store
+            .append_run_event(alice.id, held.id, 2, EventType::Thinking, &json!({}), a)
+            .await,
+        Err(StoreError::Conflict(_))
+    ));
+    store
+        .append_final_run_event(
+            alice.id,
+            held.id,
+            2,
+            &json!({ "status": "interrupted" }),
+            RunStatus::Interrupted,
+            Some("gone"),
+            b,
+        )
+        .await
+        .unwrap();
+    let closed = store.get_run(alice.id, held.id).await.unwrap();
+    assert_eq!(closed.status, RunStatus::Interrupted);
+    assert_eq!(closed.last_seq, 2);
+    assert_eq!(store.renew_leases(a, start + hour).await.unwrap(), 0);
+    // A run whose owner renews its lease after a sweep saw it expired is left alone.
+    let renewed = store
+        .create_run(alice.id, None, RunKind::Chat)
+        .await
+        .unwrap();
+    assert!(store.claim_run(renewed.id, a, start + hour).await.unwrap());
+    let stale_view = store
+        .expired_runs(&expired_sweep)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|run| run.run == renewed.id)
+        .unwrap();
+    assert_eq!(store.renew_leases(a, start + hour * 4).await.unwrap(), 1);
+    assert_eq!(
+        store
+            .take_over_run(&stale_view, &expired_sweep, b, start + hour * 4)
+            .await
+            .unwrap(),
+        None
+    );
+    store
+        .append_run_event(alice.id, renewed.id, 1, EventType::Thinking, &json!({}), a)
+        .await
+        .unwrap();
+    // Researches of a run that ended long ago but were left running are closed; those of a
+    // running run are not.
+    let research = |id: RunId| NewResearch {
+        id,
+        run_id: id,
+        thread_id: None,
+        query: "tides".into(),
+        model: None,
+        config: json!({}),
+    };
+    store
+        .create_research(alice.id, &research(held.id))
+        .await
+        .unwrap();
+    store
+        .create_research(alice.id, &research(renewed.id))
+        .await
+        .unwrap();
+    assert_eq!(store.interrupt_orphaned_research(start).await.unwrap(), 0);
+    assert_eq!(
+        store
+            .interrupt_orphaned_research(now() + chrono::Duration::seconds(1))
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        store.get_research(alice.id, held.id).await.unwrap().status,
+        RunStatus::Interrupted
+    );
+    assert_eq!(
+        store
+            .get_research(alice.id, renewed.id)
+            .await
+            .unwrap()
+            .status,
+        RunStatus::Running
+    );
+}
+
+async fn run_commands_reach_the_owner_once(store: Arc<dyn Store>) {
+    let (alice, bob) = two_users(&store).await;
+    let (a, b) = (ReplicaId::new(), ReplicaId::new());
+    let until = now() + chrono::Duration::hours(1);
+    let run = store
+        .create_run(alice.id, None, RunKind::Research)
+        .await
+        .unwrap();
+    assert!(store.claim_run(run.id, a, until).await.unwrap());
+    assert!(matches!(
+        store
+            .send_run_command(bob.id, run.id, &RunCommand::Cancel)
+            .await,
+        Err(StoreError::NotFound("run"))
+    ));
+    let approve = json!({ "approve": true, "topics": null, "content": null });
+    assert_eq!(
+        store
+            .send_run_command(alice.id, run.id, &RunCommand::Input(approve.clone()))
+            .await
+            .unwrap(),
+        CommandSent::NotAwaiting
+    );
+    store
+        .set_awaiting_input(alice.id, run.id, true)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .send_run_command(alice.id, run.id, &RunCommand::Input(approve.clone()))
+            .await
+            .unwrap(),
+        CommandSent::Sent
+    );
+    assert_eq!(
+        store
+            .send_run_command(alice.id, run.id, &RunCommand::Cancel)
+            .await
+            .unwrap(),
+        CommandSent::Sent
+    );
+    // Only the owner gets them, in the order they were sent, once.
+    assert!(store.take_run_commands(b).await.unwrap().is_empty());
+    assert_eq!(
+        store.take_run_commands(a).await.unwrap(),
+        vec![
+            (run.id, RunCommand::Input(approve.clone())),
+            (run.id, RunCommand::Cancel)
+        ]
+    );
+    assert!(store.take_run_commands(a).await.unwrap().is_empty());
+    // Readers on other replicas push `read_until` forward, never back; another user's touch
+    // changes nothing.
+    assert_eq!(store.remote_readers_until(run.id).await.unwrap(), None);
+    let read_until = now() + chrono::Duration::seconds(30);
+    store
+        .touch_run_reader(alice.id, run.id, read_until)
+        .await
+        .unwrap();
+    store
+        .touch_run_reader(alice.id, run.id, read_until - chrono::Duration::seconds(10))
+        .await
+        .unwrap();
+    store
+        .touch_run_reader(bob.id, run.id, read_until + chrono::Duration::hours(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.remote_readers_until(run.id).await.unwrap(),
+        Some(read_until)
+    );
+    // The run's end clears its wait for input; an ended run takes no commands.
+    store
+        .append_final_run_event(
+            alice.id,
+            run.id,
+            1,
+            &json!({ "status": "cancelled" }),
+            RunStatus::Cancelled,
+            None,
+            a,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .send_run_command(alice.id, run.id, &RunCommand::Cancel)
+            .await
+            .unwrap(),
+        CommandSent::NotRunning
+    );
+    // A command for a run nobody claimed waits; once stale it is deleted.
+    let unclaimed = store
+        .create_run(alice.id, None, RunKind::Chat)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .send_run_command(alice.id, unclaimed.id, &RunCommand::Cancel)
+            .await
+            .unwrap(),
+        CommandSent::Sent
+    );
+    assert_eq!(
+        store
+            .drop_stale_run_commands(now() - chrono::Duration::minutes(10))
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        store
+            .drop_stale_run_commands(now() + chrono::Duration::seconds(1))
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(store.claim_run(unclaimed.id, b, until).await.unwrap());
+    assert!(store.take_run_commands(b).await.unwrap().is_empty());
 }
 
 async fn research_records_are_private_and_finish_once(store: Arc<dyn Store>) {
@@ -465,7 +769,6 @@ async fn research_records_are_private_and_finish_once(store: Arc<dyn Store>) {
     assert!(done.finished_at.is_some());
     let listed = store.list_research(alice.id, 10).await.unwrap();
     assert_eq!(listed.len(), 1);
-    // Interrupted ones are closed at start.
     let second = store
         .create_run(alice.id, None, RunKind::Research)
         .await
@@ -481,7 +784,9 @@ async fn research_records_are_private_and_finish_once(store: Arc<dyn Store>) {
         )
         .await
         .unwrap();
-    assert_eq!(store.interrupt_running_research().await.unwrap(), 1);
+    // The taker of an abandoned run closes its researches, and only those.
+    assert_eq!(store.interrupt_research_of_run(second.id).await.unwrap(), 1);
+    assert_eq!(store.interrupt_research_of_run(second.id).await.unwrap(), 0);
     assert_eq!(
         store
             .get_research(alice.id, second.id)

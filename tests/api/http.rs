@@ -443,12 +443,22 @@ async fn runs_left_running_by_a_crash_are_closed_at_start_and_stay_resumable() {
         .unwrap()
         .unwrap();
     let thread_id: mnemo::store::ThreadId = thread_id.parse().unwrap();
-    // What a killed process leaves behind: a running run with part of its log.
+    // What a killed process leaves behind: a running run it owned, with part of its log
+    // (its lease still runs: only the lock on the data directory says that process is gone).
     let run = store
         .user(user.id)
         .create_run(Some(thread_id), mnemo::store::RunKind::Chat)
         .await
         .unwrap();
+    let replica = app.state.runs.replica();
+    let lease_until = mnemo::store::now() + chrono::Duration::hours(1);
+    assert!(
+        store
+            .maintenance()
+            .claim_run(run.id, replica, lease_until)
+            .await
+            .unwrap()
+    );
     for seq in 1..=3 {
         store
             .user(user.id)
@@ -457,6 +467,7 @@ async fn runs_left_running_by_a_crash_are_closed_at_start_and_stay_resumable() {
                 seq,
                 mnemo::store::EventType::MessageDelta,
                 &json!({ "seq": seq, "type": "message_delta", "content": "x " }),
+                replica,
             )
             .await
             .unwrap();

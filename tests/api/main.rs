@@ -15,6 +15,7 @@ mod eval;
 mod http;
 mod memory;
 mod quickstart;
+mod replicas;
 mod research;
 mod ssrf;
 mod writer;

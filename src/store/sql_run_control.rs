@@ -1,0 +1,274 @@
+//! The run-lease and run-command SQL shared by both backends, expanded per backend by
+//! `sql_run_control_store!`. `$notify` is a statement run in the transaction that stores a
+//! command (PostgreSQL's `pg_notify`, which wakes the owner at commit); `None` on SQLite.
+
+macro_rules! sql_run_control_store {
+    ($store:ty, $row:ty, $notify:expr) => {
+        /// Wakes the owner of a run a command was stored for, in the storing transaction.
+        const NOTIFY_COMMAND: Option<&str> = $notify;
+
+        /// The part of a sweep's condition shared by the search and the take-over: `$1` now,
+        /// `$2` the unclaimed cut-off, `$3` the predecessor.
+        const TAKEABLE: &str = "(lease_expires_at < $1 \
+             OR (owner IS NULL AND updated_at < $2) \
+             OR owner = $3)";
+
+        fn expired_row(row: &$row) -> Result<ExpiredRun, sqlx::Error> {
+            use sqlx::Row as _;
+            Ok(ExpiredRun {
+                run: RunId::from_uuid(row.try_get("id")?),
+                user: UserId::from_trusted(row.try_get("user_id")?),
+                owner: row
+                    .try_get::<Option<uuid::Uuid>, _>("owner")?
+                    .map(ReplicaId::from_uuid),
+            })
+        }
+
+        #[async_trait::async_trait]
+        impl crate::store::RunControlStore for $store {
+            async fn claim_run(
+                &self,
+                run: RunId,
+                replica: ReplicaId,
+                until: DateTime<Utc>,
+            ) -> StoreResult<bool> {
+                let done = sqlx::query(
+                    "UPDATE runs SET owner = $1, lease_expires_at = $2 \
+                     WHERE id = $3 AND status = 'running' AND owner IS NULL",
+                )
+                .bind(replica.as_uuid())
+                .bind(until)
+                .bind(run.as_uuid())
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn renew_leases(
+                &self,
+                replica: ReplicaId,
+                until: DateTime<Utc>,
+            ) -> StoreResult<u64> {
+                let done = sqlx::query(
+                    "UPDATE runs SET lease_expires_at = $1 \
+                     WHERE owner = $2 AND status = 'running'",
+                )
+                .bind(until)
+                .bind(replica.as_uuid())
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected())
+            }
+
+            async fn expired_runs(&self, sweep: &Sweep) -> StoreResult<Vec<ExpiredRun>> {
+                let sql = format!(
+                    "SELECT id, user_id, owner FROM runs \
+                     WHERE status = 'running' AND {TAKEABLE} ORDER BY id"
+                );
+                let found = sqlx::query(&sql)
+                    .bind(sweep.now)
+                    .bind(sweep.unclaimed_before)
+                    .bind(sweep.predecessor.map(|replica| replica.as_uuid()))
+                    .fetch_all(&self.pool)
+                    .await?;
+                Ok(found.iter().map(expired_row).collect::<Result<_, _>>()?)
+            }
+
+            async fn take_over_run(
+                &self,
+                expired: &ExpiredRun,
+                sweep: &Sweep,
+                replica: ReplicaId,
+                until: DateTime<Utc>,
+            ) -> StoreResult<Option<i64>> {
+                let sql = format!(
+                    "UPDATE runs SET owner = $4, lease_expires_at = $5 \
+                     WHERE id = $6 AND user_id = $7 AND status = 'running' \
+                     AND owner IS NOT DISTINCT FROM $8 AND {TAKEABLE} RETURNING last_seq"
+                );
+                let taken: Option<(i64,)> = sqlx::query_as(&sql)
+                    .bind(sweep.now)
+                    .bind(sweep.unclaimed_before)
+                    .bind(sweep.predecessor.map(|replica| replica.as_uuid()))
+                    .bind(replica.as_uuid())
+                    .bind(until)
+                    .bind(expired.run.as_uuid())
+                    .bind(expired.user.as_uuid())
+                    .bind(expired.owner.map(|owner| owner.as_uuid()))
+                    .fetch_optional(&self.pool)
+                    .await?;
+                Ok(taken.map(|(last_seq,)| last_seq))
+            }
+
+            async fn interrupt_research_of_run(&self, run: RunId) -> StoreResult<u64> {
+                let done = sqlx::query(
+                    "UPDATE research SET status = 'interrupted', finished_at = $1, \
+                     error = 'the server stopped during this research' \
+                     WHERE run_id = $2 AND status = 'running'",
+                )
+                .bind(now())
+                .bind(run.as_uuid())
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected())
+            }
+
+            async fn interrupt_orphaned_research(
+                &self,
+                ended_before: DateTime<Utc>,
+            ) -> StoreResult<u64> {
+                let done = sqlx::query(
+                    "UPDATE research SET status = 'interrupted', finished_at = $1, \
+                     error = 'the server stopped during this research' \
+                     WHERE status = 'running' AND NOT EXISTS (SELECT 1 FROM runs r \
+                     WHERE r.id = research.run_id \
+                     AND (r.status = 'running' OR r.finished_at >= $2))",
+                )
+                .bind(now())
+                .bind(ended_before)
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected())
+            }
+
+            async fn send_run_command(
+                &self,
+                user: UserId,
+                run: RunId,
+                command: &RunCommand,
+            ) -> StoreResult<CommandSent> {
+                use sqlx::Row as _;
+                let mut tx = self.pool.begin().await?;
+                let state = sqlx::query(
+                    "SELECT status, awaiting_input FROM runs WHERE id = $1 AND user_id = $2",
+                )
+                .bind(run.as_uuid())
+                .bind(user.as_uuid())
+                .fetch_optional(&mut *tx)
+                .await?
+                .ok_or(StoreError::NotFound("run"))?;
+                let status: RunStatus =
+                    text_enum::decode("runs.status", state.try_get::<&str, _>("status")?)?;
+                if status.is_terminal() {
+                    return Ok(CommandSent::NotRunning);
+                }
+                let payload = match command {
+                    RunCommand::Cancel => serde_json::Value::Null,
+                    RunCommand::Input(value) => {
+                        if !state.try_get::<bool, _>("awaiting_input")? {
+                            return Ok(CommandSent::NotAwaiting);
+                        }
+                        value.clone()
+                    }
+                };
+                sqlx::query(
+                    "INSERT INTO run_commands (id, run_id, kind, payload, created_at) \
+                     VALUES ($1, $2, $3, $4, $5)",
+                )
+                .bind(uuid::Uuid::now_v7())
+                .bind(run.as_uuid())
+                .bind(command.kind().as_str())
+                .bind(sqlx::types::Json(payload))
+                .bind(now())
+                .execute(&mut *tx)
+                .await?;
+                if let Some(notify) = NOTIFY_COMMAND {
+                    sqlx::query(notify).execute(&mut *tx).await?;
+                }
+                tx.commit().await?;
+                Ok(CommandSent::Sent)
+            }
+
+            async fn take_run_commands(
+                &self,
+                replica: ReplicaId,
+            ) -> StoreResult<Vec<(RunId, RunCommand)>> {
+                use sqlx::Row as _;
+                let found = sqlx::query(
+                    "DELETE FROM run_commands \
+                     WHERE run_id IN (SELECT id FROM runs WHERE owner = $1) \
+                     RETURNING id, run_id, kind, payload",
+                )
+                .bind(replica.as_uuid())
+                .fetch_all(&self.pool)
+                .await?;
+                let mut taken = found
+                    .iter()
+                    .map(|row| {
+                        let id: uuid::Uuid = row.try_get("id")?;
+                        let run = RunId::from_uuid(row.try_get("run_id")?);
+                        let kind: RunCommandKind = text_enum::decode(
+                            "run_commands.kind",
+                            row.try_get::<&str, _>("kind")?,
+                        )?;
+                        let payload: sqlx::types::Json<serde_json::Value> =
+                            row.try_get("payload")?;
+                        let command = match kind {
+                            RunCommandKind::Cancel => RunCommand::Cancel,
+                            RunCommandKind::Input => RunCommand::Input(payload.0),
+                        };
+                        Ok((id, run, command))
+                    })
+                    .collect::<Result<Vec<_>, sqlx::Error>>()?;
+                // Ids are time-ordered: the order they were sent in.
+                taken.sort_by_key(|(id, _, _)| *id);
+                Ok(taken
+                    .into_iter()
+                    .map(|(_, run, command)| (run, command))
+                    .collect())
+            }
+
+            async fn drop_stale_run_commands(&self, before: DateTime<Utc>) -> StoreResult<u64> {
+                let done = sqlx::query("DELETE FROM run_commands WHERE created_at < $1")
+                    .bind(before)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(done.rows_affected())
+            }
+
+            async fn touch_run_reader(
+                &self,
+                user: UserId,
+                run: RunId,
+                until: DateTime<Utc>,
+            ) -> StoreResult<()> {
+                sqlx::query(
+                    "UPDATE runs SET read_until = $1 WHERE id = $2 AND user_id = $3 \
+                     AND status = 'running' AND (read_until IS NULL OR read_until < $1)",
+                )
+                .bind(until)
+                .bind(run.as_uuid())
+                .bind(user.as_uuid())
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn remote_readers_until(&self, run: RunId) -> StoreResult<Option<DateTime<Utc>>> {
+                let found: Option<(Option<DateTime<Utc>>,)> =
+                    sqlx::query_as("SELECT read_until FROM runs WHERE id = $1")
+                        .bind(run.as_uuid())
+                        .fetch_optional(&self.pool)
+                        .await?;
+                Ok(found.and_then(|(until,)| until))
+            }
+
+            async fn set_awaiting_input(
+                &self,
+                user: UserId,
+                run: RunId,
+                awaiting: bool,
+            ) -> StoreResult<()> {
+                sqlx::query("UPDATE runs SET awaiting_input = $1 WHERE id = $2 AND user_id = $3")
+                    .bind(awaiting)
+                    .bind(run.as_uuid())
+                    .bind(user.as_uuid())
+                    .execute(&self.pool)
+                    .await?;
+                Ok(())
+            }
+        }
+    };
+}
+
+pub(crate) use sql_run_control_store;

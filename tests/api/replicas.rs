@@ -1,0 +1,340 @@
+//! Several replicas over one PostgreSQL database, each a `RunHub` with a pool of its own (as
+//! separate processes would have): a replica's live runs survive another replica's start and
+//! sweeps, a cancel or an input sent through one replica reaches the run where it executes,
+//! and the runs of a replica that stopped renewing its leases are closed by another one.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mnemo::runs::{InputRefused, Leases, RunEvent, RunFailure, RunHub, RunLimits};
+use mnemo::store::{EventType, Run, RunKind, RunStatus, Store, StoredEvent, UserId, UserKind};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::support::databases::fresh_postgres_url;
+
+/// Short leases, so an expiry is seen within seconds.
+const LEASES: Leases = Leases {
+    lease: Duration::from_millis(1500),
+    heartbeat: Duration::from_millis(300),
+    command_poll: Duration::from_millis(200),
+};
+
+/// The bound on every wait for something another replica does.
+const PATIENCE: Duration = Duration::from_secs(15);
+
+struct Replica {
+    store: Arc<dyn Store>,
+    hub: Arc<RunHub>,
+}
+
+async fn replica(url: &str) -> Replica {
+    replica_abandoning(url, None).await
+}
+
+/// A replica that cancels a run nobody has followed for `abandon_after`.
+async fn replica_abandoning(url: &str, abandon_after: Option<Duration>) -> Replica {
+    let store = mnemo::store::connect(url, 4, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let hub = RunHub::new(
+        store.clone(),
+        CancellationToken::new(),
+        abandon_after,
+        RunLimits {
+            max_per_user: 8,
+            run_tokens: None,
+            daily_tokens: None,
+        },
+        LEASES,
+    );
+    let closed = hub.recover_interrupted(None).await.unwrap();
+    assert_eq!(closed, 0, "a starting replica closed a live run");
+    hub.spawn_control();
+    Replica { store, hub }
+}
+
+/// Starts a run on `replica` that emits a `thinking` event every 50 ms until it is stopped.
+async fn endless_run(replica: &Replica, user: UserId) -> Run {
+    replica
+        .hub
+        .start(user, None, RunKind::Research, |context| async move {
+            for n in 0.. {
+                context
+                    .emit(RunEvent::thinking(
+                        "research_execution",
+                        format!("step {n}"),
+                        None,
+                    ))
+                    .await?;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok::<(), RunFailure>(())
+        })
+        .await
+        .unwrap()
+}
+
+async fn run_state(store: &Arc<dyn Store>, user: UserId, run: &Run) -> Run {
+    store.user(user).get_run(run.id).await.unwrap()
+}
+
+/// Waits (at most `PATIENCE`) until `ready` holds for the run's row.
+async fn wait_for(
+    store: &Arc<dyn Store>,
+    user: UserId,
+    run: &Run,
+    what: &str,
+    ready: impl Fn(&Run) -> bool,
+) -> Run {
+    let started = Instant::now();
+    loop {
+        let state = run_state(store, user, run).await;
+        if ready(&state) {
+            return state;
+        }
+        assert!(
+            started.elapsed() < PATIENCE,
+            "run {} never became {what}: {state:?}",
+            run.id
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn events(store: &Arc<dyn Store>, user: UserId, run: &Run) -> Vec<StoredEvent> {
+    store
+        .user(user)
+        .run_events_after(run.id, 0, 10_000)
+        .await
+        .unwrap()
+}
+
+fn assert_contiguous_and_done(events: &[StoredEvent], status: &str) {
+    let seqs: Vec<i64> = events.iter().map(|event| event.seq).collect();
+    let expected: Vec<i64> = (1..=events.len() as i64).collect();
+    assert_eq!(seqs, expected, "sequence numbers have gaps or repeats");
+    let last = events.last().unwrap();
+    assert_eq!(last.event_type, EventType::Done);
+    assert_eq!(last.data["status"], status);
+    assert_eq!(
+        events
+            .iter()
+            .filter(|event| event.event_type == EventType::Done)
+            .count(),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_runs_through_leases_and_commands() {
+    let url = fresh_postgres_url().await;
+    let a = replica(&url).await;
+    let user = a
+        .store
+        .accounts()
+        .create_user("alice", UserKind::Key)
+        .await
+        .unwrap()
+        .id;
+
+    // A run executing on A survives B's start and B's sweeps, for longer than a lease.
+    let live = endless_run(&a, user).await;
+    wait_for(&a.store, user, &live, "under way", |run| run.last_seq >= 3).await;
+    let b = replica(&url).await;
+    let watched_from = Instant::now();
+    let seq_at_start = run_state(&b.store, user, &live).await.last_seq;
+    while watched_from.elapsed() < LEASES.lease * 2 {
+        assert_eq!(b.hub.sweep().await.unwrap(), 0, "B closed A's live run");
+        tokio::time::sleep(LEASES.heartbeat).await;
+    }
+    let state = run_state(&b.store, user, &live).await;
+    assert_eq!(state.status, RunStatus::Running);
+    assert!(
+        state.last_seq > seq_at_start + 5,
+        "A's run stopped writing: {state:?}"
+    );
+    assert!(!b.hub.cancel(live.id), "the run executes on A, not on B");
+
+    // A cancel sent through B stops the run on A, which writes its end itself.
+    let sent_at = Instant::now();
+    assert!(b.hub.request_cancel(user, live.id).await.unwrap());
+    let cancelled = wait_for(&b.store, user, &live, "cancelled", |run| {
+        run.status.is_terminal()
+    })
+    .await;
+    eprintln!(
+        "a cancel through B ended A's run in {:?}",
+        sent_at.elapsed()
+    );
+    assert_eq!(cancelled.status, RunStatus::Cancelled);
+    let written = events(&b.store, user, &live).await;
+    assert_contiguous_and_done(&written, "cancelled");
+    assert!(
+        written
+            .iter()
+            .all(|event| event.event_type != EventType::Error),
+        "a cancel is not an error: {written:?}"
+    );
+    // An ended run takes no more commands.
+    assert!(!b.hub.request_cancel(user, live.id).await.unwrap());
+
+    // Input sent through B reaches a run waiting on A; before it waits, B answers as A would.
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let opened = gate.clone();
+    let asking = a
+        .hub
+        .start(user, None, RunKind::Research, |context| async move {
+            context
+                .emit(RunEvent::thinking("research_execution", "working", None))
+                .await?;
+            opened.notified().await;
+            context
+                .emit(RunEvent::thinking("research_execution", "asking", None))
+                .await?;
+            let answer = context.wait_input().await.unwrap_or_default();
+            context
+                .emit(RunEvent::thinking(
+                    "research_execution",
+                    format!("answered {}", answer["content"]),
+                    None,
+                ))
+                .await?;
+            Ok::<(), RunFailure>(())
+        })
+        .await
+        .unwrap();
+    wait_for(&b.store, user, &asking, "under way", |run| {
+        run.last_seq >= 1
+    })
+    .await;
+    let early = b
+        .hub
+        .request_input(user, asking.id, json!({ "content": "too early" }))
+        .await
+        .unwrap();
+    assert_eq!(early, Err(InputRefused::NotAwaiting));
+    gate.notify_one();
+    wait_for(&b.store, user, &asking, "asking", |run| run.last_seq >= 2).await;
+    let started = Instant::now();
+    loop {
+        // The run records that it waits just after its question.
+        match b
+            .hub
+            .request_input(user, asking.id, json!({ "content": "tides" }))
+            .await
+            .unwrap()
+        {
+            Ok(()) => break,
+            Err(InputRefused::NotAwaiting) if started.elapsed() < PATIENCE => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(refused) => panic!("input through B refused: {refused:?}"),
+        }
+    }
+    let answered = wait_for(&b.store, user, &asking, "completed", |run| {
+        run.status.is_terminal()
+    })
+    .await;
+    assert_eq!(answered.status, RunStatus::Completed);
+    let written = events(&b.store, user, &asking).await;
+    assert_contiguous_and_done(&written, "completed");
+    assert_eq!(written[2].data["content"], "answered \"tides\"");
+    assert_eq!(
+        b.hub
+            .request_input(user, asking.id, json!({ "content": "late" }))
+            .await
+            .unwrap(),
+        Err(InputRefused::NotLive)
+    );
+
+    // C loses the database while its run is in progress (as a replica that dies does): its
+    // lease runs out, and B's sweeper closes the run as interrupted. A's runs stay alone.
+    let c = replica(&url).await;
+    let orphan = endless_run(&c, user).await;
+    wait_for(&b.store, user, &orphan, "under way", |run| {
+        run.last_seq >= 3
+    })
+    .await;
+    let bystander = endless_run(&a, user).await;
+    c.store.close().await;
+    let closed = wait_for(&b.store, user, &orphan, "closed", |run| {
+        run.status.is_terminal()
+    })
+    .await;
+    assert_eq!(closed.status, RunStatus::Interrupted);
+    let written = events(&b.store, user, &orphan).await;
+    assert_contiguous_and_done(&written, "interrupted");
+    let error = &written[written.len() - 2];
+    assert_eq!(error.event_type, EventType::Error);
+    assert_eq!(error.data["retryable"], true);
+    assert!(
+        written[..written.len() - 2]
+            .iter()
+            .all(|event| event.event_type == EventType::Thinking),
+        "only C's own events come before the taker's end: {written:?}"
+    );
+    let state = run_state(&a.store, user, &bystander).await;
+    assert_eq!(state.status, RunStatus::Running, "A's run was closed too");
+
+    a.hub.shutdown(Duration::from_secs(5)).await;
+    b.hub.shutdown(Duration::from_secs(5)).await;
+    let ended = run_state(&b.store, user, &bystander).await;
+    assert_eq!(ended.status, RunStatus::Interrupted);
+    a.store.close().await;
+    b.store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_on_another_replica_gets_the_events_and_keeps_the_run_alive() {
+    use futures::StreamExt as _;
+    let url = fresh_postgres_url().await;
+    let grace = Duration::from_millis(1000);
+    let a = replica_abandoning(&url, Some(grace)).await;
+    let b = replica_abandoning(&url, Some(grace)).await;
+    let user = a
+        .store
+        .accounts()
+        .create_user("alice", UserKind::Key)
+        .await
+        .unwrap()
+        .id;
+    let run = endless_run(&a, user).await;
+    // Nobody reads it on A; the only reader follows it through B, for three grace periods.
+    let mut followed = Box::pin(b.hub.follow(user, run.id, 0, CancellationToken::new()));
+    let mut received = Vec::new();
+    let started = Instant::now();
+    while started.elapsed() < grace * 3 {
+        let event = tokio::time::timeout(PATIENCE, followed.next())
+            .await
+            .expect("no event reached B's follower")
+            .expect("B's follower ended early");
+        received.push(event);
+    }
+    let state = run_state(&b.store, user, &run).await;
+    assert_eq!(
+        state.status,
+        RunStatus::Running,
+        "A cancelled a run followed through B"
+    );
+    assert!(received.len() >= 10, "{} events", received.len());
+    let seqs: Vec<i64> = received.iter().map(|event| event.seq).collect();
+    let expected: Vec<i64> = (1..=received.len() as i64).collect();
+    assert_eq!(seqs, expected);
+    assert!(
+        received
+            .iter()
+            .all(|event| event.event_type == EventType::Thinking)
+    );
+    // Once B's reader goes away, A's watchdog cancels the run.
+    drop(followed);
+    let ended = wait_for(&a.store, user, &run, "abandoned", |run| {
+        run.status.is_terminal()
+    })
+    .await;
+    assert_eq!(ended.status, RunStatus::Cancelled);
+    a.hub.shutdown(Duration::from_secs(5)).await;
+    b.hub.shutdown(Duration::from_secs(5)).await;
+    a.store.close().await;
+    b.store.close().await;
+}
