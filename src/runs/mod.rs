@@ -991,8 +991,9 @@ impl RunHub {
         }
     }
 
-    /// Cancels the user's runs of `thread` that execute here and waits, at most `wait`, until
-    /// they have ended: their followers get `done` before the thread is deleted.
+    /// Cancels the user's runs of `thread`, here and (through their owners) on other replicas,
+    /// and waits, at most `wait`, until they have ended: their followers get `done` before the
+    /// thread is deleted.
     pub async fn cancel_thread(&self, user: UserId, thread: ThreadId, wait: Duration) {
         let mut ending: Vec<watch::Receiver<i64>> = Vec::new();
         for live in self
@@ -1003,10 +1004,37 @@ impl RunHub {
             live.cancel.cancel();
             ending.push(live.notify.subscribe());
         }
+        // Runs of the thread executing on other replicas get the cancel through their owner.
+        let scope = self.store.user(user);
+        let elsewhere: Vec<RunId> = match scope.running_runs_of_thread(thread).await {
+            Ok(runs) => runs
+                .into_iter()
+                .filter(|run| !self.live().contains_key(run))
+                .collect(),
+            Err(error) => {
+                tracing::warn!(%thread, %error, "could not list a deleted thread's runs");
+                Vec::new()
+            }
+        };
+        for &run in &elsewhere {
+            if let Err(error) = scope.send_run_command(run, &RunCommand::Cancel).await {
+                tracing::warn!(%run, %error, "could not cancel a run on another replica");
+            }
+        }
         let all_ended = async {
             for mut receiver in ending {
                 // The sender goes with the run's entry, once its last event is written.
                 while receiver.changed().await.is_ok() {}
+            }
+            for run in elsewhere {
+                loop {
+                    match scope.get_run(run).await {
+                        Ok(state) if !state.status.is_terminal() => {
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                        _ => break,
+                    }
+                }
             }
         };
         if tokio::time::timeout(wait, all_ended).await.is_err() {

@@ -692,6 +692,7 @@ pub(in crate::store) trait StoreCore: Send + Sync + 'static {
     /// transaction: a reader that sees the event sees the terminal status. Only the run's
     /// owner `writer` (or anyone while the run has no owner) may append; another replica's
     /// append is `Conflict`.
+    #[allow(clippy::too_many_arguments)]
     async fn append_final_run_event(
         &self,
         user: UserId,

@@ -7,7 +7,7 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::{ReplicaId, RunId, StoreResult, UserId};
+use super::{ReplicaId, RunId, StoreResult, ThreadId, UserId};
 
 /// A running run nobody holds: its owner's lease expired, its owner is the dead predecessor
 /// named to the sweep, or it was stored without ever being claimed.
@@ -103,6 +103,12 @@ pub(in crate::store) trait RunControlStore: Send + Sync + 'static {
         run: RunId,
         command: &RunCommand,
     ) -> StoreResult<CommandSent>;
+    /// The user's runs of `thread` still running (wherever they execute).
+    async fn running_runs_of_thread(
+        &self,
+        user: UserId,
+        thread: ThreadId,
+    ) -> StoreResult<Vec<RunId>>;
     /// Takes (deletes and returns) the commands for runs `replica` owns, oldest first.
     async fn take_run_commands(&self, replica: ReplicaId) -> StoreResult<Vec<(RunId, RunCommand)>>;
     /// Deletes commands stored before `before` that nobody took (their run ended).

@@ -919,6 +919,7 @@ macro_rules! sql_store {
                 append_event(&self.pool, user, run, seq, event_type, data, None, writer).await
             }
 
+            #[allow(clippy::too_many_arguments)]
             async fn append_final_run_event(
                 &self,
                 user: UserId,

@@ -179,6 +179,25 @@ macro_rules! sql_run_control_store {
                 Ok(CommandSent::Sent)
             }
 
+            async fn running_runs_of_thread(
+                &self,
+                user: UserId,
+                thread: ThreadId,
+            ) -> StoreResult<Vec<RunId>> {
+                let found: Vec<(uuid::Uuid,)> = sqlx::query_as(
+                    "SELECT id FROM runs WHERE user_id = $1 AND thread_id = $2 \
+                     AND status = 'running' ORDER BY id",
+                )
+                .bind(user.as_uuid())
+                .bind(thread.as_uuid())
+                .fetch_all(&self.pool)
+                .await?;
+                Ok(found
+                    .into_iter()
+                    .map(|(id,)| RunId::from_uuid(id))
+                    .collect())
+            }
+
             async fn take_run_commands(
                 &self,
                 replica: ReplicaId,

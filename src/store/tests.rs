@@ -272,6 +272,25 @@ async fn deleting_a_thread_removes_its_messages_and_runs(store: Arc<dyn Store>) 
         .await
         .unwrap();
     store
+        .create_run(alice.id, None, RunKind::Chat)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .running_runs_of_thread(alice.id, thread.id)
+            .await
+            .unwrap(),
+        [run.id]
+    );
+    let carol = store.create_user("carol", UserKind::Key).await.unwrap();
+    assert!(
+        store
+            .running_runs_of_thread(carol.id, thread.id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    store
         .append_run_event(
             alice.id,
             run.id,

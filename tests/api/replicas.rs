@@ -248,6 +248,31 @@ async fn replicas_share_runs_through_leases_and_commands() {
         Err(InputRefused::NotLive)
     );
 
+    // Deleting a thread through B first stops the thread's run executing on A.
+    let thread = a.store.user(user).create_thread("t").await.unwrap();
+    let threaded = a
+        .hub
+        .start(user, Some(thread.id), RunKind::Chat, |context| async move {
+            loop {
+                context
+                    .emit(RunEvent::thinking("chat", "still here", None))
+                    .await?;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            #[allow(unreachable_code)]
+            Ok::<(), RunFailure>(())
+        })
+        .await
+        .unwrap();
+    wait_for(&b.store, user, &threaded, "under way", |run| {
+        run.last_seq >= 2
+    })
+    .await;
+    b.hub.cancel_thread(user, thread.id, PATIENCE).await;
+    let state = run_state(&b.store, user, &threaded).await;
+    assert_eq!(state.status, RunStatus::Cancelled);
+    assert_contiguous_and_done(&events(&b.store, user, &threaded).await, "cancelled");
+
     // C loses the database while its run is in progress (as a replica that dies does): its
     // lease runs out, and B's sweeper closes the run as interrupted. A's runs stay alone.
     let c = replica(&url).await;
