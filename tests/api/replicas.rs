@@ -363,3 +363,60 @@ async fn a_follower_on_another_replica_gets_the_events_and_keeps_the_run_alive()
     a.store.close().await;
     b.store.close().await;
 }
+
+/// Two servers over one PostgreSQL database (each with its own data directory): a chat turn
+/// started on A is followed and cancelled through B's HTTP API.
+#[tokio::test]
+async fn a_turn_started_on_one_server_is_followed_and_cancelled_through_another() {
+    use crate::support::fake_llm::{FakeLlm, Reply};
+    use crate::support::{Backend, Home, TestApp};
+    use reqwest::StatusCode;
+
+    let home_a = Home::new(Backend::Postgres).await;
+    let home_b = Home {
+        dir: tempfile::tempdir().unwrap(),
+        database_url: home_a.database_url.clone(),
+    };
+    let llm = FakeLlm::start().await;
+    let words: Vec<String> = (0..200).map(|index| format!("word{index}")).collect();
+    llm.set_default(Reply::slow_text(&words.join(" "), 6, 200));
+    let a = TestApp::spawn_with_llm(&home_a, &llm, &[]).await;
+    let b = TestApp::spawn_with_llm(&home_b, &llm, &[]).await;
+    assert_ne!(a.state.runs.replica(), b.state.runs.replica());
+    let key = a.user_key("alice").await;
+    let thread = a.create_thread(&key, "two servers").await;
+    let run = a
+        .post_message(&key, thread["id"].as_str().unwrap(), "go on and on")
+        .await;
+    let run_id = run["id"].as_str().unwrap().to_string();
+    assert_eq!(a.state.runs.active(), 1);
+    assert_eq!(b.state.runs.active(), 0);
+    let mut reader = b.events(&key, &run_id, None).await;
+    let first = reader.next().await.expect("an event through B");
+    assert_eq!(first.id, 1);
+    let (status, body) = b
+        .post(&format!("/v1/runs/{run_id}/cancel"), Some(&key), None)
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let rest = tokio::time::timeout(PATIENCE, reader.collect())
+        .await
+        .expect("B's stream ended");
+    let done = rest.last().expect("events after the cancel");
+    assert_eq!(done.event, "done", "{rest:?}");
+    assert_eq!(done.data["status"], "cancelled");
+    assert!(rest.iter().all(|event| event.event != "message_complete"));
+    let (status, body) = b
+        .post(&format!("/v1/runs/{run_id}/cancel"), Some(&key), None)
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let (status, body) = b
+        .post(
+            &format!("/v1/runs/{run_id}/input"),
+            Some(&key),
+            Some(json!({ "approve": true })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    b.stop().await;
+    a.stop().await;
+}
