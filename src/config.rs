@@ -376,6 +376,16 @@ impl Default for FetchSettings {
     }
 }
 
+/// How token embeddings are reduced to one sentence vector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pooling {
+    /// Average of the non-padding token embeddings.
+    Mean,
+    /// The `[CLS]` token embedding.
+    Cls,
+}
+
 /// Which embedder turns text into vectors.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -401,14 +411,14 @@ pub struct EmbedderSettings {
     /// Put before every stored text (e5: `passage: `); unset: what the model declares.
     pub passage_prefix: Option<String>,
     /// `mean` or `cls`; unset: what the model declares.
-    pub pooling: Option<crate::llm::embed::Pooling>,
+    pub pooling: Option<Pooling>,
 }
 
 impl Default for EmbedderSettings {
     fn default() -> Self {
         Self {
             provider: EmbedderProvider::Local,
-            model_dir: PathBuf::from("models/all-MiniLM-L6-v2"),
+            model_dir: PathBuf::from("models/multilingual-e5-small-q4"),
             base_url: None,
             api_key: None,
             model: None,
@@ -483,12 +493,48 @@ pub struct FusionSettings {
     /// `gate_coverage` of it in a BM25 view (the idf of the informative query terms it holds
     /// over the idf of all the query's terms; a term is informative when at most 5 % of the
     /// user's memories hold it). "hello" or a question about something never said finds
-    /// nothing instead of ten unrelated memories. 0 and 0 turn it off.
-    pub gate_cosine: f64,
+    /// nothing instead of ten unrelated memories. 0 and 0 turn it off. The cosines are the
+    /// model's: unset, [`FusionSettings::resolve`] takes those measured for the embedder in
+    /// use ([`model_cosines`]).
+    pub gate_cosine: Option<f64>,
     pub gate_coverage: f64,
     /// The candidate floor: past the gate, candidates below both of these are dropped.
-    pub floor_cosine: f64,
+    pub floor_cosine: Option<f64>,
     pub floor_coverage: f64,
+}
+
+/// The gate's and the floor's cosine for a model, by its id, each chosen by the eval's gate
+/// sweep on the LoCoMo dev split (`eval/README.md`). Cosines are not comparable across
+/// models: all-MiniLM-L6-v2 puts unrelated texts near 0.1–0.3, the e5 family (trained with a
+/// low temperature) near 0.7–0.8, so one threshold cannot serve both. e5 (0.82 / 0.75): 0.4 /
+/// 0.5 points of R@5 / R@10 below no gate, nothing returned to 83 % of the questions about
+/// another conversation. Any other model: MiniLM's (0.47 / 0.35).
+pub fn model_cosines(model_id: &str) -> (f64, f64) {
+    let id = model_id.to_ascii_lowercase();
+    if id.contains("e5-") || id.contains("e5_") || id.ends_with("e5") {
+        (0.82, 0.75)
+    } else {
+        (0.47, 0.35)
+    }
+}
+
+impl FusionSettings {
+    /// Fills the cosines left unset with the model's own ([`model_cosines`]).
+    pub fn resolve(&mut self, model_id: &str) {
+        let (gate, floor) = model_cosines(model_id);
+        self.gate_cosine.get_or_insert(gate);
+        self.floor_cosine.get_or_insert(floor);
+    }
+
+    /// The gate's cosine (MiniLM's when not resolved against a model).
+    pub fn gate_cosine(&self) -> f64 {
+        self.gate_cosine.unwrap_or(model_cosines("").0)
+    }
+
+    /// The floor's cosine (MiniLM's when not resolved against a model).
+    pub fn floor_cosine(&self) -> f64 {
+        self.floor_cosine.unwrap_or(model_cosines("").1)
+    }
 }
 
 impl Default for FusionSettings {
@@ -502,12 +548,13 @@ impl Default for FusionSettings {
             bm25_weight: 1.0,
             context_vector_weight: 1.0,
             context_bm25_weight: 1.0,
-            // Chosen by the eval's gate sweep on the LoCoMo dev split: 0.3 / 0.4 points of
-            // R@5 / R@10 below no gate, for nothing returned to 92 % of the questions about
-            // another conversation (a stricter cosine, 0.52, costs 2–3 points more).
-            gate_cosine: 0.47,
+            // Chosen by the eval's gate sweep on the LoCoMo dev split: with MiniLM 0.3 / 0.4
+            // points of R@5 / R@10 below no gate, for nothing returned to 92 % of the
+            // questions about another conversation (a stricter cosine, 0.52, costs 2–3 points
+            // more). The cosines are the model's own (`model_cosines`).
+            gate_cosine: None,
             gate_coverage: 0.5,
-            floor_cosine: 0.35,
+            floor_cosine: None,
             floor_coverage: 0.05,
         }
     }
@@ -1029,6 +1076,41 @@ mod tests {
             .iter()
             .map(|(key, value)| (key.to_string(), value.to_string()))
             .collect()
+    }
+
+    /// The gate's cosines are the model's unless set: e5 ids get e5's, anything else
+    /// MiniLM's, and a configured value is never replaced.
+    #[test]
+    fn gate_cosines_follow_the_model_unless_set() {
+        for (model, expected) in [
+            ("multilingual-e5-small-q4", (0.82, 0.75)),
+            ("intfloat/multilingual-e5-small", (0.82, 0.75)),
+            ("e5", (0.82, 0.75)),
+            ("all-MiniLM-L6-v2", (0.47, 0.35)),
+            ("text-embedding-3-small", (0.47, 0.35)),
+            ("bge-small-zh-v1.5", (0.47, 0.35)),
+        ] {
+            let mut fusion = FusionSettings::default();
+            assert_eq!((fusion.gate_cosine, fusion.floor_cosine), (None, None));
+            fusion.resolve(model);
+            assert_eq!(
+                (fusion.gate_cosine(), fusion.floor_cosine()),
+                expected,
+                "{model}"
+            );
+        }
+        let settings = Settings::load_from(
+            &Overrides::default(),
+            env(&[("MNEMO__MEMORY__FUSION__GATE_COSINE", "0.6")]),
+        )
+        .unwrap();
+        let mut fusion = settings.memory.fusion;
+        fusion.resolve("multilingual-e5-small-q4");
+        assert_eq!((fusion.gate_cosine(), fusion.floor_cosine()), (0.6, 0.75));
+        assert_eq!(
+            settings.embedder.model_dir,
+            PathBuf::from("models/multilingual-e5-small-q4")
+        );
     }
 
     #[test]

@@ -85,15 +85,7 @@ fn l2_normalize(v: &mut [f32]) {
 // Local candle BERT
 // ---------------------------------------------------------------------------
 
-/// How token embeddings are reduced to one sentence vector.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Pooling {
-    /// Average of the non-padding token embeddings.
-    Mean,
-    /// The `[CLS]` token embedding.
-    Cls,
-}
+pub use crate::config::Pooling;
 
 #[derive(Deserialize)]
 struct PoolingConfig {

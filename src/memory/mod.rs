@@ -106,6 +106,8 @@ impl MemoryEngine {
         optimize_after: u64,
         shutdown: tokio_util::sync::CancellationToken,
     ) -> MemoryResult<Arc<Self>> {
+        let mut settings = settings;
+        settings.fusion.resolve(embedder.model_id());
         let indexer = Indexer::new(
             store.clone(),
             vector,

@@ -303,7 +303,7 @@ pub fn fuse_lists(lists: &Lists<'_>, fusion: &FusionSettings, rrf_k: f64) -> Vec
     };
     if !by_id
         .values()
-        .any(|candidate| passes(candidate, fusion.gate_cosine, fusion.gate_coverage))
+        .any(|candidate| passes(candidate, fusion.gate_cosine(), fusion.gate_coverage))
     {
         // Nothing the query is about: no candidate is close enough in meaning or words.
         return Vec::new();
@@ -311,7 +311,7 @@ pub fn fuse_lists(lists: &Lists<'_>, fusion: &FusionSettings, rrf_k: f64) -> Vec
     let mut fused: Vec<Candidate> = by_id
         .into_values()
         .filter(|candidate| {
-            candidate.found && passes(candidate, fusion.floor_cosine, fusion.floor_coverage)
+            candidate.found && passes(candidate, fusion.floor_cosine(), fusion.floor_coverage)
         })
         .collect();
     fused.sort_by(|a, b| {

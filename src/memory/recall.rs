@@ -121,6 +121,33 @@ impl MemoryEngine {
         };
         let first_chunk = (2 * k).max(HYDRATE_CHUNK_MIN);
         let fusion = &settings.fusion;
+        let gated = request.mode == RecallMode::Hybrid
+            && [
+                fusion.gate_cosine(),
+                fusion.gate_coverage,
+                fusion.floor_cosine(),
+                fusion.floor_coverage,
+            ]
+            .iter()
+            .any(|threshold| *threshold > 0.0);
+        // A greeting or thanks ("hello", "你好", "thanks!") is about nothing: the gate answers
+        // it before any search, whatever the model's cosines (e5 puts a short Chinese greeting
+        // at 0.85 from a short Chinese statement, above its gate).
+        if gated && super::extract::content_free(query) {
+            let total_ms = elapsed_ms(started);
+            return Ok(RecallResponse {
+                results: Vec::new(),
+                timings: RecallTimings {
+                    embed_ms: 0.0,
+                    vector_ms: 0.0,
+                    keyword_ms: 0.0,
+                    hydrate_ms: 0.0,
+                    rank_ms: 0.0,
+                    search_ms: total_ms,
+                    total_ms,
+                },
+            });
+        }
         let (
             covered,
             vector_hits,
@@ -137,15 +164,7 @@ impl MemoryEngine {
             let use_context_keyword = use_keyword && fusion.context_bm25_weight > 0.0;
             // Coverage feeds the gate and the floor; a search by one signal alone (an
             // ablation, a diagnostic) keeps what it finds.
-            let covered = request.mode == RecallMode::Hybrid
-                && [
-                    fusion.gate_cosine,
-                    fusion.gate_coverage,
-                    fusion.floor_cosine,
-                    fusion.floor_coverage,
-                ]
-                .iter()
-                .any(|threshold| *threshold > 0.0);
+            let covered = gated;
             let keyword = self.indexer.keyword().clone();
             let context_keyword = keyword.clone();
             let context_keyword_search = async {

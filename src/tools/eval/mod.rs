@@ -312,17 +312,17 @@ impl GatePoint {
 
     pub fn of(fusion: &FusionSettings) -> Self {
         Self::new(
-            fusion.gate_cosine,
+            fusion.gate_cosine(),
             fusion.gate_coverage,
-            fusion.floor_cosine,
+            fusion.floor_cosine(),
             fusion.floor_coverage,
         )
     }
 
     fn apply(self, fusion: &mut FusionSettings) {
-        fusion.gate_cosine = self.gate_cosine;
+        fusion.gate_cosine = Some(self.gate_cosine);
         fusion.gate_coverage = self.gate_coverage;
-        fusion.floor_cosine = self.floor_cosine;
+        fusion.floor_cosine = Some(self.floor_cosine);
         fusion.floor_coverage = self.floor_coverage;
     }
 
@@ -431,6 +431,20 @@ impl EvalOptions {
         GatePoint::new(0.47, 0.5, 0.35, 0.2),
     ];
 
+    /// The default grid moved to a model's own cosines: [`Self::DEFAULT_GATE_SWEEP`] is
+    /// written around MiniLM's (gate 0.47, floor 0.35).
+    pub fn default_gate_sweep(fusion: &FusionSettings) -> Vec<GatePoint> {
+        let (gate, floor) = (fusion.gate_cosine() - 0.47, fusion.floor_cosine() - 0.35);
+        Self::DEFAULT_GATE_SWEEP
+            .iter()
+            .map(|point| GatePoint {
+                gate_cosine: ((point.gate_cosine + gate) * 1000.0).round() / 1000.0,
+                floor_cosine: ((point.floor_cosine + floor) * 1000.0).round() / 1000.0,
+                ..*point
+            })
+            .collect()
+    }
+
     /// Defaults for everything else; the scratch directory becomes `<out_dir>/scratch`.
     pub fn new(data: PathBuf, out_dir: PathBuf, mut settings: Settings) -> Self {
         settings.data_dir = out_dir.join("scratch");
@@ -532,8 +546,14 @@ pub async fn run_longmemeval(options: EvalOptions) -> anyhow::Result<EvalSummary
 }
 
 /// Runs the evaluation of `dataset` and writes the results into `options.out_dir`.
-pub async fn run(dataset: &dyn Dataset, options: EvalOptions) -> anyhow::Result<EvalSummary> {
+pub async fn run(dataset: &dyn Dataset, mut options: EvalOptions) -> anyhow::Result<EvalSummary> {
     let started = Instant::now();
+    let embedder = mnemo::llm::embed::from_settings(&options.settings.embedder).await?;
+    // The gate's cosines are the model's own, as the engine resolves them.
+    options.settings.memory.fusion.resolve(embedder.model_id());
+    if options.gate_sweep == EvalOptions::DEFAULT_GATE_SWEEP {
+        options.gate_sweep = EvalOptions::default_gate_sweep(&options.settings.memory.fusion);
+    }
     let plan = Plan::new(&options)?;
     let mut conversations = dataset.conversations();
     if let Some(limit) = options.limit_conversations {
@@ -560,9 +580,7 @@ pub async fn run(dataset: &dyn Dataset, options: EvalOptions) -> anyhow::Result<
         conversations: &conversations,
         scratch_root: scratch_root.clone(),
         settings: &options.settings,
-        embedder: Arc::new(EvalEmbedder::new(
-            mnemo::llm::embed::from_settings(&options.settings.embedder).await?,
-        )),
+        embedder: Arc::new(EvalEmbedder::new(embedder)),
         plan,
         answers: answer_models(&options, &models)?,
         facts: models
@@ -1066,7 +1084,7 @@ mod tests {
         assert_eq!(gate.gate, Some(GatePoint::new(0.5, 0.6, 0.3, 0.1)));
         assert!(gate.asks_foreign() && gate.retrieval == Retrieval::HybridDecay);
         let fusion = gate.settings(&plan.memory).fusion;
-        assert_eq!((fusion.gate_coverage, fusion.floor_cosine), (0.6, 0.3));
+        assert_eq!((fusion.gate_coverage, fusion.floor_cosine()), (0.6, 0.3));
         assert_eq!(plan.probes_for(MemoryUnit::Dated).len(), 5);
         assert_eq!(plan.probes_for(MemoryUnit::Product).len(), 6);
         let ungated = plan
@@ -1197,8 +1215,8 @@ mod tests {
         // A few turns per haystack: the gate's thresholds are measured on LoCoMo, not here
         // (the ungated row below is what the default rows would be).
         let fusion = &mut settings.memory.fusion;
-        (fusion.gate_cosine, fusion.gate_coverage) = (0.0, 0.0);
-        (fusion.floor_cosine, fusion.floor_coverage) = (0.0, 0.0);
+        (fusion.gate_cosine, fusion.gate_coverage) = (Some(0.0), 0.0);
+        (fusion.floor_cosine, fusion.floor_coverage) = (Some(0.0), 0.0);
         let mut options = EvalOptions::new(
             Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/longmemeval-mini.json"),
             dir.path().join("results"),

@@ -183,9 +183,9 @@ fn fusion_label(memory: &MemorySettings) -> String {
         number(fusion.bm25_weight),
         number(fusion.context_vector_weight),
         number(fusion.context_bm25_weight),
-        number(fusion.gate_cosine),
+        number(fusion.gate_cosine()),
         number(fusion.gate_coverage),
-        number(fusion.floor_cosine),
+        number(fusion.floor_cosine()),
         number(fusion.floor_coverage),
     )
 }

@@ -192,13 +192,13 @@ impl ZhSet {
         let mut types: Vec<String> = QUERY_TYPES
             .iter()
             .filter(|t| present.contains(*t))
-            .map(|t| t.to_string())
+            .map(ToString::to_string)
             .collect();
         types.extend(
             present
                 .iter()
                 .filter(|t| !QUERY_TYPES.contains(t))
-                .map(|t| t.to_string()),
+                .map(ToString::to_string),
         );
         types
     }
@@ -503,9 +503,9 @@ async fn evaluate(
             decay: true,
             candidates: memory_settings.candidates,
             fusion: fusion.method.as_str().to_string(),
-            gate_cosine: fusion.gate_cosine,
+            gate_cosine: fusion.gate_cosine(),
             gate_coverage: fusion.gate_coverage,
-            floor_cosine: fusion.floor_cosine,
+            floor_cosine: fusion.floor_cosine(),
             floor_coverage: fusion.floor_coverage,
             rrf_k: memory_settings.rrf_k,
         },
