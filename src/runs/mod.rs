@@ -483,12 +483,15 @@ impl RunHub {
     /// execute here, and today's token budget is not used up. Checked before anything of the
     /// new run is stored.
     pub async fn admit(&self, user: UserId) -> Result<(), NotAdmitted> {
-        let running = self
+        let here = self
             .live()
             .values()
             .filter(|live| live.user == user)
             .count();
-        if running >= self.limits.max_per_user {
+        // Runs on every replica (SQL), or this replica's when some are still being created.
+        let everywhere =
+            usize::try_from(self.store.user(user).running_run_count().await?).unwrap_or(0);
+        if here.max(everywhere) >= self.limits.max_per_user {
             return Err(NotAdmitted::TooManyRuns(self.limits.max_per_user));
         }
         if let Some(budget) = self.limits.daily_tokens {

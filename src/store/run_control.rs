@@ -103,6 +103,8 @@ pub(in crate::store) trait RunControlStore: Send + Sync + 'static {
         run: RunId,
         command: &RunCommand,
     ) -> StoreResult<CommandSent>;
+    /// How many of the user's runs are running, on every replica.
+    async fn running_run_count(&self, user: UserId) -> StoreResult<i64>;
     /// The user's runs of `thread` still running (wherever they execute).
     async fn running_runs_of_thread(
         &self,

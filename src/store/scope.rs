@@ -178,6 +178,8 @@ impl UserScope<'_> {
         fn append_run_event(&self, run: RunId, seq: i64, event_type: EventType, data: &serde_json::Value, writer: ReplicaId) -> StoreResult<()>;
         /// Appends `done` and sets the terminal status in one transaction (fenced as above).
         fn append_final_run_event(&self, run: RunId, seq: i64, data: &serde_json::Value, status: RunStatus, error: Option<&str>, writer: ReplicaId) -> StoreResult<()>;
+        /// How many of the user's runs are running, on every replica.
+        fn running_run_count(&self) -> StoreResult<i64>;
         /// The runs of `thread` still running, wherever they execute.
         fn running_runs_of_thread(&self, thread: ThreadId) -> StoreResult<Vec<RunId>>;
         /// Stores a cancel or an input for whichever replica executes the run.

@@ -179,6 +179,16 @@ macro_rules! sql_run_control_store {
                 Ok(CommandSent::Sent)
             }
 
+            async fn running_run_count(&self, user: UserId) -> StoreResult<i64> {
+                let (count,): (i64,) = sqlx::query_as(
+                    "SELECT count(*) FROM runs WHERE user_id = $1 AND status = 'running'",
+                )
+                .bind(user.as_uuid())
+                .fetch_one(&self.pool)
+                .await?;
+                Ok(count)
+            }
+
             async fn running_runs_of_thread(
                 &self,
                 user: UserId,

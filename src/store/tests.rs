@@ -282,7 +282,9 @@ async fn deleting_a_thread_removes_its_messages_and_runs(store: Arc<dyn Store>) 
             .unwrap(),
         [run.id]
     );
+    assert_eq!(store.running_run_count(alice.id).await.unwrap(), 2);
     let carol = store.create_user("carol", UserKind::Key).await.unwrap();
+    assert_eq!(store.running_run_count(carol.id).await.unwrap(), 0);
     assert!(
         store
             .running_runs_of_thread(carol.id, thread.id)

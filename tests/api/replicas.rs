@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mnemo::runs::{InputRefused, Leases, RunEvent, RunFailure, RunHub, RunLimits};
+use mnemo::runs::{InputRefused, Leases, NotAdmitted, RunEvent, RunFailure, RunHub, RunLimits};
 use mnemo::store::{EventType, Run, RunKind, RunStatus, Store, StoredEvent, UserId, UserKind};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -34,6 +34,11 @@ async fn replica(url: &str) -> Replica {
 
 /// A replica that cancels a run nobody has followed for `abandon_after`.
 async fn replica_abandoning(url: &str, abandon_after: Option<Duration>) -> Replica {
+    replica_with(url, abandon_after, 8).await
+}
+
+/// A replica that admits `max_per_user` running runs per user.
+async fn replica_with(url: &str, abandon_after: Option<Duration>, max_per_user: usize) -> Replica {
     let store = mnemo::store::connect(url, 4, Duration::from_secs(10))
         .await
         .unwrap();
@@ -42,7 +47,7 @@ async fn replica_abandoning(url: &str, abandon_after: Option<Duration>) -> Repli
         CancellationToken::new(),
         abandon_after,
         RunLimits {
-            max_per_user: 8,
+            max_per_user,
             run_tokens: None,
             daily_tokens: None,
         },
@@ -124,6 +129,42 @@ fn assert_contiguous_and_done(events: &[StoredEvent], status: &str) {
             .count(),
         1
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_per_user_run_cap_counts_runs_on_every_replica() {
+    let url = fresh_postgres_url().await;
+    let a = replica_with(&url, None, 1).await;
+    let b = replica_with(&url, None, 1).await;
+    let user = a
+        .store
+        .accounts()
+        .create_user("alice", UserKind::Key)
+        .await
+        .unwrap()
+        .id;
+    let bob = a
+        .store
+        .accounts()
+        .create_user("bob", UserKind::Key)
+        .await
+        .unwrap()
+        .id;
+    a.hub.admit(user).await.unwrap();
+    let live = endless_run(&a, user).await;
+    // B runs nothing of alice's, yet her one allowed run is executing on A.
+    let refused = b.hub.admit(user).await;
+    assert!(
+        matches!(refused, Err(NotAdmitted::TooManyRuns(1))),
+        "{refused:?}"
+    );
+    b.hub.admit(bob).await.unwrap();
+    assert!(b.hub.request_cancel(user, live.id).await.unwrap());
+    wait_for(&a.store, user, &live, "cancelled", |run| {
+        run.status != RunStatus::Running
+    })
+    .await;
+    b.hub.admit(user).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
