@@ -83,6 +83,16 @@ impl Scratch {
     }
 }
 
+/// Waits until everything written is recallable, then rebuilds the keyword index from SQL
+/// (`mnemo reindex`'s path), so BM25 ties break the same way on every run.
+pub(super) async fn settle(engine: &MemoryEngine) -> anyhow::Result<()> {
+    if !engine.wait_recallable(Duration::from_secs(600)).await? {
+        bail!("the indexes did not catch up with the memory log within 10 minutes");
+    }
+    engine.indexer().rebuild(|_, _| {}).await?;
+    Ok(())
+}
+
 /// A conversation as stored: its user, how many memories, and the clock for its questions.
 #[derive(Debug, Clone)]
 pub(super) struct Ingested {
@@ -198,14 +208,7 @@ pub(super) async fn ingest(
         }
     }
     bar.inc(pending_turns);
-    if !scratch
-        .engine
-        .wait_recallable(Duration::from_secs(600))
-        .await?
-    {
-        bail!("the indexes did not catch up with the memory log within 10 minutes");
-    }
-    scratch.engine.indexer().rebuild(|_, _| {}).await?;
+    settle(&scratch.engine).await?;
     let last = conversation
         .sessions
         .iter()
@@ -283,14 +286,7 @@ async fn ingest_as_the_product(
             conversation.id
         );
     }
-    if !scratch
-        .engine
-        .wait_recallable(Duration::from_secs(600))
-        .await?
-    {
-        bail!("the indexes did not catch up with the memory log within 10 minutes");
-    }
-    scratch.engine.indexer().rebuild(|_, _| {}).await?;
+    settle(&scratch.engine).await?;
     let memories = scratch
         .store
         .user(user)

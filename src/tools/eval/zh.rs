@@ -558,14 +558,7 @@ async fn ingest(
             dataset_id.insert(stored.id, memory.id.clone());
         }
     }
-    if !scratch
-        .engine
-        .wait_recallable(Duration::from_secs(600))
-        .await?
-    {
-        bail!("the indexes did not catch up with the memory log within 10 minutes");
-    }
-    scratch.engine.indexer().rebuild(|_, _| {}).await?;
+    super::scratch::settle(&scratch.engine).await?;
     Ok((user, dataset_id))
 }
 
