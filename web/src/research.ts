@@ -1,6 +1,12 @@
 // A deep research as the browser builds it from its run's events (src/research/workflow.rs):
 // stages, researchers, sources, the streamed report, usage, errors, and the pauses that wait
 // for the user (plan review, a clarifying question).
+//
+// The events applied are kept with the state. When the replica executing the run stops, another
+// one continues it under the same run id after the last step finished and says so with
+// `run_resumed`: the events after its `superseded_after` (and before it) belong to the attempt
+// cut short (a partial report, the activity of an unfinished step), so the state is rebuilt
+// from the kept events up to `superseded_after` and goes on with the new attempt's events.
 
 import type { CitedSource } from './api'
 import type { RunEvent } from './runstream'
@@ -35,6 +41,15 @@ export interface ResearchUsage {
   cost_usd: number | null
 }
 
+/** A new attempt continued the run (`run_resumed`). */
+export interface ResumedNotice {
+  seq: number
+  attempt: number
+  /** The last step finished, which the new attempt goes on after (null: it started over). */
+  resumedFrom: string | null
+  content: string
+}
+
 export interface ResearchState {
   runId: string | null
   query: string
@@ -56,6 +71,12 @@ export interface ResearchState {
   status: 'starting' | 'running' | 'reconnecting' | 'completed' | 'failed' | 'cancelled' | 'interrupted' | 'stopped'
   connection: string
   model: string | null
+  /** Every `run_resumed` that stands, oldest first. */
+  notices: ResumedNotice[]
+  /** The events applied, in order, without those a `run_resumed` superseded. */
+  events: RunEvent[]
+  /** The sequence number of the last event applied (0: none); a repeat is ignored. */
+  lastSeq: number
 }
 
 export function newResearch(query: string, runId: string | null = null): ResearchState {
@@ -79,7 +100,52 @@ export function newResearch(query: string, runId: string | null = null): Researc
     status: 'starting',
     connection: '',
     model: null,
+    notices: [],
+    events: [],
+    lastSeq: 0,
   }
+}
+
+/** Forgets what the events built (the run id, query, status and connection stay). */
+function resetResearch(state: ResearchState): void {
+  const { status, connection } = state
+  Object.assign(state, newResearch(state.query, state.runId), { status, connection })
+}
+
+/** What is kept of a live research in sessionStorage to continue it after a reload. */
+export interface ResearchSnapshot {
+  query: string
+  events: RunEvent[]
+}
+
+export function researchSnapshot(state: ResearchState): ResearchSnapshot {
+  return { query: state.query, events: state.events }
+}
+
+function isEvent(value: unknown): value is RunEvent {
+  if (!value || typeof value !== 'object') return false
+  const event = value as Partial<RunEvent>
+  return (
+    typeof event.seq === 'number' &&
+    typeof event.type === 'string' &&
+    event.data !== null &&
+    typeof event.data === 'object' &&
+    !Array.isArray(event.data)
+  )
+}
+
+/**
+ * Rebuilds the research from a snapshot's events. False (nothing changed) for anything else,
+ * an older page's snapshot included: the research is then replayed from the run's first event.
+ */
+export function restoreResearch(state: ResearchState, snapshot: unknown): boolean {
+  if (!snapshot || typeof snapshot !== 'object') return false
+  const value = snapshot as Partial<ResearchSnapshot>
+  if (!Array.isArray(value.events) || !value.events.every(isEvent)) return false
+  if (typeof value.query === 'string' && value.query) state.query = value.query
+  resetResearch(state)
+  for (const event of value.events) applyResearchEvent(state, event)
+  return true
 }
 
 export function researchLive(state: ResearchState): boolean {
@@ -121,7 +187,37 @@ function numbered(value: unknown): CitedSource[] | null {
   return out.sort((a, b) => a.n - b.n)
 }
 
+/**
+ * Applies one event of the research's run: an event at or below the last one applied is a
+ * repeat and changes nothing; a `run_resumed` first rebuilds the state from the events it lets
+ * stand.
+ */
 export function applyResearchEvent(state: ResearchState, event: RunEvent): void {
+  if (event.seq <= state.lastSeq) return
+  if (event.type === 'run_resumed') {
+    const value = event.data.superseded_after
+    const after = typeof value === 'number' && Number.isFinite(value) ? value : null
+    if (after !== null && after < state.lastSeq) {
+      const kept = state.events.filter((item) => item.seq <= after)
+      resetResearch(state)
+      for (const item of kept) record(state, item)
+    }
+  }
+  record(state, event)
+}
+
+function record(state: ResearchState, event: RunEvent): void {
+  reduce(state, event)
+  state.events.push(event)
+  state.lastSeq = event.seq
+}
+
+/** Events of a research going on: a plan shown for review before them was answered. */
+const PROGRESS = new Set(['stage_update', 'thinking', 'tool_call', 'sources_found', 'report_delta'])
+
+function reduce(state: ResearchState, event: RunEvent): void {
+  // The page clears the plan when the user answers it; a rebuild or a replay clears it here.
+  if (state.planReview && PROGRESS.has(event.type)) state.planReview = null
   const data = event.data
   const meta = (data.metadata && typeof data.metadata === 'object' ? data.metadata : {}) as Record<string, unknown>
   const number = typeof meta.researcher === 'number' ? meta.researcher : null
@@ -180,7 +276,6 @@ export function applyResearchEvent(state: ResearchState, event: RunEvent): void 
       break
     case 'report_delta':
       state.report += text(data.content)
-      if (state.planReview) state.planReview = null
       break
     case 'usage': {
       const usage = (data.usage ?? {}) as Record<string, unknown>
@@ -219,6 +314,18 @@ export function applyResearchEvent(state: ResearchState, event: RunEvent): void 
       const cited = numbered(meta.sources)
       if (cited && cited.length) state.numbered = cited
       state.planReview = null
+      break
+    }
+    case 'run_resumed': {
+      const notice: ResumedNotice = {
+        seq: event.seq,
+        attempt: typeof data.attempt === 'number' ? data.attempt : 2,
+        resumedFrom: typeof data.resumed_from === 'string' ? data.resumed_from : null,
+        content: text(data.content) || 'The run was continued by a new attempt.',
+      }
+      state.notices.push(notice)
+      state.log.push({ seq: event.seq, text: notice.content })
+      if (state.status === 'starting') state.status = 'running'
       break
     }
     case 'done': {

@@ -3,6 +3,13 @@
 // after a network error, or a stream that ends without `done`, the follower reconnects with
 // `GET /v1/runs/{id}/events` and `Last-Event-ID: <last seq seen>`; the log is replayed from
 // there. Events at or below the last seen sequence are dropped, so nothing is shown twice.
+//
+// A stream may also end without `done` on purpose: a server shutting down gracefully closes
+// the streams of the runs it will continue later (on another replica, or after it restarts).
+// So the follower keeps reconnecting, backing off from 0.5 s to 5 s, until `done`; it gives up
+// only on an error that retrying cannot fix (the run is gone, the credential refused). A run
+// continued by a new attempt says so with a `run_resumed` event, which the views' reducers
+// (src/turn.ts, src/research.ts) apply.
 
 import { ApiError, runs } from './api'
 import { readSse, type SseMessage } from './sse'
@@ -31,11 +38,9 @@ export interface FollowOptions {
 
 export type FollowOutcome = 'done' | 'aborted'
 
-/** Reconnection attempts before giving up (the run itself goes on on the server). */
-const MAX_ATTEMPTS = 40
-
-function delay(attempt: number): number {
-  return Math.min(250 * 2 ** attempt, 5000)
+/** The pause before the next reconnection: 0.5 s, 1 s, 2 s, 4 s, then 5 s for as long as it takes. */
+export function reconnectDelay(attempt: number): number {
+  return Math.min(500 * 2 ** Math.min(attempt, 10), 5000)
 }
 
 /** Sleeps `ms`, waking early when the browser comes back online; rejects on abort. */
@@ -135,17 +140,11 @@ export class RunFollower {
         state('closed')
         throw new ApiError(0, 'network', 'The connection closed before the run started. Try again.')
       }
-      if (attempt >= MAX_ATTEMPTS) {
-        state('closed')
-        throw new ApiError(
-          0,
-          'network',
-          'The connection to the server was lost. The run goes on there; reload the page to follow it again.',
-        )
-      }
+      // No `done` yet: the connection dropped, or the server closed the stream to continue the
+      // run later (a graceful shutdown). Either way the run is followed again until its `done`.
       state('reconnecting', navigator.onLine ? 'reconnecting…' : 'offline, waiting for the network…')
       try {
-        await pause(delay(attempt), signal)
+        await pause(reconnectDelay(attempt), signal)
       } catch {
         return 'aborted'
       }

@@ -47,7 +47,7 @@ export interface LiveRun {
   lastSeq: number
   threadId?: string
   userMessageId?: string
-  /** What was shown up to `lastSeq`, so a reload resumes after it (replays from 0 without). */
+  /** The events shown up to `lastSeq`, so a reload resumes after them (replays from 0 without). */
   snapshot?: unknown
 }
 
@@ -63,8 +63,17 @@ export function liveRun(slot: 'chat' | 'research'): LiveRun | null {
 }
 
 export function saveLiveRun(slot: 'chat' | 'research', run: LiveRun | null): void {
-  if (run) sessionStorage.setItem(`mnemo.live.${slot}`, JSON.stringify(run))
-  else sessionStorage.removeItem(`mnemo.live.${slot}`)
+  const key = `mnemo.live.${slot}`
+  if (!run) {
+    sessionStorage.removeItem(key)
+    return
+  }
+  try {
+    sessionStorage.setItem(key, JSON.stringify(run))
+  } catch {
+    // Over the storage quota: keep the run without what was shown (a reload replays it all).
+    sessionStorage.setItem(key, JSON.stringify({ runId: run.runId, lastSeq: 0, threadId: run.threadId, userMessageId: run.userMessageId }))
+  }
 }
 
 // ---- theme --------------------------------------------------------------------------------

@@ -1,5 +1,11 @@
 // A chat turn as the browser builds it from the run's events: the streamed answer, the
 // memories recalled for it, the tool calls with their results, usage, errors and the end.
+//
+// The events applied are kept with the turn. When the replica executing the run stops, another
+// one continues it under the same run id and says so with `run_resumed`: the events after its
+// `superseded_after` (and before it) belong to the attempt cut short, so the turn is rebuilt
+// from the kept events up to `superseded_after` (for a chat turn, which starts over, none) and
+// goes on with the new attempt's events.
 
 import type { RunEvent } from './runstream'
 
@@ -26,6 +32,8 @@ export type TurnItem =
       result?: unknown
       ok?: boolean
     }
+  /** The run was continued by a new attempt (`run_resumed`); what the cut attempt streamed is gone. */
+  | { kind: 'notice'; seq: number; attempt: number; content: string }
 
 export interface TurnUsage {
   prompt_tokens?: number
@@ -65,24 +73,46 @@ export interface Turn {
   messageId: string | null
   /** Followed live in this page (its text is what was streamed), not replayed for details. */
   streamed: boolean
+  /** The events applied, in order, without those a `run_resumed` superseded. */
+  events: RunEvent[]
+  /** The sequence number of the last event applied (0: none); a repeat is ignored. */
+  lastSeq: number
 }
 
-/** What is kept of a live turn in sessionStorage to continue it after a reload. */
-export type TurnSnapshot = Pick<Turn, 'text' | 'items' | 'usage' | 'model' | 'errors'>
+/**
+ * What is kept of a live turn in sessionStorage to continue it after a reload: its events, so
+ * that the turn is rebuilt exactly, and rebuilt again if a `run_resumed` supersedes some.
+ */
+export interface TurnSnapshot {
+  events: RunEvent[]
+}
 
 export function snapshotOf(turn: Turn): TurnSnapshot {
-  return { text: turn.text, items: turn.items, usage: turn.usage, model: turn.model, errors: turn.errors }
+  return { events: turn.events }
 }
 
+function isEvent(value: unknown): value is RunEvent {
+  if (!value || typeof value !== 'object') return false
+  const event = value as Partial<RunEvent>
+  return (
+    typeof event.seq === 'number' &&
+    typeof event.type === 'string' &&
+    event.data !== null &&
+    typeof event.data === 'object' &&
+    !Array.isArray(event.data)
+  )
+}
+
+/**
+ * Rebuilds the turn from a snapshot's events. False (nothing changed) for anything else, an
+ * older page's snapshot included: the turn is then replayed from the run's first event.
+ */
 export function restoreSnapshot(turn: Turn, snapshot: unknown): boolean {
   if (!snapshot || typeof snapshot !== 'object') return false
-  const value = snapshot as Partial<TurnSnapshot>
-  if (typeof value.text !== 'string' || !Array.isArray(value.items) || !Array.isArray(value.errors)) return false
-  turn.text = value.text
-  turn.items = value.items
-  turn.usage = value.usage ?? null
-  turn.model = value.model ?? null
-  turn.errors = value.errors
+  const events = (snapshot as Partial<TurnSnapshot>).events
+  if (!Array.isArray(events) || !events.every(isEvent)) return false
+  resetTurn(turn)
+  for (const event of events) applyChatEvent(turn, event)
   return true
 }
 
@@ -100,7 +130,27 @@ export function newTurn(threadId: string, userMessageId: string | null, runId: s
     errors: [],
     messageId: null,
     streamed: false,
+    events: [],
+    lastSeq: 0,
   }
+}
+
+/** Forgets what the events built (the turn's identity, status and connection stay). */
+function resetTurn(turn: Turn): void {
+  turn.text = ''
+  turn.items = []
+  turn.usage = null
+  turn.model = null
+  turn.errors = []
+  turn.messageId = null
+  turn.events = []
+  turn.lastSeq = 0
+}
+
+/** `superseded_after` of a `run_resumed` event; null when it is not a usable number. */
+export function supersededAfter(event: RunEvent): number | null {
+  const value = event.data.superseded_after
+  return typeof value === 'number' && Number.isFinite(value) ? value : null
 }
 
 export function isLive(turn: Turn): boolean {
@@ -124,8 +174,30 @@ function recalled(value: unknown): RecalledMemory[] {
     }))
 }
 
-/** Applies one event of the turn's run. */
+/**
+ * Applies one event of the turn's run: an event at or below the last one applied is a repeat
+ * and changes nothing; a `run_resumed` first rebuilds the turn from the events it lets stand.
+ */
 export function applyChatEvent(turn: Turn, event: RunEvent): void {
+  if (event.seq <= turn.lastSeq) return
+  if (event.type === 'run_resumed') {
+    const after = supersededAfter(event)
+    if (after !== null && after < turn.lastSeq) {
+      const kept = turn.events.filter((item) => item.seq <= after)
+      resetTurn(turn)
+      for (const item of kept) record(turn, item)
+    }
+  }
+  record(turn, event)
+}
+
+function record(turn: Turn, event: RunEvent): void {
+  reduce(turn, event)
+  turn.events.push(event)
+  turn.lastSeq = event.seq
+}
+
+function reduce(turn: Turn, event: RunEvent): void {
   const data = event.data
   switch (event.type) {
     case 'session_start':
@@ -184,6 +256,15 @@ export function applyChatEvent(turn: Turn, event: RunEvent): void {
         message: String(data.message ?? data.content ?? 'error'),
         retryable: data.retryable === true,
       })
+      break
+    case 'run_resumed':
+      turn.items.push({
+        kind: 'notice',
+        seq: event.seq,
+        attempt: typeof data.attempt === 'number' ? data.attempt : 2,
+        content: String(data.content ?? 'The run was continued by a new attempt.'),
+      })
+      if (turn.status === 'starting') turn.status = 'streaming'
       break
     case 'done': {
       const status = String(data.status ?? 'completed')
