@@ -155,11 +155,6 @@ pub async fn build_state(
     for worker in writer.spawn(settings.memory.writer_workers, shutdown.child_token()) {
         memory.track(worker);
     }
-    let recovered = runs.recover_interrupted(predecessor).await?;
-    if recovered > 0 {
-        tracing::warn!(recovered, "marked runs interrupted whose replica is gone");
-    }
-    runs.spawn_control();
     let settings = Arc::new(settings);
     let research = ResearchService::new(
         settings.clone(),
@@ -180,6 +175,15 @@ pub async fn build_state(
         },
         runs.clone(),
     );
+    runs.set_resumer(Arc::new(Resumers {
+        chat: chat.clone(),
+        research: research.clone(),
+    }));
+    let recovered = runs.recover_interrupted(predecessor).await?;
+    if recovered > 0 {
+        tracing::warn!(recovered, "took over runs whose replica is gone");
+    }
+    runs.spawn_control();
     let rate_limit = Arc::new(crate::http::limits::UserRateLimit::new(
         settings.server.requests_per_minute,
     ));
@@ -201,6 +205,28 @@ pub async fn build_state(
         database_display: store::redact_url(&url),
         data_lock,
     })
+}
+
+/// Continues the runs this replica takes over: chat turns through the chat agent, researches
+/// through the research service.
+struct Resumers {
+    chat: ChatService,
+    research: Arc<ResearchService>,
+}
+
+#[async_trait::async_trait]
+impl crate::runs::Resume for Resumers {
+    async fn resume(
+        &self,
+        user: crate::store::UserId,
+        run: &crate::store::Run,
+        checkpoint: &crate::runs::Checkpoint,
+    ) -> Result<crate::runs::ResumedBody, String> {
+        match run.kind {
+            crate::store::RunKind::Chat => self.chat.resume(user, run, checkpoint).await,
+            crate::store::RunKind::Research => self.research.resume(checkpoint),
+        }
+    }
 }
 
 /// The memory engine over the backends the settings name: the embedder, the vector index

@@ -185,6 +185,33 @@ impl ChatService {
         Ok(run)
     }
 
+    /// The body retrying a turn of a thread taken over from a replica that stopped: the turn
+    /// starts over from the user's message (saved by [`run_chat_turn`] as its checkpoint).
+    pub async fn resume(
+        &self,
+        user: UserId,
+        run: &Run,
+        checkpoint: &crate::runs::Checkpoint,
+    ) -> Result<crate::runs::ResumedBody, String> {
+        let turn: TurnCheckpoint = serde_json::from_value(checkpoint.body.clone())
+            .map_err(|error| format!("not a chat turn's checkpoint: {error}"))?;
+        let thread = run.thread_id.ok_or("a chat turn without a thread")?;
+        let message = self
+            .deps
+            .store
+            .user(user)
+            .list_messages(thread)
+            .await
+            .map_err(|error| error.to_string())?
+            .into_iter()
+            .find(|message| message.id == turn.chat_turn.message_id && message.role == Role::User)
+            .ok_or("the turn's message is gone")?;
+        let deps = self.deps.clone();
+        Ok(Box::new(move |context| {
+            Box::pin(run_chat_turn(context, deps, message, None))
+        }))
+    }
+
     async fn begin(
         &self,
         user: UserId,
@@ -289,6 +316,18 @@ fn estimate_tokens(text: &str) -> usize {
     text.chars().count().div_ceil(4) + 4
 }
 
+/// What a turn of a thread saves before it starts: the message it answers, so that a replica
+/// taking it over can answer it again.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct TurnCheckpoint {
+    chat_turn: TurnMessage,
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct TurnMessage {
+    message_id: MessageId,
+}
+
 /// One turn answering `message` in the run's thread.
 pub async fn run_chat_turn(
     context: Arc<RunContext>,
@@ -304,6 +343,18 @@ pub async fn run_chat_turn(
         .as_ref()
         .and_then(|client| client.model.clone())
         .or_else(|| deps.models.role(ModelRole::Chat).cloned());
+    if client.is_none() {
+        // An outside client's conversation lives in its request; a thread's turn can be
+        // answered again by whichever replica takes it over.
+        let saved = TurnCheckpoint {
+            chat_turn: TurnMessage {
+                message_id: message.id,
+            },
+        };
+        context
+            .checkpoint(None, serde_json::to_value(&saved).unwrap_or(Value::Null))
+            .await?;
+    }
     context
         .emit(RunEvent::SessionStart(SessionStart {
             kind: RunKind::Chat,

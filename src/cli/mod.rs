@@ -200,6 +200,25 @@ enum BenchCommand {
         #[arg(long, default_value_t = 3000)]
         bulk: usize,
     },
+    /// Several replicas on one PostgreSQL and one Qdrant server: how long a memory written
+    /// through one takes to be recalled through the others, and recall latency through each.
+    Replicas {
+        /// The PostgreSQL database the replicas share (postgres://…).
+        #[arg(long)]
+        database_url: String,
+        /// The Qdrant server they share (its gRPC URL, e.g. http://127.0.0.1:6334).
+        #[arg(long)]
+        qdrant_url: String,
+        /// Replicas started (at least 2).
+        #[arg(long, default_value_t = 3)]
+        replicas: usize,
+        /// Memories written (round robin), each looked for through the other replicas.
+        #[arg(long, default_value_t = 100)]
+        writes: usize,
+        /// Recalls timed through each replica.
+        #[arg(long, default_value_t = 300)]
+        queries: usize,
+    },
     /// Time from the end of a turn to its memory being recallable, and writer throughput.
     Write {
         /// Chat turns whose memories are timed from turn end to recallable.
@@ -393,6 +412,30 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 bulk,
             };
             crate::tools::bench_ingest::run_ingest_bench(options, &mut std::io::stdout())
+                .await
+                .map_err(|error| Failure::other(format!("{error:#}")))
+        }
+        Command::Bench {
+            command:
+                BenchCommand::Replicas {
+                    database_url,
+                    qdrant_url,
+                    replicas,
+                    writes,
+                    queries,
+                },
+        } => {
+            let settings = load_quiet(&overrides)?;
+            let options = crate::tools::bench_replicas::ReplicaBenchOptions {
+                data_dir: settings.data_dir.join("bench-replicas"),
+                model_dir: Some(settings.embedder.model_dir.clone()),
+                database_url,
+                qdrant_url,
+                replicas,
+                writes,
+                queries,
+            };
+            crate::tools::bench_replicas::run_replica_bench(options, &mut std::io::stdout())
                 .await
                 .map_err(|error| Failure::other(format!("{error:#}")))
         }

@@ -20,7 +20,7 @@ use crate::search;
 use crate::search::fetch::{FetchPolicy, Fetcher};
 use crate::store::{Run, RunId, RunKind, Store, StoreError, UserId};
 use request::{ResearchRequest, ResolvedConfig};
-use workflow::{ResearchDeps, ResearchSummary, run_research};
+use workflow::{Durable, ResearchDeps, ResearchSummary, SavedResearch, run_research};
 
 /// Why a research could not start.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +63,9 @@ pub struct ResearchService {
 pub struct Prepared {
     pub config: ResolvedConfig,
     pub deps: ResearchDeps,
+    /// The request as a checkpoint keeps it, when another attempt could rebuild the research
+    /// from it (not when it brings its own API key, which is never stored).
+    pub recipe: Option<serde_json::Value>,
 }
 
 impl ResearchService {
@@ -137,8 +140,14 @@ impl ResearchService {
             )
             .map_err(|error| StartError::Invalid(error.to_string()))?,
         };
+        let recipe = if request.api_key.is_some() {
+            None
+        } else {
+            serde_json::to_value(request).ok()
+        };
         Ok(Prepared {
             config,
+            recipe,
             deps: ResearchDeps {
                 store: self.store.clone(),
                 memory: self.memory.clone(),
@@ -174,8 +183,12 @@ impl ResearchService {
             .runs
             .start(user, config.thread_id, RunKind::Research, move |context| {
                 let id = context.run.id;
+                let durable = prepared.recipe.map(|request| Durable {
+                    request,
+                    journal: None,
+                });
                 async move {
-                    run_research(context, prepared.deps, prepared.config, id)
+                    run_research(context, prepared.deps, prepared.config, id, durable)
                         .await
                         .map(|_| ())
                 }
@@ -196,7 +209,34 @@ impl ResearchService {
             message: error.to_string(),
             retryable: false,
         })?;
-        run_research(context, prepared.deps, prepared.config, RunId::new()).await
+        run_research(context, prepared.deps, prepared.config, RunId::new(), None).await
+    }
+
+    /// The body continuing a research taken over from a replica that stopped: rebuilt from the
+    /// request its checkpoint keeps, it goes on after the last step it finished.
+    pub fn resume(
+        &self,
+        checkpoint: &crate::runs::Checkpoint,
+    ) -> Result<crate::runs::ResumedBody, String> {
+        let saved: SavedResearch = serde_json::from_value(checkpoint.body.clone())
+            .map_err(|error| format!("not a research's checkpoint: {error}"))?;
+        let request: ResearchRequest = serde_json::from_value(saved.research.request.clone())
+            .map_err(|error| format!("the research's request is unreadable: {error}"))?;
+        let prepared = self
+            .prepare(&request)
+            .map_err(|error| format!("the research cannot be prepared again: {error}"))?;
+        let durable = Durable {
+            request: saved.research.request,
+            journal: Some(saved.research.journal),
+        };
+        Ok(Box::new(move |context| {
+            Box::pin(async move {
+                let id = context.run.id;
+                run_research(context, prepared.deps, prepared.config, id, Some(durable))
+                    .await
+                    .map(|_| ())
+            })
+        }))
     }
 }
 

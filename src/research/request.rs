@@ -17,7 +17,7 @@ use strum::VariantArray;
 pub const MAX_QUERY_CHARS: usize = 4_000;
 
 /// `POST /research/stream` (and `/research/test`, `/research/compare`).
-#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResearchRequest {
     /// What to research.
@@ -34,6 +34,7 @@ pub struct ResearchRequest {
     pub max_tokens: BTreeMap<String, u32>,
     /// The user's own provider key, used for this research only; never stored or logged.
     #[schema(value_type = Option<String>)]
+    #[serde(default, skip_serializing)]
     pub api_key: Option<SecretString>,
     /// The search provider: `local`, `tavily`, `brave`, `searxng`, `duckduckgo`.
     pub search_api: Option<String>,

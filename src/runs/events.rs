@@ -32,6 +32,7 @@ pub enum RunEvent {
     MessageComplete(MessageComplete),
     ResearchComplete(ResearchComplete),
     StageFallback(StageFallback),
+    RunResumed(RunResumed),
     Error(ErrorEvent),
     Done(Done),
 }
@@ -54,6 +55,7 @@ impl RunEvent {
             RunEvent::MessageComplete(_) => EventType::MessageComplete,
             RunEvent::ResearchComplete(_) => EventType::ResearchComplete,
             RunEvent::StageFallback(_) => EventType::StageFallback,
+            RunEvent::RunResumed(_) => EventType::RunResumed,
             RunEvent::Error(_) => EventType::Error,
             RunEvent::Done(_) => EventType::Done,
         }
@@ -290,6 +292,20 @@ pub struct ErrorEvent {
     pub content: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Value>,
+}
+
+/// A run continued by a new attempt after the replica executing it stopped (it died, or the
+/// server restarted). Events with `seq` above `superseded_after` and below this event's belong
+/// to the attempt cut short: a client drops what it showed of them (a partial answer or report).
+/// Events up to `superseded_after` stand: steps the run had finished are not done again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunResumed {
+    /// The new attempt's number (the first execution is attempt 1).
+    pub attempt: u32,
+    pub superseded_after: i64,
+    /// The last step finished before the stop (`null`: the run starts over, as a chat turn does).
+    pub resumed_from: Option<String>,
+    pub content: String,
 }
 
 /// The last event of every run.

@@ -27,9 +27,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub mod events;
+pub mod resume;
 pub mod stream;
 
 pub use events::{ErrorEvent, RunErrorType, RunEvent};
+pub use resume::{Checkpoint, Resume, ResumedBody};
 pub use stream::stream_to_events;
 
 use crate::store::{
@@ -248,6 +250,22 @@ pub struct RunHub {
     /// Runs that another replica appended an event to (PostgreSQL's NOTIFY), for followers of
     /// runs not executing here.
     remote_events: tokio::sync::broadcast::Sender<RunId>,
+    /// Rebuilds the bodies of runs taken over (set once the services exist); without one,
+    /// runs taken over are closed as `interrupted`.
+    /// Cleared at shutdown (the services it holds hold the hub).
+    resumer: Mutex<Option<Arc<dyn Resume>>>,
+}
+
+/// How `execute` comes to hold a run.
+enum Holding {
+    /// A run just stored: claimed first.
+    Claim,
+    /// A run this replica took over: its log goes on after `last_seq`, starting with
+    /// `resumed`.
+    TakenOver {
+        last_seq: i64,
+        resumed: events::RunResumed,
+    },
 }
 
 /// What every event of a research carries besides its own fields.
@@ -306,6 +324,12 @@ pub struct RunContext {
     spent: AtomicU64,
     /// Set when a budget stopped the run: the failure it ends with.
     overrun: std::sync::OnceLock<String>,
+    /// Which execution of the run this is (1 the first; more after takeovers).
+    attempt: u32,
+    /// Set once the run saved a checkpoint: another attempt can continue it.
+    checkpointed: AtomicBool,
+    /// The server's shutdown (the run's own token is a child of it).
+    shutdown: CancellationToken,
 }
 
 impl RunContext {
@@ -441,6 +465,41 @@ impl RunContext {
         }
     }
 
+    /// Which execution of the run this is: 1 the first, more when it was taken over.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// Saves the run's checkpoint: `body` says how to rebuild the body and what its finished
+    /// steps produced, `step` names the last one. Events appended before it stand when the run
+    /// is continued by another attempt; later ones are superseded. Fails when another replica
+    /// has taken the run over (`Conflict`).
+    pub async fn checkpoint(&self, step: Option<&str>, body: Value) -> StoreResult<()> {
+        let next = self.next_seq.lock().await;
+        let checkpoint = Checkpoint {
+            attempt: self.attempt,
+            seq: *next,
+            step: step.map(str::to_string),
+            body,
+        };
+        let value = serde_json::to_value(&checkpoint)
+            .map_err(|error| StoreError::BadRequest(format!("a checkpoint: {error}")))?;
+        self.store
+            .user(self.user)
+            .save_run_checkpoint(self.run.id, self.replica, &value)
+            .await?;
+        self.checkpointed.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Whether the run is being stopped by a shutdown and left for the next replica to
+    /// continue from its checkpoint (rather than ended).
+    pub fn handed_over(&self) -> bool {
+        self.shutdown.is_cancelled()
+            && self.checkpointed.load(Ordering::SeqCst)
+            && self.overrun.get().is_none()
+    }
+
     /// Cancelled when the user cancels the run, nobody follows it, or the server shuts down.
     pub fn cancellation(&self) -> &CancellationToken {
         &self.cancel
@@ -471,7 +530,17 @@ impl RunHub {
             predecessor: Mutex::new(None),
             control_stop: CancellationToken::new(),
             remote_events: tokio::sync::broadcast::channel(1024).0,
+            resumer: Mutex::new(None),
         })
+    }
+
+    /// Lets this replica continue the runs it takes over from their checkpoints (set before
+    /// the first sweep).
+    pub fn set_resumer(&self, resumer: Arc<dyn Resume>) {
+        *self
+            .resumer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(resumer);
     }
 
     /// This process's id as the owner of its runs.
@@ -517,7 +586,10 @@ impl RunHub {
     /// `predecessor` (the previous process of this data directory, known to be gone) — as
     /// `interrupted`, with an `error` and a `done` event so that followers see them end. Runs
     /// whose owner is alive are left alone. Returns how many were closed.
-    pub async fn recover_interrupted(&self, predecessor: Option<ReplicaId>) -> StoreResult<usize> {
+    pub async fn recover_interrupted(
+        self: &Arc<Self>,
+        predecessor: Option<ReplicaId>,
+    ) -> StoreResult<usize> {
         *self
             .predecessor
             .lock()
@@ -528,7 +600,7 @@ impl RunHub {
     /// One sweep: takes over and closes every run whose lease expired (see
     /// [`RunHub::recover_interrupted`]), then closes researches left running by a run that
     /// ended.
-    pub async fn sweep(&self) -> StoreResult<usize> {
+    pub async fn sweep(self: &Arc<Self>) -> StoreResult<usize> {
         let now = crate::store::now();
         let lease = self.lease_span();
         let sweep = Sweep {
@@ -562,9 +634,14 @@ impl RunHub {
         Ok(closed)
     }
 
-    /// Takes over one expired run and closes it; false when another replica took it first or
-    /// its owner renewed the lease meanwhile.
-    async fn close_taken_over(&self, expired: &ExpiredRun, sweep: &Sweep) -> StoreResult<bool> {
+    /// Takes over one expired run and continues it from its checkpoint, or closes it when it
+    /// cannot be continued; false when another replica took it first or its owner renewed the
+    /// lease meanwhile.
+    async fn close_taken_over(
+        self: &Arc<Self>,
+        expired: &ExpiredRun,
+        sweep: &Sweep,
+    ) -> StoreResult<bool> {
         let maintenance = self.store.maintenance();
         let Some(last_seq) = maintenance
             .take_over_run(expired, sweep, self.replica, self.lease_until())
@@ -573,7 +650,16 @@ impl RunHub {
             return Ok(false);
         };
         let run = expired.run;
-        tracing::warn!(%run, owner = ?expired.owner, "closing a run whose owner is gone");
+        match self.resume_taken_over(expired, last_seq).await {
+            Ok(attempt) => {
+                tracing::warn!(%run, owner = ?expired.owner, attempt, "continuing a run whose owner is gone");
+                metrics::counter!("mnemo_runs_resumed_total").increment(1);
+                return Ok(true);
+            }
+            Err(why) => {
+                tracing::warn!(%run, owner = ?expired.owner, why, "closing a run whose owner is gone");
+            }
+        }
         let message = "the server stopped while this run was in progress";
         let error = RunEvent::Error(ErrorEvent {
             error_type: RunErrorType::Internal,
@@ -603,6 +689,71 @@ impl RunHub {
         Ok(true)
     }
 
+    /// Continues a run this replica has just taken over from its last checkpoint (see
+    /// [`resume`]); the new attempt's number, or why the run cannot be continued.
+    async fn resume_taken_over(
+        self: &Arc<Self>,
+        expired: &ExpiredRun,
+        last_seq: i64,
+    ) -> Result<u32, String> {
+        let resumer = self
+            .resumer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+            .ok_or("this process continues no runs")?;
+        let scope = self.store.user(expired.user);
+        let saved = scope
+            .run_checkpoint(expired.run)
+            .await
+            .map_err(|error| error.to_string())?
+            .ok_or("the run saved no checkpoint")?;
+        let mut checkpoint: Checkpoint = serde_json::from_value(saved)
+            .map_err(|error| format!("its checkpoint is unreadable: {error}"))?;
+        if checkpoint.attempt >= resume::MAX_ATTEMPTS {
+            return Err(format!(
+                "it was started {} times already",
+                checkpoint.attempt
+            ));
+        }
+        let run = scope
+            .get_run(expired.run)
+            .await
+            .map_err(|error| error.to_string())?;
+        let body = resumer.resume(expired.user, &run, &checkpoint).await?;
+        let superseded_after = checkpoint.seq;
+        // Counted before the body runs: a body that brings its replica down every time is not
+        // started for ever.
+        checkpoint.attempt += 1;
+        let value = serde_json::to_value(&checkpoint).map_err(|error| error.to_string())?;
+        scope
+            .save_run_checkpoint(run.id, self.replica, &value)
+            .await
+            .map_err(|error| error.to_string())?;
+        let attempt = checkpoint.attempt;
+        let content = match &checkpoint.step {
+            Some(step) => format!(
+                "The server executing this run stopped; attempt {attempt} goes on after {step}."
+            ),
+            None => {
+                format!("The server executing this run stopped; attempt {attempt} starts it over.")
+            }
+        };
+        let resumed = events::RunResumed {
+            attempt,
+            superseded_after,
+            resumed_from: checkpoint.step,
+            content,
+        };
+        self.execute(
+            expired.user,
+            run,
+            Holding::TakenOver { last_seq, resumed },
+            body,
+        );
+        Ok(attempt)
+    }
+
     fn lease_span(&self) -> chrono::Duration {
         chrono::Duration::from_std(self.leases.lease).unwrap_or(chrono::Duration::days(1))
     }
@@ -623,17 +774,17 @@ impl RunHub {
                     _ = tokio::time::sleep(hub.leases.heartbeat) => {}
                     _ = hub.control_stop.cancelled() => return,
                 }
+                if hub.shutdown.is_cancelled() {
+                    // Shutting down: runs write their end or let go of their lease; none is
+                    // renewed (one let go must stay takeable) and no new work is taken.
+                    continue;
+                }
                 let maintenance = hub.store.maintenance();
                 if let Err(error) = maintenance
                     .renew_leases(hub.replica, hub.lease_until())
                     .await
                 {
                     tracing::warn!(%error, "could not renew this replica's run leases");
-                }
-                if hub.shutdown.is_cancelled() {
-                    // Shutting down: keep our leases while our runs write their end, take no
-                    // new work.
-                    continue;
                 }
                 match hub.sweep().await {
                     Ok(0) => {}
@@ -752,12 +903,27 @@ impl RunHub {
         F: FnOnce(Arc<RunContext>) -> Fut + Send + 'static,
         Fut: Future<Output = Result<(), RunFailure>> + Send + 'static,
     {
+        self.execute(user, run, Holding::Claim, body);
+    }
+
+    fn execute<F, Fut>(self: &Arc<Self>, user: UserId, run: Run, holding: Holding, body: F)
+    where
+        F: FnOnce(Arc<RunContext>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<(), RunFailure>> + Send + 'static,
+    {
         let thread = run.thread_id;
         let kind = run.kind;
         let (notify, _) = watch::channel(0);
         let cancel = self.shutdown.child_token();
         let readers = Arc::new(AtomicUsize::new(0));
-        let background = Arc::new(AtomicBool::new(false));
+        // A run taken over goes on to its end: its readers lost their stream with the replica
+        // that died, and may come back later.
+        let taken_over = matches!(holding, Holding::TakenOver { .. });
+        let background = Arc::new(AtomicBool::new(taken_over));
+        let (first_seq, attempt) = match &holding {
+            Holding::Claim => (0, 1),
+            Holding::TakenOver { last_seq, resumed } => (*last_seq, resumed.attempt),
+        };
         let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
         let input = Arc::new(RunInput {
             awaiting: AtomicBool::new(false),
@@ -783,21 +949,31 @@ impl RunHub {
             user,
             store: self.store.clone(),
             replica: self.replica,
-            next_seq: tokio::sync::Mutex::new(0),
+            next_seq: tokio::sync::Mutex::new(first_seq),
             notify,
             cancel: cancel.clone(),
             input,
             limits: self.limits,
             spent: AtomicU64::new(0),
             overrun: std::sync::OnceLock::new(),
+            attempt,
+            checkpointed: AtomicBool::new(false),
+            shutdown: self.shutdown.clone(),
         });
         let hub = self.clone();
         self.tracker.spawn(async move {
-            let claimed = hub
-                .store
-                .maintenance()
-                .claim_run(context.run.id, hub.replica, hub.lease_until())
-                .await;
+            let claimed = match holding {
+                Holding::Claim => {
+                    hub.store
+                        .maintenance()
+                        .claim_run(context.run.id, hub.replica, hub.lease_until())
+                        .await
+                }
+                Holding::TakenOver { resumed, .. } => context
+                    .emit(RunEvent::RunResumed(resumed))
+                    .await
+                    .map(|_| true),
+            };
             let watchdog = hub.watch_readers(context.run.id, cancel.clone(), readers, background);
             let outcome = match claimed {
                 Ok(true) => tokio::select! {
@@ -815,6 +991,23 @@ impl RunHub {
                 Err(error) => Some(Err(RunFailure::from(error))),
             };
             watchdog.abort();
+            if outcome.is_none() && context.handed_over() {
+                // A shutdown: the run is left running, its lease let go, for the next sweep
+                // (another replica's, or this data directory's next process) to continue.
+                if let Err(error) = hub
+                    .store
+                    .maintenance()
+                    .release_run(context.run.id, hub.replica)
+                    .await
+                {
+                    tracing::warn!(run = %context.run.id, %error, "could not let go of a run's lease");
+                }
+                tracing::info!(run = %context.run.id, "left a run for the next replica to continue");
+                hub.live().remove(&context.run.id);
+                metrics::gauge!("mnemo_runs_active").decrement(1.0);
+                metrics::counter!("mnemo_runs_handed_over_total").increment(1);
+                return;
+            }
             let status = hub.finish(&context, outcome).await;
             hub.live().remove(&context.run.id);
             metrics::gauge!("mnemo_runs_active").decrement(1.0);
@@ -1070,6 +1263,10 @@ impl RunHub {
             tracing::warn!("some runs did not finish writing within {grace:?}");
         }
         self.control_stop.cancel();
+        self.resumer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
     }
 
     /// Tells the owner of a run executing elsewhere that it has a reader here (its
@@ -1597,6 +1794,21 @@ mod wire_tests {
                             "reason": "no valid JSON after 3 attempts: expected value at line 1 column 1",
                             "content": "The query is the brief", "model": "m" }),
                     true,
+                ),
+            ),
+            (
+                RunEvent::RunResumed(crate::runs::events::RunResumed {
+                    attempt: 2,
+                    superseded_after: 7,
+                    resumed_from: Some("brief".into()),
+                    content: "attempt 2 goes on after brief".into(),
+                }),
+                None,
+                envelope(
+                    json!({ "type": "run_resumed", "attempt": 2, "superseded_after": 7,
+                            "resumed_from": "brief",
+                            "content": "attempt 2 goes on after brief" }),
+                    false,
                 ),
             ),
             (

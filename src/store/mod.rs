@@ -254,6 +254,7 @@ text_enum!(
         MessageComplete => "message_complete",
         ResearchComplete => "research_complete",
         StageFallback => "stage_fallback",
+        RunResumed => "run_resumed",
         Error => "error",
         Done => "done",
     }

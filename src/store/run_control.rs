@@ -128,6 +128,24 @@ pub(in crate::store) trait RunControlStore: Send + Sync + 'static {
     ) -> StoreResult<()>;
     /// Until when readers on other replicas said they read the run (`None`: nobody did).
     async fn remote_readers_until(&self, run: RunId) -> StoreResult<Option<DateTime<Utc>>>;
+    /// Stores the checkpoint of the user's running run, if `replica` still owns it:
+    /// `Conflict` when another replica took it over, `NotFound` when it is not running.
+    async fn save_run_checkpoint(
+        &self,
+        user: UserId,
+        run: RunId,
+        replica: ReplicaId,
+        checkpoint: &serde_json::Value,
+    ) -> StoreResult<()>;
+    /// Lets the lease of a run `replica` owns expire now, so that the next sweep (of any
+    /// replica, or of this data directory's next process) takes it over.
+    async fn release_run(&self, run: RunId, replica: ReplicaId) -> StoreResult<()>;
+    /// The user's run's last checkpoint (`None`: it never saved one).
+    async fn run_checkpoint(
+        &self,
+        user: UserId,
+        run: RunId,
+    ) -> StoreResult<Option<serde_json::Value>>;
 }
 
 /// What a wake-up is about.

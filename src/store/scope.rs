@@ -189,6 +189,11 @@ impl UserScope<'_> {
         /// Records that the running run is read through a replica not executing it, until
         /// `until` (the owner's no-reader watchdog counts it).
         fn touch_run_reader(&self, run: RunId, until: DateTime<Utc>) -> StoreResult<()>;
+        /// Stores the running run's checkpoint if `replica` still owns it (`Conflict` when
+        /// another replica took it over).
+        fn save_run_checkpoint(&self, run: RunId, replica: ReplicaId, checkpoint: &serde_json::Value) -> StoreResult<()>;
+        /// The run's last checkpoint, if it saved one.
+        fn run_checkpoint(&self, run: RunId) -> StoreResult<Option<serde_json::Value>>;
         /// Events with `seq > after`, in order, at most `limit`.
         fn run_events_after(&self, run: RunId, after: i64, limit: i64) -> StoreResult<Vec<StoredEvent>>;
     }
@@ -258,6 +263,8 @@ impl Maintenance<'_> {
         fn drop_stale_run_commands(&self, before: DateTime<Utc>) -> StoreResult<u64>;
         /// Until when readers on other replicas said they read the run.
         fn remote_readers_until(&self, run: RunId) -> StoreResult<Option<DateTime<Utc>>>;
+        /// Lets the lease of a run `replica` owns expire now (it is handed to the next sweep).
+        fn release_run(&self, run: RunId, replica: ReplicaId) -> StoreResult<()>;
     }
 
     /// The payloads notified on `channel` (PostgreSQL's NOTIFY); `None` where the backend

@@ -296,6 +296,69 @@ macro_rules! sql_run_control_store {
                     .await?;
                 Ok(())
             }
+
+            async fn save_run_checkpoint(
+                &self,
+                user: UserId,
+                run: RunId,
+                replica: ReplicaId,
+                checkpoint: &serde_json::Value,
+            ) -> StoreResult<()> {
+                let saved = sqlx::query(
+                    "UPDATE runs SET checkpoint = $1 \
+                     WHERE id = $2 AND user_id = $3 AND status = 'running' AND owner = $4",
+                )
+                .bind(sqlx::types::Json(checkpoint))
+                .bind(run.as_uuid())
+                .bind(user.as_uuid())
+                .bind(replica.as_uuid())
+                .execute(&self.pool)
+                .await?;
+                if saved.rows_affected() == 1 {
+                    return Ok(());
+                }
+                let owner: Option<(Option<uuid::Uuid>,)> = sqlx::query_as(
+                    "SELECT owner FROM runs WHERE id = $1 AND user_id = $2 AND status = 'running'",
+                )
+                .bind(run.as_uuid())
+                .bind(user.as_uuid())
+                .fetch_optional(&self.pool)
+                .await?;
+                Err(match owner {
+                    Some(_) => StoreError::Conflict(format!(
+                        "run {run} is executed by another replica now"
+                    )),
+                    None => StoreError::NotFound("run"),
+                })
+            }
+
+            async fn release_run(&self, run: RunId, replica: ReplicaId) -> StoreResult<()> {
+                sqlx::query(
+                    "UPDATE runs SET lease_expires_at = $1 \
+                     WHERE id = $2 AND owner = $3 AND status = 'running'",
+                )
+                .bind(now())
+                .bind(run.as_uuid())
+                .bind(replica.as_uuid())
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn run_checkpoint(
+                &self,
+                user: UserId,
+                run: RunId,
+            ) -> StoreResult<Option<serde_json::Value>> {
+                let found: Option<(Option<sqlx::types::Json<serde_json::Value>>,)> =
+                    sqlx::query_as("SELECT checkpoint FROM runs WHERE id = $1 AND user_id = $2")
+                        .bind(run.as_uuid())
+                        .bind(user.as_uuid())
+                        .fetch_optional(&self.pool)
+                        .await?;
+                let (checkpoint,) = found.ok_or(StoreError::NotFound("run"))?;
+                Ok(checkpoint.map(|json| json.0))
+            }
         }
     };
 }

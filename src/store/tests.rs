@@ -41,6 +41,7 @@ conformance!(
     run_events_append_in_sequence_and_replay_after_a_cursor,
     runs_finish_once,
     runs_are_taken_over_only_when_their_lease_expired,
+    checkpoints_are_saved_by_the_owner_and_a_released_run_is_taken_at_once,
     run_commands_reach_the_owner_once,
     timestamps_round_trip_exactly,
     memories_round_trip_with_history_and_log,
@@ -437,6 +438,108 @@ async fn runs_finish_once(store: Arc<dyn Store>) {
     assert_eq!(state.status, RunStatus::Failed);
     assert_eq!(state.error.as_deref(), Some("boom"));
     assert!(state.finished_at.is_some());
+}
+
+async fn checkpoints_are_saved_by_the_owner_and_a_released_run_is_taken_at_once(
+    store: Arc<dyn Store>,
+) {
+    let (alice, bob) = two_users(&store).await;
+    let (a, b) = (ReplicaId::new(), ReplicaId::new());
+    let start = now();
+    let hour = chrono::Duration::hours(1);
+    let run = store
+        .create_run(alice.id, None, RunKind::Research)
+        .await
+        .unwrap();
+    assert_eq!(store.run_checkpoint(alice.id, run.id).await.unwrap(), None);
+    let first = json!({ "attempt": 1, "seq": 0, "step": null, "body": { "research": 1 } });
+    // Only the owner saves: before the claim nobody owns the run.
+    assert!(matches!(
+        store.save_run_checkpoint(alice.id, run.id, a, &first).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(store.claim_run(run.id, a, start + hour).await.unwrap());
+    store
+        .save_run_checkpoint(alice.id, run.id, a, &first)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store
+            .save_run_checkpoint(alice.id, run.id, b, &json!({}))
+            .await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(matches!(
+        store
+            .save_run_checkpoint(bob.id, run.id, a, &json!({}))
+            .await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(matches!(
+        store.run_checkpoint(bob.id, run.id).await,
+        Err(StoreError::NotFound(_))
+    ));
+    let second = json!({ "attempt": 1, "seq": 4, "step": "brief", "body": { "journal": [1, 2] } });
+    store
+        .save_run_checkpoint(alice.id, run.id, a, &second)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.run_checkpoint(alice.id, run.id).await.unwrap(),
+        Some(second.clone())
+    );
+    // Its lease runs for an hour, but the owner lets go (a shutdown): the next sweep takes it.
+    let sweep = Sweep {
+        now: now() + chrono::Duration::seconds(1),
+        unclaimed_before: start - chrono::Duration::seconds(15),
+        predecessor: None,
+    };
+    assert_eq!(store.expired_runs(&sweep).await.unwrap(), vec![]);
+    store.release_run(run.id, b).await.unwrap();
+    assert_eq!(
+        store.expired_runs(&sweep).await.unwrap(),
+        vec![],
+        "only the owner lets go"
+    );
+    store.release_run(run.id, a).await.unwrap();
+    let expired = store.expired_runs(&sweep).await.unwrap();
+    assert_eq!(
+        expired,
+        vec![ExpiredRun {
+            run: run.id,
+            user: alice.id,
+            owner: Some(a)
+        }]
+    );
+    assert_eq!(
+        store
+            .take_over_run(&expired[0], &sweep, b, start + hour)
+            .await
+            .unwrap(),
+        Some(0)
+    );
+    // The new owner reads the checkpoint and saves the next; the old one is fenced out.
+    assert_eq!(
+        store.run_checkpoint(alice.id, run.id).await.unwrap(),
+        Some(second)
+    );
+    assert!(matches!(
+        store.save_run_checkpoint(alice.id, run.id, a, &first).await,
+        Err(StoreError::Conflict(_))
+    ));
+    store
+        .save_run_checkpoint(alice.id, run.id, b, &first)
+        .await
+        .unwrap();
+    // An ended run keeps no more checkpoints.
+    store
+        .finish_run(alice.id, run.id, RunStatus::Completed, None)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.save_run_checkpoint(alice.id, run.id, b, &first).await,
+        Err(StoreError::NotFound(_))
+    ));
 }
 
 async fn runs_are_taken_over_only_when_their_lease_expired(store: Arc<dyn Store>) {

@@ -14,7 +14,6 @@ use crate::support;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -23,121 +22,33 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use support::binary::{Server, add_user, call, copy_dir, read_log, terminate};
 use support::{Backend, Home, TestApp};
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout, Command};
+
+/// Optimise the vector index often, so some kills land during an optimisation, and move users
+/// to vector shards of their own early, so some land during a move.
+const CRASH_ENV: [(&str, &str); 3] = [
+    ("MNEMO__QDRANT__OPTIMIZE_AFTER_UPSERTS", "25"),
+    ("MNEMO__QDRANT__TENANT_SHARD_POINTS", "10"),
+    (
+        "MNEMO__LOG__LEVEL",
+        "warn,mnemo::index::indexer=info,mnemo::index::edge=info",
+    ),
+];
+
+async fn start_server(data_dir: &Path, log: &Path) -> Server {
+    support::binary::start_server_with(data_dir, log, &CRASH_ENV).await
+}
+
+async fn start_server_with(data_dir: &Path, log: &Path, env: &[(&str, &str)]) -> Server {
+    let mut all = CRASH_ENV.to_vec();
+    all.extend_from_slice(env);
+    support::binary::start_server_with(data_dir, log, &all).await
+}
 
 const USERS: usize = 3;
 const WRITERS_PER_USER: usize = 2;
 const CRASHES: usize = 3;
-
-/// The binary with a clean `MNEMO__*` environment (warnings and indexer events on stderr).
-fn mnemo(data_dir: &Path) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mnemo"));
-    for (key, _) in std::env::vars() {
-        if key.starts_with("MNEMO__") {
-            command.env_remove(key);
-        }
-    }
-    command
-        .arg("--data-dir")
-        .arg(data_dir)
-        .env(
-            "MNEMO__LOG__LEVEL",
-            "warn,mnemo::index::indexer=info,mnemo::index::edge=info",
-        )
-        // Optimise the vector index often, so some kills land during an optimisation, and
-        // move users to vector shards of their own early, so some land during a move.
-        .env("MNEMO__QDRANT__OPTIMIZE_AFTER_UPSERTS", "25")
-        .env("MNEMO__QDRANT__TENANT_SHARD_POINTS", "10")
-        .env("MNEMO__EMBEDDER__MODEL_DIR", support::model_dir())
-        .kill_on_drop(true);
-    command
-}
-
-async fn add_user(data_dir: &Path, name: &str) -> String {
-    let output = mnemo(data_dir)
-        .args(["user", "add", name])
-        .stderr(Stdio::null())
-        .output()
-        .await
-        .expect("run mnemo user add");
-    assert!(output.status.success(), "user add {name}: {output:?}");
-    String::from_utf8(output.stdout)
-        .expect("utf-8 key")
-        .trim()
-        .to_string()
-}
-
-/// A running `mnemo serve`.
-struct Server {
-    child: Child,
-    base: String,
-    _stdout: Lines<BufReader<ChildStdout>>,
-}
-
-async fn start_server(data_dir: &Path, log: &Path) -> Server {
-    start_server_with(data_dir, log, &[]).await
-}
-
-async fn start_server_with(data_dir: &Path, log: &Path, env: &[(&str, &str)]) -> Server {
-    let log_file = std::fs::File::create(log).expect("server log file");
-    let mut command = mnemo(data_dir);
-    for (key, value) in env {
-        command.env(key, value);
-    }
-    let mut child = command
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(log_file))
-        .spawn()
-        .expect("spawn mnemo serve");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-        .await
-        .unwrap_or_else(|_| {
-            panic!(
-                "mnemo serve did not start within 30 s; log:\n{}",
-                read_log(log)
-            )
-        })
-        .expect("read stdout");
-    let Some(first) = first else {
-        let status = child.wait().await.expect("wait");
-        let kept = keep_evidence(data_dir, log.parent().expect("log dir"));
-        panic!(
-            "mnemo serve exited before listening ({status}); data dir and logs kept in {}; \
-             log:\n{}",
-            kept.display(),
-            read_log(log)
-        );
-    };
-    let base = first
-        .strip_prefix("mnemo listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line: {first}"))
-        .to_string();
-    Server {
-        child,
-        base,
-        _stdout: lines,
-    }
-}
-
-/// Copies the data dir and the logs to a directory that outlives the test; returns it.
-fn keep_evidence(data_dir: &Path, logs: &Path) -> PathBuf {
-    let kept = tempfile::Builder::new()
-        .prefix("mnemo-crash-")
-        .tempdir()
-        .expect("evidence dir")
-        .keep();
-    copy_dir(data_dir, &kept.join("data"));
-    copy_dir(logs, &kept.join("logs"));
-    kept
-}
-
-fn read_log(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
-}
 
 /// What a memory may look like in the end: `None` is "deleted". One possibility means every
 /// write to it was acknowledged; more mean a write was in flight at a crash.
@@ -368,25 +279,6 @@ async fn search(
             )
         })
         .collect()
-}
-
-async fn terminate(mut server: Server, log: &Path) {
-    let pid = server.child.id().expect("pid").to_string();
-    let sent = Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .await
-        .expect("kill -TERM");
-    assert!(sent.success());
-    let exit = tokio::time::timeout(Duration::from_secs(20), server.child.wait())
-        .await
-        .unwrap_or_else(|_| panic!("serve did not stop on SIGTERM; log:\n{}", read_log(log)))
-        .expect("wait");
-    assert!(
-        exit.success(),
-        "serve exits 0 on SIGTERM: {exit}; log:\n{}",
-        read_log(log)
-    );
 }
 
 #[test]
@@ -804,20 +696,6 @@ fn keyword_index_replays_a_commit_killed_after_its_delete_file() {
     assert_eq!(ids, expected);
 }
 
-/// Copies a directory tree.
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("create dir");
-    for entry in std::fs::read_dir(from).expect("read dir") {
-        let entry = entry.expect("entry");
-        let target = to.join(entry.file_name());
-        if entry.file_type().expect("file type").is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).expect("copy");
-        }
-    }
-}
-
 /// Turn jobs queued when the server is killed (SIGKILL, no shutdown at all) all run after the
 /// restart: the memories they write appear, once each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -924,25 +802,4 @@ async fn jobs_pending_at_a_sigkill_all_run_after_the_restart() {
     }
     let log_text = read_log(&log) + &read_log(&dir.path().join("serve-2.log"));
     assert!(!log_text.contains("panicked"), "{log_text}");
-}
-
-async fn call(
-    client: &reqwest::Client,
-    base: &str,
-    key: &str,
-    method: &str,
-    path: &str,
-    body: Value,
-) -> (StatusCode, Value) {
-    let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
-    let mut request = client
-        .request(method, format!("{base}{path}"))
-        .bearer_auth(key);
-    if !body.is_null() {
-        request = request.json(&body);
-    }
-    let response = request.send().await.expect("request");
-    let status = response.status();
-    let text = response.text().await.unwrap_or_default();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }

@@ -374,7 +374,7 @@ async fn resume(#[case] backend: Backend) {
     a_cut_stream_resumes_with_every_event_exactly_once(backend).await;
 }
 
-async fn a_stream_resumes_across_a_server_restart(backend: Backend) {
+async fn a_turn_cut_by_a_restart_is_answered_again_after_it(backend: Backend) {
     let home = Home::new(backend).await;
     let (llm, _) = slow_llm(100, 200).await;
     let app = TestApp::spawn_with_llm(&home, &llm, &[]).await;
@@ -390,16 +390,21 @@ async fn a_stream_resumes_across_a_server_restart(backend: Backend) {
     for _ in 0..4 {
         received.push(reader.next().await.unwrap());
     }
-    // The server shuts down mid-run: the open stream receives the run's end, then closes.
+    // The server shuts down mid-answer: the open stream ends without `done` (the run is left
+    // for the next start to continue), then closes.
     let stop = tokio::spawn(app.stop());
     while let Some(event) = reader.next().await {
         received.push(event);
     }
     stop.await.unwrap();
-    assert_eq!(received.last().unwrap().event, "done");
-    assert_eq!(received.last().unwrap().data["status"], "interrupted");
-    let cut_at = 3; // a client that only saw the first three events reconnects later
-    let app = TestApp::spawn_with_llm(&home, &llm, &[]).await;
+    assert!(
+        received.iter().all(|event| event.event != "done"),
+        "{received:?}"
+    );
+    // The next start answers the turn again, from its start, as attempt 2.
+    let (quick, answer) = slow_llm(5, 0).await;
+    let app = TestApp::spawn_with_llm(&home, &quick, &[]).await;
+    let cut_at = 3; // a client that only saw the first three events reconnects
     let rest = app
         .events(&key, &run_id, Some(cut_at))
         .await
@@ -408,15 +413,45 @@ async fn a_stream_resumes_across_a_server_restart(backend: Backend) {
     let mut combined: Vec<ReceivedEvent> = received[..cut_at as usize].to_vec();
     combined.extend(rest);
     assert_contiguous(&combined);
-    assert_eq!(combined.len(), received.len());
-    let error = combined
+    let resumed = combined
         .iter()
-        .find(|event| event.event == "error")
-        .expect("an error event says why the run ended");
-    assert_eq!(error.data["error_type"], "internal");
-    assert_eq!(error.data["retryable"], true);
+        .position(|event| event.event == "run_resumed")
+        .expect("a run_resumed event");
+    let data = &combined[resumed].data;
+    assert_eq!(data["attempt"], 2);
+    assert_eq!(
+        data["superseded_after"], 0,
+        "the whole first attempt is superseded"
+    );
+    assert_eq!(data["resumed_from"], Value::Null);
+    let after: Vec<&str> = combined[resumed + 1..]
+        .iter()
+        .map(|event| event.event.as_str())
+        .collect();
+    assert_eq!(after.first(), Some(&"session_start"), "{after:?}");
+    assert_eq!(after.last(), Some(&"done"));
+    let complete = combined
+        .iter()
+        .filter(|event| event.event == "message_complete")
+        .collect::<Vec<_>>();
+    assert_eq!(complete.len(), 1);
+    assert_eq!(complete[0].data["content"], answer.as_str());
+    assert_eq!(combined.last().unwrap().data["status"], "completed");
     let state = app.get(&format!("/v1/runs/{run_id}"), Some(&key)).await.1;
-    assert_eq!(state["status"], "interrupted");
+    assert_eq!(state["status"], "completed");
+    // One answer in the thread: the second attempt's.
+    let messages = app
+        .get(&format!("/v1/threads/{thread_id}"), Some(&key))
+        .await
+        .1;
+    let answers: Vec<&Value> = messages["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter(|message| message["role"] == "assistant")
+        .collect();
+    assert_eq!(answers.len(), 1, "{messages}");
+    assert_eq!(answers[0]["content"], answer.as_str());
     app.stop().await;
 }
 
@@ -425,7 +460,7 @@ async fn a_stream_resumes_across_a_server_restart(backend: Backend) {
 #[case::postgres(Backend::Postgres)]
 #[tokio::test]
 async fn restart_resume(#[case] backend: Backend) {
-    a_stream_resumes_across_a_server_restart(backend).await;
+    a_turn_cut_by_a_restart_is_answered_again_after_it(backend).await;
 }
 
 #[tokio::test]

@@ -18,4 +18,5 @@ mod quickstart;
 mod replicas;
 mod research;
 mod ssrf;
+mod takeover;
 mod writer;

@@ -295,7 +295,7 @@ fn scripted_model(llm: &FakeLlm, topics: Vec<&'static str>, report: &'static str
 }
 
 /// The replies of `scripted_model`, as a handler to combine with others.
-fn research_script(
+pub(crate) fn research_script(
     topics: Vec<&'static str>,
     report: &'static str,
 ) -> impl Fn(&Value) -> Option<Reply> + Send + Sync + 'static {

@@ -26,11 +26,14 @@ use progress::*;
 use sources::*;
 use text::*;
 
+use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::request::{Mode, ResolvedConfig};
@@ -48,7 +51,7 @@ use crate::runs::{ResearchEnvelope, RunContext, RunErrorType, RunEvent, RunFailu
 use crate::search::SearchProvider;
 use crate::search::fetch::Fetcher;
 use crate::store::RunKind;
-use crate::store::{NewResearch, ResearchOutcome, RunId, RunStatus, Store, UserId};
+use crate::store::{NewResearch, ResearchOutcome, RunId, RunStatus, Store, StoreError, UserId};
 
 /// What a research needs besides its configuration.
 #[derive(Clone)]
@@ -106,32 +109,76 @@ const FETCHES_PER_SEARCH: usize = 3;
 /// A `stage_fallback` reason is cut to this size.
 const FALLBACK_REASON_CHARS: usize = 300;
 
-/// Runs one research in `context`'s run and records it under `research_id`.
+/// A research that checkpoints its finished steps with its run (a research in a run of its
+/// own; one inside a chat turn is done again with the turn).
+pub struct Durable {
+    /// The request, without secrets, that the research is rebuilt from.
+    pub request: Value,
+    /// What the finished steps produced, when a new attempt continues the research.
+    pub journal: Option<Journal>,
+}
+
+/// The finished steps of a research and what it had gathered when they finished: the body of
+/// its run's checkpoint.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Journal {
+    /// Each finished step's result, by step (`brief`, `researcher.3`, `report`, …).
+    steps: BTreeMap<String, Value>,
+    sources: Vec<Source>,
+    usage: Usage,
+    usage_steps: Vec<Value>,
+    /// The stages announced (`stage_update`), not announced again.
+    stages: Vec<String>,
+    /// Seconds spent in each stage by earlier attempts.
+    timings: serde_json::Map<String, Value>,
+    /// Time the earlier attempts took.
+    elapsed_ms: u64,
+}
+
+/// A research run's checkpoint body.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SavedResearch {
+    pub research: SavedState,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SavedState {
+    pub request: Value,
+    pub journal: Journal,
+}
+
+/// Runs one research in `context`'s run and records it under `research_id`. With `durable`,
+/// it checkpoints every finished step, and continues from `durable.journal` when given one.
 pub async fn run_research(
     context: Arc<RunContext>,
     deps: ResearchDeps,
     config: ResolvedConfig,
     research_id: RunId,
+    durable: Option<Durable>,
 ) -> Result<ResearchSummary, RunFailure> {
     let user = context.user;
-    deps.store
-        .user(user)
-        .create_research(&NewResearch {
-            id: research_id,
-            run_id: context.run.id,
-            thread_id: config.thread_id,
-            query: config.query.clone(),
-            model: config.headline_model(),
-            config: serde_json::to_value(&config).unwrap_or(Value::Null),
-        })
-        .await?;
+    let resuming = durable.as_ref().is_some_and(|d| d.journal.is_some());
+    if !resuming {
+        deps.store
+            .user(user)
+            .create_research(&NewResearch {
+                id: research_id,
+                run_id: context.run.id,
+                thread_id: config.thread_id,
+                query: config.query.clone(),
+                model: config.headline_model(),
+                config: serde_json::to_value(&config).unwrap_or(Value::Null),
+            })
+            .await?;
+    }
     let mut guard = RecordGuard {
         store: deps.store.clone(),
         user,
         id: research_id,
         armed: true,
+        context: context.clone(),
     };
-    let research = Research::new(context, deps, config, research_id);
+    let research = Research::new(context, deps, config, research_id, durable);
     let result = research.execute().await;
     let outcome = match &result {
         Ok(summary) => ResearchOutcome {
@@ -164,17 +211,19 @@ pub async fn run_research(
     result
 }
 
-/// Marks the research `cancelled` when its run is dropped before it recorded an end.
+/// Marks the research `cancelled` when its run is dropped before it recorded an end (unless
+/// a shutdown left the run for another replica to continue).
 struct RecordGuard {
     store: Arc<dyn Store>,
     user: UserId,
     id: RunId,
     armed: bool,
+    context: Arc<RunContext>,
 }
 
 impl Drop for RecordGuard {
     fn drop(&mut self) {
-        if !self.armed {
+        if !self.armed || self.context.handed_over() {
             return;
         }
         let (store, user, id) = (self.store.clone(), self.user, self.id);
@@ -197,6 +246,8 @@ impl Drop for RecordGuard {
 // --- the research -------------------------------------------------------------------------
 
 struct Research {
+    /// Set when the research checkpoints its steps.
+    durable: Option<Checkpoints>,
     deps: ResearchDeps,
     config: ResolvedConfig,
     progress: Progress,
@@ -210,14 +261,30 @@ struct Research {
     peak: AtomicUsize,
 }
 
+/// The journal of a research that checkpoints, and whether it continues an earlier attempt.
+struct Checkpoints {
+    request: Value,
+    journal: Mutex<Journal>,
+    resumed: bool,
+    /// One checkpoint is written at a time, each with everything finished before it.
+    saving: tokio::sync::Mutex<()>,
+}
+
 impl Research {
     fn new(
         context: Arc<RunContext>,
         deps: ResearchDeps,
         config: ResolvedConfig,
         research_id: RunId,
+        durable: Option<Durable>,
     ) -> Self {
         let user = context.user;
+        let journal = durable
+            .as_ref()
+            .and_then(|durable| durable.journal.clone())
+            .unwrap_or_default();
+        let sources = Sources::default();
+        sources.restore(journal.sources.clone());
         Self {
             progress: Progress {
                 context,
@@ -227,17 +294,117 @@ impl Research {
                     model: config.headline_model(),
                 },
                 stages: Mutex::new(Vec::new()),
+                announced: journal.stages.clone(),
+                earlier: journal.timings.clone(),
             },
+            durable: durable.map(|durable| Checkpoints {
+                resumed: durable.journal.is_some(),
+                request: durable.request,
+                journal: Mutex::new(journal.clone()),
+                saving: tokio::sync::Mutex::new(()),
+            }),
             deps,
             config,
             meter: Meter::default(),
-            usage: Mutex::new(Usage::default()),
-            steps: Mutex::new(Vec::new()),
-            sources: Sources::default(),
-            started: Instant::now(),
+            usage: Mutex::new(journal.usage),
+            steps: Mutex::new(journal.usage_steps.clone()),
+            sources,
+            started: Instant::now()
+                .checked_sub(Duration::from_millis(journal.elapsed_ms))
+                .unwrap_or_else(Instant::now),
             user,
             running: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
+        }
+    }
+
+    /// Whether this attempt continues an earlier one's checkpoint.
+    fn resumed(&self) -> bool {
+        self.durable.as_ref().is_some_and(|durable| durable.resumed)
+    }
+
+    /// Runs one step of the research. When the research checkpoints, a step an earlier attempt
+    /// finished is not done again (its result comes from the journal and it emits nothing),
+    /// and a step finished now is saved with the run's checkpoint before the research goes on.
+    async fn step<T, F, Fut>(&self, key: &str, work: F) -> Result<T, RunFailure>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, RunFailure>>,
+    {
+        let Some(durable) = &self.durable else {
+            return work().await;
+        };
+        let saved = durable
+            .journal
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .steps
+            .get(key)
+            .cloned();
+        if let Some(saved) = saved {
+            match serde_json::from_value(saved) {
+                Ok(result) => return Ok(result),
+                Err(error) => {
+                    tracing::warn!(key, %error, "a checkpointed step is unreadable; doing it again");
+                }
+            }
+        }
+        let result = work().await?;
+        match serde_json::to_value(&result) {
+            Ok(value) => self.save(durable, key, value).await?,
+            Err(error) => tracing::warn!(key, %error, "a research step could not be checkpointed"),
+        }
+        Ok(result)
+    }
+
+    /// Records a finished step in the journal and saves it as the run's checkpoint. A failed
+    /// save only costs work after a takeover; losing the run to another replica ends this one.
+    async fn save(&self, durable: &Checkpoints, key: &str, value: Value) -> Result<(), RunFailure> {
+        let _one_at_a_time = durable.saving.lock().await;
+        let body = {
+            let mut journal = durable
+                .journal
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            journal.steps.insert(key.to_string(), value);
+            journal.sources = self.sources.snapshot();
+            journal.usage = *self
+                .usage
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            journal.usage_steps = self
+                .steps
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            journal.stages = self.progress.announced();
+            journal.timings = match self.progress.timings() {
+                Value::Object(map) => map,
+                _ => serde_json::Map::new(),
+            };
+            journal.elapsed_ms = self.started.elapsed().as_millis() as u64;
+            serde_json::to_value(SavedResearch {
+                research: SavedState {
+                    request: durable.request.clone(),
+                    journal: journal.clone(),
+                },
+            })
+        };
+        let body = match body {
+            Ok(body) => body,
+            Err(error) => {
+                tracing::warn!(key, %error, "a research checkpoint could not be written");
+                return Ok(());
+            }
+        };
+        match self.progress.context.checkpoint(Some(key), body).await {
+            Ok(()) => Ok(()),
+            Err(error @ StoreError::Conflict(_)) => Err(error.into()),
+            Err(error) => {
+                tracing::warn!(key, %error, "saving a research checkpoint failed");
+                Ok(())
+            }
         }
     }
 
@@ -260,24 +427,38 @@ impl Research {
 
     async fn execute(&self) -> Result<ResearchSummary, RunFailure> {
         let config = &self.config;
-        self.progress
-            .emit(RunEvent::SessionStart(SessionStart {
-                kind: RunKind::Research,
-                model: None,
-                thread_id: None,
-                user_message_id: None,
-                query: Some(config.query.clone()),
-                content: Some(config.query.clone()),
-                metadata: Some(json!({ "config": config })),
-            }))
+        if !self.resumed() {
+            self.progress
+                .emit(RunEvent::SessionStart(SessionStart {
+                    kind: RunKind::Research,
+                    model: None,
+                    thread_id: None,
+                    user_message_id: None,
+                    query: Some(config.query.clone()),
+                    content: Some(config.query.clone()),
+                    metadata: Some(json!({ "config": config })),
+                }))
+                .await?;
+            if let Some(durable) = &self.durable {
+                // From here on another replica can continue the research.
+                self.save(durable, "start", Value::Null).await?;
+            }
+        }
+        let memories = self.step("recall", || self.recall_context()).await?;
+        let clarification = self
+            .step("clarification", || self.clarify(&memories))
             .await?;
-        let memories = self.recall_context().await?;
-        let clarification = self.clarify(&memories).await?;
-        let brief = self.brief(&memories, clarification.as_deref()).await?;
-        let findings = match config.mode {
-            Mode::Supervisor => self.supervise(&brief).await?,
-            Mode::Recursive => self.recursive(&brief).await?,
-        };
+        let brief = self
+            .step("brief", || self.brief(&memories, clarification.as_deref()))
+            .await?;
+        let findings: Vec<Findings> = self
+            .step("research", || async {
+                match config.mode {
+                    Mode::Supervisor => self.supervise(&brief).await,
+                    Mode::Recursive => self.recursive(&brief).await,
+                }
+            })
+            .await?;
         let gaps: Vec<String> = findings
             .iter()
             .filter_map(|found| {
@@ -293,9 +474,14 @@ impl Research {
                 "Scoring sources and writing the report",
             )
             .await?;
-        let cited = self.score_sources(&brief).await?;
-        let report = self.report(&brief, &findings, &cited, &gaps).await?;
-        let memories_written = self.remember(&report, &cited).await?;
+        let cited: Vec<(usize, Source)> =
+            self.step("sources", || self.score_sources(&brief)).await?;
+        let report: String = self
+            .step("report", || self.report(&brief, &findings, &cited, &gaps))
+            .await?;
+        let memories_written: usize = self
+            .step("remember", || self.remember(&report, &cited))
+            .await?;
         self.progress
             .stage("completed", "Research complete")
             .await?;

@@ -12,6 +12,10 @@ pub(super) struct Progress {
     pub(super) research_id: RunId,
     pub(super) envelope: ResearchEnvelope,
     pub(super) stages: Mutex<Vec<(String, Instant)>>,
+    /// Stages an earlier attempt announced: timed again, not announced again.
+    pub(super) announced: Vec<String>,
+    /// Seconds per stage spent by earlier attempts.
+    pub(super) earlier: serde_json::Map<String, Value>,
 }
 
 impl Progress {
@@ -26,7 +30,26 @@ impl Progress {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push((stage.to_string(), Instant::now()));
+        if self.announced.iter().any(|known| known == stage) {
+            return Ok(());
+        }
         self.emit(RunEvent::stage(stage, content)).await
+    }
+
+    /// Every stage announced so far, by this attempt or an earlier one.
+    pub(super) fn announced(&self) -> Vec<String> {
+        let mut names = self.announced.clone();
+        for (name, _) in self
+            .stages
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+        {
+            if !names.contains(name) {
+                names.push(name.clone());
+            }
+        }
+        names
     }
 
     /// Seconds per stage (a stage lasts until the next one starts).
@@ -35,7 +58,7 @@ impl Progress {
             .stages
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut out = serde_json::Map::new();
+        let mut out = self.earlier.clone();
         for (index, (name, started)) in stages.iter().enumerate() {
             let ended = stages
                 .get(index + 1)

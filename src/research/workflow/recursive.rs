@@ -18,72 +18,111 @@ impl Research {
         let mut frontier = vec![brief.to_string()];
         let mut breadth = self.config.breadth;
         for level in 1..=self.config.depth {
-            let mut queries = Vec::new();
-            for question in &frontier {
-                let learned: Vec<String> = found.iter().map(|f| f.text.clone()).collect();
-                // Planned without the model, the first level searches the query (the brief
-                // may be long), the next ones the follow-up questions themselves.
-                let plain = if level == 1 {
-                    &self.config.query
-                } else {
-                    question
-                };
-                queries.extend(
-                    self.plan_queries(question, plain, breadth, &learned)
-                        .await?,
-                );
-            }
-            queries.dedup();
-            queries.truncate(self.config.breadth as usize * frontier.len().max(1));
-            if level == 1 {
-                queries = self.review(queries).await?;
-            }
-            self.progress
-                .emit(RunEvent::thinking(
-                    "research_execution",
-                    format!("Level {level}: {} queries", queries.len()),
-                    Some(json!({ "level": level, "queries": queries })),
-                ))
+            let known = found.len();
+            let (level_found, next): (Vec<Findings>, Vec<String>) = self
+                .step(&format!("level.{level}"), || {
+                    self.level(level, known, &found, &frontier, breadth)
+                })
                 .await?;
-            let cap = self.config.concurrency.max(1) as usize;
-            let first = found.len();
-            let results: Vec<(usize, (Findings, Vec<String>))> =
-                futures::stream::iter(queries.into_iter().enumerate())
-                    .map(|(index, query)| async move {
-                        let number = first + index + 1;
-                        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
-                        self.peak.fetch_max(now, Ordering::SeqCst);
-                        let result = self.learn(number, &query).await;
-                        self.running.fetch_sub(1, Ordering::SeqCst);
-                        (index, result)
-                    })
-                    .buffer_unordered(cap)
-                    .collect()
-                    .await;
-            let mut results = results;
-            results.sort_by_key(|(index, _)| *index);
-            frontier = Vec::new();
-            for (_, (findings, follow_ups)) in results {
-                if let Some(why) = &findings.failed {
-                    let _ = self
-                        .progress
-                        .error(
-                            RunErrorType::Tool,
-                            &format!("could not research {:?}: {why}", findings.topic),
-                            false,
-                            json!({ "topic": findings.topic, "level": level }),
-                        )
-                        .await;
-                }
-                frontier.extend(follow_ups);
-                found.push(findings);
-            }
+            found.extend(level_found);
+            frontier = next;
             breadth = breadth.div_ceil(2);
             if frontier.is_empty() {
                 break;
             }
         }
         Ok(found)
+    }
+
+    /// One level of the recursive research: the queries for `frontier` (reviewed by the user
+    /// on the first level), each searched and learnt from; its findings and the follow-up
+    /// questions for the next level. Planning and each query are checkpointed steps.
+    async fn level(
+        &self,
+        level: u32,
+        known: usize,
+        found: &[Findings],
+        frontier: &[String],
+        breadth: u32,
+    ) -> Result<(Vec<Findings>, Vec<String>), RunFailure> {
+        let queries: Vec<String> = self
+            .step(&format!("level.{level}.queries"), || async {
+                let mut queries = Vec::new();
+                for question in frontier {
+                    let learned: Vec<String> = found.iter().map(|f| f.text.clone()).collect();
+                    // Planned without the model, the first level searches the query (the brief
+                    // may be long), the next ones the follow-up questions themselves.
+                    let plain = if level == 1 {
+                        &self.config.query
+                    } else {
+                        question
+                    };
+                    queries.extend(
+                        self.plan_queries(question, plain, breadth, &learned)
+                            .await?,
+                    );
+                }
+                queries.dedup();
+                queries.truncate(self.config.breadth as usize * frontier.len().max(1));
+                if level == 1 {
+                    queries = self.review(queries).await?;
+                }
+                self.progress
+                    .emit(RunEvent::thinking(
+                        "research_execution",
+                        format!("Level {level}: {} queries", queries.len()),
+                        Some(json!({ "level": level, "queries": queries })),
+                    ))
+                    .await?;
+                Ok(queries)
+            })
+            .await?;
+        let cap = self.config.concurrency.max(1) as usize;
+        let mut results: Vec<(usize, (Findings, Vec<String>))> =
+            futures::stream::iter(queries.into_iter().enumerate())
+                .map(|(index, query)| async move {
+                    let number = known + index + 1;
+                    let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+                    self.peak.fetch_max(now, Ordering::SeqCst);
+                    let result = self
+                        .step(&format!("learn.{number}"), || async {
+                            Ok(self.learn(number, &query).await)
+                        })
+                        .await
+                        .unwrap_or_else(|RunFailure::Failed { message, .. }| {
+                            let failed = Findings {
+                                topic: query.clone(),
+                                text: String::new(),
+                                passages: Vec::new(),
+                                failed: Some(message),
+                            };
+                            (failed, Vec::new())
+                        });
+                    self.running.fetch_sub(1, Ordering::SeqCst);
+                    (index, result)
+                })
+                .buffer_unordered(cap)
+                .collect()
+                .await;
+        results.sort_by_key(|(index, _)| *index);
+        let mut level_found = Vec::new();
+        let mut next = Vec::new();
+        for (_, (findings, follow_ups)) in results {
+            if let Some(why) = &findings.failed {
+                let _ = self
+                    .progress
+                    .error(
+                        RunErrorType::Tool,
+                        &format!("could not research {:?}: {why}", findings.topic),
+                        false,
+                        json!({ "topic": findings.topic, "level": level }),
+                    )
+                    .await;
+            }
+            next.extend(follow_ups);
+            level_found.push(findings);
+        }
+        Ok((level_found, next))
     }
 
     /// The searches for `question`: planned by the model, or `plain` alone without one (or

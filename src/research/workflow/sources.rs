@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use super::*;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub(super) struct Source {
     pub(super) url: String,
     pub(super) title: String,
@@ -37,6 +37,25 @@ impl Sources {
         self.list
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The sources as a checkpoint keeps them: texts cut to what a prompt quotes.
+    pub(super) fn snapshot(&self) -> Vec<Source> {
+        self.lock()
+            .iter()
+            .map(|source| Source {
+                text: source
+                    .text
+                    .as_deref()
+                    .map(|text| truncate(text, SOURCE_EXCERPT_CHARS)),
+                ..source.clone()
+            })
+            .collect()
+    }
+
+    /// Puts back the sources of a checkpoint (before any search of the new attempt).
+    pub(super) fn restore(&self, saved: Vec<Source>) {
+        *self.lock() = saved;
     }
 
     /// Adds search hits; returns the ones not seen before.
@@ -114,14 +133,14 @@ impl Sources {
 }
 
 /// A passage of a source, for the extractive path.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub(super) struct Passage {
     pub(super) url: String,
     pub(super) text: String,
 }
 
 /// What one researcher (or one query of the recursive mode) brought back.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub(super) struct Findings {
     pub(super) topic: String,
     /// Compressed findings, each with its source URL.

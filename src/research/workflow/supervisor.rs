@@ -21,7 +21,9 @@ impl Research {
             .stage("research_execution", "Planning and dispatching researchers")
             .await?;
         let Some(role) = self.role(ModelRole::Research) else {
-            let topics = self.review(vec![self.config.query.clone()]).await?;
+            let topics = self
+                .step("review", || self.review(vec![self.config.query.clone()]))
+                .await?;
             return Ok(self.dispatch(topics, 0).await);
         };
         let max_rounds = self.config.max_researcher_iterations;
@@ -37,13 +39,34 @@ impl Research {
         let mut messages = vec![ChatMessage::system(system), ChatMessage::user(brief)];
         let mut all = Vec::new();
         for round in 0..max_rounds {
-            let mut request = ChatRequest::new(messages.clone());
-            request.tools = supervisor_tools();
-            request.max_tokens = Some(role.max_tokens);
-            let response = self
-                .complete("supervisor", role, request)
-                .await
-                .map_err(llm_failure)?;
+            let (content, tool_calls): (String, Vec<ToolCall>) = self
+                .step(&format!("supervisor.{}", round + 1), || async {
+                    let mut request = ChatRequest::new(messages.clone());
+                    request.tools = supervisor_tools();
+                    request.max_tokens = Some(role.max_tokens);
+                    let response = self
+                        .complete("supervisor", role, request)
+                        .await
+                        .map_err(llm_failure)?;
+                    for call in response.tool_calls.iter().filter(|c| c.name == "think") {
+                        let arguments = arguments(call);
+                        let reflection = arguments["reflection"].as_str().unwrap_or_default();
+                        self.progress
+                            .emit(RunEvent::thinking(
+                                "research_execution",
+                                reflection,
+                                Some(json!({ "round": round + 1 })),
+                            ))
+                            .await?;
+                    }
+                    Ok((response.content, response.tool_calls))
+                })
+                .await?;
+            let response = ChatResponse {
+                content,
+                tool_calls,
+                ..ChatResponse::default()
+            };
             if response.tool_calls.is_empty() {
                 break;
             }
@@ -71,14 +94,6 @@ impl Research {
                         }
                     }
                     "think" => {
-                        let reflection = arguments["reflection"].as_str().unwrap_or_default();
-                        self.progress
-                            .emit(RunEvent::thinking(
-                                "research_execution",
-                                reflection,
-                                Some(json!({ "round": round + 1 })),
-                            ))
-                            .await?;
                         messages.push(ChatMessage::tool_result(&call.id, "Reflection recorded."));
                     }
                     "research_complete" => {
@@ -98,7 +113,7 @@ impl Research {
                 continue;
             }
             let reviewed = if round == 0 {
-                self.review(topics.clone()).await?
+                self.step("review", || self.review(topics.clone())).await?
             } else {
                 topics.clone()
             };
@@ -146,7 +161,11 @@ impl Research {
                     None,
                 )
                 .await?;
-            let topics = self.review(vec![self.config.query.clone()]).await?;
+            let topics = self
+                .step("review.fallback", || {
+                    self.review(vec![self.config.query.clone()])
+                })
+                .await?;
             all = self.dispatch(topics, 0).await;
         }
         Ok(all)
@@ -162,7 +181,18 @@ impl Research {
                     let number = first_index + index + 1;
                     let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
                     self.peak.fetch_max(now, Ordering::SeqCst);
-                    let findings = self.researcher(number, topic).await;
+                    let key = format!("researcher.{number}");
+                    let findings = self
+                        .step(&key, || async {
+                            Ok(self.researcher(number, topic.clone()).await)
+                        })
+                        .await
+                        .unwrap_or_else(|RunFailure::Failed { message, .. }| Findings {
+                            topic,
+                            text: String::new(),
+                            passages: Vec::new(),
+                            failed: Some(message),
+                        });
                     self.running.fetch_sub(1, Ordering::SeqCst);
                     (index, findings)
                 })

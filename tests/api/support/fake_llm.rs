@@ -33,6 +33,8 @@ pub enum Reply {
     Error { status: u16, message: String },
     /// Accept the request and never answer (until the client goes away).
     Hang,
+    /// Wait until the flag is set, then answer with the reply.
+    After(Arc<std::sync::atomic::AtomicBool>, Box<Reply>),
 }
 
 impl Reply {
@@ -217,6 +219,13 @@ async fn chat(State(inner): State<Arc<Mutex<Inner>>>, body: axum::Json<Value>) -
         }
     };
     let model = request["model"].as_str().unwrap_or("fake").to_string();
+    let mut reply = reply;
+    while let Reply::After(gate, then) = reply {
+        while !gate.load(std::sync::atomic::Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        reply = *then;
+    }
     match reply {
         Reply::Error { status, message } => (
             StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
@@ -232,6 +241,7 @@ async fn chat(State(inner): State<Arc<Mutex<Inner>>>, body: axum::Json<Value>) -
             });
             sse_response(Body::from_stream(body))
         }
+        Reply::After(..) => unreachable!("waited for above"),
         Reply::Text {
             content,
             chunk_chars,

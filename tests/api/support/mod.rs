@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod binary;
 pub mod databases;
 pub mod fake_llm;
 pub mod research_site;

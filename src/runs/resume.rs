@@ -1,0 +1,52 @@
+//! Continuing a run after the replica executing it stopped (it died, or the server restarted).
+//!
+//! A run's body saves checkpoints through [`RunContext::checkpoint`]: how the body is rebuilt
+//! (a chat turn's message, a research's request without secrets) and the results of the steps
+//! it finished. The replica that takes the run over asks a [`Resume`] for a body continuing
+//! from the last checkpoint and executes it under the same run id; the run's log goes on at
+//! the next sequence number after a `run_resumed` event. A run that saved no checkpoint, whose
+//! body cannot be rebuilt, or that was started [`MAX_ATTEMPTS`] times already, is closed as
+//! `interrupted` instead.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{RunContext, RunFailure};
+use crate::store::{Run, UserId};
+
+/// A run is started at most this many times (a body that kills its replica every time, such as
+/// a page that exhausts memory, is not retried for ever).
+pub const MAX_ATTEMPTS: u32 = 3;
+
+/// What a run saved to be continued by another attempt.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// The attempt that saved it (the first execution is attempt 1).
+    pub attempt: u32,
+    /// The run's last event when it was saved: events after it belong to a step not finished.
+    pub seq: i64,
+    /// The last step finished (`None`: none yet; the body starts over).
+    pub step: Option<String>,
+    /// The body's own state: how to rebuild it and what its finished steps produced.
+    pub body: Value,
+}
+
+/// A body continuing a run, built by a [`Resume`].
+pub type ResumedBody =
+    Box<dyn FnOnce(Arc<RunContext>) -> BoxFuture<'static, Result<(), RunFailure>> + Send>;
+
+/// Rebuilds the bodies of runs from their checkpoints (the chat agent's and the research
+/// service's, dispatched by the run's kind).
+#[async_trait::async_trait]
+pub trait Resume: Send + Sync {
+    /// The body continuing the user's `run` from `checkpoint`, or why it cannot be continued.
+    async fn resume(
+        &self,
+        user: UserId,
+        run: &Run,
+        checkpoint: &Checkpoint,
+    ) -> Result<ResumedBody, String>;
+}

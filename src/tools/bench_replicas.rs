@@ -1,0 +1,278 @@
+//! `mnemo bench replicas`: several replicas of the real server (in one process, each with its
+//! own data directory, tantivy index and HTTP listener) on one PostgreSQL database and one
+//! Qdrant server, as `deploy/` runs them. Measured through the HTTP API: how long a memory
+//! written through one replica takes to be recalled through each other one (the index lag a
+//! user sees across replicas), and recall latency through every replica.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::tools::bench_server::{percentile, release, scratch_settings};
+use mnemo::auth::keys;
+use mnemo::store::UserKind;
+
+pub struct ReplicaBenchOptions {
+    pub data_dir: PathBuf,
+    pub model_dir: Option<PathBuf>,
+    /// The PostgreSQL database every replica uses.
+    pub database_url: String,
+    /// The Qdrant server (gRPC URL) every replica uses.
+    pub qdrant_url: String,
+    pub replicas: usize,
+    /// Memories written (round robin over the replicas), each then looked for on the others.
+    pub writes: usize,
+    /// Recalls through each replica.
+    pub queries: usize,
+}
+
+/// A recall through another replica gives up on a memory after this long.
+const LAG_LIMIT: Duration = Duration::from_secs(30);
+
+struct Replica {
+    base: String,
+}
+
+struct Client {
+    http: reqwest::Client,
+    key: String,
+}
+
+impl Client {
+    async fn post(&self, base: &str, path: &str, body: Value) -> anyhow::Result<Value> {
+        let response = self
+            .http
+            .post(format!("{base}{path}"))
+            .bearer_auth(&self.key)
+            .json(&body)
+            .send()
+            .await?;
+        let status = response.status();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        if !status.is_success() {
+            bail!("{path} answered {status}: {body}");
+        }
+        Ok(body)
+    }
+
+    /// Whether a recall through `base` for `query` returns the memory `id`.
+    async fn recalls(&self, base: &str, query: &str, id: &str) -> anyhow::Result<bool> {
+        let found = self
+            .post(
+                base,
+                "/v1/memories/search",
+                json!({ "query": query, "k": 5 }),
+            )
+            .await?;
+        Ok(found["results"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|result| result["memory"]["id"] == id))
+    }
+}
+
+const THINGS: [&str; 8] = [
+    "bike lock",
+    "garage door",
+    "gym locker",
+    "storage unit",
+    "office safe",
+    "mailbox",
+    "shed padlock",
+    "wifi router",
+];
+
+fn note(index: usize, run: &str) -> String {
+    let thing = THINGS[index % THINGS.len()];
+    format!(
+        "The code of my {thing} number {index} is {run}-{:04}.",
+        index * 7 + 13
+    )
+}
+
+fn question(index: usize) -> String {
+    let thing = THINGS[index % THINGS.len()];
+    format!("what is the code of my {thing} (question {index})")
+}
+
+/// Runs the benchmark and writes a markdown table to `out`.
+pub async fn run_replica_bench(
+    options: ReplicaBenchOptions,
+    out: &mut dyn std::io::Write,
+) -> anyhow::Result<()> {
+    if options.replicas < 2 {
+        bail!("--replicas must be at least 2");
+    }
+    let shutdown = CancellationToken::new();
+    let mut replicas = Vec::new();
+    let mut states = Vec::new();
+    let mut servers = Vec::new();
+    for index in 0..options.replicas {
+        eprintln!("starting replica {}…", index + 1);
+        let env = vec![
+            ("MNEMO__DATABASE__URL".into(), options.database_url.clone()),
+            ("MNEMO__QDRANT__URL".into(), options.qdrant_url.clone()),
+            (
+                "MNEMO__QDRANT__COLLECTION".into(),
+                "mnemo_bench_replicas".into(),
+            ),
+            ("MNEMO__SERVER__REQUESTS_PER_MINUTE".into(), "0".into()),
+        ];
+        let settings = scratch_settings(
+            &options.data_dir.join(format!("replica-{}", index + 1)),
+            options.model_dir.as_deref(),
+            env,
+        )?;
+        let listener = mnemo::startup::bind(&settings).await?;
+        let base = format!("http://{}", listener.local_addr()?);
+        let state = mnemo::startup::build_state(settings, shutdown.clone())
+            .await
+            .with_context(|| format!("starting replica {}", index + 1))?;
+        let server_state = state.clone();
+        servers.push(tokio::spawn(async move {
+            mnemo::http::serve(listener, server_state).await
+        }));
+        states.push(state);
+        replicas.push(Replica { base });
+    }
+    // A user of this run only: the database may hold earlier runs.
+    let run = uuid::Uuid::now_v7().simple().to_string()[24..].to_string();
+    let user = states[0]
+        .store
+        .accounts()
+        .create_user(&format!("bench-replicas-{run}"), UserKind::Key)
+        .await?;
+    let key = keys::generate();
+    states[0]
+        .store
+        .accounts()
+        .add_api_key(user.id, &key.hash, &key.prefix)
+        .await?;
+    let client = Arc::new(Client {
+        http: reqwest::Client::builder()
+            .pool_max_idle_per_host(32)
+            .build()?,
+        key: key.plaintext,
+    });
+
+    eprintln!(
+        "writing {} memories, each looked for through the other replicas…",
+        options.writes
+    );
+    let mut lags = Vec::new();
+    let mut missed = 0usize;
+    for index in 0..options.writes {
+        let writer = index % replicas.len();
+        let content = note(index, &run);
+        let written = client
+            .post(
+                &replicas[writer].base,
+                "/v1/memories",
+                json!({ "content": content, "kind": "fact" }),
+            )
+            .await?;
+        let written_at = Instant::now();
+        let id = written["id"]
+            .as_str()
+            .context("the written memory has no id")?
+            .to_string();
+        let lookups = replicas
+            .iter()
+            .enumerate()
+            .filter(|(reader, _)| *reader != writer)
+            .map(|(_, replica)| {
+                let (client, base, query, id) = (
+                    client.clone(),
+                    replica.base.clone(),
+                    content.clone(),
+                    id.clone(),
+                );
+                tokio::spawn(async move {
+                    while written_at.elapsed() < LAG_LIMIT {
+                        if client.recalls(&base, &query, &id).await? {
+                            return anyhow::Ok(Some(written_at.elapsed()));
+                        }
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    Ok(None)
+                })
+            })
+            .collect::<Vec<_>>();
+        for lookup in lookups {
+            match lookup.await?? {
+                Some(lag) => lags.push(lag.as_secs_f64() * 1000.0),
+                None => missed += 1,
+            }
+        }
+    }
+    lags.sort_by(f64::total_cmp);
+
+    eprintln!("{} recalls through each replica…", options.queries);
+    let mut per_replica = Vec::new();
+    for replica in &replicas {
+        let mut times = Vec::with_capacity(options.queries);
+        for index in 0..options.queries {
+            let started = Instant::now();
+            client
+                .post(
+                    &replica.base,
+                    "/v1/memories/search",
+                    json!({ "query": question(index), "k": 5 }),
+                )
+                .await?;
+            times.push(started.elapsed().as_secs_f64() * 1000.0);
+        }
+        times.sort_by(f64::total_cmp);
+        per_replica.push(times);
+    }
+    let mut all: Vec<f64> = per_replica.iter().flatten().copied().collect();
+    all.sort_by(f64::total_cmp);
+
+    shutdown.cancel();
+    for server in servers {
+        let _ = server.await;
+    }
+    for state in states {
+        release(state).await;
+    }
+
+    writeln!(
+        out,
+        "| measure ({} replicas, one PostgreSQL, one Qdrant server) | p50 | p99 | max |",
+        replicas.len()
+    )?;
+    writeln!(out, "|---|---|---|---|")?;
+    writeln!(
+        out,
+        "| written through one replica → recalled through another ({} lookups, {missed} not within {}s) | {:.1} ms | {:.1} ms | {:.1} ms |",
+        lags.len(),
+        LAG_LIMIT.as_secs(),
+        percentile(&lags, 0.5),
+        percentile(&lags, 0.99),
+        lags.last().copied().unwrap_or(0.0),
+    )?;
+    for (index, times) in per_replica.iter().enumerate() {
+        writeln!(
+            out,
+            "| recall through replica {} ({} queries) | {:.1} ms | {:.1} ms | {:.1} ms |",
+            index + 1,
+            times.len(),
+            percentile(times, 0.5),
+            percentile(times, 0.99),
+            times.last().copied().unwrap_or(0.0),
+        )?;
+    }
+    writeln!(
+        out,
+        "| recall through any replica | {:.1} ms | {:.1} ms | {:.1} ms |",
+        percentile(&all, 0.5),
+        percentile(&all, 0.99),
+        all.last().copied().unwrap_or(0.0),
+    )?;
+    Ok(())
+}
