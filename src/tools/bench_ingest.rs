@@ -13,7 +13,7 @@ use anyhow::bail;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::tools::bench_server::{percentile, release, scratch_settings};
+use crate::tools::bench_server::{percentile, post_json, release, scratch_settings};
 use mnemo::auth::keys;
 use mnemo::llm::embed::Embedder;
 use mnemo::store::UserKind;
@@ -97,19 +97,13 @@ struct Client {
 
 impl Client {
     async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
-        let response = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .bearer_auth(&self.key)
-            .json(&body)
-            .send()
-            .await?;
-        let status = response.status();
-        let body: Value = response.json().await.unwrap_or(Value::Null);
-        if !status.is_success() {
-            bail!("{path} answered {status}: {body}");
-        }
-        Ok(body)
+        post_json(
+            &self.http,
+            &format!("{}{path}", self.base),
+            &self.key,
+            &body,
+        )
+        .await
     }
 
     async fn add(&self, index: usize) -> anyhow::Result<()> {

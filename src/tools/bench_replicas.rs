@@ -12,7 +12,7 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::tools::bench_server::{percentile, release, scratch_settings};
+use crate::tools::bench_server::{percentile, post_json, release, scratch_settings};
 use mnemo::auth::keys;
 use mnemo::store::UserKind;
 
@@ -44,19 +44,7 @@ struct Client {
 
 impl Client {
     async fn post(&self, base: &str, path: &str, body: Value) -> anyhow::Result<Value> {
-        let response = self
-            .http
-            .post(format!("{base}{path}"))
-            .bearer_auth(&self.key)
-            .json(&body)
-            .send()
-            .await?;
-        let status = response.status();
-        let body: Value = response.json().await.unwrap_or(Value::Null);
-        if !status.is_success() {
-            bail!("{path} answered {status}: {body}");
-        }
-        Ok(body)
+        post_json(&self.http, &format!("{base}{path}"), &self.key, &body).await
     }
 
     /// Whether a recall through `base` for `query` returns the memory `id`.

@@ -53,6 +53,23 @@ pub async fn release(state: AppState) {
     }
 }
 
+/// A JSON POST to `url` with the bearer `key`; the answer's JSON, or an error naming the
+/// status when it is not a success.
+pub async fn post_json(
+    http: &reqwest::Client,
+    url: &str,
+    key: &str,
+    body: &serde_json::Value,
+) -> anyhow::Result<serde_json::Value> {
+    let response = http.post(url).bearer_auth(key).json(body).send().await?;
+    let status = response.status();
+    let answer: serde_json::Value = response.json().await.unwrap_or_default();
+    if !status.is_success() {
+        anyhow::bail!("{url} answered {status}: {answer}");
+    }
+    Ok(answer)
+}
+
 /// The value at fraction `p` of ascending `sorted` (0 when empty).
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {

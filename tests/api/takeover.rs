@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use support::binary::{Server, add_user, add_user_with, call, read_log, start_server_with};
+use support::binary::{
+    Server, add_user, add_user_with, call, get_json, read_log, start_server_with,
+};
 use support::fake_llm::{FakeLlm, Reply, prompt_text};
 use support::research_site::ResearchSite;
 use support::{ReceivedEvent, SseReader};
@@ -622,15 +624,7 @@ async fn three_replicas_lose_one_and_every_run_ends_once_on_the_others() {
     .await;
     assert!(status.is_success(), "{status} {body}");
     let stopped = loop {
-        let (_, state) = call(
-            &client,
-            &bases[2],
-            &keys[0],
-            "GET",
-            &format!("/v1/runs/{doomed}"),
-            Value::Null,
-        )
-        .await;
+        let state = get_json(&client, &bases[2], &keys[0], &format!("/v1/runs/{doomed}")).await;
         if state["status"] != "running" {
             break state;
         }
@@ -738,25 +732,9 @@ async fn three_replicas_lose_one_and_every_run_ends_once_on_the_others() {
                 );
             }
         }
-        let (_, state) = call(
-            &client,
-            &bases[1],
-            &keys[n],
-            "GET",
-            &format!("/v1/runs/{run}"),
-            Value::Null,
-        )
-        .await;
+        let state = get_json(&client, &bases[1], &keys[n], &format!("/v1/runs/{run}")).await;
         assert_eq!(state["status"], "completed", "research {n}: {state}");
-        let (_, record) = call(
-            &client,
-            &bases[2],
-            &keys[n],
-            "GET",
-            &format!("/research/{run}"),
-            Value::Null,
-        )
-        .await;
+        let record = get_json(&client, &bases[2], &keys[n], &format!("/research/{run}")).await;
         assert_eq!(record["status"], "completed", "research {n}: {record}");
         assert!(
             record["report"]
@@ -788,23 +766,13 @@ async fn three_replicas_lose_one_and_every_run_ends_once_on_the_others() {
             assert_eq!(resumed.data["attempt"], 2);
             retried += 1;
         }
-        let (_, state) = call(
-            &client,
-            &bases[2],
-            &keys[n % 5],
-            "GET",
-            &format!("/v1/runs/{run}"),
-            Value::Null,
-        )
-        .await;
+        let state = get_json(&client, &bases[2], &keys[n % 5], &format!("/v1/runs/{run}")).await;
         assert_eq!(state["status"], "completed", "chat {n}");
-        let (_, messages) = call(
+        let messages = get_json(
             &client,
             &bases[1],
             &keys[n % 5],
-            "GET",
             &format!("/v1/threads/{thread}"),
-            Value::Null,
         )
         .await;
         let answers: Vec<&Value> = messages["messages"]

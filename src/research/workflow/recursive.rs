@@ -90,13 +90,7 @@ impl Research {
                         })
                         .await
                         .unwrap_or_else(|RunFailure::Failed { message, .. }| {
-                            let failed = Findings {
-                                topic: query.clone(),
-                                text: String::new(),
-                                passages: Vec::new(),
-                                failed: Some(message),
-                            };
-                            (failed, Vec::new())
+                            (Findings::failed(query.clone(), message), Vec::new())
                         });
                     self.running.fetch_sub(1, Ordering::SeqCst);
                     (index, result)
@@ -183,15 +177,7 @@ impl Research {
         let findings = match gathered {
             Ok(findings) => findings,
             Err(why) => {
-                return (
-                    Findings {
-                        topic: query.to_string(),
-                        text: String::new(),
-                        passages: Vec::new(),
-                        failed: Some(why),
-                    },
-                    Vec::new(),
-                );
+                return (Findings::failed(query, why), Vec::new());
             }
         };
         let Some(role) = self.role(ModelRole::Research) else {

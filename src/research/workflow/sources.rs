@@ -150,6 +150,18 @@ pub(super) struct Findings {
     pub(super) failed: Option<String>,
 }
 
+impl Findings {
+    /// The findings of a topic that could not be researched, and why.
+    pub(super) fn failed(topic: impl Into<String>, why: String) -> Self {
+        Self {
+            topic: topic.into(),
+            text: String::new(),
+            passages: Vec::new(),
+            failed: Some(why),
+        }
+    }
+}
+
 impl Research {
     /// Scores every read source for relevance (embedding similarity to the brief, and the
     /// model's judgement when one is configured) and credibility, drops the weakest, and

@@ -187,11 +187,8 @@ impl Research {
                             Ok(self.researcher(number, topic.clone()).await)
                         })
                         .await
-                        .unwrap_or_else(|RunFailure::Failed { message, .. }| Findings {
-                            topic,
-                            text: String::new(),
-                            passages: Vec::new(),
-                            failed: Some(message),
+                        .unwrap_or_else(|RunFailure::Failed { message, .. }| {
+                            Findings::failed(topic, message)
                         });
                     self.running.fetch_sub(1, Ordering::SeqCst);
                     (index, findings)
@@ -212,12 +209,7 @@ impl Research {
         };
         let mut findings = match outcome {
             Ok(findings) => findings,
-            Err(message) => Findings {
-                topic: topic.clone(),
-                text: String::new(),
-                passages: Vec::new(),
-                failed: Some(message),
-            },
+            Err(message) => Findings::failed(topic.clone(), message),
         };
         if let Some(why) = &findings.failed {
             let _ = self

@@ -176,3 +176,10 @@ pub async fn call(
     let text = response.text().await.unwrap_or_default();
     (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
+
+/// A GET with the user's key that must answer 200; its JSON body.
+pub async fn get_json(client: &reqwest::Client, base: &str, key: &str, path: &str) -> Value {
+    let (status, body) = call(client, base, key, "GET", path, Value::Null).await;
+    assert_eq!(status, StatusCode::OK, "GET {path}: {body}");
+    body
+}
