@@ -13,10 +13,8 @@ use anyhow::bail;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::tools::bench_server::{percentile, post_json, release, scratch_settings};
-use mnemo::auth::keys;
+use crate::tools::bench_server::{bench_user, percentile, post_json, release, scratch_settings};
 use mnemo::llm::embed::Embedder;
-use mnemo::store::UserKind;
 
 pub struct IngestBenchOptions {
     pub data_dir: PathBuf,
@@ -183,23 +181,13 @@ pub async fn run_ingest_bench(
     let state = mnemo::startup::build_state(settings, shutdown.clone()).await?;
     let server_state = state.clone();
     let server = tokio::spawn(async move { mnemo::http::serve(listener, server_state).await });
-    let user = state
-        .store
-        .accounts()
-        .create_user("bench", UserKind::Key)
-        .await?;
-    let key = keys::generate();
-    state
-        .store
-        .accounts()
-        .add_api_key(user.id, &key.hash, &key.prefix)
-        .await?;
+    let key = bench_user(&state.store, "bench").await?;
     let client = Arc::new(Client {
         http: reqwest::Client::builder()
             .pool_max_idle_per_host(64)
             .build()?,
         base,
-        key: key.plaintext,
+        key,
     });
 
     // (a) One client, one memory at a time.

@@ -12,9 +12,7 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::tools::bench_server::{percentile, post_json, release, scratch_settings};
-use mnemo::auth::keys;
-use mnemo::store::UserKind;
+use crate::tools::bench_server::{bench_user, percentile, post_json, release, scratch_settings};
 
 pub struct ReplicaBenchOptions {
     pub data_dir: PathBuf,
@@ -130,22 +128,12 @@ pub async fn run_replica_bench(
     }
     // A user of this run only: the database may hold earlier runs.
     let run = uuid::Uuid::now_v7().simple().to_string()[24..].to_string();
-    let user = states[0]
-        .store
-        .accounts()
-        .create_user(&format!("bench-replicas-{run}"), UserKind::Key)
-        .await?;
-    let key = keys::generate();
-    states[0]
-        .store
-        .accounts()
-        .add_api_key(user.id, &key.hash, &key.prefix)
-        .await?;
+    let key = bench_user(&states[0].store, &format!("bench-replicas-{run}")).await?;
     let client = Arc::new(Client {
         http: reqwest::Client::builder()
             .pool_max_idle_per_host(32)
             .build()?,
-        key: key.plaintext,
+        key,
     });
 
     eprintln!(

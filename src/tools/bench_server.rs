@@ -53,6 +53,22 @@ pub async fn release(state: AppState) {
     }
 }
 
+/// A new key user named `name` in `store`; their API key.
+pub async fn bench_user(
+    store: &std::sync::Arc<dyn mnemo::store::Store>,
+    name: &str,
+) -> anyhow::Result<String> {
+    let accounts = store.accounts();
+    let user = accounts
+        .create_user(name, mnemo::store::UserKind::Key)
+        .await?;
+    let key = mnemo::auth::keys::generate();
+    accounts
+        .add_api_key(user.id, &key.hash, &key.prefix)
+        .await?;
+    Ok(key.plaintext)
+}
+
 /// A JSON POST to `url` with the bearer `key`; the answer's JSON, or an error naming the
 /// status when it is not a success.
 pub async fn post_json(

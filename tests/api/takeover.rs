@@ -56,6 +56,28 @@ fn env_of(pairs: &[(String, String)]) -> Vec<(&str, &str)> {
         .collect()
 }
 
+/// Starts a research (one researcher at a time, no clarification) through `base`; its stream.
+async fn start_research(
+    client: &reqwest::Client,
+    base: &str,
+    key: &str,
+    query: &str,
+) -> reqwest::Response {
+    let response = client
+        .post(format!("{base}/research/stream"))
+        .bearer_auth(key)
+        .json(&json!({
+            "query": query,
+            "max_concurrent_research_units": 1,
+            "allow_clarification": false,
+        }))
+        .send()
+        .await
+        .expect("research request");
+    assert_eq!(response.status(), StatusCode::OK);
+    response
+}
+
 /// Reads `reader` into `into` until the stream ends (the server dies) or `done`.
 async fn collect(mut reader: SseReader, into: Arc<std::sync::Mutex<Vec<ReceivedEvent>>>) {
     while let Some(event) = reader.next().await {
@@ -89,18 +111,7 @@ async fn a_research_killed_mid_way_finishes_from_its_checkpoint_after_a_restart(
     let first_log = dir.path().join("serve-1.log");
     let mut server = start_server_with(&data_dir, &first_log, &env).await;
     let client = reqwest::Client::new();
-    let response = client
-        .post(format!("{}/research/stream", server.base))
-        .bearer_auth(&key)
-        .json(&json!({
-            "query": "tides and lighthouses",
-            "max_concurrent_research_units": 1,
-            "allow_clarification": false,
-        }))
-        .send()
-        .await
-        .expect("research request");
-    assert_eq!(response.status(), StatusCode::OK);
+    let response = start_research(&client, &server.base, &key, "tides and lighthouses").await;
     let received = Arc::new(std::sync::Mutex::new(Vec::new()));
     let reading = tokio::spawn(collect(SseReader::new(response), received.clone()));
 
@@ -478,18 +489,8 @@ async fn three_replicas_lose_one_and_every_run_ends_once_on_the_others() {
     for n in 0..5 {
         let base = &bases[n % 3];
         let key = keys[n].clone();
-        let response = client
-            .post(format!("{base}/research/stream"))
-            .bearer_auth(&key)
-            .json(&json!({
-                "query": format!("study-{n} tides and lighthouses"),
-                "max_concurrent_research_units": 1,
-                "allow_clarification": false,
-            }))
-            .send()
-            .await
-            .expect("research request");
-        assert_eq!(response.status(), StatusCode::OK);
+        let query = format!("study-{n} tides and lighthouses");
+        let response = start_research(&client, base, &key, &query).await;
         let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
         let mut others = bases.clone();
         others.rotate_left(n % 3 + 1);
@@ -581,17 +582,13 @@ async fn three_replicas_lose_one_and_every_run_ends_once_on_the_others() {
     released.store(true, Ordering::SeqCst);
 
     // A cancel sent to a replica that does not execute the run stops it.
-    let response = client
-        .post(format!("{}/research/stream", bases[1]))
-        .bearer_auth(&keys[0])
-        .json(&json!({
-            "query": "study-9 tides and lighthouses",
-            "max_concurrent_research_units": 1,
-            "allow_clarification": false,
-        }))
-        .send()
-        .await
-        .expect("research request");
+    let response = start_research(
+        &client,
+        &bases[1],
+        &keys[0],
+        "study-9 tides and lighthouses",
+    )
+    .await;
     let mut reader = SseReader::new(response);
     let first = reader.next().await.expect("first event");
     let doomed = first.data["run_id"].as_str().expect("run id").to_string();
