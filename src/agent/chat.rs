@@ -345,29 +345,54 @@ pub async fn run_chat_turn(
         .or_else(|| deps.models.role(ModelRole::Chat).cloned());
     if client.is_none() {
         // An outside client's conversation lives in its request; a thread's turn can be
-        // answered again by whichever replica takes it over.
+        // answered again by whichever replica takes it over. Without the checkpoint the turn
+        // still runs (it would end `interrupted` if its replica died).
         let saved = TurnCheckpoint {
             chat_turn: TurnMessage {
                 message_id: message.id,
             },
         };
-        context
+        match context
             .checkpoint(None, serde_json::to_value(&saved).unwrap_or(Value::Null))
-            .await?;
+            .await
+        {
+            Ok(()) => {}
+            Err(error @ crate::store::StoreError::Conflict(_)) => return Err(error.into()),
+            Err(error) => tracing::warn!(%error, "could not checkpoint a chat turn"),
+        }
     }
-    context
-        .emit(RunEvent::SessionStart(SessionStart {
-            kind: RunKind::Chat,
-            model: chat_model
-                .as_ref()
-                .map(|role| role.model.model().to_string()),
-            thread_id: Some(thread),
-            user_message_id: Some(message.id),
-            query: None,
-            content: None,
-            metadata: None,
-        }))
-        .await?;
+    let session_start = RunEvent::SessionStart(SessionStart {
+        kind: RunKind::Chat,
+        model: chat_model
+            .as_ref()
+            .map(|role| role.model.model().to_string()),
+        thread_id: Some(thread),
+        user_message_id: Some(message.id),
+        query: None,
+        content: None,
+        metadata: None,
+    });
+    if context.attempt() > 1
+        && let Some(answer) = deps
+            .store
+            .user(user)
+            .list_messages(thread)
+            .await?
+            .into_iter()
+            .find(|stored| stored.role == Role::Assistant && stored.run_id == Some(context.run.id))
+    {
+        // An earlier attempt stored the answer before its replica stopped: it stands.
+        context.emit(session_start).await?;
+        context
+            .emit(RunEvent::MessageComplete(MessageComplete {
+                message_id: answer.id,
+                content: answer.content,
+                usage: Usage::default(),
+            }))
+            .await?;
+        return Ok(());
+    }
+    context.emit(session_start).await?;
     let recalled = recall(&deps, user, &message.content, deps.settings.auto_recall).await?;
     context
         .emit(RunEvent::MemoryRecalled(MemoryRecalled {

@@ -34,7 +34,7 @@ pub struct ResearchRequest {
     pub max_tokens: BTreeMap<String, u32>,
     /// The user's own provider key, used for this research only; never stored or logged.
     #[schema(value_type = Option<String>)]
-    #[serde(default, skip_serializing)]
+    #[serde(default, serialize_with = "never_the_key")]
     pub api_key: Option<SecretString>,
     /// The search provider: `local`, `tavily`, `brave`, `searxng`, `duckduckgo`.
     pub search_api: Option<String>,
@@ -56,6 +56,14 @@ pub struct ResearchRequest {
     pub thread_id: Option<ThreadId>,
     /// Write the report's conclusions to the user's memory (server default when absent).
     pub remember: Option<bool>,
+}
+
+/// A request is serialised (a run's checkpoint keeps it) without the key: always `null`.
+fn never_the_key<S: serde::Serializer>(
+    _: &Option<SecretString>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_none()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -303,6 +311,21 @@ mod tests {
             model: Some("server-model".into()),
             ..LlmSettings::default()
         }
+    }
+
+    #[test]
+    fn a_serialised_request_never_holds_its_key() {
+        let request = ResearchRequest {
+            query: "tides".into(),
+            api_key: Some(SecretString::from("sk-user-secret-4242")),
+            ..ResearchRequest::default()
+        };
+        let value = serde_json::to_value(&request).unwrap();
+        assert_eq!(value["api_key"], serde_json::Value::Null);
+        assert!(!value.to_string().contains("sk-user-secret-4242"));
+        let back: ResearchRequest = serde_json::from_value(value).unwrap();
+        assert_eq!(back.query, "tides");
+        assert!(back.api_key.is_none());
     }
 
     #[test]

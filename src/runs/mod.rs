@@ -328,6 +328,9 @@ pub struct RunContext {
     attempt: u32,
     /// Set once the run saved a checkpoint: another attempt can continue it.
     checkpointed: AtomicBool,
+    /// Set when a write found the run owned by another replica (this one's lease lapsed and
+    /// the run was taken over): the body is stopped and writes nothing more.
+    lost: AtomicBool,
     /// The server's shutdown (the run's own token is a child of it).
     shutdown: CancellationToken,
 }
@@ -382,7 +385,8 @@ impl RunContext {
         self.store
             .user(self.user)
             .append_run_event(self.run.id, seq, event.event_type(), &data, self.replica)
-            .await?;
+            .await
+            .map_err(|error| self.lost_if_taken(error))?;
         *next = seq;
         self.notify.send_replace(seq);
         drop(next);
@@ -487,17 +491,33 @@ impl RunContext {
         self.store
             .user(self.user)
             .save_run_checkpoint(self.run.id, self.replica, &value)
-            .await?;
+            .await
+            .map_err(|error| self.lost_if_taken(error))?;
         self.checkpointed.store(true, Ordering::SeqCst);
         Ok(())
+    }
+
+    /// Notes a write refused because another replica owns the run now, and stops the body.
+    fn lost_if_taken(&self, error: StoreError) -> StoreError {
+        if matches!(error, StoreError::Conflict(_)) {
+            self.lost.store(true, Ordering::SeqCst);
+            self.cancel.cancel();
+        }
+        error
+    }
+
+    /// Whether another replica has taken the run over from this one (see `lost`).
+    pub fn lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
     }
 
     /// Whether the run is being stopped by a shutdown and left for the next replica to
     /// continue from its checkpoint (rather than ended).
     pub fn handed_over(&self) -> bool {
-        self.shutdown.is_cancelled()
-            && self.checkpointed.load(Ordering::SeqCst)
-            && self.overrun.get().is_none()
+        self.lost()
+            || self.shutdown.is_cancelled()
+                && self.checkpointed.load(Ordering::SeqCst)
+                && self.overrun.get().is_none()
     }
 
     /// Cancelled when the user cancels the run, nobody follows it, or the server shuts down.
@@ -624,6 +644,11 @@ impl RunHub {
                 Ok(false) => {}
                 Err(error) => {
                     tracing::warn!(run = %run.run, %error, "could not close a run whose owner is gone");
+                    // Not left held by this replica (its heartbeat would keep it for ever):
+                    // the next sweep tries again.
+                    if let Err(error) = maintenance.release_run(run.run, self.replica).await {
+                        tracing::warn!(run = %run.run, %error, "could not let go of a run");
+                    }
                 }
             }
         }
@@ -642,6 +667,10 @@ impl RunHub {
         expired: &ExpiredRun,
         sweep: &Sweep,
     ) -> StoreResult<bool> {
+        if self.shutdown.is_cancelled() {
+            // Shutting down: the run is for a replica that stays.
+            return Ok(false);
+        }
         let maintenance = self.store.maintenance();
         let Some(last_seq) = maintenance
             .take_over_run(expired, sweep, self.replica, self.lease_until())
@@ -788,7 +817,7 @@ impl RunHub {
                 }
                 match hub.sweep().await {
                     Ok(0) => {}
-                    Ok(closed) => tracing::warn!(closed, "closed runs whose replica is gone"),
+                    Ok(taken) => tracing::warn!(taken, "took over runs whose replica is gone"),
                     Err(error) => tracing::warn!(%error, "sweeping expired runs failed"),
                 }
                 if last_cleanup.elapsed() >= Duration::from_secs(60) {
@@ -957,7 +986,9 @@ impl RunHub {
             spent: AtomicU64::new(0),
             overrun: std::sync::OnceLock::new(),
             attempt,
-            checkpointed: AtomicBool::new(false),
+            // A run taken over continues from the checkpoint just saved on its row.
+            checkpointed: AtomicBool::new(taken_over),
+            lost: AtomicBool::new(false),
             shutdown: self.shutdown.clone(),
         });
         let hub = self.clone();
@@ -974,7 +1005,14 @@ impl RunHub {
                     .await
                     .map(|_| true),
             };
-            let watchdog = hub.watch_readers(context.run.id, cancel.clone(), readers, background);
+            let watchdog = hub.watch_readers(
+                context.run.id,
+                cancel.clone(),
+                readers,
+                background,
+                context.input.clone(),
+                taken_over,
+            );
             let outcome = match claimed {
                 Ok(true) => tokio::select! {
                     outcome = body(context.clone()) => Some(outcome),
@@ -991,6 +1029,13 @@ impl RunHub {
                 Err(error) => Some(Err(RunFailure::from(error))),
             };
             watchdog.abort();
+            if context.lost() {
+                // Another replica executes the run now: its end is that replica's to write.
+                tracing::warn!(run = %context.run.id, "another replica took this run over");
+                hub.live().remove(&context.run.id);
+                metrics::gauge!("mnemo_runs_active").decrement(1.0);
+                return;
+            }
             if outcome.is_none() && context.handed_over() {
                 // A shutdown: the run is left running, its lease let go, for the next sweep
                 // (another replica's, or this data directory's next process) to continue.
@@ -1018,12 +1063,17 @@ impl RunHub {
 
     /// Cancels the run when it has had no reader for the grace period, here or (through the
     /// run's `read_until`) on another replica.
+    /// A run taken over runs in the background (its readers lost their stream with the
+    /// replica that died), except while it waits for its user's input: with nobody reading, it
+    /// would wait for ever.
     fn watch_readers(
         &self,
         run: RunId,
         cancel: CancellationToken,
         readers: Arc<AtomicUsize>,
         background: Arc<AtomicBool>,
+        input: Arc<RunInput>,
+        taken_over: bool,
     ) -> tokio::task::JoinHandle<()> {
         let grace = self.abandon_after;
         let store = self.store.clone();
@@ -1034,7 +1084,13 @@ impl RunHub {
             loop {
                 tokio::time::sleep(tick).await;
                 if background.load(Ordering::Relaxed) {
-                    return;
+                    if !taken_over {
+                        return;
+                    }
+                    if !input.awaiting.load(Ordering::Relaxed) {
+                        unread_for = Duration::ZERO;
+                        continue;
+                    }
                 }
                 if readers.load(Ordering::Relaxed) == 0 {
                     unread_for += tick;
@@ -1383,12 +1439,15 @@ impl RunHub {
                 if receiver.is_none() {
                     hub.tell_remote_reader(user, run, &mut reader_told).await;
                 }
+                let mut left_here = false;
                 let wait = async {
                     match (receiver.as_mut(), remote.as_mut()) {
                         (Some(receiver), _) => {
                             if receiver.changed().await.is_err() {
-                                // The run ended in this process; read what is left.
-                                tokio::time::sleep(Duration::from_millis(20)).await;
+                                // The run stopped executing in this process (it ended, or
+                                // another replica goes on with it): read what is left, then
+                                // follow it as a remote run.
+                                left_here = true;
                             }
                         }
                         // Executing elsewhere (another replica) or recovered: poll the log,
@@ -1424,6 +1483,10 @@ impl RunHub {
                     _ = wait => {}
                     _ = stop.cancelled() => stopping = true,
                     _ = sender.closed() => return,
+                }
+                if left_here {
+                    receiver = None;
+                    remote = Some(hub.remote_events.subscribe());
                 }
             }
         })

@@ -119,7 +119,7 @@ macro_rules! sql_store {
                          error = CASE WHEN status = 'running' THEN $5 ELSE error END, \
                          finished_at = CASE WHEN status = 'running' THEN $2 ELSE finished_at END, \
                          status = CASE WHEN status = 'running' THEN $6 ELSE status END, \
-                         awaiting_input = $8 \
+                         awaiting_input = $8, checkpoint = NULL \
                          WHERE id = $3 AND user_id = $4 AND (owner IS NULL OR owner = $7)",
                     )
                     .bind(seq)

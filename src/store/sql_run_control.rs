@@ -82,7 +82,7 @@ macro_rules! sql_run_control_store {
                 until: DateTime<Utc>,
             ) -> StoreResult<Option<i64>> {
                 let sql = format!(
-                    "UPDATE runs SET owner = $4, lease_expires_at = $5 \
+                    "UPDATE runs SET owner = $4, lease_expires_at = $5, awaiting_input = FALSE \
                      WHERE id = $6 AND user_id = $7 AND status = 'running' \
                      AND owner IS NOT DISTINCT FROM $8 AND {TAKEABLE} RETURNING last_seq"
                 );

@@ -525,6 +525,109 @@ async fn runs_left_running_by_a_crash_are_closed_at_start_and_stay_resumable() {
 }
 
 #[tokio::test]
+async fn a_turn_taken_over_after_its_answer_was_stored_keeps_that_answer() {
+    let home = Home::new(Backend::Sqlite).await;
+    let (llm, _) = slow_llm(5, 0).await;
+    let app = TestApp::spawn_with_llm(&home, &llm, &[]).await;
+    let key = app.user_key("alice").await;
+    let thread = app.create_thread(&key, "stored").await;
+    let thread_id: mnemo::store::ThreadId = thread["id"].as_str().unwrap().parse().unwrap();
+    let store = app.state.store.clone();
+    let user = store
+        .accounts()
+        .user_by_name("alice")
+        .await
+        .unwrap()
+        .unwrap();
+    let scope = store.user(user.id);
+    // What a process killed right after storing its answer leaves: the turn's checkpoint, its
+    // first event, and the answer in the thread, but no `done`.
+    let asked = scope
+        .append_message(
+            thread_id,
+            mnemo::store::Role::User,
+            "what is my cat called?",
+            None,
+        )
+        .await
+        .unwrap();
+    let run = scope
+        .create_run(Some(thread_id), mnemo::store::RunKind::Chat)
+        .await
+        .unwrap();
+    let replica = app.state.runs.replica();
+    let lease_until = mnemo::store::now() + chrono::Duration::hours(1);
+    assert!(
+        store
+            .maintenance()
+            .claim_run(run.id, replica, lease_until)
+            .await
+            .unwrap()
+    );
+    scope
+        .save_run_checkpoint(
+            run.id,
+            replica,
+            &json!({ "attempt": 1, "seq": 0, "step": null,
+                     "body": { "chat_turn": { "message_id": asked.id } } }),
+        )
+        .await
+        .unwrap();
+    scope
+        .append_run_event(
+            run.id,
+            1,
+            mnemo::store::EventType::SessionStart,
+            &json!({ "seq": 1, "type": "session_start", "kind": "chat" }),
+            replica,
+        )
+        .await
+        .unwrap();
+    let stored = scope
+        .append_message(
+            thread_id,
+            mnemo::store::Role::Assistant,
+            "Your cat is called Miso.",
+            Some(run.id),
+        )
+        .await
+        .unwrap();
+    app.stop().await;
+    let app = TestApp::spawn_with_llm(&home, &llm, &[]).await;
+    let events = app
+        .events(&key, &run.id.to_string(), None)
+        .await
+        .collect()
+        .await;
+    let kinds: Vec<&str> = events.iter().map(|event| event.event.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "session_start",
+            "run_resumed",
+            "session_start",
+            "message_complete",
+            "done"
+        ]
+    );
+    assert_eq!(events[3].data["content"], "Your cat is called Miso.");
+    assert_eq!(events[3].data["message_id"], stored.id.to_string());
+    assert_eq!(events[4].data["status"], "completed");
+    let (_, body) = app
+        .get(&format!("/v1/threads/{thread_id}"), Some(&key))
+        .await;
+    let answers: Vec<&Value> = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|message| message["role"] == "assistant")
+        .collect();
+    assert_eq!(answers.len(), 1, "{body}");
+    assert!(llm.requests().is_empty(), "the model was not asked again");
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn cancel_stops_a_run_and_a_second_cancel_conflicts() {
     let home = Home::new(Backend::Sqlite).await;
     let (llm, _) = slow_llm(200, 200).await;
@@ -797,6 +900,12 @@ async fn service_endpoints_report_health_metrics_and_docs() {
     ] {
         assert!(spec["paths"][path].is_object(), "openapi lacks {path}");
     }
+    // A research request's own key is documented (it is only never stored).
+    assert!(
+        spec["components"]["schemas"]["ResearchRequest"]["properties"]["api_key"].is_object(),
+        "{}",
+        spec["components"]["schemas"]["ResearchRequest"]
+    );
     // Statuses any authenticated operation may answer are documented on each.
     let post = &spec["paths"]["/v1/threads"]["post"]["responses"];
     for status in ["401", "429", "503"] {

@@ -6,7 +6,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mnemo::runs::{InputRefused, Leases, NotAdmitted, RunEvent, RunFailure, RunHub, RunLimits};
+use mnemo::runs::{
+    Checkpoint, InputRefused, Leases, NotAdmitted, Resume, ResumedBody, RunEvent, RunFailure,
+    RunHub, RunLimits,
+};
 use mnemo::store::{EventType, Run, RunKind, RunStatus, Store, StoredEvent, UserId, UserKind};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -460,4 +463,178 @@ async fn a_turn_started_on_one_server_is_followed_and_cancelled_through_another(
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     b.stop().await;
     a.stop().await;
+}
+
+/// Continues every run it is asked to with a body that emits `steps` `thinking` events.
+struct Continue {
+    steps: usize,
+}
+
+#[async_trait::async_trait]
+impl Resume for Continue {
+    async fn resume(
+        &self,
+        _user: UserId,
+        _run: &Run,
+        _checkpoint: &Checkpoint,
+    ) -> Result<ResumedBody, String> {
+        let steps = self.steps;
+        Ok(Box::new(move |context| {
+            Box::pin(async move {
+                for n in 0..steps {
+                    context
+                        .emit(RunEvent::thinking(
+                            "research_execution",
+                            format!("resumed step {n}"),
+                            None,
+                        ))
+                        .await?;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Ok::<(), RunFailure>(())
+            })
+        }))
+    }
+}
+
+/// A replica with its own lease settings, continuing runs with `resume` when given one.
+async fn replica_leased(url: &str, leases: Leases, resume: Option<Continue>) -> Replica {
+    let store = mnemo::store::connect(url, 4, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let hub = RunHub::new(
+        store.clone(),
+        CancellationToken::new(),
+        None,
+        RunLimits {
+            max_per_user: 8,
+            run_tokens: None,
+            daily_tokens: None,
+        },
+        leases,
+    );
+    if let Some(resume) = resume {
+        hub.set_resumer(Arc::new(resume));
+    }
+    hub.recover_interrupted(None).await.unwrap();
+    hub.spawn_control();
+    Replica { store, hub }
+}
+
+/// A replica that stopped renewing its leases (a long pause): its runs expire after a second.
+const STALLED: Leases = Leases {
+    lease: Duration::from_millis(1000),
+    heartbeat: Duration::from_secs(600),
+    command_poll: Duration::from_millis(200),
+};
+
+/// A run on `replica` that saves a checkpoint, then emits a `thinking` event every 50 ms.
+async fn checkpointed_run(replica: &Replica, user: UserId) -> Run {
+    replica
+        .hub
+        .start(user, None, RunKind::Research, |context| async move {
+            context.checkpoint(None, json!({ "test": true })).await?;
+            for n in 0.. {
+                context
+                    .emit(RunEvent::thinking(
+                        "research_execution",
+                        format!("step {n}"),
+                        None,
+                    ))
+                    .await?;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok::<(), RunFailure>(())
+        })
+        .await
+        .unwrap()
+}
+
+fn resumed_at(events: &[StoredEvent]) -> Vec<i64> {
+    events
+        .iter()
+        .filter(|event| event.event_type == EventType::RunResumed)
+        .map(|event| event.seq)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_run_was_taken_over_leaves_it_to_the_taker() {
+    let url = fresh_postgres_url().await;
+    let a = replica_leased(&url, STALLED, None).await;
+    let b = replica_leased(&url, LEASES, Some(Continue { steps: 30 })).await;
+    let user = a
+        .store
+        .accounts()
+        .create_user("ada", UserKind::Key)
+        .await
+        .unwrap()
+        .id;
+    let run = checkpointed_run(&a, user).await;
+    // A keeps going but renews nothing: B takes the run over and continues it; A's next write
+    // is refused, and A must not end (or fail) the run B is executing.
+    let ended = wait_for(&b.store, user, &run, "ended", |run| {
+        run.status.is_terminal()
+    })
+    .await;
+    assert_eq!(ended.status, RunStatus::Completed, "{ended:?}");
+    let written = events(&b.store, user, &run).await;
+    assert_contiguous_and_done(&written, "completed");
+    let resumed = resumed_at(&written);
+    assert_eq!(resumed.len(), 1);
+    let at = resumed[0];
+    let resumed_event = &written[at as usize - 1];
+    assert_eq!(resumed_event.data["attempt"], 2);
+    assert!(
+        written[at as usize..written.len() - 1]
+            .iter()
+            .all(|event| event.data["content"]
+                .as_str()
+                .is_some_and(|content| content.starts_with("resumed step"))),
+        "only the taker writes after run_resumed: {written:?}"
+    );
+    assert_eq!(a.hub.active(), 0, "A let go of the run");
+    a.hub.shutdown(Duration::from_secs(5)).await;
+    b.hub.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(
+        run_state(&b.store, user, &run).await.status,
+        RunStatus::Completed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_taken_over_is_handed_over_again_at_shutdown() {
+    let url = fresh_postgres_url().await;
+    let a = replica_leased(&url, STALLED, None).await;
+    let b = replica_leased(&url, LEASES, Some(Continue { steps: 100_000 })).await;
+    let user = a
+        .store
+        .accounts()
+        .create_user("ada", UserKind::Key)
+        .await
+        .unwrap()
+        .id;
+    let run = checkpointed_run(&a, user).await;
+    let started = Instant::now();
+    while resumed_at(&events(&b.store, user, &run).await).is_empty() {
+        assert!(started.elapsed() < PATIENCE, "B never took the run over");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    a.hub.shutdown(Duration::from_secs(5)).await;
+    // B stops while executing attempt 2: the run is let go, not ended, and C continues it.
+    b.hub.shutdown(Duration::from_secs(5)).await;
+    let state = run_state(&b.store, user, &run).await;
+    assert_eq!(state.status, RunStatus::Running, "{state:?}");
+    let c = replica_leased(&url, LEASES, Some(Continue { steps: 3 })).await;
+    let ended = wait_for(&c.store, user, &run, "ended", |run| {
+        run.status.is_terminal()
+    })
+    .await;
+    assert_eq!(ended.status, RunStatus::Completed);
+    let written = events(&c.store, user, &run).await;
+    assert_contiguous_and_done(&written, "completed");
+    let resumed = resumed_at(&written);
+    assert_eq!(resumed.len(), 2, "attempts 2 and 3");
+    assert_eq!(written[resumed[1] as usize - 1].data["attempt"], 3);
+    c.hub.shutdown(Duration::from_secs(5)).await;
 }

@@ -178,8 +178,13 @@ pub async fn run_research(
         armed: true,
         context: context.clone(),
     };
-    let research = Research::new(context, deps, config, research_id, durable);
+    let research = Research::new(context.clone(), deps, config, research_id, durable);
     let result = research.execute().await;
+    if context.lost() {
+        // Another replica continues the research and records its end.
+        guard.armed = false;
+        return result;
+    }
     let outcome = match &result {
         Ok(summary) => ResearchOutcome {
             status: RunStatus::Completed,
