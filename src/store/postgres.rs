@@ -47,7 +47,8 @@ sql_memory_store!(
     PostgresStore,
     Postgres,
     sqlx::postgres::PgRow,
-    "SELECT pg_advisory_xact_lock(727362)"
+    "SELECT pg_advisory_xact_lock(727362)",
+    true
 );
 
 sql_job_store!(

@@ -11,7 +11,7 @@ pub(crate) fn placeholders(from: usize, count: usize) -> String {
 }
 
 macro_rules! sql_memory_store {
-    ($store:ty, $db:ty, $row:ty, $log_lock:literal) => {
+    ($store:ty, $db:ty, $row:ty, $log_lock:literal, $access_row_by_row:literal) => {
         mod memory_rows {
             use chrono::{DateTime, Utc};
             use sqlx::Row as _;
@@ -627,6 +627,24 @@ macro_rules! sql_memory_store {
                 at: DateTime<Utc>,
             ) -> StoreResult<()> {
                 if ids.is_empty() {
+                    return Ok(());
+                }
+                if $access_row_by_row {
+                    // Several replicas record accesses to the same rows at once: one row a
+                    // statement holds no lock while it waits for another, so these updates
+                    // never take part in a deadlock (one statement for many rows did, when two
+                    // of them locked the rows in different orders).
+                    for id in ids {
+                        sqlx::query(
+                            "UPDATE memories SET access_count = access_count + 1, \
+                             last_accessed_at = $1 WHERE user_id = $2 AND id = $3",
+                        )
+                        .bind(at)
+                        .bind(user.as_uuid())
+                        .bind(id.as_uuid())
+                        .execute(&self.pool)
+                        .await?;
+                    }
                     return Ok(());
                 }
                 let sql = format!(

@@ -61,7 +61,8 @@ sql_memory_store!(
     SqliteStore,
     Sqlite,
     sqlx::sqlite::SqliteRow,
-    "UPDATE index_watermarks SET seq = seq WHERE name = ''"
+    "UPDATE index_watermarks SET seq = seq WHERE name = ''",
+    false
 );
 
 sql_job_store!(SqliteStore, sqlx::sqlite::SqliteRow, "");

@@ -48,6 +48,7 @@ conformance!(
     memories_are_private,
     memory_lists_filter_and_paginate,
     archiving_unused_memories_is_deterministic,
+    accesses_recorded_at_once_by_many_replicas_all_count,
     reembedding_finds_other_models,
     research_records_are_private_and_finish_once,
     documents_are_private_and_find_their_chunks,
@@ -1192,6 +1193,51 @@ async fn memory_lists_filter_and_paginate(store: Arc<dyn Store>) {
         .unwrap();
     assert!(listed.iter().any(|m| m.content == "memory 5"));
     assert!(listed.iter().all(|m| m.content != "memory 4"));
+}
+
+async fn accesses_recorded_at_once_by_many_replicas_all_count(store: Arc<dyn Store>) {
+    let (alice, _) = two_users(&store).await;
+    let batch: Vec<_> = (0..40)
+        .map(|n| new_memory(MemoryKind::Fact, &format!("fact number {n}"), 3))
+        .collect();
+    let written = store.insert_memories(alice.id, batch).await.unwrap();
+    let mut ids: Vec<MemoryId> = written.iter().map(|memory| memory.id).collect();
+    ids.sort();
+    // Eight recorders (replicas' access writers) update overlapping sets of rows at once, as
+    // many recalls of one user through several replicas do.
+    let mut tasks = Vec::new();
+    for task in 0..8usize {
+        let (store, ids) = (store.clone(), ids.clone());
+        tasks.push(tokio::spawn(async move {
+            for round in 0..25usize {
+                let picked: Vec<MemoryId> = ids
+                    .iter()
+                    .enumerate()
+                    .filter(|(index, _)| (index * 7 + task * 3 + round) % 3 != 0)
+                    .map(|(_, id)| *id)
+                    .collect();
+                store.record_access(alice.id, &picked, now()).await?;
+            }
+            Ok::<usize, StoreError>(25)
+        }));
+    }
+    for task in tasks {
+        assert_eq!(task.await.unwrap().expect("no recorder failed"), 25);
+    }
+    let mut expected = vec![0i64; ids.len()];
+    for task in 0..8usize {
+        for round in 0..25usize {
+            for (index, count) in expected.iter_mut().enumerate() {
+                if (index * 7 + task * 3 + round) % 3 != 0 {
+                    *count += 1;
+                }
+            }
+        }
+    }
+    for (id, count) in ids.iter().zip(expected) {
+        let memory = store.get_memory(alice.id, *id).await.unwrap();
+        assert_eq!(memory.access_count, count);
+    }
 }
 
 async fn archiving_unused_memories_is_deterministic(store: Arc<dyn Store>) {
