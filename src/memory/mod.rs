@@ -119,6 +119,7 @@ impl MemoryEngine {
         .await?;
         indexer.catch_up().await?;
         let follower = indexer.spawn(shutdown.clone());
+        let woken = spawn_log_wakeups(store.clone(), indexer.clone(), shutdown.clone());
         let (access, receiver) = mpsc::unbounded_channel();
         let recorder = tokio::spawn(record_accesses(store.clone(), receiver, shutdown));
         Ok(Arc::new(Self {
@@ -127,7 +128,7 @@ impl MemoryEngine {
             indexer,
             settings,
             access,
-            background: std::sync::Mutex::new(vec![follower, recorder]),
+            background: std::sync::Mutex::new(vec![follower, woken, recorder]),
             speakers: std::sync::Mutex::new(HashMap::new()),
         }))
     }
@@ -602,6 +603,34 @@ impl MemoryEngine {
 
 fn elapsed_ms(started: Instant) -> f64 {
     started.elapsed().as_secs_f64() * 1000.0
+}
+
+/// Wakes the indexer when any replica wrote memories (PostgreSQL's NOTIFY on the memory log),
+/// so a write made through another replica is recallable here without waiting for the
+/// indexer's poll; where the backend cannot notify, the task ends and the poll remains.
+fn spawn_log_wakeups(
+    store: Arc<dyn Store>,
+    indexer: Arc<Indexer>,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let Some(mut wakeups) = store
+            .maintenance()
+            .wakeups(crate::store::WakeChannel::MemoryLog)
+            .await
+        else {
+            return;
+        };
+        loop {
+            tokio::select! {
+                next = futures::StreamExt::next(&mut wakeups) => match next {
+                    Some(_) => indexer.notify(),
+                    None => return,
+                },
+                _ = shutdown.cancelled() => return,
+            }
+        }
+    })
 }
 
 /// Writes access stats in the background, merging bursts, so recall never waits on them.

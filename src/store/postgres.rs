@@ -47,7 +47,9 @@ sql_memory_store!(
     PostgresStore,
     Postgres,
     sqlx::postgres::PgRow,
-    "SELECT pg_advisory_xact_lock(727362)",
+    // The lock serialises log appends; the notification (sent at commit) wakes the indexers
+    // of the other replicas at once rather than at their next poll.
+    "SELECT pg_advisory_xact_lock(727362), pg_notify('mnemo_memory_log', '')",
     true
 );
 

@@ -155,6 +155,8 @@ pub enum WakeChannel {
     RunCommands,
     /// An event was appended to a run's log (the payload is the run's id).
     RunEvents,
+    /// Memories were written (the memory log grew; the payload is empty): indexers follow.
+    MemoryLog,
 }
 
 impl WakeChannel {
@@ -163,6 +165,7 @@ impl WakeChannel {
         match self {
             WakeChannel::RunCommands => "mnemo_run_commands",
             WakeChannel::RunEvents => "mnemo_run_events",
+            WakeChannel::MemoryLog => "mnemo_memory_log",
         }
     }
 }
