@@ -463,13 +463,19 @@ async fn restart_resume(#[case] backend: Backend) {
     a_turn_cut_by_a_restart_is_answered_again_after_it(backend).await;
 }
 
-#[tokio::test]
-async fn runs_left_running_by_a_crash_are_closed_at_start_and_stay_resumable() {
-    let home = Home::new(Backend::Sqlite).await;
-    let app = TestApp::spawn(&home).await;
-    let key = app.user_key("alice").await;
-    let thread = app.create_thread(&key, "crash").await;
-    let thread_id = thread["id"].as_str().unwrap().to_string();
+/// A chat run of alice's (the holder of `key`) in a new thread, owned by `app`'s replica with a
+/// lease of an hour, as a process that was killed leaves it.
+async fn orphaned_turn(
+    app: &TestApp,
+    key: &str,
+) -> (
+    std::sync::Arc<dyn mnemo::store::Store>,
+    mnemo::store::User,
+    mnemo::store::ThreadId,
+    mnemo::store::Run,
+) {
+    let thread = app.create_thread(key, "crash").await;
+    let thread_id: mnemo::store::ThreadId = thread["id"].as_str().unwrap().parse().unwrap();
     let store = app.state.store.clone();
     let user = store
         .accounts()
@@ -477,23 +483,31 @@ async fn runs_left_running_by_a_crash_are_closed_at_start_and_stay_resumable() {
         .await
         .unwrap()
         .unwrap();
-    let thread_id: mnemo::store::ThreadId = thread_id.parse().unwrap();
-    // What a killed process leaves behind: a running run it owned, with part of its log
-    // (its lease still runs: only the lock on the data directory says that process is gone).
     let run = store
         .user(user.id)
         .create_run(Some(thread_id), mnemo::store::RunKind::Chat)
         .await
         .unwrap();
-    let replica = app.state.runs.replica();
     let lease_until = mnemo::store::now() + chrono::Duration::hours(1);
     assert!(
         store
             .maintenance()
-            .claim_run(run.id, replica, lease_until)
+            .claim_run(run.id, app.state.runs.replica(), lease_until)
             .await
             .unwrap()
     );
+    (store, user, thread_id, run)
+}
+
+#[tokio::test]
+async fn runs_left_running_by_a_crash_are_closed_at_start_and_stay_resumable() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let key = app.user_key("alice").await;
+    // What a killed process leaves behind: a running run it owned, with part of its log
+    // (its lease still runs: only the lock on the data directory says that process is gone).
+    let (store, user, _, run) = orphaned_turn(&app, &key).await;
+    let replica = app.state.runs.replica();
     for seq in 1..=3 {
         store
             .user(user.id)
@@ -530,18 +544,10 @@ async fn a_turn_taken_over_after_its_answer_was_stored_keeps_that_answer() {
     let (llm, _) = slow_llm(5, 0).await;
     let app = TestApp::spawn_with_llm(&home, &llm, &[]).await;
     let key = app.user_key("alice").await;
-    let thread = app.create_thread(&key, "stored").await;
-    let thread_id: mnemo::store::ThreadId = thread["id"].as_str().unwrap().parse().unwrap();
-    let store = app.state.store.clone();
-    let user = store
-        .accounts()
-        .user_by_name("alice")
-        .await
-        .unwrap()
-        .unwrap();
-    let scope = store.user(user.id);
     // What a process killed right after storing its answer leaves: the turn's checkpoint, its
     // first event, and the answer in the thread, but no `done`.
+    let (store, user, thread_id, run) = orphaned_turn(&app, &key).await;
+    let scope = store.user(user.id);
     let asked = scope
         .append_message(
             thread_id,
@@ -551,19 +557,7 @@ async fn a_turn_taken_over_after_its_answer_was_stored_keeps_that_answer() {
         )
         .await
         .unwrap();
-    let run = scope
-        .create_run(Some(thread_id), mnemo::store::RunKind::Chat)
-        .await
-        .unwrap();
     let replica = app.state.runs.replica();
-    let lease_until = mnemo::store::now() + chrono::Duration::hours(1);
-    assert!(
-        store
-            .maintenance()
-            .claim_run(run.id, replica, lease_until)
-            .await
-            .unwrap()
-    );
     scope
         .save_run_checkpoint(
             run.id,

@@ -42,6 +42,21 @@ async fn replica_abandoning(url: &str, abandon_after: Option<Duration>) -> Repli
 
 /// A replica that admits `max_per_user` running runs per user.
 async fn replica_with(url: &str, abandon_after: Option<Duration>, max_per_user: usize) -> Replica {
+    replica_built(url, abandon_after, max_per_user, LEASES, None).await
+}
+
+/// A replica with its own lease settings, continuing runs with `resume` when given one.
+async fn replica_leased(url: &str, leases: Leases, resume: Option<Continue>) -> Replica {
+    replica_built(url, None, 8, leases, resume).await
+}
+
+async fn replica_built(
+    url: &str,
+    abandon_after: Option<Duration>,
+    max_per_user: usize,
+    leases: Leases,
+    resume: Option<Continue>,
+) -> Replica {
     let store = mnemo::store::connect(url, 4, Duration::from_secs(10))
         .await
         .unwrap();
@@ -54,19 +69,33 @@ async fn replica_with(url: &str, abandon_after: Option<Duration>, max_per_user: 
             run_tokens: None,
             daily_tokens: None,
         },
-        LEASES,
+        leases,
     );
-    let closed = hub.recover_interrupted(None).await.unwrap();
-    assert_eq!(closed, 0, "a starting replica closed a live run");
+    let continues = resume.is_some();
+    if let Some(resume) = resume {
+        hub.set_resumer(Arc::new(resume));
+    }
+    let taken = hub.recover_interrupted(None).await.unwrap();
+    if !continues {
+        assert_eq!(taken, 0, "a starting replica closed a live run");
+    }
     hub.spawn_control();
     Replica { store, hub }
 }
 
 /// Starts a run on `replica` that emits a `thinking` event every 50 ms until it is stopped.
 async fn endless_run(replica: &Replica, user: UserId) -> Run {
+    looping_run(replica, user, false).await
+}
+
+/// `endless_run`, saving a checkpoint first when `checkpoint` (another replica can continue it).
+async fn looping_run(replica: &Replica, user: UserId, checkpoint: bool) -> Run {
     replica
         .hub
-        .start(user, None, RunKind::Research, |context| async move {
+        .start(user, None, RunKind::Research, move |context| async move {
+            if checkpoint {
+                context.checkpoint(None, json!({ "test": true })).await?;
+            }
             for n in 0.. {
                 context
                     .emit(RunEvent::thinking(
@@ -497,58 +526,12 @@ impl Resume for Continue {
     }
 }
 
-/// A replica with its own lease settings, continuing runs with `resume` when given one.
-async fn replica_leased(url: &str, leases: Leases, resume: Option<Continue>) -> Replica {
-    let store = mnemo::store::connect(url, 4, Duration::from_secs(10))
-        .await
-        .unwrap();
-    let hub = RunHub::new(
-        store.clone(),
-        CancellationToken::new(),
-        None,
-        RunLimits {
-            max_per_user: 8,
-            run_tokens: None,
-            daily_tokens: None,
-        },
-        leases,
-    );
-    if let Some(resume) = resume {
-        hub.set_resumer(Arc::new(resume));
-    }
-    hub.recover_interrupted(None).await.unwrap();
-    hub.spawn_control();
-    Replica { store, hub }
-}
-
 /// A replica that stopped renewing its leases (a long pause): its runs expire after a second.
 const STALLED: Leases = Leases {
     lease: Duration::from_millis(1000),
     heartbeat: Duration::from_secs(600),
     command_poll: Duration::from_millis(200),
 };
-
-/// A run on `replica` that saves a checkpoint, then emits a `thinking` event every 50 ms.
-async fn checkpointed_run(replica: &Replica, user: UserId) -> Run {
-    replica
-        .hub
-        .start(user, None, RunKind::Research, |context| async move {
-            context.checkpoint(None, json!({ "test": true })).await?;
-            for n in 0.. {
-                context
-                    .emit(RunEvent::thinking(
-                        "research_execution",
-                        format!("step {n}"),
-                        None,
-                    ))
-                    .await?;
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Ok::<(), RunFailure>(())
-        })
-        .await
-        .unwrap()
-}
 
 fn resumed_at(events: &[StoredEvent]) -> Vec<i64> {
     events
@@ -570,7 +553,7 @@ async fn a_replica_whose_run_was_taken_over_leaves_it_to_the_taker() {
         .await
         .unwrap()
         .id;
-    let run = checkpointed_run(&a, user).await;
+    let run = looping_run(&a, user, true).await;
     // A keeps going but renews nothing: B takes the run over and continues it; A's next write
     // is refused, and A must not end (or fail) the run B is executing.
     let ended = wait_for(&b.store, user, &run, "ended", |run| {
@@ -614,7 +597,7 @@ async fn a_run_taken_over_is_handed_over_again_at_shutdown() {
         .await
         .unwrap()
         .id;
-    let run = checkpointed_run(&a, user).await;
+    let run = looping_run(&a, user, true).await;
     let started = Instant::now();
     while resumed_at(&events(&b.store, user, &run).await).is_empty() {
         assert!(started.elapsed() < PATIENCE, "B never took the run over");
