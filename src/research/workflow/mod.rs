@@ -479,8 +479,19 @@ impl Research {
                 "Scoring sources and writing the report",
             )
             .await?;
-        let cited: Vec<(usize, Source)> =
-            self.step("sources", || self.score_sources(&brief)).await?;
+        let cited: Vec<(usize, Source)> = self
+            .step("sources", || async {
+                let mut cited = self.score_sources(&brief).await?;
+                // Later steps quote an excerpt at most: the checkpoint keeps no more.
+                for (_, source) in &mut cited {
+                    source.text = source
+                        .text
+                        .as_deref()
+                        .map(|text| truncate(text, SOURCE_EXCERPT_CHARS));
+                }
+                Ok(cited)
+            })
+            .await?;
         let report: String = self
             .step("report", || self.report(&brief, &findings, &cited, &gaps))
             .await?;
