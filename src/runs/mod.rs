@@ -265,6 +265,8 @@ enum Holding {
     TakenOver {
         last_seq: i64,
         resumed: events::RunResumed,
+        /// As saved on the row for this attempt.
+        checkpoint: Checkpoint,
     },
 }
 
@@ -328,6 +330,8 @@ pub struct RunContext {
     attempt: u32,
     /// Set once the run saved a checkpoint: another attempt can continue it.
     checkpointed: AtomicBool,
+    /// The last checkpoint saved (for a handover to count itself in).
+    saved: tokio::sync::Mutex<Option<Checkpoint>>,
     /// Set when a write found the run owned by another replica (this one's lease lapsed and
     /// the run was taken over): the body is stopped and writes nothing more.
     lost: AtomicBool,
@@ -480,21 +484,39 @@ impl RunContext {
     /// has taken the run over (`Conflict`).
     pub async fn checkpoint(&self, step: Option<&str>, body: Value) -> StoreResult<()> {
         let next = self.next_seq.lock().await;
+        let mut saved = self.saved.lock().await;
         let checkpoint = Checkpoint {
             attempt: self.attempt,
             seq: *next,
             step: step.map(str::to_string),
             body,
+            handovers: saved.as_ref().map_or(0, |saved| saved.handovers),
         };
-        let value = serde_json::to_value(&checkpoint)
+        self.save(&checkpoint).await?;
+        *saved = Some(checkpoint);
+        self.checkpointed.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn save(&self, checkpoint: &Checkpoint) -> StoreResult<()> {
+        let value = serde_json::to_value(checkpoint)
             .map_err(|error| StoreError::BadRequest(format!("a checkpoint: {error}")))?;
         self.store
             .user(self.user)
             .save_run_checkpoint(self.run.id, self.replica, &value)
             .await
-            .map_err(|error| self.lost_if_taken(error))?;
-        self.checkpointed.store(true, Ordering::SeqCst);
-        Ok(())
+            .map_err(|error| self.lost_if_taken(error))
+    }
+
+    /// Counts this attempt as ended by a handover in the run's checkpoint (a shutdown, not a
+    /// crash), so that restarts do not use up the run's attempts.
+    async fn count_handover(&self) -> StoreResult<()> {
+        let saved = self.saved.lock().await;
+        let Some(mut checkpoint) = saved.clone() else {
+            return Ok(());
+        };
+        checkpoint.handovers += 1;
+        self.save(&checkpoint).await
     }
 
     /// Notes a write refused because another replica owns the run now, and stops the body.
@@ -739,10 +761,11 @@ impl RunHub {
             .ok_or("the run saved no checkpoint")?;
         let mut checkpoint: Checkpoint = serde_json::from_value(saved)
             .map_err(|error| format!("its checkpoint is unreadable: {error}"))?;
-        if checkpoint.attempt >= resume::MAX_ATTEMPTS {
+        if checkpoint.unhanded() >= resume::MAX_ATTEMPTS {
             return Err(format!(
-                "it was started {} times already",
-                checkpoint.attempt
+                "it was started {} times already, {} of them not handed over",
+                checkpoint.attempt,
+                checkpoint.unhanded()
             ));
         }
         let run = scope
@@ -771,13 +794,17 @@ impl RunHub {
         let resumed = events::RunResumed {
             attempt,
             superseded_after,
-            resumed_from: checkpoint.step,
+            resumed_from: checkpoint.step.clone(),
             content,
         };
         self.execute(
             expired.user,
             run,
-            Holding::TakenOver { last_seq, resumed },
+            Holding::TakenOver {
+                last_seq,
+                resumed,
+                checkpoint,
+            },
             body,
         );
         Ok(attempt)
@@ -949,9 +976,13 @@ impl RunHub {
         // that died, and may come back later.
         let taken_over = matches!(holding, Holding::TakenOver { .. });
         let background = Arc::new(AtomicBool::new(taken_over));
-        let (first_seq, attempt) = match &holding {
-            Holding::Claim => (0, 1),
-            Holding::TakenOver { last_seq, resumed } => (*last_seq, resumed.attempt),
+        let (first_seq, attempt, saved) = match &holding {
+            Holding::Claim => (0, 1, None),
+            Holding::TakenOver {
+                last_seq,
+                resumed,
+                checkpoint,
+            } => (*last_seq, resumed.attempt, Some(checkpoint.clone())),
         };
         let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
         let input = Arc::new(RunInput {
@@ -988,6 +1019,7 @@ impl RunHub {
             attempt,
             // A run taken over continues from the checkpoint just saved on its row.
             checkpointed: AtomicBool::new(taken_over),
+            saved: tokio::sync::Mutex::new(saved),
             lost: AtomicBool::new(false),
             shutdown: self.shutdown.clone(),
         });
@@ -1039,6 +1071,9 @@ impl RunHub {
             if outcome.is_none() && context.handed_over() {
                 // A shutdown: the run is left running, its lease let go, for the next sweep
                 // (another replica's, or this data directory's next process) to continue.
+                if let Err(error) = context.count_handover().await {
+                    tracing::warn!(run = %context.run.id, %error, "could not count a handover");
+                }
                 if let Err(error) = hub
                     .store
                     .maintenance()

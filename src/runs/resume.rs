@@ -17,8 +17,9 @@ use serde_json::Value;
 use super::{RunContext, RunFailure};
 use crate::store::{Run, UserId};
 
-/// A run is started at most this many times (a body that kills its replica every time, such as
-/// a page that exhausts memory, is not retried for ever).
+/// A run is continued after at most this many attempts that did not end by a handover (a body
+/// that kills its replica every time, such as a page that exhausts memory, is not retried for
+/// ever; restarts that hand runs over do not count).
 pub const MAX_ATTEMPTS: u32 = 3;
 
 /// What a run saved to be continued by another attempt.
@@ -32,6 +33,16 @@ pub struct Checkpoint {
     pub step: Option<String>,
     /// The body's own state: how to rebuild it and what its finished steps produced.
     pub body: Value,
+    /// How many of the attempts ended by a shutdown handing the run over (not a crash).
+    #[serde(default)]
+    pub handovers: u32,
+}
+
+impl Checkpoint {
+    /// Attempts that did not end by a handover: those that crashed or are still running.
+    pub fn unhanded(&self) -> u32 {
+        self.attempt.saturating_sub(self.handovers)
+    }
 }
 
 /// A body continuing a run, built by a [`Resume`].

@@ -608,16 +608,43 @@ async fn a_run_taken_over_is_handed_over_again_at_shutdown() {
     b.hub.shutdown(Duration::from_secs(5)).await;
     let state = run_state(&b.store, user, &run).await;
     assert_eq!(state.status, RunStatus::Running, "{state:?}");
-    let c = replica_leased(&url, LEASES, Some(Continue { steps: 3 })).await;
-    let ended = wait_for(&c.store, user, &run, "ended", |run| {
-        run.status.is_terminal()
-    })
-    .await;
+    // C continues it and is shut down in turn; handovers do not use up the run's attempts
+    // (three starts ended by a crash would), so D continues it once more and ends it.
+    let c = replica_leased(&url, LEASES, Some(Continue { steps: 100_000 })).await;
+    let started = Instant::now();
+    while resumed_at(&events(&c.store, user, &run).await).len() < 2 {
+        assert!(started.elapsed() < PATIENCE, "C never took the run over");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    c.hub.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(
+        run_state(&c.store, user, &run).await.status,
+        RunStatus::Running
+    );
+    let d = replica_leased(&url, LEASES, Some(Continue { steps: 3 })).await;
+    let started = Instant::now();
+    let ended = loop {
+        let state = run_state(&d.store, user, &run).await;
+        if state.status.is_terminal() {
+            break state;
+        }
+        assert!(
+            started.elapsed() < PATIENCE,
+            "D never ended the run: {state:?}, checkpoint {:?}, events {:?}",
+            d.store.user(user).run_checkpoint(run.id).await,
+            events(&d.store, user, &run)
+                .await
+                .iter()
+                .map(|event| (event.seq, event.event_type, event.data["content"].clone()))
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(ended.status, RunStatus::Completed);
-    let written = events(&c.store, user, &run).await;
+    let written = events(&d.store, user, &run).await;
     assert_contiguous_and_done(&written, "completed");
     let resumed = resumed_at(&written);
-    assert_eq!(resumed.len(), 2, "attempts 2 and 3");
-    assert_eq!(written[resumed[1] as usize - 1].data["attempt"], 3);
-    c.hub.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(resumed.len(), 3, "attempts 2, 3 and 4");
+    assert_eq!(written[resumed[2] as usize - 1].data["attempt"], 4);
+    d.hub.shutdown(Duration::from_secs(5)).await;
 }
