@@ -614,22 +614,12 @@ fn spawn_log_wakeups(
     shutdown: tokio_util::sync::CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let Some(mut wakeups) = store
+        store
             .maintenance()
-            .wakeups(crate::store::WakeChannel::MemoryLog)
-            .await
-        else {
-            return;
-        };
-        loop {
-            tokio::select! {
-                next = futures::StreamExt::next(&mut wakeups) => match next {
-                    Some(_) => indexer.notify(),
-                    None => return,
-                },
-                _ = shutdown.cancelled() => return,
-            }
-        }
+            .on_wakeups(crate::store::WakeChannel::MemoryLog, &shutdown, |_| {
+                indexer.notify();
+            })
+            .await;
     })
 }
 

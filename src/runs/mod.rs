@@ -858,28 +858,16 @@ impl RunHub {
         });
         let hub = self.clone();
         tokio::spawn(async move {
-            let Some(mut wakeups) = hub
-                .store
+            let store = hub.store.clone();
+            store
                 .maintenance()
-                .wakeups(WakeChannel::RunEvents)
-                .await
-            else {
-                return;
-            };
-            loop {
-                tokio::select! {
-                    next = futures::StreamExt::next(&mut wakeups) => match next {
-                        Some(payload) => {
-                            if let Ok(run) = payload.parse::<RunId>() {
-                                // Nobody listening is fine: no follower of a remote run.
-                                let _ = hub.remote_events.send(run);
-                            }
-                        }
-                        None => return,
-                    },
-                    _ = hub.control_stop.cancelled() => return,
-                }
-            }
+                .on_wakeups(WakeChannel::RunEvents, &hub.control_stop, |payload| {
+                    if let Ok(run) = payload.parse::<RunId>() {
+                        // Nobody listening is fine: no follower of a remote run.
+                        let _ = hub.remote_events.send(run);
+                    }
+                })
+                .await;
         });
         let hub = self.clone();
         tokio::spawn(async move {

@@ -267,6 +267,28 @@ impl Maintenance<'_> {
         fn release_run(&self, run: RunId, replica: ReplicaId) -> StoreResult<()>;
     }
 
+    /// Calls `wake` with every payload notified on `channel` until `stop` is cancelled, or
+    /// at once returns where the backend cannot notify (or once it no longer can).
+    pub async fn on_wakeups(
+        &self,
+        channel: WakeChannel,
+        stop: &tokio_util::sync::CancellationToken,
+        mut wake: impl FnMut(String),
+    ) {
+        let Some(mut wakeups) = self.wakeups(channel).await else {
+            return;
+        };
+        loop {
+            tokio::select! {
+                next = futures::StreamExt::next(&mut wakeups) => match next {
+                    Some(payload) => wake(payload),
+                    None => return,
+                },
+                _ = stop.cancelled() => return,
+            }
+        }
+    }
+
     /// The payloads notified on `channel` (PostgreSQL's NOTIFY); `None` where the backend
     /// cannot notify, and readers only poll.
     pub async fn wakeups(

@@ -533,6 +533,24 @@ const STALLED: Leases = Leases {
     command_poll: Duration::from_millis(200),
 };
 
+/// A replica A that stalls (renews nothing) while its checkpointed run goes on, and a replica B
+/// that continues taken-over runs for `steps` events; the database's URL, A, B, the user and
+/// A's run.
+async fn stalled_with_a_taker(steps: usize) -> (String, Replica, Replica, UserId, Run) {
+    let url = fresh_postgres_url().await;
+    let a = replica_leased(&url, STALLED, None).await;
+    let b = replica_leased(&url, LEASES, Some(Continue { steps })).await;
+    let user = a
+        .store
+        .accounts()
+        .create_user("ada", UserKind::Key)
+        .await
+        .unwrap()
+        .id;
+    let run = looping_run(&a, user, true).await;
+    (url, a, b, user, run)
+}
+
 fn resumed_at(events: &[StoredEvent]) -> Vec<i64> {
     events
         .iter()
@@ -543,17 +561,7 @@ fn resumed_at(events: &[StoredEvent]) -> Vec<i64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_whose_run_was_taken_over_leaves_it_to_the_taker() {
-    let url = fresh_postgres_url().await;
-    let a = replica_leased(&url, STALLED, None).await;
-    let b = replica_leased(&url, LEASES, Some(Continue { steps: 30 })).await;
-    let user = a
-        .store
-        .accounts()
-        .create_user("ada", UserKind::Key)
-        .await
-        .unwrap()
-        .id;
-    let run = looping_run(&a, user, true).await;
+    let (_, a, b, user, run) = stalled_with_a_taker(30).await;
     // A keeps going but renews nothing: B takes the run over and continues it; A's next write
     // is refused, and A must not end (or fail) the run B is executing.
     let ended = wait_for(&b.store, user, &run, "ended", |run| {
@@ -587,17 +595,7 @@ async fn a_replica_whose_run_was_taken_over_leaves_it_to_the_taker() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_taken_over_is_handed_over_again_at_shutdown() {
-    let url = fresh_postgres_url().await;
-    let a = replica_leased(&url, STALLED, None).await;
-    let b = replica_leased(&url, LEASES, Some(Continue { steps: 100_000 })).await;
-    let user = a
-        .store
-        .accounts()
-        .create_user("ada", UserKind::Key)
-        .await
-        .unwrap()
-        .id;
-    let run = looping_run(&a, user, true).await;
+    let (url, a, b, user, run) = stalled_with_a_taker(100_000).await;
     let started = Instant::now();
     while resumed_at(&events(&b.store, user, &run).await).is_empty() {
         assert!(started.elapsed() < PATIENCE, "B never took the run over");
