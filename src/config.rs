@@ -406,6 +406,9 @@ pub struct EmbedderSettings {
     pub query_cache: usize,
     /// Threads the local model's matrix products use (0: one per core).
     pub threads: usize,
+    /// The local model's matrix products: `int8` (8-bit integers, on CPUs with AVX-512 VNNI;
+    /// `f32` elsewhere) or `f32`.
+    pub precision: mnemo_encoder::Precision,
     /// Put before every search query (e5: `query: `); unset: what the model declares.
     pub query_prefix: Option<String>,
     /// Put before every stored text (e5: `passage: `); unset: what the model declares.
@@ -427,6 +430,7 @@ impl Default for EmbedderSettings {
             max_batch: 32,
             query_cache: 1024,
             threads: 0,
+            precision: mnemo_encoder::Precision::default(),
             query_prefix: None,
             passage_prefix: None,
             pooling: None,

@@ -125,6 +125,8 @@ pub struct LocalEmbedder {
 pub struct LocalOptions {
     /// Threads of the model's matrix products (0: one per core).
     pub threads: usize,
+    /// The arithmetic of the model's matrix products.
+    pub precision: mnemo_encoder::Precision,
     /// Put before every search query (e5: `query: `); unset: the model's own.
     pub query_prefix: Option<String>,
     /// Put before every stored text (e5: `passage: `); unset: the model's own.
@@ -157,6 +159,8 @@ struct LocalModel {
     /// The model's threads (`embedder.threads`).
     pool: rayon::ThreadPool,
     threads: usize,
+    /// The arithmetic of the products in effect.
+    precision: mnemo_encoder::Precision,
     pooling: Pooling,
     max_seq_len: usize,
     query_prefix: String,
@@ -288,7 +292,7 @@ impl LocalEmbedder {
                 dir.display()
             )));
         }
-        let loaded = if dir.join("config.json").exists() {
+        let mut loaded = if dir.join("config.json").exists() {
             Self::load_hugging_face(dir)?
         } else if let Some(file) = packed_model_file(dir) {
             Self::load_packed(&file)?
@@ -298,6 +302,14 @@ impl LocalEmbedder {
                 dir.display()
             )));
         };
+        let precision = loaded.encoder.set_precision(options.precision);
+        if precision != options.precision {
+            tracing::info!(
+                asked = ?options.precision,
+                ?precision,
+                "the local model runs its products in f32 (no AVX-512 VNNI on this CPU)"
+            );
+        }
         let threads = if options.threads == 0 {
             std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
         } else {
@@ -317,6 +329,7 @@ impl LocalEmbedder {
                 tokenizer: loaded.tokenizer,
                 pool,
                 threads,
+                precision,
                 pooling: options.pooling.unwrap_or(loaded.pooling),
                 max_seq_len: loaded.max_seq_len,
                 query_prefix: options.query_prefix.clone().unwrap_or(loaded.query_prefix),
@@ -423,6 +436,12 @@ impl LocalEmbedder {
             passage_prefix: "passage: ".into(),
             declares_normalize: true,
         })
+    }
+
+    /// The arithmetic of the model's products in effect (`int8` asked for on a CPU without
+    /// AVX-512 VNNI runs in `f32`).
+    pub fn precision(&self) -> mnemo_encoder::Precision {
+        self.inner.precision
     }
 
     /// Pooling mode read from the model directory.
@@ -802,6 +821,7 @@ pub async fn from_settings(
     }
     let options = LocalOptions {
         threads: config.threads,
+        precision: config.precision,
         query_prefix: config.query_prefix.clone(),
         passage_prefix: config.passage_prefix.clone(),
         pooling: config.pooling,
@@ -832,6 +852,16 @@ mod tests {
             dir.display()
         );
         Some(LocalEmbedder::load(&dir).expect("load model"))
+    }
+
+    /// The local model with its products in `precision`.
+    fn load_model_in(precision: mnemo_encoder::Precision) -> LocalEmbedder {
+        let options = LocalOptions {
+            precision,
+            ..LocalOptions::default()
+        };
+        load_model().expect("model");
+        LocalEmbedder::load_with(&model_dir(), &options).expect("load model")
     }
 
     fn dot(a: &[f32], b: &[f32]) -> f32 {
@@ -907,7 +937,7 @@ mod tests {
     async fn local_encoder_agrees_with_candle_transformers_bert() {
         use candle_core::{DType, Device, Tensor};
         use candle_transformers::models::bert::{BertModel, Config};
-        let Some(ours) = load_model() else { return };
+        let ours = load_model_in(mnemo_encoder::Precision::F32);
         let dir = model_dir();
         let config: Config =
             serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap();
@@ -950,6 +980,61 @@ mod tests {
             l2_normalize(&mut want);
             let cosine = dot(got, &want);
             assert!(cosine > 0.99999, "{text:?}: cosine {cosine}");
+        }
+    }
+
+    /// The products in 8-bit integers against the same model in f32: every vector close, and
+    /// the neighbours of each text the same.
+    #[tokio::test]
+    async fn integer_products_keep_the_vectors_of_the_f32_model() {
+        use mnemo_encoder::Precision;
+        if !mnemo_encoder::int8::supported() {
+            eprintln!("skipped: no AVX-512 VNNI on this CPU");
+            return;
+        }
+        let exact = load_model_in(Precision::F32);
+        let int8 = load_model_in(Precision::Int8);
+        assert_eq!(
+            (exact.precision(), int8.precision()),
+            (Precision::F32, Precision::Int8)
+        );
+        let texts = strings(&[
+            "hi",
+            "My sister's birthday is on the 14th of May; she turns thirty.",
+            "When is my sister's birthday?",
+            "I adopted a grey cat called Snowball from the shelter last spring.",
+            "What is my cat's name?",
+            "The quarterly report is due on Friday and the numbers are not in yet.",
+            "Caroline went to the LGBTQ support group on 7 May 2023 and felt accepted.",
+            "We should try the new ramen place near the station this weekend.",
+            &"a long note about the garden and the weather ".repeat(40),
+        ]);
+        let (a, b) = (
+            exact.embed(&texts).await.unwrap(),
+            int8.embed(&texts).await.unwrap(),
+        );
+        let mut lowest = 1.0f32;
+        for (text, (a, b)) in texts.iter().zip(a.iter().zip(&b)) {
+            let cosine = dot(a, b);
+            lowest = lowest.min(cosine);
+            assert!(
+                cosine > 0.995,
+                "{text:?}: cosine {cosine} between int8 and f32"
+            );
+        }
+        eprintln!("lowest cosine between int8 and f32: {lowest:.5}");
+        let nearest = |vectors: &[Vec<f32>], i: usize| {
+            (0..vectors.len()).filter(|&j| j != i).max_by(|&x, &y| {
+                dot(&vectors[i], &vectors[x]).total_cmp(&dot(&vectors[i], &vectors[y]))
+            })
+        };
+        for i in 0..texts.len() {
+            assert_eq!(
+                nearest(&a, i),
+                nearest(&b, i),
+                "the nearest text to {:?}",
+                texts[i]
+            );
         }
     }
 
@@ -1140,6 +1225,7 @@ mod tests {
                 query_prefix: Some("query: ".into()),
                 passage_prefix: Some("passage: ".into()),
                 pooling: Some(Pooling::Cls),
+                ..LocalOptions::default()
             },
         )
         .expect("load with options");

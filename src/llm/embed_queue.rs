@@ -149,6 +149,7 @@ impl EmbedQueue {
                 waiting: waiting.clone(),
                 queries: yields.is_none(),
                 yields_to: yields,
+                last_shared: None,
             };
             tokio::spawn(worker.run());
             sender
@@ -252,7 +253,14 @@ struct Worker {
     yields_to: Option<Arc<QueryActivity>>,
     /// The query lane: its texts are search queries (the model may prefix them).
     queries: bool,
+    /// When the last batch that served more than one caller ended: while callers come
+    /// together, an idle worker waits `batch_wait` for company; a lone caller (one client
+    /// posting one memory at a time, one recall) is served at once.
+    last_shared: Option<std::time::Instant>,
 }
+
+/// How long after a batch shared by several callers the worker keeps waiting for company.
+const SHARED_RECENTLY: Duration = Duration::from_millis(100);
 
 impl Worker {
     async fn run(mut self) {
@@ -264,8 +272,12 @@ impl Worker {
                     return;
                 };
                 self.pending.push_back(request);
+                self.drain();
+                let shared_recently = self
+                    .last_shared
+                    .is_some_and(|at| at.elapsed() < SHARED_RECENTLY);
                 let deadline = tokio::time::Instant::now() + self.settings.batch_wait;
-                while self.pending_texts() < self.settings.max_batch {
+                while shared_recently && self.pending_texts() < self.settings.max_batch {
                     tokio::select! {
                         Some(request) = self.lane.recv() => self.pending.push_back(request),
                         () = tokio::time::sleep_until(deadline) => break,
@@ -312,6 +324,7 @@ impl Worker {
         if texts.is_empty() {
             return;
         }
+        let shared = taken.len() > 1;
         metrics::histogram!("mnemo_embed_batch_texts").record(texts.len() as f64);
         // Shortest first: the model pads each of its batches to their longest text.
         let mut order: Vec<usize> = (0..texts.len()).collect();
@@ -323,6 +336,9 @@ impl Worker {
             self.inner.embed(&sorted).await
         };
         self.waiting.fetch_sub(texts.len(), Ordering::Relaxed);
+        if shared {
+            self.last_shared = Some(std::time::Instant::now());
+        }
         metrics::gauge!("mnemo_embed_queue_texts").set(self.waiting.load(Ordering::Relaxed) as f64);
         let mut vectors: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
         let failure = match result {
@@ -482,6 +498,49 @@ mod tests {
         let mut sorted = first.clone();
         sorted.sort_by_key(String::len);
         assert_eq!(first, &sorted, "a batch runs shortest first");
+    }
+
+    /// A lone caller does not wait `batch_wait` for company that is not coming; once callers
+    /// have come together, a caller that finds the worker idle waits for the others.
+    #[tokio::test]
+    async fn only_callers_that_come_together_wait_for_company() {
+        let model = counting(5);
+        let wait = Duration::from_millis(500);
+        let queue = Arc::new(EmbedQueue::start(
+            model.clone(),
+            QueueSettings {
+                batch_wait: wait,
+                ..settings(64)
+            },
+        ));
+        for round in 0..3 {
+            let started = std::time::Instant::now();
+            queue.embed(&[format!("alone {round}")]).await.unwrap();
+            assert!(
+                started.elapsed() < wait / 2,
+                "round {round} waited for company"
+            );
+        }
+        // Two callers at once share a batch; the next caller then waits for company and is
+        // joined by one who comes 50 ms later.
+        let texts = |text: &str| vec![text.to_string()];
+        let (one, two) = (texts("a"), texts("b"));
+        let (a, b) = tokio::join!(queue.embed(&one), queue.embed(&two));
+        assert_eq!((a.unwrap(), b.unwrap()), (vec![vec![1.0]], vec![vec![1.0]]));
+        let later = queue.clone();
+        let three = texts("cc");
+        let (first, second) = tokio::join!(queue.embed(&three), async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            later.embed(&texts("ddd")).await
+        });
+        assert_eq!(
+            (first.unwrap(), second.unwrap()),
+            (vec![vec![2.0]], vec![vec![3.0]])
+        );
+        let batches = model.batches.lock().unwrap().clone();
+        assert_eq!(batches.len(), 5, "{batches:?}");
+        assert_eq!(batches[3], ["a".to_string(), "b".to_string()]);
+        assert_eq!(batches[4], ["cc".to_string(), "ddd".to_string()]);
     }
 
     #[tokio::test]

@@ -169,6 +169,9 @@ pub async fn run_ingest_bench(
     let unlimited = vec![("MNEMO__SERVER__REQUESTS_PER_MINUTE".into(), "0".into())];
     let settings = scratch_settings(&options.data_dir, options.model_dir.as_deref(), unlimited)?;
     let body_limit = settings.server.max_body_bytes;
+    let int8 = settings.embedder.precision == mnemo_encoder::Precision::Int8
+        && mnemo_encoder::int8::supported();
+    let arithmetic = if int8 { "int8" } else { "f32" };
 
     eprintln!("measuring the model alone…");
     let raw = mnemo::llm::embed::from_settings(&settings.embedder).await?;
@@ -306,7 +309,7 @@ pub async fn run_ingest_bench(
     writeln!(out, "|---|---|---|")?;
     writeln!(
         out,
-        "| model alone: batches of 32 / one sentence p50 | {model_batched:.0} sentences/s / {model_single:.1} ms | the limit |"
+        "| model alone ({arithmetic} products): batches of 32 / one sentence p50 | {model_batched:.0} sentences/s / {model_single:.1} ms | the limit |"
     )?;
     writeln!(
         out,

