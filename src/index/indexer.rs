@@ -23,6 +23,9 @@ use crate::store::{LogEntry, LogOp, MemoryId, MemoryKind, OwnedMemory, Store, St
 
 const BATCH: i64 = 1000;
 const POLL: Duration = Duration::from_millis(250);
+/// While writes keep coming, the vector index is flushed (and its watermark recorded) at most
+/// this often; a crash replays the log from the last recorded seq.
+const PERSIST_EVERY: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum IndexerError {
@@ -71,6 +74,8 @@ pub struct Indexer {
     /// Flushed and recorded in the watermark (survives a crash); behind `vector_applied`
     /// while an optimisation runs, since flushing would wait for it.
     vector_durable: AtomicI64,
+    /// When the vector index was last flushed while writes kept coming.
+    last_persist: std::sync::Mutex<std::time::Instant>,
     dimension: usize,
     wake: Notify,
     /// The lower of both applied seqs; writers wait on it to know a memory is recallable.
@@ -99,6 +104,7 @@ impl Indexer {
             watermark,
             vector_applied: AtomicI64::new(vector_applied),
             vector_durable: AtomicI64::new(vector_applied),
+            last_persist: std::sync::Mutex::new(std::time::Instant::now()),
             dimension,
             wake: Notify::new(),
             applied: watch::channel(applied).0,
@@ -182,9 +188,14 @@ impl Indexer {
         let neighbours = self.neighbours(&plan).await?;
         if last > vector_from {
             self.apply_vector(&plan, &neighbours).await?;
-            // Searchable now; durable (and in the watermark) once a flush has gone through.
+            // Searchable now; durable (and in the watermark) once a flush has gone through:
+            // when the log is quiet (the follower's idle turn), or every `PERSIST_EVERY` while
+            // writes keep coming — not after every batch, where the flush and the watermark's
+            // write would cost each single-memory write as much as its own indexing.
             self.vector_applied.store(last, Ordering::Release);
-            self.persist_vector().await?;
+            if self.persist_due() {
+                self.persist_vector().await?;
+            }
         }
         if last > keyword_from {
             let ops = keyword_ops(&plan, &neighbours);
@@ -275,6 +286,15 @@ impl Indexer {
         Ok(())
     }
 
+    /// Whether `PERSIST_EVERY` has passed since the last flush.
+    fn persist_due(&self) -> bool {
+        self.last_persist
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .elapsed()
+            >= PERSIST_EVERY
+    }
+
     /// `persist_vector`, waiting for a running optimisation if need be (at shutdown).
     async fn persist_vector_waiting(&self) -> Result<(), IndexerError> {
         let _step = self.step_lock.lock().await;
@@ -300,6 +320,10 @@ impl Indexer {
         if self.vector.flush_if_idle().await? {
             write_watermark(self.store.as_ref(), &self.watermark, applied).await?;
             self.vector_durable.store(applied, Ordering::Release);
+            *self
+                .last_persist
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = std::time::Instant::now();
         }
         Ok(())
     }
@@ -315,9 +339,14 @@ impl Indexer {
                 match indexer.step().await {
                     Ok(0) => {
                         failures = 0;
-                        let persisted = {
+                        // Quiet: flush what was applied, once `PERSIST_EVERY` has passed since
+                        // the last flush (a client writing one memory at a time keeps the log
+                        // quiet between its writes; a flush after each would cost each write).
+                        let persisted = if indexer.persist_due() {
                             let _step = indexer.step_lock.lock().await;
                             indexer.persist_vector().await
+                        } else {
+                            Ok(())
                         };
                         if let Err(error) = persisted {
                             tracing::warn!(%error, "flushing the vector index failed; retrying");

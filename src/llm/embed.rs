@@ -303,11 +303,14 @@ impl LocalEmbedder {
             )));
         };
         let precision = loaded.encoder.set_precision(options.precision);
-        if precision != options.precision {
+        if precision == options.precision {
+            tracing::info!(model = %model_id, ?precision, "local embedding model loaded");
+        } else {
             tracing::info!(
+                model = %model_id,
                 asked = ?options.precision,
                 ?precision,
-                "the local model runs its products in f32 (no AVX-512 VNNI on this CPU)"
+                "local embedding model loaded; its products run in f32 (no AVX-512 VNNI on this CPU)"
             );
         }
         let threads = if options.threads == 0 {
