@@ -1031,12 +1031,11 @@ mod tests {
                 dot(&vectors[i], &vectors[x]).total_cmp(&dot(&vectors[i], &vectors[y]))
             })
         };
-        for i in 0..texts.len() {
+        for (i, text) in texts.iter().enumerate() {
             assert_eq!(
                 nearest(&a, i),
                 nearest(&b, i),
-                "the nearest text to {:?}",
-                texts[i]
+                "the nearest text to {text:?}"
             );
         }
     }

@@ -89,7 +89,7 @@ pub struct RecallBenchOptions {
     /// Recall queries per measured series.
     pub queries: usize,
     /// Local model for the ingest and query-embedding timings; `None` (or a directory without
-    /// `config.json`) skips them.
+    /// a model) skips them.
     pub model_dir: Option<PathBuf>,
     /// Memories embedded and added through `MemoryEngine::add` with the model.
     pub model_memories: usize,
@@ -247,7 +247,7 @@ struct LoadedModel {
 
 /// Loads the model in `dir`; `None` without a directory or without a model in it.
 async fn load_model(dir: Option<&Path>) -> anyhow::Result<Option<LoadedModel>> {
-    let Some(dir) = dir.filter(|dir| dir.join("config.json").exists()) else {
+    let Some(dir) = dir.filter(|dir| mnemo::llm::embed::is_model_dir(dir)) else {
         return Ok(None);
     };
     let loading = spinner("loading the model");
@@ -1949,6 +1949,29 @@ mod tests {
 
     fn model_dir() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2")
+    }
+
+    /// The default model is a packed file without `config.json`: the bench loads it (it once
+    /// fell back to bag-of-words vectors for it).
+    #[tokio::test]
+    async fn the_packed_default_model_is_loaded() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(EmbedderSettings::default().model_dir);
+        assert!(
+            mnemo::llm::embed::is_model_dir(&dir),
+            "the default embedding model is missing in {}: run scripts/fetch-model",
+            dir.display()
+        );
+        let loaded = load_model(Some(&dir))
+            .await
+            .expect("load")
+            .expect("a model");
+        assert_eq!(loaded.embedder.model_id(), "multilingual-e5-small-q4");
+        assert!(
+            load_model(Some(Path::new("/nonexistent")))
+                .await
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

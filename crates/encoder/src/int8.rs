@@ -359,18 +359,7 @@ unsafe fn kernel_rows_vnni(layer: &QuantDense, input: &Rows<'_>, out: &mut [f32]
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn matrix(rows: usize, cols: usize, seed: u32) -> Vec<f32> {
-        let mut state = seed.wrapping_mul(2_654_435_761).max(1);
-        (0..rows * cols)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 17;
-                state ^= state << 5;
-                (state % 2000) as f32 / 1000.0 - 1.0
-            })
-            .collect()
-    }
+    use crate::tests::matrix;
 
     #[test]
     fn shapes_the_kernel_cannot_take_stay_in_f32() {

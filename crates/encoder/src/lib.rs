@@ -712,8 +712,8 @@ fn activate(x: &mut [f32], activation: Activation, parallel: bool) {
 mod tests {
     use super::*;
 
-    /// A reproducible pseudo-random matrix.
-    fn matrix(rows: usize, cols: usize, seed: u32) -> Vec<f32> {
+    /// A reproducible pseudo-random matrix, values in [-1, 1).
+    pub(crate) fn matrix(rows: usize, cols: usize, seed: u32) -> Vec<f32> {
         let mut state = seed.wrapping_mul(2_654_435_761).max(1);
         (0..rows * cols)
             .map(|_| {
