@@ -75,7 +75,7 @@ pub struct MemoryEngine {
     embedder: Arc<dyn Embedder>,
     indexer: Arc<Indexer>,
     settings: MemorySettings,
-    access: mpsc::UnboundedSender<(UserId, Vec<MemoryId>, DateTime<Utc>)>,
+    access: mpsc::UnboundedSender<Access>,
     /// Background tasks that hold parts of the engine; joined at shutdown so the indexes are
     /// flushed and released before the process (or a restart in the same process) goes on.
     background: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -623,33 +623,69 @@ fn spawn_log_wakeups(
     })
 }
 
-/// Writes access stats in the background, merging bursts, so recall never waits on them.
+/// After writing access stats, the recorder gathers what comes for this long before it writes
+/// again. Every write to the memories table makes SQLite drop the page cache of every other
+/// connection, so a write per recall would make the next recalls read their rows from disk
+/// pages again; one write a second keeps the cache warm under a stream of recalls. A lone
+/// recall is still written at once.
+const ACCESS_EVERY: Duration = Duration::from_secs(1);
+
+type Access = (UserId, Vec<MemoryId>, DateTime<Utc>);
+
+/// Writes access stats in the background, merging what arrives within [`ACCESS_EVERY`] of the
+/// last write, so recall never waits on them. At shutdown what is pending is written.
 async fn record_accesses(
     store: Arc<dyn Store>,
-    mut receiver: mpsc::UnboundedReceiver<(UserId, Vec<MemoryId>, DateTime<Utc>)>,
+    mut receiver: mpsc::UnboundedReceiver<Access>,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
+    let mut next_write = tokio::time::Instant::now();
     loop {
         let first = tokio::select! {
             item = receiver.recv() => item,
             _ = shutdown.cancelled() => None,
         };
-        let Some(first) = first else { return };
-        let mut pending: std::collections::HashMap<UserId, (Vec<MemoryId>, DateTime<Utc>)> =
-            std::collections::HashMap::new();
-        let mut add = |(user, ids, at): (UserId, Vec<MemoryId>, DateTime<Utc>)| {
-            let entry = pending.entry(user).or_insert_with(|| (Vec::new(), at));
-            entry.0.extend(ids);
-            entry.1 = entry.1.max(at);
+        let Some(first) = first else {
+            // Shutting down (or every sender gone): write what was sent and not yet taken.
+            let mut rest = Vec::new();
+            while let Ok(item) = receiver.try_recv() {
+                rest.push(item);
+            }
+            write_accesses(store.as_ref(), rest).await;
+            return;
         };
-        add(first);
-        while let Ok(item) = receiver.try_recv() {
-            add(item);
+        let mut batch = vec![first];
+        tokio::select! {
+            _ = tokio::time::sleep_until(next_write) => {}
+            _ = shutdown.cancelled() => {}
         }
-        for (user, (mut ids, at)) in pending {
+        while let Ok(item) = receiver.try_recv() {
+            batch.push(item);
+        }
+        write_accesses(store.as_ref(), batch).await;
+        next_write = tokio::time::Instant::now() + ACCESS_EVERY;
+    }
+}
+
+/// The batch's accesses written per user: each memory counted as often as it was recalled,
+/// at the latest time seen; one statement per user and count.
+async fn write_accesses(store: &dyn Store, batch: Vec<Access>) {
+    let mut pending: HashMap<UserId, (HashMap<MemoryId, u32>, DateTime<Utc>)> = HashMap::new();
+    for (user, ids, at) in batch {
+        let entry = pending.entry(user).or_insert_with(|| (HashMap::new(), at));
+        for id in ids {
+            *entry.0.entry(id).or_default() += 1;
+        }
+        entry.1 = entry.1.max(at);
+    }
+    for (user, (counts, at)) in pending {
+        let mut by_times: std::collections::BTreeMap<u32, Vec<MemoryId>> = Default::default();
+        for (id, times) in counts {
+            by_times.entry(times).or_default().push(id);
+        }
+        for (times, mut ids) in by_times {
             ids.sort();
-            ids.dedup();
-            if let Err(error) = store.user(user).record_access(&ids, at).await {
+            if let Err(error) = store.user(user).record_access(&ids, times, at).await {
                 tracing::warn!(%error, "recording memory access failed");
             }
         }

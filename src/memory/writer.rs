@@ -878,7 +878,7 @@ impl MemoryWriter {
             let _ = self
                 .store
                 .user(user)
-                .record_access(&[duplicate.memory.id], crate::store::now())
+                .record_access(&[duplicate.memory.id], 1, crate::store::now())
                 .await;
             return Ok(Outcome::Duplicate(duplicate.memory.id));
         }
@@ -892,7 +892,7 @@ impl MemoryWriter {
                     let _ = self
                         .store
                         .user(user)
-                        .record_access(&[kept], crate::store::now())
+                        .record_access(&[kept], 1, crate::store::now())
                         .await;
                     return Ok(Outcome::Duplicate(kept));
                 }

@@ -320,11 +320,13 @@ pub(in crate::store) trait MemoryStore: Send + Sync + 'static {
     async fn fill_successors(&self, user: UserId, memories: &mut [Memory]) -> StoreResult<()>;
     /// The turn memories of one of the user's threads, oldest first.
     async fn thread_turns(&self, user: UserId, thread: ThreadId) -> StoreResult<Vec<Memory>>;
-    /// Bumps access stats; no log entry (access does not change what is indexed).
+    /// Counts `times` accesses of each of `ids`, the last at `at`; no log entry (access does
+    /// not change what is indexed).
     async fn record_access(
         &self,
         user: UserId,
         ids: &[MemoryId],
+        times: u32,
         at: DateTime<Utc>,
     ) -> StoreResult<()>;
 

@@ -108,8 +108,8 @@ impl UserScope<'_> {
         /// The turn memories of one of the user's threads, oldest first (archived and
         /// invalid ones included).
         fn thread_turns(&self, thread: ThreadId) -> StoreResult<Vec<Memory>>;
-        /// Bumps access stats; no log entry (access does not change what is indexed).
-        fn record_access(&self, ids: &[MemoryId], at: DateTime<Utc>) -> StoreResult<()>;
+        /// Counts `times` accesses of each of `ids`, the last at `at`; no log entry.
+        fn record_access(&self, ids: &[MemoryId], times: u32, at: DateTime<Utc>) -> StoreResult<()>;
         /// Writes `new` as superseding `old` in one transaction.
         fn supersede_memory(&self, old: MemoryId, new: NewMemory, embedded: Embedded) -> StoreResult<Memory>;
         /// Deletes the memories made from one thread only; returns their ids.

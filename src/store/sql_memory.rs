@@ -624,11 +624,13 @@ macro_rules! sql_memory_store {
                 &self,
                 user: UserId,
                 ids: &[MemoryId],
+                times: u32,
                 at: DateTime<Utc>,
             ) -> StoreResult<()> {
-                if ids.is_empty() {
+                if ids.is_empty() || times == 0 {
                     return Ok(());
                 }
+                let times = i64::from(times);
                 if $access_row_by_row {
                     // Several replicas record accesses to the same rows at once: one row a
                     // statement holds no lock while it waits for another, so these updates
@@ -636,23 +638,24 @@ macro_rules! sql_memory_store {
                     // of them locked the rows in different orders).
                     for id in ids {
                         sqlx::query(
-                            "UPDATE memories SET access_count = access_count + 1, \
+                            "UPDATE memories SET access_count = access_count + $4, \
                              last_accessed_at = $1 WHERE user_id = $2 AND id = $3",
                         )
                         .bind(at)
                         .bind(user.as_uuid())
                         .bind(id.as_uuid())
+                        .bind(times)
                         .execute(&self.pool)
                         .await?;
                     }
                     return Ok(());
                 }
                 let sql = format!(
-                    "UPDATE memories SET access_count = access_count + 1, last_accessed_at = $1 \
+                    "UPDATE memories SET access_count = access_count + $3, last_accessed_at = $1 \
                      WHERE user_id = $2 AND id IN ({})",
-                    super::sql_memory::placeholders(3, ids.len())
+                    super::sql_memory::placeholders(4, ids.len())
                 );
-                let mut query = sqlx::query(&sql).bind(at).bind(user.as_uuid());
+                let mut query = sqlx::query(&sql).bind(at).bind(user.as_uuid()).bind(times);
                 for id in ids {
                     query = query.bind(id.as_uuid());
                 }

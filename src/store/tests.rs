@@ -1076,13 +1076,24 @@ async fn memories_are_private(store: Arc<dyn Store>) {
         Err(StoreError::NotFound(_))
     ));
     assert_eq!(store.delete_all_memories(bob.id).await.unwrap(), 0);
-    store.record_access(bob.id, &[id], now()).await.unwrap();
+    store.record_access(bob.id, &[id], 1, now()).await.unwrap();
     let untouched = store.get_memory(alice.id, id).await.unwrap();
     assert_eq!(untouched.access_count, 0);
-    store.record_access(alice.id, &[id], now()).await.unwrap();
+    store
+        .record_access(alice.id, &[id], 1, now())
+        .await
+        .unwrap();
     assert_eq!(
         store.get_memory(alice.id, id).await.unwrap().access_count,
         1
+    );
+    store
+        .record_access(alice.id, &[id], 3, now())
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get_memory(alice.id, id).await.unwrap().access_count,
+        4
     );
     let owned = store.owned_memories(&[id]).await.unwrap();
     assert_eq!(owned[0].user, alice.id);
@@ -1216,7 +1227,7 @@ async fn accesses_recorded_at_once_by_many_replicas_all_count(store: Arc<dyn Sto
                     .filter(|(index, _)| (index * 7 + task * 3 + round) % 3 != 0)
                     .map(|(_, id)| *id)
                     .collect();
-                store.record_access(alice.id, &picked, now()).await?;
+                store.record_access(alice.id, &picked, 1, now()).await?;
             }
             Ok::<usize, StoreError>(25)
         }));

@@ -177,6 +177,52 @@ async fn the_decay_job_archives_unused_trivia_at_start_and_recall_respects_it() 
     app.stop().await;
 }
 
+/// Access stats are written at most once a second under a stream of recalls: every recall
+/// still counts, and what is pending when the server stops is written before it ends.
+#[tokio::test]
+async fn a_burst_of_recalls_counts_every_access_even_at_shutdown() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let key = app.user_key("alice").await;
+    let (status, memory) = app
+        .post(
+            "/v1/memories",
+            Some(&key),
+            Some(
+                json!({ "content": "The spare bike key hangs behind the boiler", "kind": "fact" }),
+            ),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{memory}");
+    let id = memory["id"].as_str().unwrap().to_string();
+    app.wait_indexed().await;
+    for _ in 0..5 {
+        let found = search(
+            &app,
+            &key,
+            json!({ "query": "bike key boiler", "mode": "keyword" }),
+        )
+        .await;
+        assert_eq!(
+            contents(&found),
+            ["The spare bike key hangs behind the boiler"]
+        );
+    }
+    app.stop_and_release().await;
+    let app = TestApp::spawn(&home).await;
+    let id = mnemo::store::MemoryId::from_uuid(id.parse().expect("memory id"));
+    let stored = app
+        .state
+        .store
+        .maintenance()
+        .owned_memories(&[id])
+        .await
+        .expect("read the memory");
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].memory.access_count, 5);
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn recall_records_access_and_health_reports_index_lag() {
     let home = Home::new(Backend::Sqlite).await;
