@@ -177,25 +177,30 @@ async fn the_decay_job_archives_unused_trivia_at_start_and_recall_respects_it() 
     app.stop().await;
 }
 
-/// Access stats are written at most once a second under a stream of recalls: every recall
-/// still counts, and what is pending when the server stops is written before it ends.
-#[tokio::test]
-async fn a_burst_of_recalls_counts_every_access_even_at_shutdown() {
-    let home = Home::new(Backend::Sqlite).await;
-    let app = TestApp::spawn(&home).await;
+/// A fresh app on `home` with user alice holding one fact, indexed; returns the app, alice's key
+/// and the fact's id.
+async fn app_with_fact(home: &Home, content: &str) -> (TestApp, String, String) {
+    let app = TestApp::spawn(home).await;
     let key = app.user_key("alice").await;
     let (status, memory) = app
         .post(
             "/v1/memories",
             Some(&key),
-            Some(
-                json!({ "content": "The spare bike key hangs behind the boiler", "kind": "fact" }),
-            ),
+            Some(json!({ "content": content, "kind": "fact" })),
         )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{memory}");
     let id = memory["id"].as_str().unwrap().to_string();
     app.wait_indexed().await;
+    (app, key, id)
+}
+
+/// Access stats are written at most once a second under a stream of recalls: every recall
+/// still counts, and what is pending when the server stops is written before it ends.
+#[tokio::test]
+async fn a_burst_of_recalls_counts_every_access_even_at_shutdown() {
+    let home = Home::new(Backend::Sqlite).await;
+    let (app, key, id) = app_with_fact(&home, "The spare bike key hangs behind the boiler").await;
     for _ in 0..5 {
         let found = search(
             &app,
@@ -226,18 +231,7 @@ async fn a_burst_of_recalls_counts_every_access_even_at_shutdown() {
 #[tokio::test]
 async fn recall_records_access_and_health_reports_index_lag() {
     let home = Home::new(Backend::Sqlite).await;
-    let app = TestApp::spawn(&home).await;
-    let key = app.user_key("alice").await;
-    let (status, memory) = app
-        .post(
-            "/v1/memories",
-            Some(&key),
-            Some(json!({ "content": "I keep my passport in the blue drawer", "kind": "fact" })),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{memory}");
-    let id = memory["id"].as_str().unwrap().to_string();
-    app.wait_indexed().await;
+    let (app, key, id) = app_with_fact(&home, "I keep my passport in the blue drawer").await;
     let found = search(&app, &key, json!({ "query": "where is my passport" })).await;
     assert_eq!(contents(&found)[0], "I keep my passport in the blue drawer");
     let signals = &found["results"][0]["signals"];
