@@ -181,6 +181,8 @@ fn quantise_rows(
     offsets: &mut [f32],
 ) {
     let blocks = width / BLOCK;
+    // Once per product, not per block: the feature lookups are cheap but not free.
+    let wide = supported();
     assert!(x.len() <= values.len() && x.len() / BLOCK <= scales.len());
     assert!(x.len() / width.max(1) <= offsets.len());
     for (((row, values), scales), offset) in x
@@ -195,7 +197,7 @@ fn quantise_rows(
             .zip(values.chunks_exact_mut(BLOCK))
             .zip(scales.iter_mut())
         {
-            let (s, sum) = quantise_block(block, values);
+            let (s, sum) = quantise_block(block, values, wide);
             *scale = s;
             total += s * sum as f32;
         }
@@ -204,12 +206,15 @@ fn quantise_rows(
 }
 
 /// Quantises a block of 32 values to signed bytes; returns its scale and the bytes' sum.
-fn quantise_block(block: &[f32], out: &mut [i8]) -> (f32, i32) {
+/// `wide` (the CPU has the features of [`supported`]) takes the AVX-512 path.
+fn quantise_block(block: &[f32], out: &mut [i8], wide: bool) -> (f32, i32) {
     assert!(block.len() == BLOCK && out.len() == BLOCK);
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = wide;
     #[cfg(target_arch = "x86_64")]
-    if supported() {
-        // SAFETY: the CPU has the features `quantise_block_wide` is compiled for; both
-        // slices hold 32 values (asserted above).
+    if wide {
+        // SAFETY: `wide` is `supported()`, read by the one caller: the CPU has the features
+        // `quantise_block_wide` is compiled for; both slices hold 32 values (asserted above).
         #[allow(unsafe_code)]
         return unsafe { quantise_block_wide(block, out) };
     }
@@ -366,6 +371,29 @@ mod tests {
         assert!(QuantDense::new(&matrix(16, 64, 1), 16, 64).is_none());
         assert!(QuantDense::new(&matrix(32, 48, 1), 32, 48).is_none());
         assert!(QuantDense::new(&matrix(32, 96, 1), 32, 96).is_some());
+    }
+
+    #[test]
+    fn the_wide_and_the_plain_quantiser_agree() {
+        if !supported() {
+            eprintln!("skipped: no AVX-512 VNNI on this CPU");
+            return;
+        }
+        let values = matrix(64, BLOCK, 7);
+        let mut blocks: Vec<&[f32]> = values.chunks_exact(BLOCK).collect();
+        let zeros = [0.0f32; BLOCK];
+        // Exact ties (0.5 steps after scaling) round to even on both paths.
+        let ties: Vec<f32> = (0..BLOCK)
+            .map(|i| (i as f32 - 16.0) * 0.5 * 8.0 / 127.0)
+            .collect();
+        blocks.push(&zeros);
+        blocks.push(&ties);
+        for block in blocks {
+            let (mut plain, mut wide) = ([0i8; BLOCK], [0i8; BLOCK]);
+            let a = quantise_block(block, &mut plain, false);
+            let b = quantise_block(block, &mut wide, true);
+            assert_eq!((a, plain), (b, wide));
+        }
     }
 
     #[test]
