@@ -379,24 +379,47 @@ impl RunContext {
         event: RunEvent,
         research: Option<&ResearchEnvelope>,
     ) -> StoreResult<i64> {
+        let seq = self
+            .append(&event, research, None)
+            .await
+            .map_err(|error| self.lost_if_taken(error))?;
+        if let RunEvent::Usage(step) = &event {
+            self.charge(step.usage.total_tokens).await;
+        }
+        Ok(seq)
+    }
+
+    /// Writes `event` at the next sequence number and wakes followers; with `finish`, also
+    /// the run's terminal status, in the same transaction (for its `done`: a client that has
+    /// read `done` finds the run ended, and a cancel then answers 409).
+    async fn append(
+        &self,
+        event: &RunEvent,
+        research: Option<&ResearchEnvelope>,
+        finish: Option<(RunStatus, Option<&str>)>,
+    ) -> StoreResult<i64> {
         let mut next = self.next_seq.lock().await;
         let seq = *next + 1;
         let research_id = research
             .map(|research| research.research_id)
             .or((self.run.kind == RunKind::Research).then_some(self.run.id));
         let model = research.map(|research| &research.model);
-        let data = event_data(&event, self.run.id, seq, research_id, model)?;
-        self.store
-            .user(self.user)
-            .append_run_event(self.run.id, seq, event.event_type(), &data, self.replica)
-            .await
-            .map_err(|error| self.lost_if_taken(error))?;
+        let data = event_data(event, self.run.id, seq, research_id, model)?;
+        let scope = self.store.user(self.user);
+        match finish {
+            None => {
+                scope
+                    .append_run_event(self.run.id, seq, event.event_type(), &data, self.replica)
+                    .await?
+            }
+            Some((status, error)) => {
+                scope
+                    .append_final_run_event(self.run.id, seq, &data, status, error, self.replica)
+                    .await?
+            }
+        }
         *next = seq;
         self.notify.send_replace(seq);
-        drop(next);
-        if let RunEvent::Usage(step) = &event {
-            self.charge(step.usage.total_tokens).await;
-        }
         Ok(seq)
     }
 
@@ -413,20 +436,26 @@ impl RunContext {
         }
     }
 
-    /// Appends the run's `done` and records its terminal status in the same transaction, so
-    /// a client that has read `done` finds the run ended (a cancel then answers 409).
-    async fn emit_done(&self, status: RunStatus, error: Option<&str>) -> StoreResult<i64> {
-        let mut next = self.next_seq.lock().await;
-        let seq = *next + 1;
-        let research_id = (self.run.kind == RunKind::Research).then_some(self.run.id);
-        let data = event_data(&RunEvent::done(status), self.run.id, seq, research_id, None)?;
-        self.store
-            .user(self.user)
-            .append_final_run_event(self.run.id, seq, &data, status, error, self.replica)
-            .await?;
-        *next = seq;
-        self.notify.send_replace(seq);
-        Ok(seq)
+    /// Appends one of the events that close the run: its `error`, or its `done` with
+    /// `finish`. An append of the body's still in flight when the body was dropped can commit
+    /// after `resync_seq` read the log; its number is then taken (a conflict, though the run
+    /// is still ours: the owner check comes first), so the log is read again and the event
+    /// written after it.
+    async fn emit_closing(
+        &self,
+        event: &RunEvent,
+        finish: Option<(RunStatus, Option<&str>)>,
+    ) -> StoreResult<i64> {
+        let mut retries = 3;
+        loop {
+            match self.append(event, None, finish).await {
+                Err(StoreError::Conflict(_)) if retries > 0 => {
+                    retries -= 1;
+                    self.resync_seq().await;
+                }
+                written => return written,
+            }
+        }
     }
 
     /// Counts a model call's tokens against the run's and the day's budget; past either, the
@@ -1179,12 +1208,13 @@ impl RunHub {
                 content: None,
                 metadata: None,
             });
-            if let Err(failure) = context.emit(event).await {
+            if let Err(failure) = context.emit_closing(&event, None).await {
                 tracing::error!(run = %context.run.id, %failure, "could not record a run error");
             }
         }
         let message = error.as_ref().map(|(_, message, _)| message.as_str());
-        if let Err(failure) = context.emit_done(status, message).await {
+        let done = RunEvent::done(status);
+        if let Err(failure) = context.emit_closing(&done, Some((status, message))).await {
             tracing::error!(run = %context.run.id, %failure, "could not record the end of a run");
             // At least the status, so the run does not stay `running`.
             if let Err(failure) = self

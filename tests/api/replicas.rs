@@ -383,6 +383,60 @@ async fn replicas_share_runs_through_leases_and_commands() {
     b.store.close().await;
 }
 
+/// An append of a cancelled body's that was still in flight can commit after the run re-read
+/// its log (it did so in CI, under a cancel sent through another replica): the event takes a
+/// number behind the run's back. The run's closing events then skip that number, so its log
+/// still ends with its one `done` rather than only a status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_committed_behind_a_runs_back_does_not_cost_it_its_done() {
+    let url = fresh_postgres_url().await;
+    let a = replica(&url).await;
+    let user = a
+        .store
+        .accounts()
+        .create_user("alice", UserKind::Key)
+        .await
+        .unwrap()
+        .id;
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let opened = gate.clone();
+    let run = a
+        .hub
+        .start(user, None, RunKind::Research, |context| async move {
+            context
+                .emit(RunEvent::thinking("research_execution", "working", None))
+                .await?;
+            opened.notified().await;
+            Ok::<(), RunFailure>(())
+        })
+        .await
+        .unwrap();
+    wait_for(&a.store, user, &run, "under way", |run| run.last_seq >= 1).await;
+    a.store
+        .user(user)
+        .append_run_event(
+            run.id,
+            2,
+            EventType::Thinking,
+            &json!({ "seq": 2, "type": "thinking", "content": "late" }),
+            a.hub.replica(),
+        )
+        .await
+        .unwrap();
+    gate.notify_one();
+    let ended = wait_for(&a.store, user, &run, "completed", |run| {
+        run.status.is_terminal()
+    })
+    .await;
+    assert_eq!(ended.status, RunStatus::Completed);
+    let written = events(&a.store, user, &run).await;
+    assert_eq!(written.len(), 3, "{written:?}");
+    assert_eq!(written[1].data["content"], "late");
+    assert_contiguous_and_done(&written, "completed");
+    a.hub.shutdown(Duration::from_secs(5)).await;
+    a.store.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_on_another_replica_gets_the_events_and_keeps_the_run_alive() {
     use futures::StreamExt as _;
