@@ -29,6 +29,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tantivy::collector::{Count, DocSetCollector, TopDocs};
 use tantivy::columnar::Column;
 use tantivy::directory::MmapDirectory;
+use tantivy::index::SegmentId;
+use tantivy::indexer::LogMergePolicy;
 use tantivy::query::{
     BooleanQuery, BoostQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery, TermSetQuery,
 };
@@ -98,6 +100,10 @@ const ID_LO: &str = "id_lo";
 
 /// Total indexing memory budget of the single writer thread.
 const WRITER_MEMORY_BYTES: usize = 32 * 1024 * 1024;
+/// Segments of about the same size merged together (tantivy's default is 8). Every search
+/// looks each query term up in every segment, so at a few thousand documents the lookups,
+/// not the postings, are the search; merging sooner keeps the index at a few segments.
+const MERGE_MIN_SEGMENTS: usize = 3;
 /// Tokens longer than this (in bytes) are dropped: base64 blobs, URLs, hashes.
 const MAX_TOKEN_BYTES: usize = 64;
 
@@ -563,7 +569,14 @@ struct Inner {
     analyzer: TextAnalyzer,
     fields: Fields,
     applied_seq: AtomicI64,
+    /// Each segment's id columns, opened once: a segment's columns never change (a delete
+    /// only marks its documents), and opening them decodes their metadata, which cost a
+    /// small user's search as much as scoring it.
+    id_columns: Mutex<HashMap<SegmentId, IdColumns>>,
 }
+
+/// The high and low halves of the memory ids of one segment's documents.
+type IdColumns = (Column<u64>, Column<u64>);
 
 impl std::fmt::Debug for KeywordIndex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -618,9 +631,12 @@ impl KeywordIndex {
         index
             .tokenizers()
             .register(HAN_TOKENIZER_NAME, han_analyzer());
-        let writer = index
+        let writer: IndexWriter = index
             .writer_with_num_threads(1, WRITER_MEMORY_BYTES)
             .map_err(|e| tantivy_err("open keyword index writer", e))?;
+        let mut merges = LogMergePolicy::default();
+        merges.set_min_num_segments(MERGE_MIN_SEGMENTS);
+        writer.set_merge_policy(Box::new(merges));
         // A process killed in the middle of a commit can leave files that no `meta.json`
         // references (e.g. a new delete file); replaying the batch would then collide with
         // them. Remove them before anything is applied.
@@ -645,6 +661,7 @@ impl KeywordIndex {
                 analyzer,
                 fields,
                 applied_seq: AtomicI64::new(applied),
+                id_columns: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -1034,6 +1051,11 @@ impl KeywordIndex {
         Ok(n as u64)
     }
 
+    /// Segments a search visits now (each query term is looked up in every one).
+    pub fn segments(&self) -> usize {
+        self.inner.reader.searcher().segment_readers().len()
+    }
+
     /// Every document id stored for `user`.
     pub fn ids(&self, user: UserId) -> Result<Vec<MemoryId>, IndexError> {
         let searcher = self.inner.reader.searcher();
@@ -1200,19 +1222,14 @@ impl KeywordIndex {
         searcher: &tantivy::Searcher,
         addrs: impl IntoIterator<Item = DocAddress>,
     ) -> Result<Vec<MemoryId>, IndexError> {
-        let mut columns: HashMap<u32, (Column<u64>, Column<u64>)> = HashMap::new();
+        let mut columns: HashMap<u32, IdColumns> = HashMap::new();
         addrs
             .into_iter()
             .map(|addr| {
                 let (hi, lo) = match columns.entry(addr.segment_ord) {
                     Entry::Occupied(entry) => entry.into_mut(),
                     Entry::Vacant(entry) => {
-                        let fast = searcher.segment_reader(addr.segment_ord).fast_fields();
-                        let column = |name: &str| {
-                            fast.u64(name)
-                                .map_err(|e| tantivy_err("open the id column", e))
-                        };
-                        entry.insert((column(ID_HI)?, column(ID_LO)?))
+                        entry.insert(self.id_columns_of(searcher, addr.segment_ord)?)
                     }
                 };
                 match (hi.first(addr.doc_id), lo.first(addr.doc_id)) {
@@ -1225,6 +1242,40 @@ impl KeywordIndex {
                 }
             })
             .collect()
+    }
+
+    /// The id columns of the searcher's segment `ord`, from the cache or opened (and kept).
+    fn id_columns_of(
+        &self,
+        searcher: &tantivy::Searcher,
+        ord: u32,
+    ) -> Result<IdColumns, IndexError> {
+        let segment = searcher.segment_reader(ord);
+        let mut cache = self
+            .inner
+            .id_columns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(columns) = cache.get(&segment.segment_id()) {
+            return Ok(columns.clone());
+        }
+        let fast = segment.fast_fields();
+        let column = |name: &str| {
+            fast.u64(name)
+                .map_err(|e| tantivy_err("open the id column", e))
+        };
+        let columns = (column(ID_HI)?, column(ID_LO)?);
+        // Merged-away segments are forgotten once the cache outgrows the live ones.
+        let live = searcher.segment_readers();
+        if cache.len() >= 2 * live.len() + 8 {
+            let ids: std::collections::HashSet<SegmentId> = live
+                .iter()
+                .map(tantivy::SegmentReader::segment_id)
+                .collect();
+            cache.retain(|id, _| ids.contains(id));
+        }
+        cache.insert(segment.segment_id(), columns.clone());
+        Ok(columns)
     }
 
     /// The underlying tantivy index (schema inspection, diagnostics).
@@ -1512,6 +1563,42 @@ mod tests {
             })
             .is_empty()
         );
+    }
+
+    #[test]
+    fn ids_stay_right_while_segments_come_and_merge() {
+        // Each commit is a segment; merges replace them with new ones while the id columns of
+        // the old ones stay cached. Every search must still name the right memories.
+        let index = KeywordIndex::open(None).expect("open");
+        let u = user();
+        let words = [
+            "amber", "basalt", "cobalt", "dune", "ember", "fjord", "garnet", "heath", "indigo",
+            "jasper", "kelp", "lagoon",
+        ];
+        let mut live: Vec<(MemoryId, &str)> = Vec::new();
+        for (seq, word) in words.iter().enumerate() {
+            let id = mem();
+            let mut batch = vec![KeywordOp::Upsert(kdoc(id, u, &format!("{word} stone")))];
+            // Every third commit also rewrites the oldest memory under a new word.
+            if seq % 3 == 2 {
+                let (old, _) = live.remove(0);
+                batch.push(KeywordOp::Upsert(kdoc(old, u, &format!("{word}-again"))));
+                live.push((old, "again"));
+            }
+            index.apply(&batch, seq as i64 + 1).expect("apply");
+            live.push((id, word));
+            for (id, word) in &live {
+                let hits = index
+                    .search(u, word, &KeywordFilter::default(), 10)
+                    .expect("search");
+                assert!(ids(&hits).contains(id), "{word}: {hits:?}");
+            }
+            let mut all = index.ids(u).expect("ids");
+            let mut expected: Vec<MemoryId> = live.iter().map(|(id, _)| *id).collect();
+            all.sort();
+            expected.sort();
+            assert_eq!(all, expected);
+        }
     }
 
     #[test]

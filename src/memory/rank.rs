@@ -114,7 +114,7 @@ impl QueryHints {
 }
 
 /// A fused hit before its row is read: its fused score and where each signal ranked it.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Candidate {
     pub id: MemoryId,
     /// The fused score.
@@ -138,6 +138,22 @@ pub struct Candidate {
 }
 
 impl Candidate {
+    /// A hit no list has ranked yet. (Not `Default`: a default `MemoryId` is a fresh v7 id,
+    /// which reads the clock and the random generator for every hit of every recall.)
+    fn new(id: MemoryId) -> Self {
+        Candidate {
+            id,
+            rrf: 0.0,
+            vector: None,
+            keyword: None,
+            vector_context: None,
+            keyword_context: None,
+            found: false,
+            coverage: 0.0,
+            fill: 0.0,
+        }
+    }
+
     /// The fused score once the row says what the memory is.
     fn fused(&self, memory: &Memory) -> f64 {
         if memory.kind == MemoryKind::Turn {
@@ -242,10 +258,7 @@ pub fn fuse_lists(lists: &Lists<'_>, fusion: &FusionSettings, rrf_k: f64) -> Vec
             }
             let rank = index + 1;
             let score64 = f64::from(*score);
-            let candidate = by_id.entry(*id).or_insert_with(|| Candidate {
-                id: *id,
-                ..Candidate::default()
-            });
+            let candidate = by_id.entry(*id).or_insert_with(|| Candidate::new(*id));
             let slot = match signal {
                 0 => &mut candidate.vector,
                 1 => &mut candidate.keyword,

@@ -410,12 +410,12 @@ impl RunContext {
             None => {
                 scope
                     .append_run_event(self.run.id, seq, event.event_type(), &data, self.replica)
-                    .await?
+                    .await?;
             }
             Some((status, error)) => {
                 scope
                     .append_final_run_event(self.run.id, seq, &data, status, error, self.replica)
-                    .await?
+                    .await?;
             }
         }
         *next = seq;
