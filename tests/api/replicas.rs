@@ -83,6 +83,17 @@ async fn replica_built(
     Replica { store, hub }
 }
 
+/// The user "alice", created through `replica`.
+async fn alice(replica: &Replica) -> UserId {
+    replica
+        .store
+        .accounts()
+        .create_user("alice", UserKind::Key)
+        .await
+        .unwrap()
+        .id
+}
+
 /// Starts a run on `replica` that emits a `thinking` event every 50 ms until it is stopped.
 async fn endless_run(replica: &Replica, user: UserId) -> Run {
     looping_run(replica, user, false).await
@@ -168,13 +179,7 @@ async fn the_per_user_run_cap_counts_runs_on_every_replica() {
     let url = fresh_postgres_url().await;
     let a = replica_with(&url, None, 1).await;
     let b = replica_with(&url, None, 1).await;
-    let user = a
-        .store
-        .accounts()
-        .create_user("alice", UserKind::Key)
-        .await
-        .unwrap()
-        .id;
+    let user = alice(&a).await;
     let bob = a
         .store
         .accounts()
@@ -203,13 +208,7 @@ async fn the_per_user_run_cap_counts_runs_on_every_replica() {
 async fn replicas_share_runs_through_leases_and_commands() {
     let url = fresh_postgres_url().await;
     let a = replica(&url).await;
-    let user = a
-        .store
-        .accounts()
-        .create_user("alice", UserKind::Key)
-        .await
-        .unwrap()
-        .id;
+    let user = alice(&a).await;
 
     // A run executing on A survives B's start and B's sweeps, for longer than a lease.
     let live = endless_run(&a, user).await;
@@ -391,13 +390,7 @@ async fn replicas_share_runs_through_leases_and_commands() {
 async fn an_event_committed_behind_a_runs_back_does_not_cost_it_its_done() {
     let url = fresh_postgres_url().await;
     let a = replica(&url).await;
-    let user = a
-        .store
-        .accounts()
-        .create_user("alice", UserKind::Key)
-        .await
-        .unwrap()
-        .id;
+    let user = alice(&a).await;
     let gate = Arc::new(tokio::sync::Notify::new());
     let opened = gate.clone();
     let run = a
@@ -444,13 +437,7 @@ async fn a_follower_on_another_replica_gets_the_events_and_keeps_the_run_alive()
     let grace = Duration::from_millis(1000);
     let a = replica_abandoning(&url, Some(grace)).await;
     let b = replica_abandoning(&url, Some(grace)).await;
-    let user = a
-        .store
-        .accounts()
-        .create_user("alice", UserKind::Key)
-        .await
-        .unwrap()
-        .id;
+    let user = alice(&a).await;
     let run = endless_run(&a, user).await;
     // Nobody reads it on A; the only reader follows it through B, for three grace periods.
     let mut followed = Box::pin(b.hub.follow(user, run.id, 0, CancellationToken::new()));
