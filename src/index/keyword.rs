@@ -571,7 +571,7 @@ struct Inner {
     applied_seq: AtomicI64,
     /// Each segment's id columns, opened once: a segment's columns never change (a delete
     /// only marks its documents), and opening them decodes their metadata, which cost a
-    /// small user's search as much as scoring it.
+    /// small user's search as much as scoring it. Pruned to the live segments at each reload.
     id_columns: Mutex<HashMap<SegmentId, IdColumns>>,
 }
 
@@ -728,10 +728,7 @@ impl KeywordIndex {
         }
         self.inner.applied_seq.store(seq, Ordering::Release);
         drop(writer);
-        self.inner
-            .reader
-            .reload()
-            .map_err(|e| tantivy_err("reload keyword reader", e))
+        self.reload()
     }
 
     /// Removes every document and resets the applied seq to 0 (for rebuilds).
@@ -747,10 +744,30 @@ impl KeywordIndex {
         prepared.commit().map_err(|e| tantivy_err("commit", e))?;
         self.inner.applied_seq.store(0, Ordering::Release);
         drop(writer);
+        self.reload()
+    }
+
+    /// Makes the last commit searchable, and forgets the id columns of the segments it no
+    /// longer has (merged away or cleared).
+    fn reload(&self) -> Result<(), IndexError> {
         self.inner
             .reader
             .reload()
-            .map_err(|e| tantivy_err("reload keyword reader", e))
+            .map_err(|e| tantivy_err("reload keyword reader", e))?;
+        let live: std::collections::HashSet<SegmentId> = self
+            .inner
+            .reader
+            .searcher()
+            .segment_readers()
+            .iter()
+            .map(tantivy::SegmentReader::segment_id)
+            .collect();
+        self.inner
+            .id_columns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|id, _| live.contains(id));
+        Ok(())
     }
 
     /// BM25 search of `query` over `user`'s memories that pass `filter`.
@@ -1265,15 +1282,6 @@ impl KeywordIndex {
                 .map_err(|e| tantivy_err("open the id column", e))
         };
         let columns = (column(ID_HI)?, column(ID_LO)?);
-        // Merged-away segments are forgotten once the cache outgrows the live ones.
-        let live = searcher.segment_readers();
-        if cache.len() >= 2 * live.len() + 8 {
-            let ids: std::collections::HashSet<SegmentId> = live
-                .iter()
-                .map(tantivy::SegmentReader::segment_id)
-                .collect();
-            cache.retain(|id, _| ids.contains(id));
-        }
         cache.insert(segment.segment_id(), columns.clone());
         Ok(columns)
     }
@@ -1599,6 +1607,10 @@ mod tests {
             expected.sort();
             assert_eq!(all, expected);
         }
+        // The reload after a clear forgets the columns of the segments it removed.
+        index.clear().expect("clear");
+        let cached = index.inner.id_columns.lock().expect("columns").len();
+        assert_eq!(cached, 0);
     }
 
     #[test]
