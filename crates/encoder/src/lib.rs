@@ -13,15 +13,16 @@
 //!   product starts from its bias, so there is no separate bias pass;
 //! - the residual add is fused into the layer norm;
 //! - buffers are allocated once per call and reused by every layer;
-//! - the dense layers' products run in **8-bit integers** ([`int8`], AVX-512 VNNI: four times
-//!   the multiply-adds of `f32` a cycle) when [`Precision::Int8`] is set and the CPU has it;
-//!   otherwise on the `gemm` crate in `f32` (AVX-512 kernels where the CPU has them); threaded
+//! - the dense layers' products run in **8-bit integers** ([`int8`]; AVX-512 VNNI: four times
+//!   the multiply-adds of `f32` a cycle; AVX2: twice) when [`Precision::Int8`] is set and the
+//!   CPU has either; otherwise on the `gemm` crate in `f32` (AVX-512 kernels where the CPU has
+//!   them); threaded
 //!   except for the tiniest inputs, inside the embedder's own thread pool;
 //! - attention is two small `gemm` products per (text, head), read in place from the packed
 //!   Q/K/V rows, on one thread each (texts in parallel);
 //! - the elementwise work (GELU's error function, softmax's exponential, layer norm) is
-//!   polynomial arithmetic compiled for AVX-512 when the CPU has it (`math.rs`), not a call per
-//!   element.
+//!   polynomial arithmetic compiled for AVX-512 or AVX2 when the CPU has them (`math.rs`), not
+//!   a call per element.
 //!
 //! The weights come from a Hugging Face `model.safetensors` (read with candle), so every
 //! BERT-family checkpoint with absolute positions works: all-MiniLM-L6-v2, bge-small, e5 in
@@ -32,8 +33,9 @@
 
 #![deny(unsafe_code)]
 
-/// Runs `$body` (a loop over slices) compiled for AVX-512 when the CPU has it, else for the
-/// baseline. The body is the same code both times; only the instructions it may use differ.
+/// Runs `$body` (a loop over slices) compiled for AVX-512 when the CPU has it, else for AVX2
+/// with FMA, else for the baseline. The body is the same code each time; only the
+/// instructions it may use differ.
 macro_rules! vectorised {
     ($vis:vis $name:ident, $body:ident, ($($arg:ident: $ty:ty),*)) => {
         $vis fn $name($($arg: $ty),*) {
@@ -41,6 +43,10 @@ macro_rules! vectorised {
             {
                 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,fma")]
                 fn wide($($arg: $ty),*) {
+                    $body($($arg),*)
+                }
+                #[target_feature(enable = "avx2,fma")]
+                fn avx2($($arg: $ty),*) {
                     $body($($arg),*)
                 }
                 if std::arch::is_x86_feature_detected!("avx512f")
@@ -53,6 +59,16 @@ macro_rules! vectorised {
                     #[allow(unsafe_code)]
                     unsafe {
                         wide($($arg),*)
+                    };
+                    return;
+                }
+                if std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+                {
+                    // SAFETY: as above, for `avx2`.
+                    #[allow(unsafe_code)]
+                    unsafe {
+                        avx2($($arg),*)
                     };
                     return;
                 }
@@ -376,8 +392,8 @@ impl BertEncoder {
     }
 
     /// Sets the arithmetic of the matrix products; returns the one in effect ([`Precision::F32`]
-    /// when `Int8` was asked for on a CPU without AVX-512 VNNI or a layer width the integer
-    /// kernel does not take).
+    /// when `Int8` was asked for on a CPU with neither AVX-512 VNNI nor AVX2, or a layer width
+    /// the integer kernels do not take).
     pub fn set_precision(&mut self, precision: Precision) -> Precision {
         let mut quantise = precision == Precision::Int8 && int8::supported();
         for layer in &mut self.layers {

@@ -5,8 +5,8 @@
 //! text of 40 tokens through e5's 12 layers takes 740k error functions and 230k exponentials,
 //! which cost as much as a third of the matrix products. Here each is a polynomial on a
 //! reduced argument, within a few units in the last place of `f32` (1e-6 for the error function) over the range a BERT
-//! layer produces, and the loops over a slice are compiled twice: for AVX-512 (chosen at run
-//! time when the CPU has it) and for the baseline.
+//! layer produces, and the loops over a slice are compiled three times: for AVX-512, for AVX2
+//! (chosen at run time when the CPU has them) and for the baseline.
 
 /// `e^x` for `x` in about [-87, 88]; below that the result is 0 (it would be subnormal).
 ///
