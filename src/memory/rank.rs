@@ -406,14 +406,19 @@ pub fn select(
         .collect();
     scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| b.3.id.cmp(&a.3.id)));
     let mut kept: Vec<Recalled> = Vec::with_capacity(k);
+    // The normalised text of each kept memory, computed once (every candidate is compared
+    // with every kept one).
+    let mut kept_texts: Vec<String> = Vec::with_capacity(k);
     for (score, factor, candidate, memory) in scored {
         if kept.len() == k {
             break;
         }
-        let duplicate = kept
-            .iter()
-            .any(|chosen| near_duplicate(&chosen.memory, memory, settings.dedupe_cosine));
+        let text = normalise(&memory.content);
+        let duplicate = kept.iter().zip(&kept_texts).any(|(chosen, chosen_text)| {
+            *chosen_text == text || similar_vectors(&chosen.memory, memory, settings.dedupe_cosine)
+        });
         if !duplicate {
+            kept_texts.push(text);
             kept.push(Recalled {
                 memory: memory.clone(),
                 score,
@@ -515,11 +520,9 @@ pub fn rank(
     )
 }
 
-/// Same normalised text, or vectors of one model at least `threshold` similar.
-fn near_duplicate(a: &Memory, b: &Memory, threshold: f32) -> bool {
-    if normalise(&a.content) == normalise(&b.content) {
-        return true;
-    }
+/// Vectors of one model at least `threshold` similar (near duplicates, with the same
+/// normalised text).
+fn similar_vectors(a: &Memory, b: &Memory, threshold: f32) -> bool {
     a.embedding_model == b.embedding_model
         && a.embedding.len() == b.embedding.len()
         && !a.embedding.is_empty()

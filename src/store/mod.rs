@@ -20,6 +20,7 @@ mod sql_memory;
 mod sql_research;
 mod sql_run_control;
 mod sqlite;
+mod sqlite_rows;
 #[cfg(test)]
 mod tests;
 

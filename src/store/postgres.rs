@@ -33,6 +33,11 @@ impl PostgresStore {
         sqlx::migrate!("migrations/postgres").run(&pool).await?;
         Ok(Self { pool })
     }
+
+    /// Every read goes through the pool (see `SqliteStore::read_rows_directly`).
+    fn read_rows_directly(&self, _user: UserId, _ids: &[MemoryId]) -> Option<Vec<Memory>> {
+        None
+    }
 }
 
 sql_store!(

@@ -572,6 +572,9 @@ macro_rules! sql_memory_store {
                 if ids.is_empty() {
                     return Ok(Vec::new());
                 }
+                if let Some(found) = self.read_rows_directly(user, ids) {
+                    return Ok(found);
+                }
                 let sql = format!(
                     "SELECT {} FROM memories WHERE user_id = $1 AND id IN ({})",
                     memory_rows::COLUMNS,

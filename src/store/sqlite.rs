@@ -12,6 +12,7 @@ use super::sql_jobs::sql_job_store;
 use super::sql_memory::sql_memory_store;
 use super::sql_research::sql_research_store;
 use super::sql_run_control::sql_run_control_store;
+use super::sqlite_rows::RowReader;
 use super::*;
 
 /// Bytes of the database file mapped into memory (address space, not resident memory).
@@ -21,6 +22,10 @@ const CACHE_KIB: u64 = 32 * 1024;
 
 pub struct SqliteStore {
     pool: Pool<Sqlite>,
+    /// Recall's reads by id, straight from the file; `None` for an in-memory database.
+    rows: Option<RowReader>,
+    /// A direct read has failed once (and was warned about).
+    rows_failed: std::sync::atomic::AtomicBool,
 }
 
 impl SqliteStore {
@@ -30,7 +35,9 @@ impl SqliteStore {
         max_connections: u32,
         acquire_timeout: Duration,
     ) -> StoreResult<Self> {
-        let options = SqliteConnectOptions::from_str(url)?
+        let options = SqliteConnectOptions::from_str(url)?;
+        let file = options.get_filename().to_path_buf();
+        let options = options
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
@@ -49,7 +56,34 @@ impl SqliteStore {
             .connect_with(options)
             .await?;
         sqlx::migrate!("migrations/sqlite").run(&pool).await?;
-        Ok(Self { pool })
+        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+        let rows =
+            (!in_memory && file.is_file()).then(|| RowReader::new(&file, MMAP_BYTES, CACHE_KIB));
+        Ok(Self {
+            pool,
+            rows,
+            rows_failed: Default::default(),
+        })
+    }
+
+    /// `user`'s memories among `ids` read by [`RowReader`]; `None` sends the read through
+    /// the pool (an in-memory database, or the direct read failed: the pool's read reports
+    /// what is wrong).
+    fn read_rows_directly(&self, user: UserId, ids: &[MemoryId]) -> Option<Vec<Memory>> {
+        match self.rows.as_ref()?.memories_by_ids(user, ids) {
+            Ok(found) => Some(found),
+            Err(error) => {
+                if self
+                    .rows_failed
+                    .swap(true, std::sync::atomic::Ordering::Relaxed)
+                {
+                    tracing::debug!(%error, "direct read of memory rows failed");
+                } else {
+                    tracing::warn!(%error, "direct read of memory rows failed; reading through the pool");
+                }
+                None
+            }
+        }
     }
 }
 

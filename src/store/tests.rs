@@ -46,6 +46,7 @@ conformance!(
     timestamps_round_trip_exactly,
     memories_round_trip_with_history_and_log,
     memories_are_private,
+    memories_read_by_id_carry_every_field,
     memory_lists_filter_and_paginate,
     archiving_unused_memories_is_deterministic,
     accesses_recorded_at_once_by_many_replicas_all_count,
@@ -1027,6 +1028,77 @@ async fn memories_round_trip_with_history_and_log(store: Arc<dyn Store>) {
     store.set_watermark("keyword", log[1].seq).await.unwrap();
     assert_eq!(store.watermark("keyword").await.unwrap(), log[1].seq);
     assert_eq!(store.watermark("vector").await.unwrap(), 0);
+}
+
+/// Recall's read by id (on SQLite straight from the file, see `sqlite_rows`) gives the same
+/// memory as `get_memory`, field for field: a turn of a thread, a fact with sources and past
+/// accesses, a memory superseded by another (`invalid_at`) and its successor (`supersedes`);
+/// each id once however often it is asked for; nothing of another user's or unknown.
+async fn memories_read_by_id_carry_every_field(store: Arc<dyn Store>) {
+    let (alice, bob) = two_users(&store).await;
+    let thread = store.create_thread(alice.id, "t").await.unwrap();
+    let mut turn = NewMemory::from_user(MemoryKind::Turn, "我们周六去爬山 — hiking on Saturday", 2);
+    turn.thread_id = Some(thread.id);
+    turn.created_at = Some("2024-05-01T10:00:00.123456Z".parse().unwrap());
+    let mut fact = NewMemory::from_user(MemoryKind::Fact, "works at a bakery", 4);
+    fact.source_refs = vec!["D1:3".into(), "https://example.org/a".into()];
+    fact.source = MemorySource::Assistant;
+    fact.trust = Trust::Assistant;
+    let written = store
+        .insert_memories(
+            alice.id,
+            vec![
+                (turn, embedded(0.125)),
+                (fact, embedded(0.5)),
+                new_memory(MemoryKind::Preference, "likes green tea", 3),
+            ],
+        )
+        .await
+        .unwrap();
+    store
+        .record_access(alice.id, &[written[1].id], 2, now())
+        .await
+        .unwrap();
+    let successor = store
+        .supersede_memory(
+            alice.id,
+            written[2].id,
+            NewMemory::from_user(MemoryKind::Preference, "likes black tea now", 3),
+            embedded(0.875),
+        )
+        .await
+        .unwrap();
+    let theirs = store
+        .insert_memories(bob.id, vec![new_memory(MemoryKind::Fact, "bob's", 3)])
+        .await
+        .unwrap();
+    let mut ids: Vec<MemoryId> = written.iter().map(|memory| memory.id).collect();
+    ids.extend([successor.id, written[0].id, theirs[0].id, MemoryId::new()]);
+    let mut read = store.memories_by_ids(alice.id, &ids).await.unwrap();
+    read.sort_by_key(|memory| memory.id);
+    let mut want = Vec::new();
+    for id in [written[0].id, written[1].id, written[2].id, successor.id] {
+        let mut memory = store.get_memory(alice.id, id).await.unwrap();
+        memory.superseded_by = None;
+        want.push(memory);
+    }
+    want.sort_by_key(|memory| memory.id);
+    assert_eq!(read.len(), want.len(), "{read:?}");
+    for (read, want) in read.iter().zip(&want) {
+        assert_eq!(
+            serde_json::to_value(read).unwrap(),
+            serde_json::to_value(want).unwrap()
+        );
+        assert_eq!(read.embedding, want.embedding);
+        assert_eq!(read.embedding_model, want.embedding_model);
+    }
+    let by_id = |id: MemoryId| read.iter().find(|memory| memory.id == id).unwrap();
+    assert_eq!(by_id(written[0].id).thread_id, Some(thread.id));
+    assert_eq!(by_id(written[1].id).access_count, 2);
+    assert!(by_id(written[1].id).last_accessed_at.is_some());
+    assert!(by_id(written[2].id).invalid_at.is_some());
+    assert_eq!(by_id(successor.id).supersedes, Some(written[2].id));
+    assert_eq!(by_id(successor.id).embedding, vec![0.875, 0.125, 0.5]);
 }
 
 async fn memories_are_private(store: Arc<dyn Store>) {
