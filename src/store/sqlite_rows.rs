@@ -224,36 +224,28 @@ mod tests {
         .await
         .unwrap();
         let alice = store.create_user("alice", UserKind::Key).await.unwrap();
-        let embedded = |x: f32| Embedded {
-            vector: vec![x, 0.5],
-            model: "m".into(),
+        let add = |text: &'static str, x: f32| {
+            let store = store.clone();
+            async move {
+                let fact = NewMemory::from_user(MemoryKind::Fact, text, 3);
+                let embedded = Embedded {
+                    vector: vec![x, 0.5],
+                    model: "m".into(),
+                };
+                store
+                    .insert_memories(alice.id, vec![(fact, embedded)])
+                    .await
+                    .unwrap()
+            }
         };
-        let first = store
-            .insert_memories(
-                alice.id,
-                vec![(
-                    NewMemory::from_user(MemoryKind::Fact, "owns a red bike", 3),
-                    embedded(0.25),
-                )],
-            )
-            .await
-            .unwrap();
+        let first = add("owns a red bike", 0.25).await;
         let reader = RowReader::new(&dir.path().join("mnemo.db"), 1 << 20, 1024);
         let read = reader.memories_by_ids(alice.id, &[first[0].id]).unwrap();
         assert_eq!(read.len(), 1);
         assert_eq!(read[0].content, "owns a red bike");
         assert_eq!(read[0].embedding, vec![0.25, 0.5]);
         assert_eq!(read[0].created_at, first[0].created_at);
-        let second = store
-            .insert_memories(
-                alice.id,
-                vec![(
-                    NewMemory::from_user(MemoryKind::Fact, "sold the red bike", 3),
-                    embedded(0.75),
-                )],
-            )
-            .await
-            .unwrap();
+        let second = add("sold the red bike", 0.75).await;
         let mut read = reader
             .memories_by_ids(alice.id, &[second[0].id, first[0].id, second[0].id])
             .unwrap();

@@ -350,19 +350,48 @@ fn kernel_rows(layer: &QuantDense, input: &Rows<'_>, out: &mut [f32]) {
     }
 }
 
+/// The sizes a kernel works with, after checking that the slices it reads and writes hold
+/// them (the kernels' unchecked reads rely on these asserts).
+struct Shape {
+    k: usize,
+    n: usize,
+    quads: usize,
+    blocks: usize,
+    rows: usize,
+}
+
+impl Shape {
+    fn checked(layer: &QuantDense, input: &Rows<'_>, out: &[f32]) -> Self {
+        let (k, n) = (layer.inputs, layer.outputs);
+        let (quads, blocks) = (k / 4, k / BLOCK);
+        let rows = out.len() / n;
+        assert!(rows <= MR && out.len() == rows * n);
+        assert_eq!(input.values.len(), MR * k);
+        assert_eq!(input.scales.len(), MR * blocks);
+        assert_eq!(input.offsets.len(), MR);
+        assert_eq!(layer.packed.len(), k * n);
+        Self {
+            k,
+            n,
+            quads,
+            blocks,
+            rows,
+        }
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vnni")]
 #[allow(unsafe_code)]
 unsafe fn kernel_rows_vnni(layer: &QuantDense, input: &Rows<'_>, out: &mut [f32]) {
     use std::arch::x86_64::*;
-    let (k, n) = (layer.inputs, layer.outputs);
-    let (quads, blocks) = (k / 4, k / BLOCK);
-    let rows = out.len() / n;
-    assert!(rows <= MR && out.len() == rows * n);
-    assert_eq!(input.values.len(), MR * k);
-    assert_eq!(input.scales.len(), MR * blocks);
-    assert_eq!(input.offsets.len(), MR);
-    assert_eq!(layer.packed.len(), k * n);
+    let Shape {
+        k,
+        n,
+        quads,
+        blocks,
+        rows,
+    } = Shape::checked(layer, input, out);
     let tile_bytes = quads * TILE_COLS * 4;
     for tile in 0..n / TILE_COLS {
         let weights = &layer.packed[tile * tile_bytes..(tile + 1) * tile_bytes];
@@ -431,13 +460,13 @@ const AVX2_ROWS: usize = 3;
 unsafe fn kernel_rows_avx2(layer: &QuantDense, input: &Rows<'_>, out: &mut [f32]) {
     use std::arch::x86_64::*;
     const WIDTH: usize = 8;
-    let (k, n) = (layer.inputs, layer.outputs);
-    let (quads, blocks) = (k / 4, k / BLOCK);
-    let rows = out.len() / n;
-    assert!(rows <= MR && out.len() == rows * n);
-    assert_eq!(input.values.len(), MR * k);
-    assert_eq!(input.scales.len(), MR * blocks);
-    assert_eq!(layer.packed.len(), k * n);
+    let Shape {
+        k,
+        n,
+        quads,
+        blocks,
+        rows,
+    } = Shape::checked(layer, input, out);
     let tile_bytes = quads * TILE_COLS * 4;
     let flip = _mm256_set1_epi8(-128);
     let ones = _mm256_set1_epi16(1);
@@ -654,7 +683,7 @@ mod tests {
     fn outlier_case(layer: &QuantDense, w: &[f32], x: &[f32]) {
         let (k, n) = (layer.inputs, layer.outputs);
         let mut got = vec![0.0f32; n];
-        layer.accumulate(&x, &mut got, 1, &mut Quantised::default(), false);
+        layer.accumulate(x, &mut got, 1, &mut Quantised::default(), false);
         for (j, got) in got.iter().enumerate() {
             // The outlier's own error is its weight's rounding (half a step of 1/127, times
             // 10); the other blocks must stay within 1 % of the sum of their terms' sizes.
