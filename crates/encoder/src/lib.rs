@@ -14,7 +14,8 @@
 //! - the residual add is fused into the layer norm;
 //! - buffers are allocated once per call and reused by every layer;
 //! - the dense layers' products run in **8-bit integers** ([`int8`]; AVX-512 VNNI: four times
-//!   the multiply-adds of `f32` a cycle; AVX2: twice) when [`Precision::Int8`] is set and the
+//!   the multiply-adds of `f32` a cycle; AVX2: the same sums, faster for one text, slower for
+//!   batches) when [`Precision::Int8`] is set and the
 //!   CPU has either; otherwise on the `gemm` crate in `f32` (AVX-512 kernels where the CPU has
 //!   them); threaded
 //!   except for the tiniest inputs, inside the embedder's own thread pool;
