@@ -30,8 +30,11 @@ use crate::research::request::ResearchRequest;
 use crate::runs::RunHub;
 use crate::store::{EventType, MemoryFilter, MemoryId, MemoryKind, NewMemory, UserId};
 
-/// How long `remember` waits for the new memory to be searchable before it answers.
-const REMEMBERED_WAIT: Duration = Duration::from_secs(2);
+/// How long `remember` waits for the new memory to be searchable before it answers. Milliseconds
+/// on an idle server; a busy one (a bulk import, a reindex, two cores shared with other work)
+/// can take seconds, and an answer before then would make the tool's promise — recallable
+/// right away — untrue. The answer says whether the wait ended in time (`recallable`).
+const REMEMBERED_WAIT: Duration = Duration::from_secs(30);
 
 /// The MCP tool server; one per MCP session, all sharing the engines.
 #[derive(Clone)]
@@ -192,10 +195,22 @@ impl McpServer {
             Err(error) => return Ok(tool_error(crate::error::public_message(&error))),
         };
         // Searchable before the answer, so a recall right after finds it.
-        if let Err(error) = self.memory.wait_recallable(REMEMBERED_WAIT).await {
-            tracing::warn!(%error, "waiting for the index after remember");
+        let recallable = match self.memory.wait_recallable(REMEMBERED_WAIT).await {
+            Ok(in_time) => in_time,
+            Err(error) => {
+                tracing::warn!(%error, "waiting for the index after remember");
+                false
+            }
+        };
+        if !recallable {
+            tracing::warn!(
+                wait_secs = REMEMBERED_WAIT.as_secs(),
+                "remember answered before its memory was searchable"
+            );
         }
-        Ok(json_result(&json!({ "remembered": written })))
+        Ok(json_result(
+            &json!({ "remembered": written, "recallable": recallable }),
+        ))
     }
 
     #[tool(

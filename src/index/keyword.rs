@@ -840,13 +840,13 @@ impl KeywordIndex {
             weights.insert(word.word.as_str(), weight);
         }
         let mut held = vec![0.0f64; addresses.len()];
+        // The hits in index order, so each word's postings are read forward once.
+        let mut order: Vec<usize> = (0..addresses.len()).collect();
+        order.sort_unstable_by_key(|&i| (addresses[i].segment_ord, addresses[i].doc_id));
         for word in self.informative_terms(&searcher, user, &words)? {
-            let holders = self.user_docs_holding(&searcher, user, fields, word)?;
             let weight = weights.get(word.word.as_str()).copied().unwrap_or_default();
-            for (address, held) in addresses.iter().zip(held.iter_mut()) {
-                if holders.contains(address) {
-                    *held += weight;
-                }
+            for i in Self::hits_holding(&searcher, fields, word, &addresses, &order)? {
+                held[i] += weight;
             }
         }
         let coverage = held
@@ -856,22 +856,46 @@ impl KeywordIndex {
         Ok(ViewHits { hits, coverage })
     }
 
-    /// The user's documents whose view (`fields`) holds `word` (an informative word: few of
-    /// them).
-    fn user_docs_holding(
-        &self,
+    /// Which of the hits (`addresses`, visited in `order`: by segment, then document) hold
+    /// `word` in the view (`fields`): each segment's postings of the word are sought forward
+    /// to the hits alone. The hits are the user's live documents already, so neither the
+    /// user's postings nor the word's other holders are read.
+    fn hits_holding(
         searcher: &tantivy::Searcher,
-        user: UserId,
         fields: ViewFields,
         word: &QueryWord,
-    ) -> Result<std::collections::HashSet<DocAddress>, IndexError> {
-        let both = BooleanQuery::new(vec![
-            (Occur::Must, holding_query(fields, word)),
-            (Occur::Must, Box::new(self.user_query(user))),
-        ]);
-        searcher
-            .search(&both, &DocSetCollector)
-            .map_err(|e| tantivy_err("keyword coverage", e))
+        addresses: &[DocAddress],
+        order: &[usize],
+    ) -> Result<Vec<usize>, IndexError> {
+        use tantivy::DocSet as _;
+        let weight = holding_query(fields, word)
+            .weight(tantivy::query::EnableScoring::disabled_from_searcher(
+                searcher,
+            ))
+            .map_err(|e| tantivy_err("keyword coverage", e))?;
+        let mut holding = Vec::new();
+        let mut scorer: Option<(u32, Box<dyn tantivy::query::Scorer>)> = None;
+        for &i in order {
+            let address = addresses[i];
+            let segment = match &mut scorer {
+                Some((ord, scorer)) if *ord == address.segment_ord => scorer,
+                _ => {
+                    let reader = searcher.segment_reader(address.segment_ord);
+                    let opened = weight
+                        .scorer(reader, 1.0)
+                        .map_err(|e| tantivy_err("keyword coverage", e))?;
+                    &mut scorer.insert((address.segment_ord, opened)).1
+                }
+            };
+            let mut doc = segment.doc();
+            if doc < address.doc_id {
+                doc = segment.seek(address.doc_id);
+            }
+            if doc == address.doc_id {
+                holding.push(i);
+            }
+        }
+        Ok(holding)
     }
 
     /// The analysed words of a query, each once, without the words that only make it a
@@ -1487,6 +1511,62 @@ mod tests {
             )
             .expect("search");
         assert!(plain.coverage.is_empty() && plain.hits.len() == 1);
+    }
+
+    /// Coverage reads each word's postings at the hits alone: hits spread over segments, in
+    /// any score order, each get the weights of exactly the words they hold.
+    #[test]
+    fn coverage_is_right_for_hits_in_several_segments() {
+        let index = KeywordIndex::open(None).expect("open");
+        let alice = user();
+        let (both, kayak_first, kayak_second, red, gone) = (mem(), mem(), mem(), mem(), mem());
+        let filler = |from: usize| -> Vec<KeywordOp> {
+            (from..from + 40)
+                .map(|i| KeywordOp::Upsert(kdoc(mem(), alice, &format!("Alice: note {i}"))))
+                .collect()
+        };
+        let mut first = filler(0);
+        first.push(KeywordOp::Upsert(kdoc(
+            kayak_first,
+            alice,
+            "Alice: a kayak trip",
+        )));
+        first.push(KeywordOp::Upsert(kdoc(gone, alice, "Alice: the red kayak")));
+        first.push(KeywordOp::Upsert(kdoc(red, alice, "Alice: a red scarf")));
+        index.apply(&first, 1).expect("apply");
+        let mut second = filler(40);
+        second.push(KeywordOp::Upsert(kdoc(both, alice, "Alice: my red kayak")));
+        second.push(KeywordOp::Upsert(kdoc(
+            kayak_second,
+            alice,
+            "Alice: kayak lessons",
+        )));
+        second.push(KeywordOp::Delete(gone));
+        index.apply(&second, 2).expect("apply");
+        assert!(index.segments() >= 2, "{} segments", index.segments());
+        let found = index
+            .search_view_covered(
+                alice,
+                "red kayak",
+                View::Own,
+                &KeywordFilter::default(),
+                50,
+                true,
+            )
+            .expect("search");
+        let coverage: HashMap<MemoryId, f32> = found
+            .hits
+            .iter()
+            .map(|(id, _)| *id)
+            .zip(found.coverage.iter().copied())
+            .collect();
+        assert_eq!(coverage.len(), 4, "{coverage:?}");
+        assert!(!coverage.contains_key(&gone), "a deleted memory is no hit");
+        assert!((coverage[&both] - 1.0).abs() < 1e-6, "{coverage:?}");
+        let kayak = coverage[&kayak_first];
+        assert_eq!(kayak, coverage[&kayak_second], "{coverage:?}");
+        assert!(kayak > 0.0 && kayak < 1.0, "{coverage:?}");
+        assert!((kayak + coverage[&red] - 1.0).abs() < 1e-6, "{coverage:?}");
     }
 
     #[test]

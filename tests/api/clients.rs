@@ -346,6 +346,13 @@ async fn the_mcp_sdk_remembers_recalls_and_researches_for_its_user_only() {
         json!(["query"])
     );
     assert_eq!(seen["remember"]["error"], false, "{seen}");
+    let remembered: Value = serde_json::from_str(
+        seen["remember"]["texts"][0]
+            .as_str()
+            .expect("remember answers"),
+    )
+    .expect("remember answers JSON");
+    assert_eq!(remembered["recallable"], true, "{remembered}");
     let recalled = seen["recall"]["texts"][0].as_str().expect("recall text");
     assert!(
         recalled.contains("My favourite colour is teal"),
@@ -524,6 +531,13 @@ async fn mnemo_mcp_serves_the_tools_over_stdio_to_the_mcp_sdk() {
         "{seen}"
     );
     assert_eq!(seen["remember"]["error"], false, "{seen}");
+    let remembered: Value = serde_json::from_str(
+        seen["remember"]["texts"][0]
+            .as_str()
+            .expect("remember answers"),
+    )
+    .expect("remember answers JSON");
+    assert_eq!(remembered["recallable"], true, "{remembered}");
     let recalled = seen["recall"]["texts"][0].as_str().expect("recall text");
     assert!(
         recalled.contains("My favourite colour is teal"),
