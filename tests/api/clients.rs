@@ -346,13 +346,7 @@ async fn the_mcp_sdk_remembers_recalls_and_researches_for_its_user_only() {
         json!(["query"])
     );
     assert_eq!(seen["remember"]["error"], false, "{seen}");
-    let remembered: Value = serde_json::from_str(
-        seen["remember"]["texts"][0]
-            .as_str()
-            .expect("remember answers"),
-    )
-    .expect("remember answers JSON");
-    assert_eq!(remembered["recallable"], true, "{remembered}");
+    assert_remembered_recallable(&seen);
     let recalled = seen["recall"]["texts"][0].as_str().expect("recall text");
     assert!(
         recalled.contains("My favourite colour is teal"),
@@ -531,13 +525,7 @@ async fn mnemo_mcp_serves_the_tools_over_stdio_to_the_mcp_sdk() {
         "{seen}"
     );
     assert_eq!(seen["remember"]["error"], false, "{seen}");
-    let remembered: Value = serde_json::from_str(
-        seen["remember"]["texts"][0]
-            .as_str()
-            .expect("remember answers"),
-    )
-    .expect("remember answers JSON");
-    assert_eq!(remembered["recallable"], true, "{remembered}");
+    assert_remembered_recallable(&seen);
     let recalled = seen["recall"]["texts"][0].as_str().expect("recall text");
     assert!(
         recalled.contains("My favourite colour is teal"),
@@ -626,4 +614,15 @@ async fn an_mcp_deep_research_stops_when_the_client_cancels_it() {
     }
     call.abort();
     app.stop().await;
+}
+
+/// The MCP `remember` tool answered once its memory was searchable (`recallable`).
+fn assert_remembered_recallable(seen: &Value) {
+    let remembered: Value = serde_json::from_str(
+        seen["remember"]["texts"][0]
+            .as_str()
+            .expect("remember answers"),
+    )
+    .expect("remember answers JSON");
+    assert_eq!(remembered["recallable"], true, "{remembered}");
 }
