@@ -24,7 +24,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tantivy::collector::{Count, DocSetCollector, TopDocs};
 use tantivy::columnar::Column;
@@ -70,6 +70,31 @@ pub struct ViewHits {
     pub hits: Vec<(MemoryId, f32)>,
     /// One per hit, in the same order; empty unless asked for.
     pub coverage: Vec<f32>,
+}
+
+/// The informative words of one query for one user (see [`ViewHits`]), worked out by the
+/// first view's search that needs them and reused by the other views' searches of the same
+/// recall: they depend on the user's own-view statistics only, and counting them is the
+/// costly part of coverage at a user with many memories.
+#[derive(Debug, Clone, Default)]
+pub struct InformativeWords(Arc<Mutex<Option<Vec<String>>>>);
+
+impl InformativeWords {
+    /// The words, computed by `compute` unless a search of another view already has. A
+    /// second caller waits for the first instead of counting again; after a failure the next
+    /// caller tries again.
+    fn get_or_compute(
+        &self,
+        compute: impl FnOnce() -> Result<Vec<String>, IndexError>,
+    ) -> Result<Vec<String>, IndexError> {
+        let mut words = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(words) = words.as_ref() {
+            return Ok(words.clone());
+        }
+        let computed = compute()?;
+        *words = Some(computed.clone());
+        Ok(computed)
+    }
 }
 
 /// `(id, BM25 score)`, best first.
@@ -808,6 +833,21 @@ impl KeywordIndex {
         limit: usize,
         covered: bool,
     ) -> Result<ViewHits, IndexError> {
+        let informative = covered.then(InformativeWords::default);
+        self.search_view_sharing(user, query, view, filter, limit, informative.as_ref())
+    }
+
+    /// [`Self::search_view_covered`] with the coverage's informative words shared with the
+    /// searches of the other views of the same query and user (`None`: no coverage).
+    pub fn search_view_sharing(
+        &self,
+        user: UserId,
+        query: &str,
+        view: View,
+        filter: &KeywordFilter,
+        limit: usize,
+        informative: Option<&InformativeWords>,
+    ) -> Result<ViewHits, IndexError> {
         if limit == 0 || filter.is_unsatisfiable() {
             return Ok(ViewHits::default());
         }
@@ -818,12 +858,12 @@ impl KeywordIndex {
         let fields = self.view_fields(view);
         let searcher = self.inner.reader.searcher();
         let (addresses, hits) = self.top_hits(&searcher, user, fields, &words, filter, limit)?;
-        if !covered || hits.is_empty() {
+        let Some(informative) = informative.filter(|_| !hits.is_empty()) else {
             return Ok(ViewHits {
                 hits,
                 coverage: Vec::new(),
             });
-        }
+        };
         // Each word weighs its idf (the index's statistics; a word the index has never seen
         // weighs the most), and a hit covers the weight of the informative words it holds —
         // as a word, or (a Chinese word) as its characters inside other words.
@@ -843,7 +883,14 @@ impl KeywordIndex {
         // The hits in index order, so each word's postings are read forward once.
         let mut order: Vec<usize> = (0..addresses.len()).collect();
         order.sort_unstable_by_key(|&i| (addresses[i].segment_ord, addresses[i].doc_id));
-        for word in self.informative_terms(&searcher, user, &words)? {
+        let informative = informative.get_or_compute(|| {
+            Ok(self
+                .informative_terms(&searcher, user, &words)?
+                .into_iter()
+                .map(|word| word.word.clone())
+                .collect())
+        })?;
+        for word in words.iter().filter(|word| informative.contains(&word.word)) {
             let weight = weights.get(word.word.as_str()).copied().unwrap_or_default();
             for i in Self::hits_holding(&searcher, fields, word, &addresses, &order)? {
                 held[i] += weight;
@@ -1125,18 +1172,20 @@ impl KeywordIndex {
             .await
     }
 
-    /// [`Self::search_view_covered`] on the blocking pool.
-    pub async fn search_view_covered_async(
+    /// [`Self::search_view_sharing`] on the blocking pool.
+    pub async fn search_view_sharing_async(
         &self,
         user: UserId,
         query: String,
         view: View,
         filter: KeywordFilter,
         limit: usize,
-        covered: bool,
+        informative: Option<InformativeWords>,
     ) -> Result<ViewHits, IndexError> {
-        self.blocking(move |k| k.search_view_covered(user, &query, view, &filter, limit, covered))
-            .await
+        self.blocking(move |k| {
+            k.search_view_sharing(user, &query, view, &filter, limit, informative.as_ref())
+        })
+        .await
     }
 
     /// [`Self::search_view`] on the blocking pool.
@@ -1511,6 +1560,74 @@ mod tests {
             )
             .expect("search");
         assert!(plain.coverage.is_empty() && plain.hits.len() == 1);
+    }
+
+    /// The searches of both views share one query's informative words: each view's coverage
+    /// is what it is alone, and the words are worked out once (the second view's search reuses
+    /// the first's even after the index has changed in between).
+    #[test]
+    fn views_share_the_informative_words() {
+        let index = KeywordIndex::open(None).expect("open");
+        let alice = user();
+        let (boat, next) = (mem(), mem());
+        let mut ops: Vec<KeywordOp> = (0..40)
+            .map(|i| KeywordOp::Upsert(kdoc(mem(), alice, &format!("Alice: I like item {i}"))))
+            .collect();
+        ops.push(KeywordOp::Upsert(kdoc(
+            boat,
+            alice,
+            "Alice: I like my boat Seabiscuit",
+        )));
+        let mut turn = kdoc(next, alice, "Alice: it is fast");
+        turn.context = "Alice: I like my boat Seabiscuit\nAlice: it is fast".into();
+        ops.push(KeywordOp::Upsert(turn));
+        index.apply(&ops, 1).expect("apply");
+        let query = "Do I like Seabiscuit?";
+        let alone = |view| {
+            index
+                .search_view_covered(alice, query, view, &KeywordFilter::default(), 50, true)
+                .expect("search")
+        };
+        let shared = InformativeWords::default();
+        let sharing = |view| {
+            index
+                .search_view_sharing(
+                    alice,
+                    query,
+                    view,
+                    &KeywordFilter::default(),
+                    50,
+                    Some(&shared),
+                )
+                .expect("search")
+        };
+        let own = sharing(View::Own);
+        assert_eq!(own, alone(View::Own));
+        let context = sharing(View::Context);
+        assert_eq!(context, alone(View::Context));
+        let position = context
+            .hits
+            .iter()
+            .position(|(id, _)| *id == next)
+            .expect("the next turn holds Seabiscuit in its context view");
+        assert!(context.coverage[position] > 0.0, "{context:?}");
+        // Seabiscuit in every memory makes it common for a fresh count, not for this query's.
+        let common: Vec<KeywordOp> = (0..40)
+            .map(|i| KeywordOp::Upsert(kdoc(mem(), alice, &format!("Alice: Seabiscuit {i}"))))
+            .collect();
+        index.apply(&common, 2).expect("apply");
+        let fresh = alone(View::Context);
+        let reused = sharing(View::Context);
+        let coverage_of = |found: &ViewHits| {
+            let at = found
+                .hits
+                .iter()
+                .position(|(id, _)| *id == next)
+                .expect("hit");
+            found.coverage[at]
+        };
+        assert_eq!(coverage_of(&fresh), 0.0, "{fresh:?}");
+        assert!(coverage_of(&reused) > 0.0, "{reused:?}");
     }
 
     /// Coverage reads each word's postings at the hits alone: hits spread over segments, in

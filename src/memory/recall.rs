@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::rank::{self, RecallMode, Recalled};
 use super::{MemoryEngine, MemoryError, MemoryResult, elapsed_ms};
 use crate::config::MemorySettings;
-use crate::index::keyword::ViewHits;
+use crate::index::keyword::{InformativeWords, ViewHits};
 use crate::index::vector::{VectorFilter, View};
 use crate::store::{Memory, MemoryFilter, MemoryId, MemoryKind, UserId};
 
@@ -165,6 +165,8 @@ impl MemoryEngine {
             // Coverage feeds the gate and the floor; a search by one signal alone (an
             // ablation, a diagnostic) keeps what it finds.
             let covered = gated;
+            // Both views' coverage counts the same informative words: worked out once.
+            let informative = covered.then(InformativeWords::default);
             let keyword = self.indexer.keyword().clone();
             let context_keyword = keyword.clone();
             let context_keyword_search = async {
@@ -172,13 +174,13 @@ impl MemoryEngine {
                     return Ok::<_, MemoryError>(ViewHits::default());
                 }
                 Ok(context_keyword
-                    .search_view_covered_async(
+                    .search_view_sharing_async(
                         user,
                         query.to_string(),
                         View::Context,
                         filter.clone(),
                         candidates,
-                        covered,
+                        informative.clone(),
                     )
                     .await?)
             };
@@ -188,13 +190,13 @@ impl MemoryEngine {
                 }
                 let started = Instant::now();
                 let hits = keyword
-                    .search_view_covered_async(
+                    .search_view_sharing_async(
                         user,
                         query.to_string(),
                         View::Own,
                         filter.clone(),
                         candidates,
-                        covered,
+                        informative.clone(),
                     )
                     .await?;
                 let keyword_ms = elapsed_ms(started);
