@@ -1508,6 +1508,15 @@ mod tests {
         assert_eq!(index.count_async(bob).await.expect("count_async"), 1);
     }
 
+    /// Forty of `user`'s memories sharing "like", and `boat` (`text`) among them.
+    fn liked_items_and_boat(user: UserId, boat: MemoryId, text: &str) -> Vec<KeywordOp> {
+        let mut ops: Vec<KeywordOp> = (0..40)
+            .map(|i| KeywordOp::Upsert(kdoc(mem(), user, &format!("Alice: I like item {i}"))))
+            .collect();
+        ops.push(KeywordOp::Upsert(kdoc(boat, user, text)));
+        ops
+    }
+
     /// Coverage counts only the informative query terms: a word in most of the user's
     /// memories covers nothing, a rare one a share in line with its weight in the query.
     #[test]
@@ -1515,14 +1524,11 @@ mod tests {
         let index = KeywordIndex::open(None).expect("open");
         let (alice, bob) = (user(), user());
         let boat = mem();
-        let mut ops: Vec<KeywordOp> = (0..40)
-            .map(|i| KeywordOp::Upsert(kdoc(mem(), alice, &format!("Alice: I like item {i}"))))
-            .collect();
-        ops.push(KeywordOp::Upsert(kdoc(
-            boat,
+        let mut ops = liked_items_and_boat(
             alice,
+            boat,
             "Alice: I like my boat Seabiscuit, Seabiscuit is fast",
-        )));
+        );
         // Bob's memories count in the index's statistics, not in Alice's shares.
         ops.extend((0..40).map(|_| KeywordOp::Upsert(kdoc(mem(), bob, "Bob: Seabiscuit"))));
         index.apply(&ops, 1).expect("apply");
@@ -1570,14 +1576,7 @@ mod tests {
         let index = KeywordIndex::open(None).expect("open");
         let alice = user();
         let (boat, next) = (mem(), mem());
-        let mut ops: Vec<KeywordOp> = (0..40)
-            .map(|i| KeywordOp::Upsert(kdoc(mem(), alice, &format!("Alice: I like item {i}"))))
-            .collect();
-        ops.push(KeywordOp::Upsert(kdoc(
-            boat,
-            alice,
-            "Alice: I like my boat Seabiscuit",
-        )));
+        let mut ops = liked_items_and_boat(alice, boat, "Alice: I like my boat Seabiscuit");
         let mut turn = kdoc(next, alice, "Alice: it is fast");
         turn.context = "Alice: I like my boat Seabiscuit\nAlice: it is fast".into();
         ops.push(KeywordOp::Upsert(turn));
