@@ -84,6 +84,9 @@ pub struct Indexer {
     pending_optimize: AtomicU64,
     optimize_after: u64,
     step_lock: tokio::sync::Mutex<()>,
+    /// Which users have memories with a context view of their own (turns): recall skips the
+    /// context view's searches for the others, where it is the own view again.
+    context_users: ContextUsers,
 }
 
 impl Indexer {
@@ -111,6 +114,7 @@ impl Indexer {
             pending_optimize: AtomicU64::new(0),
             optimize_after,
             step_lock: tokio::sync::Mutex::new(()),
+            context_users: ContextUsers::default(),
         }))
     }
 
@@ -125,6 +129,19 @@ impl Indexer {
 
     pub fn vector(&self) -> &Arc<dyn VectorIndex> {
         &self.vector
+    }
+
+    /// Whether the user may have memories whose context view differs from their own view (turns,
+    /// with their neighbours). False means the context view's searches would find what the own
+    /// view's find: no point in the vector index's context view, the own text in the keyword
+    /// index's context field. Asked of SQL once per user; the follower records every turn it
+    /// indexes before applying it, so `false` never hides an indexed turn.
+    pub async fn has_context_views(&self, user: UserId) -> Result<bool, IndexerError> {
+        if let Some(known) = self.context_users.get(user) {
+            return Ok(known);
+        }
+        let found = self.store.user(user).has_turns().await?;
+        Ok(self.context_users.learn(user, found))
     }
 
     pub async fn lag(&self) -> Result<IndexLag, IndexerError> {
@@ -185,6 +202,7 @@ impl Indexer {
             .map(|owned| (owned.memory.id, owned))
             .collect();
         let plan = plan_batch(&entries, &rows);
+        self.context_users.note(&plan);
         let neighbours = self.neighbours(&plan).await?;
         if last > vector_from {
             self.apply_vector(&plan, &neighbours).await?;
@@ -414,6 +432,7 @@ impl Indexer {
                 delete_user: None,
             };
             let plan = std::slice::from_ref(&segment);
+            self.context_users.note(plan);
             let neighbours = self.neighbours(plan).await?;
             self.apply_vector(plan, &neighbours).await?;
             self.keyword
@@ -540,6 +559,50 @@ fn plan_batch<'a>(
     }
     segments.push(current);
     segments
+}
+
+/// Per user, whether they have turn memories: learnt from SQL on first asking, set by every turn
+/// the indexer applies, forgotten when the user's memories are all deleted.
+#[derive(Default)]
+struct ContextUsers(std::sync::RwLock<HashMap<UserId, bool>>);
+
+impl ContextUsers {
+    fn get(&self, user: UserId) -> Option<bool> {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&user)
+            .copied()
+    }
+
+    /// Records what SQL said unless the follower has recorded a turn meanwhile; returns what is
+    /// known now.
+    fn learn(&self, user: UserId, has_turns: bool) -> bool {
+        *self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(user)
+            .or_insert(has_turns)
+    }
+
+    /// Before a batch is applied: its turns' users have context views.
+    fn note(&self, plan: &[Segment<'_>]) {
+        let mut known = self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for segment in plan {
+            for owned in &segment.upserts {
+                if owned.memory.kind == MemoryKind::Turn {
+                    known.insert(owned.user, true);
+                }
+            }
+            if let Some(user) = segment.delete_user {
+                known.remove(&user);
+            }
+        }
+    }
 }
 
 /// The turns around each upserted turn of a batch: (previous, next).
@@ -816,5 +879,23 @@ mod tests {
             std::fs::read_to_string(&watermark_file).unwrap().trim(),
             head.to_string()
         );
+    }
+
+    /// Recall asks SQL whether a user has turns while the follower may be indexing their first
+    /// one: what the follower recorded meanwhile wins over SQL's older answer.
+    #[test]
+    fn an_indexed_turn_outlives_an_older_answer_from_sql() {
+        let users = ContextUsers::default();
+        let (quiet, chatty) = (UserId::for_tests(), UserId::for_tests());
+        assert!(!users.learn(quiet, false));
+        assert_eq!(users.get(quiet), Some(false));
+        // The follower records `chatty`'s first turn between SQL's answer and its recording.
+        users
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(chatty, true);
+        assert!(users.learn(chatty, false));
+        assert_eq!(users.get(chatty), Some(true));
     }
 }

@@ -161,7 +161,11 @@ impl MemoryEngine {
         ) = {
             let use_vector = request.mode != RecallMode::Keyword;
             let use_keyword = request.mode != RecallMode::Vector;
-            let use_context_keyword = use_keyword && fusion.context_bm25_weight > 0.0;
+            // A user without turns has no context views: their context view is the own view
+            // again, so its keyword hits are the own view's and its vector view is empty.
+            let context_views = self.indexer.has_context_views(user).await?;
+            let use_context_keyword =
+                use_keyword && fusion.context_bm25_weight > 0.0 && context_views;
             // Coverage feeds the gate and the floor; a search by one signal alone (an
             // ablation, a diagnostic) keeps what it finds.
             let covered = gated;
@@ -226,7 +230,7 @@ impl MemoryEngine {
                 let search_started = Instant::now();
                 let index = self.indexer.vector();
                 let context_search = async {
-                    if fusion.context_vector_weight <= 0.0 {
+                    if fusion.context_vector_weight <= 0.0 || !context_views {
                         return Ok(Vec::new());
                     }
                     index
@@ -243,12 +247,16 @@ impl MemoryEngine {
                 tokio::join!(keyword_search, context_keyword_search, vector_search);
             let (vector_hits, context_vector_hits, embed_ms, vector_ms) = vector_result?;
             let (keyword_hits, keyword_ms, prefetched) = keyword_result?;
+            let mut context_keyword_hits = context_keyword_result?;
+            if !context_views && use_keyword && fusion.context_bm25_weight > 0.0 {
+                context_keyword_hits = keyword_hits.clone();
+            }
             (
                 covered,
                 vector_hits,
                 context_vector_hits,
                 keyword_hits,
-                context_keyword_result?,
+                context_keyword_hits,
                 prefetched,
                 embed_ms,
                 vector_ms,

@@ -321,6 +321,8 @@ pub(in crate::store) trait MemoryStore: Send + Sync + 'static {
     async fn fill_successors(&self, user: UserId, memories: &mut [Memory]) -> StoreResult<()>;
     /// The turn memories of one of the user's threads, oldest first.
     async fn thread_turns(&self, user: UserId, thread: ThreadId) -> StoreResult<Vec<Memory>>;
+    /// Whether the user has any turn memory (archived and invalid ones included).
+    async fn has_turns(&self, user: UserId) -> StoreResult<bool>;
     /// Counts `times` accesses of each of `ids`, the last at `at`; no log entry (access does
     /// not change what is indexed).
     async fn record_access(

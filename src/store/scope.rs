@@ -108,6 +108,8 @@ impl UserScope<'_> {
         /// The turn memories of one of the user's threads, oldest first (archived and
         /// invalid ones included).
         fn thread_turns(&self, thread: ThreadId) -> StoreResult<Vec<Memory>>;
+        /// Whether the user has any turn memory (archived and invalid ones included).
+        fn has_turns(&self) -> StoreResult<bool>;
         /// Counts `times` accesses of each of `ids`, the last at `at`; no log entry.
         fn record_access(&self, ids: &[MemoryId], times: u32, at: DateTime<Utc>) -> StoreResult<()>;
         /// Writes `new` as superseding `old` in one transaction.

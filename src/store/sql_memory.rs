@@ -564,6 +564,16 @@ macro_rules! sql_memory_store {
                 Ok(found.iter().map(memory_rows::memory).collect::<Result<_, _>>()?)
             }
 
+            async fn has_turns(&self, user: UserId) -> StoreResult<bool> {
+                let found: Option<i32> = sqlx::query_scalar(
+                    "SELECT 1 FROM memories WHERE user_id = $1 AND kind = 'turn' LIMIT 1",
+                )
+                .bind(user.as_uuid())
+                .fetch_optional(&self.pool)
+                .await?;
+                Ok(found.is_some())
+            }
+
             async fn memories_by_ids(
                 &self,
                 user: UserId,

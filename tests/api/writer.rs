@@ -639,6 +639,8 @@ async fn a_renamed_thing_leaves_one_valid_fact() {
 
 /// A turn's context view holds its neighbours: when the next turn arrives, the previous turn
 /// is found by words only its neighbour said (a log entry re-indexes it; its row is untouched).
+/// The user starts with a note and recalls it, so recall has learnt that they have no context
+/// views; their first turns must change that.
 #[tokio::test]
 async fn the_context_view_of_a_turn_follows_the_next_turn() {
     let home = Home::new(Backend::Sqlite).await;
@@ -651,6 +653,24 @@ async fn the_context_view_of_a_turn_follows_the_next_turn() {
     )
     .await;
     let key = app.user_key("alice").await;
+    let (status, note) = app
+        .post(
+            "/v1/memories",
+            Some(&key),
+            Some(json!({ "content": "My sister lives in Lisbon." })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{note}");
+    app.wait_indexed().await;
+    let (status, found) = app
+        .post(
+            "/v1/memories/search",
+            Some(&key),
+            Some(json!({ "query": "where does my sister live", "k": 5 })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{found}");
+    assert_eq!(found["results"][0]["memory"]["id"], note["id"], "{found}");
     let thread = thread(&app, &key).await;
     say(
         &app,
