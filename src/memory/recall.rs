@@ -164,8 +164,8 @@ impl MemoryEngine {
             // A user without turns has no context views: their context view is the own view
             // again, so its keyword hits are the own view's and its vector view is empty.
             let context_views = self.indexer.has_context_views(user).await?;
-            let use_context_keyword =
-                use_keyword && fusion.context_bm25_weight > 0.0 && context_views;
+            let wants_context_keyword = use_keyword && fusion.context_bm25_weight > 0.0;
+            let use_context_keyword = wants_context_keyword && context_views;
             // Coverage feeds the gate and the floor; a search by one signal alone (an
             // ablation, a diagnostic) keeps what it finds.
             let covered = gated;
@@ -248,7 +248,7 @@ impl MemoryEngine {
             let (vector_hits, context_vector_hits, embed_ms, vector_ms) = vector_result?;
             let (keyword_hits, keyword_ms, prefetched) = keyword_result?;
             let mut context_keyword_hits = context_keyword_result?;
-            if !context_views && use_keyword && fusion.context_bm25_weight > 0.0 {
+            if wants_context_keyword && !context_views {
                 context_keyword_hits = keyword_hits.clone();
             }
             (
