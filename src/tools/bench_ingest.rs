@@ -212,9 +212,7 @@ pub async fn run_ingest_bench(
     let unlimited = vec![("MNEMO__SERVER__REQUESTS_PER_MINUTE".into(), "0".into())];
     let settings = scratch_settings(&options.data_dir, options.model_dir.as_deref(), unlimited)?;
     let body_limit = settings.server.max_body_bytes;
-    let int8 = settings.embedder.precision == mnemo_encoder::Precision::Int8
-        && mnemo_encoder::int8::supported();
-    let arithmetic = if int8 { "int8" } else { "f32" };
+    let arithmetic = settings.embedder.precision.on_this_cpu().name();
 
     eprintln!("measuring the model alone…");
     let raw = mnemo::llm::embed::from_settings(&settings.embedder).await?;

@@ -10,7 +10,8 @@ use mnemo::config::{Overrides, Settings};
 use mnemo::http::AppState;
 
 /// Settings for a server on a fresh `data_dir` (emptied first), on a free loopback port, quiet
-/// logs, the local model in `model_dir`, and the `MNEMO__…` variables in `extra`.
+/// logs, the local model in `model_dir`, and the `MNEMO__…` variables of the process and (winning
+/// over them) of `extra`.
 pub fn scratch_settings(
     data_dir: &Path,
     model_dir: Option<&Path>,
@@ -19,10 +20,15 @@ pub fn scratch_settings(
     if data_dir.exists() {
         std::fs::remove_dir_all(data_dir).context("clearing the bench data dir")?;
     }
-    let mut env: Vec<(String, String)> = vec![
+    // The process's own `MNEMO__` settings first (an A/B of `MNEMO__EMBEDDER__PRECISION`,
+    // say), then the benchmark's, which win.
+    let mut env: Vec<(String, String)> = std::env::vars()
+        .filter(|(key, _)| key.starts_with("MNEMO__"))
+        .collect();
+    env.extend([
         ("MNEMO__SERVER__ADDR".into(), "127.0.0.1:0".into()),
         ("MNEMO__LOG__LEVEL".into(), "warn".into()),
-    ];
+    ]);
     if let Some(dir) = model_dir {
         env.push((
             "MNEMO__EMBEDDER__MODEL_DIR".into(),

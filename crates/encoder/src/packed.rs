@@ -228,6 +228,7 @@ impl Tensors<'_> {
             inputs,
             outputs,
             quant: None,
+            bf16: None,
         })
     }
 
