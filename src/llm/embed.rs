@@ -541,6 +541,7 @@ impl LocalModel {
             }
             rows.push(pooled);
         }
+        workspace.trim();
         rows.iter_mut().for_each(|r| l2_normalize(r));
         Ok(rows)
     }

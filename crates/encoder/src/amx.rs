@@ -414,7 +414,7 @@ mod tiles {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tests::matrix;
+    use crate::tests::{Case, matrix};
 
     #[test]
     fn conversion_rounds_to_nearest_even() {
@@ -446,33 +446,15 @@ mod tests {
             (33, 1536, 384),
             (100, 384, 96),
         ] {
-            let (x, w) = (matrix(m, k, 3), matrix(k, n, 4));
-            let bias = matrix(1, n, 5);
-            let mut want = vec![0.0f32; m * n];
-            for i in 0..m {
-                for j in 0..n {
-                    want[i * n + j] =
-                        bias[j] + (0..k).map(|p| x[i * k + p] * w[p * n + j]).sum::<f32>();
-                }
-            }
-            let layer = Bf16Dense::new(&w, k, n).expect("fits the kernel");
+            let case = Case::new(m, k, n);
+            let layer = Bf16Dense::new(&case.w, k, n).expect("fits the kernel");
             for parallel in [false, true] {
-                let mut got: Vec<f32> = (0..m).flat_map(|_| bias.iter().copied()).collect();
-                let mut scratch = Vec::new();
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(2)
-                    .build()
-                    .unwrap();
-                pool.install(|| layer.accumulate(&x, &mut got, m, &mut scratch, parallel));
+                let got = case.run(|x, out| layer.accumulate(x, out, m, &mut Vec::new(), parallel));
                 // Each output sums k products of values in [-1, 1]: its spread is √k/3. Both
                 // factors are rounded to 8 significant bits (a relative 2^-9 at most), so the
                 // error is a fraction of a percent of that.
                 let spread = (k as f32).sqrt() / 3.0;
-                let worst = got
-                    .iter()
-                    .zip(&want)
-                    .map(|(g, w)| (g - w).abs())
-                    .fold(0.0, f32::max);
+                let worst = case.worst(&got);
                 assert!(
                     worst < 0.01 * spread,
                     "{m}×{k}×{n}, parallel {parallel}: off by {worst} (spread {spread})"

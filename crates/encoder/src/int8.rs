@@ -533,7 +533,7 @@ unsafe fn kernel_rows_avx2(layer: &QuantDense, input: &Rows<'_>, out: &mut [f32]
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tests::matrix;
+    use crate::tests::{Case, matrix};
 
     #[test]
     fn shapes_the_kernel_cannot_take_stay_in_f32() {
@@ -586,36 +586,20 @@ mod tests {
     fn integer_products_track_the_f32_ones() {
         for kernel in kernels() {
             for (m, k, n) in [(1, 32, 32), (7, 384, 128), (13, 1536, 384)] {
-                let (x, w) = (matrix(m, k, 3), matrix(k, n, 4));
-                let bias = matrix(1, n, 5);
-                let mut want = vec![0.0f32; m * n];
-                for i in 0..m {
-                    for j in 0..n {
-                        want[i * n + j] =
-                            bias[j] + (0..k).map(|p| x[i * k + p] * w[p * n + j]).sum::<f32>();
-                    }
-                }
-                let layer = QuantDense::for_kernel(&w, k, n, kernel).expect("fits the kernel");
+                let case = Case::new(m, k, n);
+                let layer = QuantDense::for_kernel(&case.w, k, n, kernel).expect("fits the kernel");
                 for parallel in [false, true] {
-                    let mut got: Vec<f32> = (0..m).flat_map(|_| bias.iter().copied()).collect();
                     let mut scratch = Quantised::default();
-                    let pool = rayon::ThreadPoolBuilder::new()
-                        .num_threads(2)
-                        .build()
-                        .unwrap();
-                    pool.install(|| layer.accumulate(&x, &mut got, m, &mut scratch, parallel));
+                    let got =
+                        case.run(|x, out| layer.accumulate(x, out, m, &mut scratch, parallel));
                     // Each output sums k products of values in [-1, 1]: its spread is √k/3.
                     // The two roundings (half a step of 1/127 each) leave about 0.6 % of that
                     // on average, a few times that at worst over thousands of outputs.
                     let spread = (k as f32).sqrt() / 3.0;
-                    let worst = got
-                        .iter()
-                        .zip(&want)
-                        .map(|(g, w)| (g - w).abs())
-                        .fold(0.0, f32::max);
+                    let worst = case.worst(&got);
                     let rms = (got
                         .iter()
-                        .zip(&want)
+                        .zip(&case.want)
                         .map(|(g, w)| (g - w).powi(2))
                         .sum::<f32>()
                         / got.len() as f32)

@@ -687,21 +687,12 @@ pub struct Workspace {
 }
 
 impl Workspace {
-    /// Past this many values in all, the buffers of a call are let go after it rather than
-    /// kept for the next (a batch of long texts needs hundreds of megabytes once).
+    /// Past this many values in all, [`Self::trim`] lets the buffers go (a batch of long texts
+    /// needs hundreds of megabytes once; a batch of 32 notes about 18 MB).
     const KEEP_MAX: usize = 16 << 20;
 
     /// Sizes the buffers for `rows` tokens; every value the pass reads it writes first.
     fn fit(&mut self, rows: usize, hidden: usize, intermediate: usize) {
-        let needed = rows * (hidden * 6 + intermediate);
-        let held = self.x.capacity()
-            + self.qkv.capacity()
-            + self.context.capacity()
-            + self.projected.capacity()
-            + self.up.capacity();
-        if held > Self::KEEP_MAX && needed < held / 4 {
-            *self = Self::default();
-        }
         for (buffer, width) in [
             (&mut self.x, hidden),
             (&mut self.qkv, 3 * hidden),
@@ -712,6 +703,19 @@ impl Workspace {
             if buffer.len() < rows * width {
                 buffer.resize(rows * width, 0.0);
             }
+        }
+    }
+
+    /// Lets the buffers go when they hold more than a batch of short texts needs, so that one
+    /// batch of long texts does not keep its memory for the life of the process.
+    pub fn trim(&mut self) {
+        let held = self.x.capacity()
+            + self.qkv.capacity()
+            + self.context.capacity()
+            + self.projected.capacity()
+            + self.up.capacity();
+        if held > Self::KEEP_MAX {
+            *self = Self::default();
         }
     }
 }
@@ -903,6 +907,50 @@ mod tests {
             .collect()
     }
 
+    /// A product's test case: `m × k` inputs, `k × n` weights, a bias of `n`, and
+    /// `bias + x · w` in plain f32 loops, which the kernels are checked against.
+    pub(crate) struct Case {
+        pub x: Vec<f32>,
+        pub w: Vec<f32>,
+        pub bias: Vec<f32>,
+        pub want: Vec<f32>,
+    }
+
+    impl Case {
+        pub(crate) fn new(m: usize, k: usize, n: usize) -> Self {
+            let (x, w, bias) = (matrix(m, k, 3), matrix(k, n, 4), matrix(1, n, 5));
+            let mut want = vec![0.0f32; m * n];
+            for i in 0..m {
+                for j in 0..n {
+                    want[i * n + j] =
+                        bias[j] + (0..k).map(|p| x[i * k + p] * w[p * n + j]).sum::<f32>();
+                }
+            }
+            Self { x, w, bias, want }
+        }
+
+        /// Runs `accumulate(x, out)` (on a pool of two threads) onto the bias of every row
+        /// and returns the output.
+        pub(crate) fn run(&self, accumulate: impl FnOnce(&[f32], &mut [f32]) + Send) -> Vec<f32> {
+            let m = self.want.len() / self.bias.len();
+            let mut got: Vec<f32> = (0..m).flat_map(|_| self.bias.iter().copied()).collect();
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(2)
+                .build()
+                .unwrap();
+            pool.install(|| accumulate(&self.x, &mut got));
+            got
+        }
+
+        /// The largest difference between `got` and the f32 product.
+        pub(crate) fn worst(&self, got: &[f32]) -> f32 {
+            got.iter()
+                .zip(&self.want)
+                .map(|(g, w)| (g - w).abs())
+                .fold(0.0, f32::max)
+        }
+    }
+
     #[test]
     fn matmul_accumulates_onto_the_output_single_and_threaded() {
         for (m, k, n) in [(1, 3, 2), (7, 33, 65), (96, 384, 1536)] {
@@ -990,6 +1038,19 @@ mod tests {
                 "{row:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_workspace_keeps_a_batch_of_notes_and_lets_long_texts_go() {
+        let mut workspace = Workspace::default();
+        // 32 notes of 36 tokens through a 384-wide model: kept.
+        workspace.fit(32 * 36, 384, 1536);
+        workspace.trim();
+        assert!(workspace.up.capacity() >= 32 * 36 * 1536);
+        // 32 texts of 512 tokens: let go.
+        workspace.fit(32 * 512, 384, 1536);
+        workspace.trim();
+        assert_eq!(workspace.up.capacity() + workspace.x.capacity(), 0);
     }
 
     #[test]
