@@ -314,7 +314,8 @@ impl LocalEmbedder {
                 asked = ?options.precision,
                 ?precision,
                 "local embedding model loaded; its products run in f32 (this CPU lacks what the \
-                 asked arithmetic needs: AMX for bf16, AVX-512 VNNI or AVX2 for int8)"
+                 asked arithmetic needs, AMX for bf16, AVX-512 VNNI or AVX2 for int8, or the \
+                 model's widths do not fit its kernel)"
             );
         }
         let threads = if options.threads == 0 {
@@ -510,13 +511,24 @@ impl LocalModel {
                 type_ids: e.get_type_ids(),
             })
             .collect();
-        let mut kept = self.workspace.try_lock().ok();
+        // A workspace left by a panic is as good as any: a pass writes every value it reads.
+        let mut kept = match self.workspace.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
         let mut own = mnemo_encoder::Workspace::default();
         let workspace = kept.as_deref_mut().unwrap_or(&mut own);
-        let packed = self
+        let packed = match self
             .pool
             .install(|| self.encoder.forward_in(&tokens, self.threads, workspace))
-            .map_err(|e| EmbedError::Internal(format!("encode: {e}")))?;
+        {
+            Ok(packed) => packed,
+            Err(e) => {
+                workspace.trim();
+                return Err(EmbedError::Internal(format!("encode: {e}")));
+            }
+        };
         let width = self.encoder.hidden_size();
         let mut rows = Vec::with_capacity(tokens.len());
         let mut start = 0;

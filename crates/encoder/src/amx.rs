@@ -118,6 +118,7 @@ impl Bf16Dense {
     pub(crate) fn new(w: &[f32], inputs: usize, outputs: usize) -> Option<Self> {
         if !supported()
             || inputs == 0
+            || outputs == 0
             || !inputs.is_multiple_of(K_STEP)
             || !outputs.is_multiple_of(COLS)
             || w.len() != inputs * outputs
@@ -157,8 +158,12 @@ impl Bf16Dense {
         assert_eq!(x.len(), rows * k, "input is not {rows}×{k}");
         assert_eq!(out.len(), rows * n, "output is not {rows}×{n}");
         let padded = rows.div_ceil(ROWS) * ROWS;
-        scratch.clear();
+        if rows == 0 {
+            return;
+        }
+        // The padding rows must read as zeros; the others are all written below.
         scratch.resize(padded * k, 0);
+        scratch[rows * k..].fill(0);
         if parallel && rows > ROWS {
             x.par_chunks(ROWS * k)
                 .zip(scratch.par_chunks_mut(ROWS * k))
@@ -240,7 +245,8 @@ impl Bf16Dense {
         assert!(first_col + cols <= n && self.packed.len() == k * n);
         // A partial row block's sums go through a buffer of 32 × 32.
         let mut tail = [0.0f32; ROWS * COLS];
-        tiles::configure();
+        // SAFETY: a `Bf16Dense` exists only where `supported()` was true.
+        unsafe { tiles::configure() };
         for c in (0..cols).step_by(COLS) {
             let tile = (first_col + c) / TILE;
             let weights = &self.packed[tile * tile_len..(tile + 2) * tile_len];
@@ -276,7 +282,8 @@ impl Bf16Dense {
                 }
             }
         }
-        tiles::release();
+        // SAFETY: as above.
+        unsafe { tiles::release() };
     }
 }
 
@@ -298,6 +305,7 @@ impl SharedOut {
 }
 
 /// The tile instructions, as inline assembly.
+#[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 mod tiles {
     use std::arch::asm;
@@ -323,24 +331,31 @@ mod tiles {
     };
 
     /// Loads the tile shapes on this thread.
-    pub(super) fn configure() {
-        // SAFETY: the CPU has AMX and the process may use it (`supported` was true before any
-        // weights were converted); the operand is a valid 64-byte configuration.
+    ///
+    /// # Safety
+    /// The CPU has AMX and the process may use it ([`super::supported`] returned true).
+    pub(super) unsafe fn configure() {
+        // SAFETY: the caller's promise; the operand is a valid 64-byte configuration.
         unsafe { asm!("ldtilecfg [{}]", in(reg) &CONFIG, options(nostack, readonly)) };
     }
 
     /// Returns this thread's tiles to their initial state.
-    pub(super) fn release() {
-        // SAFETY: as in `configure`.
+    ///
+    /// # Safety
+    /// As for [`configure`].
+    pub(super) unsafe fn release() {
+        // SAFETY: the caller's promise.
         unsafe { asm!("tilerelease", options(nostack, nomem)) };
     }
 
     /// `sums[0..32][0..32] += a · w` with `sums` row stride `stride` values, `a` 32 rows of
-    /// `k` bfloat16 values, `w` two column tiles of `k_blocks` weight blocks.
+    /// `k` bfloat16 values, `w` two column tiles of `k_blocks ≥ 1` weight blocks. One `asm!`
+    /// block from the first tile load to the last store: the tiles' contents never have to
+    /// outlive a block.
     ///
     /// # Safety
-    /// The tiles are configured on this thread; `sums` is valid for reads and writes of
-    /// 32 rows × 32 values at `stride`; `a` and `w` hold what is said above.
+    /// The tiles are configured on this thread ([`configure`]); `sums` is valid for reads and
+    /// writes of 32 rows × 32 values at `stride`; `a` and `w` hold what is said above.
     pub(super) unsafe fn product(
         sums: *mut f32,
         stride: usize,
@@ -350,64 +365,62 @@ mod tiles {
         k_blocks: usize,
     ) {
         const BLOCK: usize = K_STEP * TILE;
-        debug_assert!(a.len() >= 2 * TILE * k && w.len() >= 2 * k_blocks * BLOCK);
-        let sum_stride = stride * 4;
-        let (low, high) = (sums, sums.wrapping_add(TILE * stride));
-        // SAFETY: the caller's promises; every tile row read or written is one of the 32 rows
-        // (16 per tile) of 64 bytes described above.
+        assert!(k_blocks >= 1 && k >= k_blocks * K_STEP);
+        assert!(a.len() >= 2 * TILE * k && w.len() >= 2 * k_blocks * BLOCK);
+        // SAFETY: the caller's promises and the asserts above: every tile row read or written
+        // is one of the 32 rows (16 per tile) of 64 bytes described there; the loop runs
+        // `k_blocks` times, stepping 32 values along `a`'s rows and one block along each
+        // column tile of `w`.
         unsafe {
             asm!(
-                "tileloadd tmm0, [{l} + {s}*1]",
-                "tileloadd tmm1, [{l} + {s}*1 + 64]",
-                "tileloadd tmm2, [{h} + {s}*1]",
-                "tileloadd tmm3, [{h} + {s}*1 + 64]",
-                l = in(reg) low,
-                h = in(reg) high,
-                s = in(reg) sum_stride,
-                options(nostack, readonly),
-            );
-        }
-        let a_stride = k * 2;
-        let a_low = a.as_ptr();
-        let a_high = a.as_ptr().wrapping_add(TILE * k);
-        let w_second = k_blocks * BLOCK;
-        for block in 0..k_blocks {
-            let w0 = w.as_ptr().wrapping_add(block * BLOCK);
-            let w1 = w0.wrapping_add(w_second);
-            // SAFETY: as above: block `block` of `a`'s two halves and of both column tiles.
-            unsafe {
-                asm!(
-                    "tileloadd tmm4, [{al} + {ast}*1]",
-                    "tileloadd tmm5, [{ah} + {ast}*1]",
-                    "tileloadd tmm6, [{w0} + {ws}*1]",
-                    "tileloadd tmm7, [{w1} + {ws}*1]",
-                    "tdpbf16ps tmm0, tmm4, tmm6",
-                    "tdpbf16ps tmm1, tmm4, tmm7",
-                    "tdpbf16ps tmm2, tmm5, tmm6",
-                    "tdpbf16ps tmm3, tmm5, tmm7",
-                    al = in(reg) a_low.wrapping_add(block * K_STEP),
-                    ah = in(reg) a_high.wrapping_add(block * K_STEP),
-                    ast = in(reg) a_stride,
-                    w0 = in(reg) w0,
-                    w1 = in(reg) w1,
-                    ws = in(reg) 64usize,
-                    options(nostack, readonly),
-                );
-            }
-        }
-        // SAFETY: as above.
-        unsafe {
-            asm!(
-                "tilestored [{l} + {s}*1], tmm0",
-                "tilestored [{l} + {s}*1 + 64], tmm1",
-                "tilestored [{h} + {s}*1], tmm2",
-                "tilestored [{h} + {s}*1 + 64], tmm3",
-                l = in(reg) low,
-                h = in(reg) high,
-                s = in(reg) sum_stride,
+                "tileloadd tmm0, [{low} + {sum_stride}*1]",
+                "tileloadd tmm1, [{low} + {sum_stride}*1 + 64]",
+                "tileloadd tmm2, [{high} + {sum_stride}*1]",
+                "tileloadd tmm3, [{high} + {sum_stride}*1 + 64]",
+                "2:",
+                "tileloadd tmm4, [{a_low} + {a_stride}*1]",
+                "tileloadd tmm5, [{a_high} + {a_stride}*1]",
+                "tileloadd tmm6, [{w0} + {w_stride}*1]",
+                "tileloadd tmm7, [{w1} + {w_stride}*1]",
+                "tdpbf16ps tmm0, tmm4, tmm6",
+                "tdpbf16ps tmm1, tmm4, tmm7",
+                "tdpbf16ps tmm2, tmm5, tmm6",
+                "tdpbf16ps tmm3, tmm5, tmm7",
+                "add {a_low}, 64",
+                "add {a_high}, 64",
+                "add {w0}, 1024",
+                "add {w1}, 1024",
+                "dec {blocks}",
+                "jnz 2b",
+                "tilestored [{low} + {sum_stride}*1], tmm0",
+                "tilestored [{low} + {sum_stride}*1 + 64], tmm1",
+                "tilestored [{high} + {sum_stride}*1], tmm2",
+                "tilestored [{high} + {sum_stride}*1 + 64], tmm3",
+                low = in(reg) sums,
+                high = in(reg) sums.wrapping_add(TILE * stride),
+                sum_stride = in(reg) stride * 4,
+                a_low = inout(reg) a.as_ptr() => _,
+                a_high = inout(reg) a.as_ptr().wrapping_add(TILE * k) => _,
+                a_stride = in(reg) k * 2,
+                w0 = inout(reg) w.as_ptr() => _,
+                w1 = inout(reg) w.as_ptr().wrapping_add(k_blocks * BLOCK) => _,
+                w_stride = in(reg) 64usize,
+                blocks = inout(reg) k_blocks => _,
                 options(nostack),
             );
         }
+    }
+}
+
+/// Elsewhere there are no tiles: [`supported`] is false, so no [`Bf16Dense`] exists.
+#[cfg(not(target_arch = "x86_64"))]
+mod tiles {
+    pub(super) unsafe fn configure() {
+        unreachable!("AMX exists on x86_64 only")
+    }
+    pub(super) unsafe fn release() {}
+    pub(super) unsafe fn product(_: *mut f32, _: usize, _: &[u16], _: usize, _: &[u16], _: usize) {
+        unreachable!("AMX exists on x86_64 only")
     }
 }
 
