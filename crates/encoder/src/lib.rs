@@ -691,15 +691,20 @@ impl Workspace {
     /// needs hundreds of megabytes once; a batch of 32 notes about 18 MB).
     const KEEP_MAX: usize = 16 << 20;
 
-    /// Sizes the buffers for `rows` tokens; every value the pass reads it writes first.
-    fn fit(&mut self, rows: usize, hidden: usize, intermediate: usize) {
-        for (buffer, width) in [
+    /// The activation buffers, each with its width in values per token.
+    fn buffers(&mut self, hidden: usize, intermediate: usize) -> [(&mut Vec<f32>, usize); 5] {
+        [
             (&mut self.x, hidden),
             (&mut self.qkv, 3 * hidden),
             (&mut self.context, hidden),
             (&mut self.projected, hidden),
             (&mut self.up, intermediate),
-        ] {
+        ]
+    }
+
+    /// Sizes the buffers for `rows` tokens; every value the pass reads it writes first.
+    fn fit(&mut self, rows: usize, hidden: usize, intermediate: usize) {
+        for (buffer, width) in self.buffers(hidden, intermediate) {
             if buffer.len() < rows * width {
                 buffer.resize(rows * width, 0.0);
             }
@@ -709,11 +714,7 @@ impl Workspace {
     /// Lets the buffers go when they hold more than a batch of short texts needs, so that one
     /// batch of long texts does not keep its memory for the life of the process.
     pub fn trim(&mut self) {
-        let held = self.x.capacity()
-            + self.qkv.capacity()
-            + self.context.capacity()
-            + self.projected.capacity()
-            + self.up.capacity();
+        let held: usize = self.buffers(0, 0).iter().map(|(b, _)| b.capacity()).sum();
         if held > Self::KEEP_MAX {
             *self = Self::default();
         }
@@ -854,25 +855,13 @@ fn layer_norm_body(x: &mut [f32], residual: Option<&[f32]>, norm: &Norm, width: 
                 *v += add;
             }
         }
-        let mean = lane_sum(row, |v| v) / width as f32;
-        let variance = lane_sum(row, |v| (v - mean) * (v - mean)) / width as f32;
+        let mean = math::lane_sum(row, |v| v) / width as f32;
+        let variance = math::lane_sum(row, |v| (v - mean) * (v - mean)) / width as f32;
         let inv = 1.0 / (variance + eps).sqrt();
         for ((v, w), b) in row.iter_mut().zip(&norm.weight).zip(&norm.bias) {
             *v = (*v - mean) * inv * w + b;
         }
     }
-}
-
-/// The sum of `f` over `values` in 16 running sums, added up at the end: the loop vectorises
-/// (one running sum, the order Rust's `sum` keeps, is a chain of dependent scalar adds).
-#[inline(always)]
-fn lane_sum(values: &[f32], f: impl Fn(f32) -> f32) -> f32 {
-    let mut lanes = [0.0f32; 16];
-    let mut chunks = values.chunks_exact(16);
-    for chunk in &mut chunks {
-        lanes.iter_mut().zip(chunk).for_each(|(l, &v)| *l += f(v));
-    }
-    lanes.iter().sum::<f32>() + chunks.remainder().iter().map(|&v| f(v)).sum::<f32>()
 }
 
 /// Applies the activation in place; in pieces on the pool's threads when `parallel`.

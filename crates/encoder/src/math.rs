@@ -84,6 +84,18 @@ fn gelu_tanh_body(x: &mut [f32]) {
     x.iter_mut().for_each(|v| *v = gelu_tanh(*v));
 }
 
+/// The sum of `f` over `values` in 16 running sums, added up at the end: the loop vectorises
+/// (one running sum, the order Rust's `sum` keeps, is a chain of dependent scalar adds).
+#[inline(always)]
+pub(crate) fn lane_sum(values: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut lanes = [0.0f32; 16];
+    let mut chunks = values.chunks_exact(16);
+    for chunk in &mut chunks {
+        lanes.iter_mut().zip(chunk).for_each(|(l, &v)| *l += f(v));
+    }
+    lanes.iter().sum::<f32>() + chunks.remainder().iter().map(|&v| f(v)).sum::<f32>()
+}
+
 /// `row = softmax(row)` for every row of `width` values in `scores`. The maximum and the sum
 /// run in 16 lanes, so every loop vectorises (a row of a short text's attention is a few
 /// dozen values: one call for all rows keeps the per-call work out of the loop).
@@ -104,13 +116,7 @@ fn softmax_rows_body(scores: &mut [f32], width: usize) {
             .chain(&lanes)
             .fold(f32::NEG_INFINITY, |m, &s| m.max(s));
         row.iter_mut().for_each(|s| *s = exp(*s - max));
-        let mut lanes = [0.0f32; 16];
-        let mut chunks = row.chunks_exact(16);
-        for chunk in &mut chunks {
-            lanes.iter_mut().zip(chunk).for_each(|(l, s)| *l += s);
-        }
-        let sum = lanes.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>();
-        let inv = 1.0 / sum;
+        let inv = 1.0 / lane_sum(row, |s| s);
         row.iter_mut().for_each(|s| *s *= inv);
     }
 }
