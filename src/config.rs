@@ -492,14 +492,10 @@ pub struct FusionSettings {
     pub bm25_weight: f64,
     pub context_vector_weight: f64,
     pub context_bm25_weight: f64,
-    /// The query gate: a recall returns nothing unless some candidate is at least
+    /// A raw-cosine query gate, for ablations (the product's gate is calibrated relevance,
+    /// `memory.relevance`): a recall returns nothing unless some candidate is at least
     /// `gate_cosine` similar to the query in a vector view, or covers at least
-    /// `gate_coverage` of it in a BM25 view (the idf of the informative query terms it holds
-    /// over the idf of all the query's terms; a term is informative when at most 5 % of the
-    /// user's memories hold it). "hello" or a question about something never said finds
-    /// nothing instead of ten unrelated memories. 0 and 0 turn it off. The cosines are the
-    /// model's: unset, [`FusionSettings::resolve`] takes those measured for the embedder in
-    /// use ([`model_cosines`]).
+    /// `gate_coverage` of it in a BM25 view. Unset and 0: off.
     pub gate_cosine: Option<f64>,
     pub gate_coverage: f64,
     /// The candidate floor: past the gate, candidates below both of these are dropped.
@@ -507,37 +503,15 @@ pub struct FusionSettings {
     pub floor_coverage: f64,
 }
 
-/// The gate's and the floor's cosine for a model, by its id, each chosen by the eval's gate
-/// sweep on the LoCoMo dev split (`eval/README.md`). Cosines are not comparable across
-/// models: all-MiniLM-L6-v2 puts unrelated texts near 0.1–0.3, the e5 family (trained with a
-/// low temperature) near 0.7–0.8, so one threshold cannot serve both. e5 (0.82 / 0.75): 0.4 /
-/// 0.5 points of R@5 / R@10 below no gate, nothing returned to 83 % of the questions about
-/// another conversation. Any other model: MiniLM's (0.47 / 0.35).
-pub fn model_cosines(model_id: &str) -> (f64, f64) {
-    let id = model_id.to_ascii_lowercase();
-    if id.contains("e5-") || id.contains("e5_") || id.ends_with("e5") {
-        (0.82, 0.75)
-    } else {
-        (0.47, 0.35)
-    }
-}
-
 impl FusionSettings {
-    /// Fills the cosines left unset with the model's own ([`model_cosines`]).
-    pub fn resolve(&mut self, model_id: &str) {
-        let (gate, floor) = model_cosines(model_id);
-        self.gate_cosine.get_or_insert(gate);
-        self.floor_cosine.get_or_insert(floor);
-    }
-
-    /// The gate's cosine (MiniLM's when not resolved against a model).
+    /// The ablation gate's cosine (0: off).
     pub fn gate_cosine(&self) -> f64 {
-        self.gate_cosine.unwrap_or(model_cosines("").0)
+        self.gate_cosine.unwrap_or(0.0)
     }
 
-    /// The floor's cosine (MiniLM's when not resolved against a model).
+    /// The ablation floor's cosine (0: off).
     pub fn floor_cosine(&self) -> f64 {
-        self.floor_cosine.unwrap_or(model_cosines("").1)
+        self.floor_cosine.unwrap_or(0.0)
     }
 }
 
@@ -552,14 +526,48 @@ impl Default for FusionSettings {
             bm25_weight: 1.0,
             context_vector_weight: 1.0,
             context_bm25_weight: 1.0,
-            // Chosen by the eval's gate sweep on the LoCoMo dev split: with MiniLM 0.3 / 0.4
-            // points of R@5 / R@10 below no gate, for nothing returned to 92 % of the
-            // questions about another conversation (a stricter cosine, 0.52, costs 2–3 points
-            // more). The cosines are the model's own (`model_cosines`).
+            // Off: the calibrated relevance (`memory.relevance`) gates and cuts instead.
             gate_cosine: None,
-            gate_coverage: 0.5,
+            gate_coverage: 0.0,
             floor_cosine: None,
-            floor_coverage: 0.05,
+            floor_coverage: 0.0,
+        }
+    }
+}
+
+/// Where each decision about meaning draws its line on the relevance probability
+/// (`memory.relevance`). Each was chosen on the hand-written sets of `eval/relevance` for
+/// both shipped embedders (`eval/README.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RelevanceSettings {
+    /// A recall returns nothing unless some candidate is at least this likely about the
+    /// query.
+    pub gate: f64,
+    /// Past the gate, a recall's results stop at the first one below this.
+    pub tail: f64,
+    /// `forget` deletes only memories at least this likely about what the user named (set
+    /// for precision: a bystander deleted is data lost).
+    pub forget: f64,
+    /// A new memory is the same statement as an existing one when each is at least this
+    /// likely about the other and no value differs.
+    pub duplicate: f64,
+    /// A research passage or document is a source only at or above this.
+    pub source: f64,
+    /// Recall's scores are multiplied by the relevance raised to this power (0: relevance
+    /// does not reorder results).
+    pub rank_weight: f64,
+}
+
+impl Default for RelevanceSettings {
+    fn default() -> Self {
+        Self {
+            gate: 0.15,
+            tail: 0.005,
+            forget: 0.9,
+            duplicate: 0.5,
+            source: 0.3,
+            rank_weight: 0.25,
         }
     }
 }
@@ -586,6 +594,11 @@ pub struct MemorySettings {
     pub archive_max_importance: u8,
     /// …unused for this many days (0 disables the job).
     pub archive_after_days: u64,
+    /// Forgotten memories can be restored for this many days, then the decay job purges them.
+    pub forget_retention_days: u64,
+    /// The chat model's and MCP's `forget` tools remove at most this many memories at once
+    /// (and say how many more matched).
+    pub forget_tool_limit: usize,
     pub decay_interval_secs: u64,
     /// Background memory-writer workers in this process.
     pub writer_workers: usize,
@@ -593,6 +606,9 @@ pub struct MemorySettings {
     pub profile_interval_secs: u64,
     /// How the views' signals are fused, and the relevance floor.
     pub fusion: FusionSettings,
+    /// Where each decision about meaning draws its line on the calibrated relevance
+    /// (`memory::relevance`): recall's gate and tail, forget, duplicates, research sources.
+    pub relevance: RelevanceSettings,
     /// Scores of memories at assistant (or web) trust are multiplied by this: the user's own
     /// words rank first when both match.
     pub assistant_weight: f64,
@@ -629,9 +645,12 @@ impl Default for MemorySettings {
             archive_max_importance: 2,
             archive_after_days: 90,
             decay_interval_secs: 3600,
+            forget_retention_days: 30,
+            forget_tool_limit: 5,
             writer_workers: 2,
             profile_interval_secs: 600,
             fusion: FusionSettings::default(),
+            relevance: RelevanceSettings::default(),
             // The priors as chosen on the LoCoMo dev split (each held up when chosen on four
             // conversations and scored on the fifth; `eval/README.md`).
             assistant_weight: 0.9,
@@ -1082,35 +1101,23 @@ mod tests {
             .collect()
     }
 
-    /// The gate's cosines are the model's unless set: e5 ids get e5's, anything else
-    /// MiniLM's, and a configured value is never replaced.
+    /// The raw-cosine gate and floor are off unless set; the calibrated operating points
+    /// have their defaults and can be set like any setting.
     #[test]
-    fn gate_cosines_follow_the_model_unless_set() {
-        for (model, expected) in [
-            ("multilingual-e5-small-q4", (0.82, 0.75)),
-            ("intfloat/multilingual-e5-small", (0.82, 0.75)),
-            ("e5", (0.82, 0.75)),
-            ("all-MiniLM-L6-v2", (0.47, 0.35)),
-            ("text-embedding-3-small", (0.47, 0.35)),
-            ("bge-small-zh-v1.5", (0.47, 0.35)),
-        ] {
-            let mut fusion = FusionSettings::default();
-            assert_eq!((fusion.gate_cosine, fusion.floor_cosine), (None, None));
-            fusion.resolve(model);
-            assert_eq!(
-                (fusion.gate_cosine(), fusion.floor_cosine()),
-                expected,
-                "{model}"
-            );
-        }
+    fn the_cosine_gate_is_off_and_the_operating_points_are_settings() {
+        let fusion = FusionSettings::default();
+        assert_eq!((fusion.gate_cosine(), fusion.floor_cosine()), (0.0, 0.0));
+        assert_eq!((fusion.gate_coverage, fusion.floor_coverage), (0.0, 0.0));
         let settings = Settings::load_from(
             &Overrides::default(),
-            env(&[("MNEMO__MEMORY__FUSION__GATE_COSINE", "0.6")]),
+            env(&[("MNEMO__MEMORY__RELEVANCE__FORGET", "0.95")]),
         )
         .unwrap();
-        let mut fusion = settings.memory.fusion;
-        fusion.resolve("multilingual-e5-small-q4");
-        assert_eq!((fusion.gate_cosine(), fusion.floor_cosine()), (0.6, 0.75));
+        assert_eq!(settings.memory.relevance.forget, 0.95);
+        assert_eq!(
+            settings.memory.relevance.gate,
+            RelevanceSettings::default().gate
+        );
         assert_eq!(
             settings.embedder.model_dir,
             PathBuf::from("models/multilingual-e5-small-q4")

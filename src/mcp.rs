@@ -190,8 +190,14 @@ impl McpServer {
             return Ok(tool_error("importance must be between 1 and 5"));
         }
         let memory = NewMemory::from_user(kind, content, importance);
-        let written = match self.memory.add(user, vec![memory]).await {
-            Ok(written) => written,
+        let written = match self.memory.add_unique(user, vec![memory]).await {
+            Ok(unique) if unique.written.is_empty() => {
+                let known: Vec<&str> = unique.repeated.iter().map(|m| m.content.as_str()).collect();
+                return Ok(json_result(&json!({
+                    "remembered": [], "already_known": known, "recallable": true,
+                })));
+            }
+            Ok(unique) => unique.written,
             Err(error) => return Ok(tool_error(crate::error::public_message(&error))),
         };
         // Searchable before the answer, so a recall right after finds it.
@@ -214,7 +220,7 @@ impl McpServer {
     }
 
     #[tool(
-        description = "Delete the user's memories that match a description, when the user asks you to forget something. Returns what was forgotten.",
+        description = "Forget the user's memories that clearly match a description, when the user asks you to forget something: at most a few at once; returns what was forgotten, how many more matched, and until when the user can restore them.",
         annotations(destructive_hint = true)
     )]
     async fn forget(
@@ -224,7 +230,14 @@ impl McpServer {
     ) -> Result<CallToolResult, ErrorData> {
         let user = caller(&parts)?;
         Ok(
-            match forget_tool(&self.memory, user, &json!({ "query": args.query })).await {
+            match forget_tool(
+                &self.memory,
+                user,
+                &json!({ "query": args.query }),
+                crate::store::ForgetVia::Mcp,
+            )
+            .await
+            {
                 Ok(forgotten) => json_result(&forgotten),
                 Err(message) => tool_error(message),
             },

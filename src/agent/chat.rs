@@ -722,7 +722,7 @@ fn tool_specs(research: bool) -> Vec<ToolSpec> {
         },
         ToolSpec {
             name: "forget".into(),
-            description: "Delete memories matching a description, when the user asks you to forget something.".into(),
+            description: "Forget memories that clearly match a description, when the user asks you to forget something (at most a few at once; the user can restore them).".into(),
             parameters: json!({
                 "type": "object",
                 "properties": { "query": { "type": "string" } },
@@ -973,7 +973,13 @@ async fn run_tool(
             Ok((json!({ "queued": true, "content": content }), Trust::User))
         }
         "forget" => Ok((
-            forget_tool(&deps.memory, user, &arguments).await?,
+            forget_tool(
+                &deps.memory,
+                user,
+                &arguments,
+                crate::store::ForgetVia::Chat,
+            )
+            .await?,
             Trust::User,
         )),
         "deep_research" => {
@@ -1041,20 +1047,36 @@ pub async fn recall_tool(
     ))
 }
 
-/// The `forget` tool (chat and MCP): deletes the memories matching `query`; returns their text.
+/// The `forget` tool (chat and MCP): forgets the memories that clearly match `query`, at most
+/// `memory.forget_tool_limit` at once; says what it forgot, how many more matched and until
+/// when they can be restored.
 pub async fn forget_tool(
     memory: &MemoryEngine,
     user: UserId,
     arguments: &Value,
+    via: crate::store::ForgetVia,
 ) -> Result<Value, String> {
     let query = arguments["query"]
         .as_str()
         .filter(|query| !query.trim().is_empty())
         .ok_or("forget needs a query")?;
-    let forgotten = memory
-        .forget(user, query)
+    let limit = memory.settings().forget_tool_limit.max(1);
+    let outcome = memory
+        .forget(user, query, via, Some(limit))
         .await
         .map_err(|error| crate::error::public_message(&error))?;
-    let contents: Vec<String> = forgotten.into_iter().map(|m| m.content).collect();
-    Ok(json!({ "forgotten": contents }))
+    let contents: Vec<String> = outcome.forgotten.into_iter().map(|m| m.content).collect();
+    let note = match (contents.is_empty(), outcome.more) {
+        (true, _) => "Nothing the user has told clearly matches this; nothing was forgotten.".to_string(),
+        (false, 0) => "These were forgotten. The user can restore them from the Memory page until restorable_until.".to_string(),
+        (false, more) => format!(
+            "These were forgotten; {more} more matched and were kept. Ask the user before forgetting more."
+        ),
+    };
+    Ok(json!({
+        "forgotten": contents,
+        "more": outcome.more,
+        "restorable_until": outcome.restorable_until,
+        "note": note,
+    }))
 }

@@ -67,6 +67,22 @@ pub enum MemoryCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Forget what a description names: lists the memories that clearly match it, then asks
+    /// before forgetting them (restorable for memory.forget_retention_days).
+    Forget {
+        /// What to forget, e.g. "my old address".
+        query: String,
+        /// Forget without asking.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// The forgotten memories that can still be restored, newest first.
+    Forgotten,
+    /// Bring a forgotten memory back.
+    Restore {
+        /// The memory's id (as `mnemo memory forgotten` prints it).
+        id: String,
+    },
     /// Write every memory as JSON lines (to stdout or --output).
     Export {
         /// The file to write (default stdout).
@@ -305,6 +321,87 @@ fn print_memories(memories: &[Value]) {
     }
 }
 
+/// `mnemo memory forget`: the preview, a question, then exactly the memories shown.
+async fn forget(backend: &Backend, query: &str, yes: bool) -> Result<(), Failure> {
+    use reqwest::Method;
+    let matches: Vec<Value> = match backend {
+        Backend::Remote { .. } => parse_json(
+            &backend
+                .remote(
+                    Method::POST,
+                    "/v1/memories/forget",
+                    Some(RemoteBody::Json(json!({ "query": query, "dry_run": true }))),
+                )
+                .await?,
+        )?["matches"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default(),
+        Backend::Embedded { engine, user, .. } => to_json(
+            &engine
+                .forget_preview(*user, query)
+                .await
+                .map_err(memory_failure)?,
+        )?
+        .as_array()
+        .cloned()
+        .unwrap_or_default(),
+    };
+    if matches.is_empty() {
+        eprintln!("nothing clearly matches {query:?}; nothing forgotten");
+        return Ok(());
+    }
+    eprintln!("{} memories match {query:?}:", matches.len());
+    let memories: Vec<Value> = matches.iter().map(|m| m["memory"].clone()).collect();
+    for memory in &memories {
+        eprintln!(
+            "  {}  {}",
+            memory["id"].as_str().unwrap_or("-"),
+            memory["content"].as_str().unwrap_or("").replace('\n', " ")
+        );
+    }
+    if !yes {
+        eprint!("Forget them? They can be restored with `mnemo memory restore ID`. [y/N] ");
+        let _ = std::io::stderr().flush();
+        let mut answer = String::new();
+        std::io::stdin()
+            .read_line(&mut answer)
+            .map_err(|e| Failure::other(e.to_string()))?;
+        if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+            eprintln!("nothing forgotten");
+            return Ok(());
+        }
+    }
+    let ids: Vec<String> = memories
+        .iter()
+        .filter_map(|memory| memory["id"].as_str().map(str::to_string))
+        .collect();
+    let forgotten = match backend {
+        Backend::Remote { .. } => parse_json(
+            &backend
+                .remote(
+                    Method::POST,
+                    "/v1/memories/forget",
+                    Some(RemoteBody::Json(json!({ "query": query, "ids": ids }))),
+                )
+                .await?,
+        )?["forgotten"]
+            .as_array()
+            .map_or(0, Vec::len),
+        Backend::Embedded { engine, user, .. } => {
+            let ids: Vec<mnemo::store::MemoryId> =
+                ids.iter().filter_map(|id| id.parse().ok()).collect();
+            engine
+                .forget_ids(*user, &ids, query, mnemo::store::ForgetVia::Cli)
+                .await
+                .map_err(memory_failure)?
+                .len()
+        }
+    };
+    println!("{forgotten} memories forgotten");
+    Ok(())
+}
+
 pub async fn run(
     settings: &Settings,
     target: Target,
@@ -401,6 +498,53 @@ async fn execute(backend: &Backend, command: MemoryCommand) -> Result<(), Failur
                     );
                 }
             }
+        }
+        MemoryCommand::Forget { query, yes } => forget(backend, &query, yes).await?,
+        MemoryCommand::Forgotten => {
+            let forgotten = match backend {
+                Backend::Remote { .. } => parse_json(
+                    &backend
+                        .remote(Method::GET, "/v1/memories/forgotten", None)
+                        .await?,
+                )?["forgotten"]
+                    .clone(),
+                Backend::Embedded { engine, user, .. } => {
+                    to_json(&engine.forgotten(*user, 500).await.map_err(memory_failure)?)?
+                }
+            };
+            for item in forgotten.as_array().into_iter().flatten() {
+                let memory = &item["memory"];
+                println!(
+                    "{}  forgotten {}  restorable until {}  {}",
+                    memory["id"].as_str().unwrap_or("-"),
+                    item["forgotten_at"].as_str().unwrap_or("-"),
+                    item["purge_after"].as_str().unwrap_or("-"),
+                    memory["content"].as_str().unwrap_or("").replace('\n', " ")
+                );
+            }
+        }
+        MemoryCommand::Restore { id } => {
+            let id: mnemo::store::MemoryId = id
+                .parse()
+                .map_err(|_| Failure::usage(format!("{id:?} is not a memory id")))?;
+            let memory = match backend {
+                Backend::Remote { .. } => parse_json(
+                    &backend
+                        .remote(
+                            Method::POST,
+                            &format!("/v1/memories/forgotten/{id}/restore"),
+                            None,
+                        )
+                        .await?,
+                )?,
+                Backend::Embedded { engine, user, .. } => to_json(
+                    &engine
+                        .restore_forgotten(*user, id)
+                        .await
+                        .map_err(memory_failure)?,
+                )?,
+            };
+            print_memories(std::slice::from_ref(&memory));
         }
         MemoryCommand::List {
             limit,

@@ -117,6 +117,28 @@ enum EvalCommand {
     /// as memories/search does (hybrid, shipped settings), with BM25-only and vector-only rows
     /// beside it. The embedder is the configured one (embedder.model_dir).
     Zh(ZhEvalArgs),
+    /// Every decision about meaning on the hand-written sets of eval/relevance (English and
+    /// Chinese): recall hits@3 and empty answers to foreign questions, forget precision and
+    /// recall, duplicates, research sources; for each --model-dir (default: the configured
+    /// embedder).
+    Relevance(RelevanceEvalArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RelevanceEvalArgs {
+    /// The directory holding the sets (en.json, zh.json).
+    #[arg(long, default_value = "eval/relevance")]
+    data: PathBuf,
+    /// Results directory (results.json, results.md).
+    #[arg(long, default_value = "eval/results/relevance")]
+    out: PathBuf,
+    /// An embedding model directory to measure (repeat for several).
+    #[arg(long = "model-dir")]
+    model_dirs: Vec<PathBuf>,
+    /// Also write every (query, memory) pair's relevance features here (JSON lines), the
+    /// data eval/relevance/fit.py fits on.
+    #[arg(long)]
+    features: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -153,9 +175,13 @@ struct EvalArgs {
     /// The memory unit answered from: raw, dated (default) or window.
     #[arg(long, default_value = "dated")]
     answer_unit: String,
-    /// Query gate and floor thresholds tried beside the settings' for the product's memories,
-    /// each `gate_cosine/gate_coverage/floor_cosine/floor_coverage`; `none` for no sweep.
-    /// Default: a grid around the shipped values.
+    /// Also write the relevance features of the product's results without gate or tail
+    /// (its own questions and another conversation's) here, for eval/relevance/fit.py.
+    #[arg(long)]
+    features: Option<PathBuf>,
+    /// Relevance operating points tried beside the settings' for the product's memories, each
+    /// `gate/tail` (probabilities, `memory.relevance`); `none` for no sweep. Default: a grid
+    /// around the shipped values.
     #[arg(long, value_delimiter = ',')]
     gate_sweep: Option<Vec<String>>,
 }
@@ -497,6 +523,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 EvalCommand::Locomo(args) => (args, false),
                 EvalCommand::Longmemeval(args) => (args, true),
                 EvalCommand::Zh(args) => return eval_zh(args, settings).await,
+                EvalCommand::Relevance(args) => return eval_relevance(args, settings).await,
             };
             if !args.data.exists() {
                 return Err(Failure::usage(format!(
@@ -508,6 +535,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             options.variants = args.variants;
             options.limit_conversations = args.limit_conversations;
             options.answer = args.answer;
+            options.features = args.features;
             if let Some(points) = args.gate_sweep {
                 options.gate_sweep = points
                     .iter()
@@ -577,6 +605,27 @@ async fn eval_zh(args: ZhEvalArgs, settings: Settings) -> Result<(), Failure> {
         summary.results_md.display(),
         summary.per_query.display()
     );
+    Ok(())
+}
+
+async fn eval_relevance(args: RelevanceEvalArgs, settings: Settings) -> Result<(), Failure> {
+    if !args.data.is_dir() {
+        return Err(Failure::usage(format!(
+            "no relevance sets at {} (run from the repository root or pass --data)",
+            args.data.display()
+        )));
+    }
+    let options = crate::tools::eval::relevance::RelevanceOptions {
+        data: args.data,
+        out_dir: args.out,
+        settings,
+        model_dirs: args.model_dirs,
+        features: args.features,
+    };
+    let summary = crate::tools::eval::relevance::run_relevance(options)
+        .await
+        .map_err(|error| Failure::other(format!("{error:#}")))?;
+    print!("{}", summary.table);
     Ok(())
 }
 

@@ -13,9 +13,12 @@ use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiBytes, ApiJson, ApiPath, ApiQuery, Page};
 use crate::auth::AuthUser;
 use crate::memory::rank::RecallMode;
-use crate::memory::{ImportReport, MemoryEngine, PortableMemory, RecallRequest, RecallResponse};
+use crate::memory::{
+    ForgetMatch, ImportReport, MemoryEngine, PortableMemory, RecallRequest, RecallResponse,
+};
 use crate::store::{
-    Memory, MemoryFilter, MemoryId, MemoryKind, MemoryVersion, NewMemory, ThreadId, Trust,
+    ForgetVia, ForgottenMemory, Memory, MemoryFilter, MemoryId, MemoryKind, MemoryVersion,
+    NewMemory, ThreadId, Trust,
 };
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -98,31 +101,118 @@ pub struct PatchBody {
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ForgetBody {
-    /// A description of what to forget, e.g. "my old address".
-    #[schema(min_length = 1, pattern = r"\S")]
-    pub query: String,
+    /// A description of what to forget, e.g. "my old address". Without `ids`, the memories
+    /// that clearly match it are forgotten; with `ids`, it is only recorded.
+    pub query: Option<String>,
+    /// Forget exactly these memories (e.g. the ones a `dry_run` showed and the user chose).
+    #[schema(value_type = Option<Vec<String>>, max_items = 100)]
+    pub ids: Option<Vec<MemoryId>>,
+    /// Only say what would be forgotten.
+    #[serde(default)]
+    pub dry_run: bool,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct Forgotten {
+pub struct ForgetResponse {
+    pub dry_run: bool,
+    /// What a `query` matches, most relevant first (a dry run's answer).
+    pub matches: Vec<ForgetMatch>,
+    /// What was forgotten (empty for a dry run).
     pub forgotten: Vec<Memory>,
+    /// Until when `POST /v1/memories/forgotten/{id}/restore` can bring them back.
+    pub restorable_until: Option<DateTime<Utc>>,
 }
 
+/// At most this many ids in one forget request.
+const MAX_FORGET_IDS: usize = 100;
+
 #[utoipa::path(post, path = "/v1/memories/forget", tag = "memories", request_body = ForgetBody,
-    responses((status = 200, body = Forgotten), (status = 400, body = ErrorBody)),
+    responses((status = 200, body = ForgetResponse), (status = 400, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn forget(
     State(state): State<AppState>,
     user: AuthUser,
     ApiJson(body): ApiJson<ForgetBody>,
-) -> ApiResult<Json<Forgotten>> {
-    if body.query.trim().is_empty() {
-        return Err(ApiError::bad_request("query must not be empty"));
+) -> ApiResult<Json<ForgetResponse>> {
+    let query = body.query.as_deref().map(str::trim).unwrap_or("");
+    let memory = engine(&state);
+    let matches = match &body.ids {
+        Some(ids) => {
+            if ids.is_empty() || ids.len() > MAX_FORGET_IDS {
+                return Err(ApiError::bad_request(format!(
+                    "ids must name between 1 and {MAX_FORGET_IDS} memories"
+                )));
+            }
+            let found = memory
+                .store()
+                .user(user.user_id)
+                .memories_by_ids(ids)
+                .await?;
+            found
+                .into_iter()
+                .map(|memory| ForgetMatch {
+                    memory,
+                    relevance: 1.0,
+                })
+                .collect()
+        }
+        None if query.is_empty() => {
+            return Err(ApiError::bad_request("give a query or ids to forget"));
+        }
+        None => memory.forget_preview(user.user_id, query).await?,
+    };
+    if body.dry_run {
+        return Ok(Json(ForgetResponse {
+            dry_run: true,
+            matches,
+            forgotten: Vec::new(),
+            restorable_until: None,
+        }));
     }
-    let forgotten = engine(&state)
-        .forget(user.user_id, body.query.trim())
+    let ids: Vec<MemoryId> = matches.iter().map(|m| m.memory.id).collect();
+    let forgotten = memory
+        .forget_ids(user.user_id, &ids, query, ForgetVia::Api)
         .await?;
-    Ok(Json(Forgotten { forgotten }))
+    let restorable_until = forgotten.first().map(|_| {
+        Utc::now() + chrono::Duration::days(memory.settings().forget_retention_days as i64)
+    });
+    Ok(Json(ForgetResponse {
+        dry_run: false,
+        matches,
+        forgotten,
+        restorable_until,
+    }))
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ForgottenList {
+    pub forgotten: Vec<ForgottenMemory>,
+}
+
+#[utoipa::path(get, path = "/v1/memories/forgotten", tag = "memories",
+    responses((status = 200, body = ForgottenList)),
+    security(("bearer" = [])))]
+pub async fn forgotten(
+    State(state): State<AppState>,
+    user: AuthUser,
+) -> ApiResult<Json<ForgottenList>> {
+    let forgotten = engine(&state).forgotten(user.user_id, 500).await?;
+    Ok(Json(ForgottenList { forgotten }))
+}
+
+#[utoipa::path(post, path = "/v1/memories/forgotten/{id}/restore", tag = "memories",
+    params(("id" = String, Path, format = Uuid)),
+    responses((status = 200, body = Memory), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn restore(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiPath(id): ApiPath<MemoryId>,
+) -> ApiResult<Json<Memory>> {
+    Ok(Json(
+        engine(&state).restore_forgotten(user.user_id, id).await?,
+    ))
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -159,6 +249,7 @@ pub async fn search(
         mode: body.mode,
         decay: body.decay.unwrap_or(true),
         candidates: None,
+        keep_irrelevant: false,
     };
     Ok(Json(engine(&state).recall(user.user_id, request).await?))
 }

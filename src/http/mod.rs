@@ -51,7 +51,7 @@ use error::ApiError;
         runs::get_run, runs::run_events, runs::cancel_run,
         memories::search, memories::list, memories::add, memories::get, memories::patch,
         memories::delete, memories::delete_all, memories::export, memories::import,
-        memories::forget, memories::import_status,
+        memories::forget, memories::forgotten, memories::restore, memories::import_status,
         research::stream, research::models, research::history, research::get, research::delete,
         research::comparison, research::compare, research::test, research::input,
         documents::ingest, documents::list, documents::get, documents::delete,
@@ -322,6 +322,11 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/memories/export", get(memories::export))
         .route("/v1/memories/forget", post(memories::forget))
+        .route("/v1/memories/forgotten", get(memories::forgotten))
+        .route(
+            "/v1/memories/forgotten/{id}/restore",
+            post(memories::restore),
+        )
         .route("/v1/memories/import", post(memories::import))
         .route("/v1/memories/import/{id}", get(memories::import_status))
         .route(

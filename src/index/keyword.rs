@@ -493,7 +493,18 @@ fn names_the_month_may(query: &str) -> bool {
     })
 }
 
-/// Runs `text` through `analyzer` and returns the token texts in order.
+/// The analysed words of a query, each once and sorted, without the words that only make it
+/// a question ("what", "did", 什么, 吗, ...; "may" stays when it names the month).
+pub fn informative_words(analyzer: &mut TextAnalyzer, query: &str) -> Vec<String> {
+    let month_may = names_the_month_may(query);
+    analyze(analyzer, &split_compounds(query))
+        .into_iter()
+        .filter(|word| !QUESTION_WORDS.contains(&word.as_str()) || (word == "may" && month_may))
+        .collect::<BTreeSet<String>>()
+        .into_iter()
+        .collect()
+}
+
 /// Splits hyphen-, slash- and underscore-joined compounds (`zq7-kestrel-4471`, `555-0142`,
 /// `room_101`) so every part is its own term, in documents and queries alike.
 pub fn split_compounds(text: &str) -> String {
@@ -513,6 +524,7 @@ pub fn split_compounds(text: &str) -> String {
         .collect()
 }
 
+/// Runs `text` through `analyzer` and returns the token texts in order.
 pub fn analyze(analyzer: &mut TextAnalyzer, text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut stream = analyzer.token_stream(text);
@@ -945,16 +957,11 @@ impl KeywordIndex {
         Ok(holding)
     }
 
-    /// The analysed words of a query, each once, without the words that only make it a
-    /// question ("what", "did", 什么, 吗, ...; "may" stays when it names the month), each
-    /// with the Han n-grams that find it inside other words.
+    /// The query's informative words ([`informative_words`]), each with the Han n-grams
+    /// that find it inside other words.
     fn query_terms(&self, query: &str) -> Vec<QueryWord> {
         let mut analyzer = self.inner.analyzer.clone();
-        let month_may = names_the_month_may(query);
-        analyze(&mut analyzer, &split_compounds(query))
-            .into_iter()
-            .filter(|word| !QUESTION_WORDS.contains(&word.as_str()) || (word == "may" && month_may))
-            .collect::<BTreeSet<String>>()
+        informative_words(&mut analyzer, query)
             .into_iter()
             .map(QueryWord::new)
             .collect()

@@ -1,7 +1,8 @@
 //! The decay job: periodically archives memories that are low-importance and unused for a
 //! configured time. Archived memories leave default recall but stay listable, restorable and
 //! exportable. The archive time is computed from absolute timestamps (last activity + the
-//! configured period), so a rerun after a crash gives the same result.
+//! configured period), so a rerun after a crash gives the same result. The same pass purges
+//! forgotten memories whose time to be restored is over.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,7 +39,13 @@ pub fn spawn(
     tokio::spawn(async move {
         let interval = Duration::from_secs(settings.decay_interval_secs.max(60));
         loop {
-            match run_once(store.as_ref(), &settings, crate::store::now()).await {
+            let now = crate::store::now();
+            match store.maintenance().purge_forgotten(now).await {
+                Ok(0) => {}
+                Ok(purged) => tracing::info!(purged, "decay job purged forgotten memories"),
+                Err(error) => tracing::warn!(%error, "purging forgotten memories failed"),
+            }
+            match run_once(store.as_ref(), &settings, now).await {
                 Ok(archived) if !archived.is_empty() => {
                     tracing::info!(
                         archived = archived.len(),

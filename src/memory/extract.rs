@@ -518,6 +518,15 @@ fn is_cjk(c: char) -> bool {
     matches!(c as u32, 0x4E00..=0x9FFF | 0x3400..=0x4DBF | 0xF900..=0xFAFF)
 }
 
+/// Two Chinese statements that fill the same slot (我的猫叫…, 喜欢…) with different values.
+pub fn chinese_slot_changed(old: &str, new: &str) -> bool {
+    matches!(
+        (chinese_slot(old), chinese_slot(new)),
+        (Some((old_slot, old_value)), Some((new_slot, new_value)))
+            if old_slot == new_slot && old_value != new_value
+    )
+}
+
 /// Same statement: equal token sequences (case, spacing and punctuation aside).
 pub fn same_statement(a: &str, b: &str) -> bool {
     tokens(a) == tokens(b)

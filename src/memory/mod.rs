@@ -4,12 +4,15 @@
 
 pub mod decay;
 pub mod extract;
+mod forget;
 mod portable;
 pub mod rank;
 mod recall;
+pub mod relevance;
 pub mod when;
 pub mod writer;
 
+pub use forget::{ForgetMatch, ForgetOutcome, Unique, values_differ};
 pub use portable::{ImportLineError, ImportReport, PortableMemory};
 pub use recall::{RecallRequest, RecallResponse, RecallTimings};
 
@@ -31,6 +34,7 @@ use crate::store::{
     Embedded, Memory, MemoryFilter, MemoryId, MemoryKind, MemoryPatch, MemoryVersion, NewMemory,
     Store, StoreError, ThreadId, UserId,
 };
+use relevance::{QueryProfile, Relevance};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MemoryError {
@@ -82,6 +86,8 @@ pub struct MemoryEngine {
     /// Per user, the names of the speakers of their imported conversations (for the speaker
     /// prior); refreshed after new turns are written.
     speakers: std::sync::Mutex<HashMap<UserId, Arc<Vec<String>>>>,
+    /// The embedder's calibration: every decision about meaning goes through it.
+    relevance: Arc<Relevance>,
 }
 
 /// What `/health` shows of the memory engine.
@@ -106,8 +112,7 @@ impl MemoryEngine {
         optimize_after: u64,
         shutdown: tokio_util::sync::CancellationToken,
     ) -> MemoryResult<Arc<Self>> {
-        let mut settings = settings;
-        settings.fusion.resolve(embedder.model_id());
+        let relevance = Relevance::calibrate(embedder.as_ref()).await?;
         let indexer = Indexer::new(
             store.clone(),
             vector,
@@ -130,6 +135,7 @@ impl MemoryEngine {
             access,
             background: std::sync::Mutex::new(vec![follower, woken, recorder]),
             speakers: std::sync::Mutex::new(HashMap::new()),
+            relevance,
         }))
     }
 
@@ -177,6 +183,17 @@ impl MemoryEngine {
         &self.settings
     }
 
+    /// The embedder's relevance calibration.
+    pub fn relevance(&self) -> &Arc<Relevance> {
+        &self.relevance
+    }
+
+    /// A query embedded (as a query) and made ready for relevance scoring.
+    pub async fn query_profile(&self, query: &str) -> MemoryResult<QueryProfile> {
+        let vector = self.embedder.embed_query(query).await?;
+        Ok(self.relevance.profile(query, vector))
+    }
+
     pub fn status(&self) -> MemoryStatus {
         MemoryStatus {
             embedder_model: self.embedder.model_id().to_string(),
@@ -194,43 +211,6 @@ impl MemoryEngine {
                 model: self.embedder.model_id().to_string(),
             })
             .collect())
-    }
-
-    /// Deletes the memories that clearly match `query` (found by both signals, or very close
-    /// in meaning) and returns them. Used by the `forget` tool and API.
-    pub async fn forget(&self, user: UserId, query: &str) -> MemoryResult<Vec<Memory>> {
-        let request = RecallRequest {
-            query: query.to_string(),
-            k: Some(10),
-            decay: false,
-            include_archived: true,
-            ..RecallRequest::default()
-        };
-        let mut forgotten = Vec::new();
-        for result in self.recall(user, request).await?.results {
-            let signals = &result.signals;
-            let strong = (signals.bm25_rank.is_some()
-                && signals.vector_score.is_some_and(|s| s >= 0.5))
-                || signals.vector_score.is_some_and(|score| score >= 0.7);
-            if strong && result.memory.kind != MemoryKind::Profile {
-                self.store
-                    .user(user)
-                    .delete_memory(result.memory.id)
-                    .await?;
-                forgotten.push(result.memory);
-            }
-        }
-        // A profile distilled from a forgotten memory goes too; the writer rebuilds it.
-        if let Some(profile) = self.profile(user).await? {
-            let derived = forgotten
-                .iter()
-                .any(|memory| profile.source_refs.contains(&memory.id.to_string()));
-            if derived {
-                self.store.user(user).delete_memory(profile.id).await?;
-            }
-        }
-        self.indexer.notify();
-        Ok(forgotten)
     }
 
     /// The user's current profile text, if one has been built.
@@ -282,11 +262,20 @@ impl MemoryEngine {
         }
         let texts: Vec<String> = memories.iter().map(|m| m.content.clone()).collect();
         let embedded = self.embed(&texts).await?;
-        let written = self
-            .store
-            .user(user)
-            .insert_memories(memories.into_iter().zip(embedded).collect())
-            .await?;
+        self.add_embedded(user, memories.into_iter().zip(embedded).collect())
+            .await
+    }
+
+    /// [`MemoryEngine::add`] for memories already embedded with the current model.
+    pub(crate) async fn add_embedded(
+        &self,
+        user: UserId,
+        memories: Vec<(NewMemory, Embedded)>,
+    ) -> MemoryResult<Vec<Memory>> {
+        if memories.is_empty() {
+            return Ok(Vec::new());
+        }
+        let written = self.store.user(user).insert_memories(memories).await?;
         self.indexer.notify();
         let turns: Vec<MemoryId> = written
             .iter()

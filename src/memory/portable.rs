@@ -80,7 +80,8 @@ impl MemoryEngine {
     }
 
     /// Imports JSONL lines (the export format). Lines whose content the user already has are
-    /// skipped, so importing the same file twice adds nothing. `source` becomes `import`;
+    /// skipped, so importing the same file twice adds nothing; so are statements the user
+    /// already has in other words ([`MemoryEngine::duplicate_of`]). `source` becomes `import`;
     /// trust is kept (never raised above what the line says).
     pub async fn import(&self, user: UserId, jsonl: &str) -> MemoryResult<ImportReport> {
         let mut report = ImportReport::default();
@@ -136,8 +137,33 @@ impl MemoryEngine {
                     supersedes: None,
                 })
                 .collect();
-            let written = self.add(user, news).await?;
-            for ((_, item), memory) in chunk.iter().zip(&written) {
+            // A statement the user already has in other words is skipped like an exact one.
+            let texts: Vec<String> = news.iter().map(|m| m.content.clone()).collect();
+            let embedded = self.embed(&texts).await?;
+            let mut fresh = Vec::with_capacity(news.len());
+            let mut items = Vec::with_capacity(news.len());
+            for ((new, vector), (_, item)) in news.into_iter().zip(embedded).zip(chunk) {
+                let statement = matches!(
+                    new.kind,
+                    MemoryKind::Fact
+                        | MemoryKind::Preference
+                        | MemoryKind::Event
+                        | MemoryKind::Conclusion
+                );
+                if statement
+                    && self
+                        .duplicate_of(user, &new.content, &vector.vector)
+                        .await?
+                        .is_some()
+                {
+                    report.skipped += 1;
+                    continue;
+                }
+                fresh.push((new, vector));
+                items.push(item);
+            }
+            let written = self.add_embedded(user, fresh).await?;
+            for (item, memory) in items.into_iter().zip(&written) {
                 if item.archived_at.is_some() || item.invalid_at.is_some() {
                     let patch = MemoryPatch {
                         archived: item.archived_at.map(|_| true),

@@ -42,6 +42,22 @@ pub struct Signals {
     pub rrf: f64,
     /// The decay multiplier applied to `rrf` (1.0 = no decay).
     pub decay: f64,
+    /// The idf-weighted share of the query's informative words the memory holds (its BM25
+    /// hits' coverage; 0 when no keyword list had it).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub coverage: f32,
+    /// The closer vector view's cosine as a z-score against the query's background (how far
+    /// above "not about this" it is for this query and model), when the query was embedded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub z: Option<f64>,
+    /// How likely the memory is about the query (`memory::relevance`), when the query was
+    /// embedded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relevance: Option<f64>,
+}
+
+fn is_zero(value: &f32) -> bool {
+    *value == 0.0
 }
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -433,6 +449,9 @@ pub fn select(
                     context_bm25_score: candidate.keyword_context.map(|(_, score)| score),
                     rrf: candidate.fused(memory),
                     decay: factor,
+                    coverage: candidate.coverage,
+                    z: None,
+                    relevance: None,
                 },
             });
         }
@@ -582,7 +601,14 @@ mod tests {
     /// the query's words; past it, candidates weak in both are dropped.
     #[test]
     fn the_gate_and_the_floor_keep_only_what_the_query_is_about() {
-        let fusion = FusionSettings::default();
+        // The raw-cosine gate of an ablation, at MiniLM's old thresholds.
+        let fusion = FusionSettings {
+            gate_cosine: Some(0.47),
+            gate_coverage: 0.35,
+            floor_cosine: Some(0.35),
+            floor_coverage: 0.05,
+            ..FusionSettings::default()
+        };
         let (close, worded, weak, vague) = (
             MemoryId::new(),
             MemoryId::new(),

@@ -34,6 +34,9 @@ pub struct RecallRequest {
     pub decay: bool,
     /// Candidates per signal; defaults to `memory.candidates`.
     pub candidates: Option<usize>,
+    /// Keep results the relevance gate and tail would drop (each still carries its
+    /// `signals.relevance`): for callers that draw their own line, such as `forget`.
+    pub keep_irrelevant: bool,
 }
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -109,8 +112,9 @@ impl MemoryEngine {
             .unwrap_or(settings.candidates)
             .max(k)
             .min(1000);
-        // No kinds asked for means the ordinary ones: document chunks only when asked.
-        let kinds = request.kinds.clone().unwrap_or_else(MemoryKind::ordinary);
+        // No kinds asked for means the ordinary ones but the profile: document chunks and the
+        // profile only when asked.
+        let kinds = request.kinds.clone().unwrap_or_else(MemoryKind::recalled);
         let filter = VectorFilter {
             kinds: Some(kinds.iter().map(|kind| kind.as_str().to_string()).collect()),
             since_ms: request.since.map(|time| time.timestamp_millis()),
@@ -121,11 +125,15 @@ impl MemoryEngine {
         };
         let first_chunk = (2 * k).max(HYDRATE_CHUNK_MIN);
         let fusion = &settings.fusion;
-        let gated = request.mode == RecallMode::Hybrid
+        // The product's recall (hybrid) decides relevance: it needs the keyword coverage,
+        // and answers content-free queries with nothing. The raw-cosine gate and floor of
+        // `memory.fusion` apply only when set (ablations).
+        let hybrid = request.mode == RecallMode::Hybrid;
+        let gated = hybrid
             && [
-                fusion.gate_cosine(),
+                fusion.gate_cosine.unwrap_or(0.0),
                 fusion.gate_coverage,
-                fusion.floor_cosine(),
+                fusion.floor_cosine.unwrap_or(0.0),
                 fusion.floor_coverage,
             ]
             .iter()
@@ -133,7 +141,7 @@ impl MemoryEngine {
         // A greeting or thanks ("hello", "你好", "thanks!") is about nothing: the gate answers
         // it before any search, whatever the model's cosines (e5 puts a short Chinese greeting
         // at 0.85 from a short Chinese statement, above its gate).
-        if gated && super::extract::content_free(query) {
+        if hybrid && !request.keep_irrelevant && super::extract::content_free(query) {
             let total_ms = elapsed_ms(started);
             return Ok(RecallResponse {
                 results: Vec::new(),
@@ -149,7 +157,6 @@ impl MemoryEngine {
             });
         }
         let (
-            covered,
             vector_hits,
             context_vector_hits,
             keyword_hits,
@@ -158,6 +165,7 @@ impl MemoryEngine {
             embed_ms,
             vector_ms,
             keyword_ms,
+            query_vector,
         ) = {
             let use_vector = request.mode != RecallMode::Keyword;
             let use_keyword = request.mode != RecallMode::Vector;
@@ -166,9 +174,9 @@ impl MemoryEngine {
             let context_views = self.indexer.has_context_views(user).await?;
             let wants_context_keyword = use_keyword && fusion.context_bm25_weight > 0.0;
             let use_context_keyword = wants_context_keyword && context_views;
-            // Coverage feeds the gate and the floor; a search by one signal alone (an
-            // ablation, a diagnostic) keeps what it finds.
-            let covered = gated;
+            // Coverage feeds relevance (and the legacy gate and floor); a search by one signal
+            // alone (an ablation, a diagnostic) keeps what it finds.
+            let covered = hybrid;
             // Both views' coverage counts the same informative words: worked out once.
             let informative = covered.then(InformativeWords::default);
             let keyword = self.indexer.keyword().clone();
@@ -222,7 +230,7 @@ impl MemoryEngine {
             };
             let vector_search = async {
                 if !use_vector {
-                    return Ok::<_, MemoryError>((Vec::new(), Vec::new(), 0.0, 0.0));
+                    return Ok::<_, MemoryError>((Vec::new(), Vec::new(), 0.0, 0.0, None));
                 }
                 let embed_started = Instant::now();
                 let vector = self.embedder.embed_query(query).await?;
@@ -241,18 +249,24 @@ impl MemoryEngine {
                     index.search(user, &vector, &filter, candidates),
                     context_search
                 );
-                Ok((own?, context?, embed_ms, elapsed_ms(search_started)))
+                Ok((
+                    own?,
+                    context?,
+                    embed_ms,
+                    elapsed_ms(search_started),
+                    Some(vector),
+                ))
             };
             let (keyword_result, context_keyword_result, vector_result) =
                 tokio::join!(keyword_search, context_keyword_search, vector_search);
-            let (vector_hits, context_vector_hits, embed_ms, vector_ms) = vector_result?;
+            let (vector_hits, context_vector_hits, embed_ms, vector_ms, query_vector) =
+                vector_result?;
             let (keyword_hits, keyword_ms, prefetched) = keyword_result?;
             let mut context_keyword_hits = context_keyword_result?;
             if wants_context_keyword && !context_views {
                 context_keyword_hits = keyword_hits.clone();
             }
             (
-                covered,
                 vector_hits,
                 context_vector_hits,
                 keyword_hits,
@@ -261,6 +275,7 @@ impl MemoryEngine {
                 embed_ms,
                 vector_ms,
                 keyword_ms,
+                query_vector,
             )
         };
         let sql_filter = MemoryFilter {
@@ -280,7 +295,7 @@ impl MemoryEngine {
             keyword_coverage: &keyword_hits.coverage,
             keyword_context_coverage: &context_keyword_hits.coverage,
             requested: candidates,
-            gated: covered,
+            gated,
         };
         let fused = rank::fuse_lists(&lists, fusion, settings.rrf_k);
         let hints = rank::QueryHints {
@@ -299,7 +314,7 @@ impl MemoryEngine {
             .into_iter()
             .map(|memory| (memory.id, memory))
             .collect();
-        let (results, _) = rank::select_reading(
+        let (mut results, _) = rank::select_reading(
             &fused,
             settings,
             request.decay,
@@ -334,6 +349,58 @@ impl MemoryEngine {
             },
         )
         .await?;
+        // Every result says how likely it is about the query; in the product's recall
+        // (hybrid) nothing is returned unless one is likely enough, and the list stops where
+        // relevance drops (`memory.relevance`).
+        if let Some(vector) = query_vector {
+            let profile = self.relevance.profile(query, vector);
+            for result in &mut results {
+                let closest = [
+                    Some(super::relevance::cosine(
+                        profile.vector(),
+                        &result.memory.embedding,
+                    )),
+                    result.signals.context_vector_score,
+                ]
+                .into_iter()
+                .flatten()
+                .fold(f32::MIN, f32::max);
+                let turn = result.memory.kind == MemoryKind::Turn;
+                let coverage = f64::from(result.signals.coverage);
+                result.signals.z = Some(profile.z(closest));
+                result.signals.relevance =
+                    Some(self.relevance.score(&profile, closest, coverage, turn));
+            }
+            // Relevance ranks too: each score is weighed by its probability.
+            let weight = settings.relevance.rank_weight;
+            if request.mode == RecallMode::Hybrid && weight > 0.0 {
+                for result in &mut results {
+                    let p = result.signals.relevance.unwrap_or(0.0).max(1e-6);
+                    result.score *= p.powf(weight);
+                }
+                results.sort_by(|a, b| {
+                    b.score
+                        .total_cmp(&a.score)
+                        .then_with(|| b.memory.id.cmp(&a.memory.id))
+                });
+            }
+            if request.mode == RecallMode::Hybrid && !request.keep_irrelevant {
+                let points = &settings.relevance;
+                let best = results
+                    .iter()
+                    .filter_map(|result| result.signals.relevance)
+                    .fold(0.0, f64::max);
+                if best < points.gate {
+                    results.clear();
+                }
+                results.retain(|result| {
+                    result
+                        .signals
+                        .relevance
+                        .is_some_and(|relevance| relevance >= points.tail)
+                });
+            }
+        }
         let hydrate_ms = hydrate_ns.into_inner() as f64 / 1e6;
         let rank_ms = elapsed_ms(select_started) - hydrate_ms;
         let recalled: Vec<MemoryId> = results.iter().map(|r| r.memory.id).collect();

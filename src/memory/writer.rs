@@ -15,12 +15,12 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::MemoryError;
-use super::extract::{self, Candidate, rule_candidates, same_statement, same_subject_new_value};
+use super::extract::{self, Candidate, rule_candidates, same_subject_new_value};
 use super::rank::RecallMode;
 use super::{MemoryEngine, RecallRequest};
 use crate::config::ModelRole;
 use crate::error::{ErrorKind, HasKind};
-use crate::llm::chat::{ChatMessage, ChatRequest, LlmError, complete_json};
+use crate::llm::chat::{ChatMessage, ChatRequest, LlmError, LlmErrorKind, complete_json};
 use crate::llm::prompts::{Prompt, quote};
 use crate::llm::roles::Models;
 use crate::store::{
@@ -865,30 +865,54 @@ impl MemoryWriter {
             ]),
             mode: RecallMode::Hybrid,
             decay: false,
+            // The writer draws its own lines (duplicates, a changed value): it wants the
+            // nearest memories whether or not recall would answer with them.
+            keep_irrelevant: true,
             ..RecallRequest::default()
         };
         let similar = self.memory.recall(user, request).await?.results;
-        // Near-identical vectors are duplicates only when no value changed: "my code is 4471"
-        // and "my code is 4472" embed almost alike but say different things.
-        if let Some(duplicate) = similar.iter().find(|r| {
-            same_statement(&r.memory.content, &memory.content)
-                || (r.signals.vector_score.is_some_and(|score| score >= 0.985)
-                    && !same_subject_new_value(&r.memory.content, &memory.content))
-        }) {
+        let embedded = self.memory.embed_one(&memory.content).await?;
+        // The same statement again, in these words or others, with no value changed ("my code
+        // is 4471" and "my code is 4472" say different things).
+        if let Some(duplicate) = self
+            .memory
+            .duplicate_of(user, &memory.content, &embedded.vector)
+            .await?
+        {
             let _ = self
                 .store
                 .user(user)
-                .record_access(&[duplicate.memory.id], 1, crate::store::now())
+                .record_access(&[duplicate.id], 1, crate::store::now())
                 .await;
-            return Ok(Outcome::Duplicate(duplicate.memory.id));
+            return Ok(Outcome::Duplicate(duplicate.id));
         }
+        // The memories this one may change: likely about it (the recall's gate), or sharing
+        // its words.
+        let gate = self.memory.settings().relevance.gate;
+        let related: Vec<super::rank::Recalled> = similar
+            .into_iter()
+            .filter(|r| {
+                r.signals.relevance.is_some_and(|p| p >= gate) || r.signals.bm25_rank.is_some()
+            })
+            .collect();
+        // Two statements about one subject share most words; names ("Rex", "Max") move the
+        // vectors apart more than the words.
+        let by_rules = |related: &[super::rank::Recalled]| {
+            related
+                .iter()
+                .find(|r| {
+                    r.memory.kind == memory.kind
+                        && same_subject_new_value(&r.memory.content, &memory.content)
+                })
+                .map(|r| r.memory.id)
+        };
         let contradicted = match self.models.role(ModelRole::Memory) {
-            Some(_) if !similar.is_empty() => match self.llm_decision(&memory, &similar).await? {
-                Decision::Supersede(old) => Some(old),
-                Decision::Add => None,
-                Decision::Keep => {
+            Some(_) if !related.is_empty() => match self.llm_decision(&memory, &related).await {
+                Ok(Decision::Supersede(old)) => Some(old),
+                Ok(Decision::Add) => None,
+                Ok(Decision::Keep) => {
                     // The model says the user's memories already hold this: nothing to write.
-                    let kept = similar[0].memory.id;
+                    let kept = related[0].memory.id;
                     let _ = self
                         .store
                         .user(user)
@@ -896,21 +920,17 @@ impl MemoryWriter {
                         .await;
                     return Ok(Outcome::Duplicate(kept));
                 }
+                // A model whose answer cannot be used decides nothing: the rules do, and the
+                // memory is written rather than lost.
+                Err(WriterError::Llm(error)) if error.kind == LlmErrorKind::BadResponse => {
+                    tracing::warn!(error = %error.message, "the memory model's decision was unusable; rules decide");
+                    metrics::counter!("mnemo_memory_decisions_by_rules_total").increment(1);
+                    by_rules(&related)
+                }
+                Err(error) => return Err(error),
             },
-            _ => similar
-                .iter()
-                .find(|r| {
-                    // Two statements about one subject share most words, and their vectors
-                    // or their keywords find each other; names ("Rex", "Max") move the
-                    // vectors apart more than the words.
-                    r.memory.kind == memory.kind
-                        && (r.signals.vector_score.is_some_and(|score| score >= 0.5)
-                            || r.signals.bm25_rank.is_some())
-                        && same_subject_new_value(&r.memory.content, &memory.content)
-                })
-                .map(|r| r.memory.id),
+            _ => by_rules(&related),
         };
-        let embedded = self.memory.embed_one(&memory.content).await?;
         match contradicted {
             Some(old) => {
                 let new = self

@@ -50,6 +50,15 @@ impl MemoryKind {
             .filter(|kind| *kind != MemoryKind::Document)
             .collect()
     }
+
+    /// What a recall without kinds searches: the ordinary kinds but the profile, which the
+    /// chat model is always shown whole and which would only repeat the facts it sums up.
+    pub fn recalled() -> Vec<MemoryKind> {
+        Self::ordinary()
+            .into_iter()
+            .filter(|kind| *kind != MemoryKind::Profile)
+            .collect()
+    }
 }
 
 impl Trust {
@@ -175,6 +184,28 @@ pub struct MemoryVersion {
     #[schema(value_type = Object)]
     pub snapshot: serde_json::Value,
     pub changed_at: DateTime<Utc>,
+}
+
+text_enum!(
+    /// Which door a forget request came through (recorded with what it forgot).
+    ForgetVia {
+        Api => "api",
+        Mcp => "mcp",
+        Chat => "chat",
+        Cli => "cli",
+    }
+);
+
+/// A forgotten memory that can still be restored.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ForgottenMemory {
+    pub memory: Memory,
+    /// What the user asked to forget.
+    pub request: Option<String>,
+    pub via: ForgetVia,
+    pub forgotten_at: DateTime<Utc>,
+    /// After this the decay job purges it for good.
+    pub purge_after: DateTime<Utc>,
 }
 
 /// Which memories a list or a search may return.

@@ -35,8 +35,9 @@ use crate::error::{ErrorKind, HasKind};
 pub use document::{Document, DocumentState, NewDocument};
 pub use ids::{DocumentId, JobId, MemoryId, MessageId, ReplicaId, RunId, ThreadId, UserId};
 pub use memory::{
-    Embedded, LogEntry, LogOp, Memory, MemoryFilter, MemoryKind, MemoryPatch, MemorySource,
-    MemoryVersion, NewMemory, OwnedMemory, Trust, vector_from_bytes, vector_to_bytes,
+    Embedded, ForgetVia, ForgottenMemory, LogEntry, LogOp, Memory, MemoryFilter, MemoryKind,
+    MemoryPatch, MemorySource, MemoryVersion, NewMemory, OwnedMemory, Trust, vector_from_bytes,
+    vector_to_bytes,
 };
 pub use postgres::PostgresStore;
 use research::ResearchStore;
@@ -292,8 +293,28 @@ pub(in crate::store) trait MemoryStore: Send + Sync + 'static {
     ) -> StoreResult<Memory>;
     /// Deletes the memory and its history.
     async fn delete_memory(&self, user: UserId, id: MemoryId) -> StoreResult<()>;
-    /// Deletes every memory of the user; returns how many.
+    /// Deletes every memory of the user (and the content of what they forgot); returns how
+    /// many.
     async fn delete_all_memories(&self, user: UserId) -> StoreResult<u64>;
+    /// Removes these memories as `delete_memory` does, in one transaction, keeping each (row,
+    /// history, vector) restorable until `purge_after` with the request and the door it came
+    /// through; returns the memories removed (ids already gone are skipped).
+    async fn forget_memories(
+        &self,
+        user: UserId,
+        ids: &[MemoryId],
+        request: &str,
+        via: ForgetVia,
+        purge_after: DateTime<Utc>,
+    ) -> StoreResult<Vec<Memory>>;
+    /// The user's forgotten memories that can still be restored, newest first.
+    async fn forgotten_memories(
+        &self,
+        user: UserId,
+        limit: i64,
+    ) -> StoreResult<Vec<ForgottenMemory>>;
+    /// Puts a forgotten memory back as it was (same id, history and vector).
+    async fn restore_forgotten(&self, user: UserId, id: MemoryId) -> StoreResult<Memory>;
     /// Newest first, before an optional cursor.
     async fn list_memories(
         &self,
@@ -377,6 +398,9 @@ pub(in crate::store) trait MemoryStore: Send + Sync + 'static {
         unused_for: chrono::Duration,
         max_importance: u8,
     ) -> StoreResult<Vec<MemoryId>>;
+    /// Clears the content of forgotten memories whose `purge_after` is before `now`; the
+    /// rows stay as the record. Returns how many were purged.
+    async fn purge_forgotten(&self, now: DateTime<Utc>) -> StoreResult<u64>;
     /// Memories whose vector was made by another model than `model`, oldest first.
     async fn memories_not_embedded_by(
         &self,

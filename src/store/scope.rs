@@ -98,6 +98,12 @@ impl UserScope<'_> {
         fn delete_memory(&self, id: MemoryId) -> StoreResult<()>;
         /// Deletes every memory of the user; returns how many.
         fn delete_all_memories(&self) -> StoreResult<u64>;
+        /// Removes these memories, keeping them restorable until `purge_after`.
+        fn forget_memories(&self, ids: &[MemoryId], request: &str, via: ForgetVia, purge_after: DateTime<Utc>) -> StoreResult<Vec<Memory>>;
+        /// The forgotten memories that can still be restored, newest first.
+        fn forgotten_memories(&self, limit: i64) -> StoreResult<Vec<ForgottenMemory>>;
+        /// Puts a forgotten memory back as it was.
+        fn restore_forgotten(&self, id: MemoryId) -> StoreResult<Memory>;
         /// Newest first, before an optional cursor.
         fn list_memories(&self, filter: &MemoryFilter, limit: i64, before: Option<MemoryId>) -> StoreResult<Vec<Memory>>;
         /// Every memory that passes `filter`, newest first, read page by page.
@@ -233,6 +239,8 @@ impl Maintenance<'_> {
         fn set_watermark(&self, name: &str, seq: i64) -> StoreResult<()>;
         /// Archives low-importance memories unused since `now - unused_for`.
         fn archive_unused(&self, now: DateTime<Utc>, unused_for: chrono::Duration, max_importance: u8) -> StoreResult<Vec<MemoryId>>;
+        /// Clears the content of forgotten memories past their `purge_after`.
+        fn purge_forgotten(&self, now: DateTime<Utc>) -> StoreResult<u64>;
         /// Memories whose vector was made by another model than `model`, oldest first.
         fn memories_not_embedded_by(&self, model: &str, limit: i64) -> StoreResult<Vec<OwnedMemory>>;
         fn count_memories_not_embedded_by(&self, model: &str) -> StoreResult<i64>;

@@ -215,6 +215,73 @@ macro_rules! sql_memory_store {
                 .ok_or(StoreError::NotFound("memory"))
         }
 
+        /// The memory's version history, oldest first.
+        async fn versions_in_tx(
+            tx: &mut sqlx::Transaction<'_, $db>,
+            user: UserId,
+            id: MemoryId,
+        ) -> StoreResult<Vec<MemoryVersion>> {
+            use sqlx::Row as _;
+            let found = sqlx::query(
+                "SELECT version, change, snapshot, changed_at FROM memory_versions \
+                 WHERE memory_id = $1 AND user_id = $2 ORDER BY version",
+            )
+            .bind(id.as_uuid())
+            .bind(user.as_uuid())
+            .fetch_all(&mut **tx)
+            .await?;
+            found
+                .iter()
+                .map(|row| {
+                    let snapshot: sqlx::types::Json<serde_json::Value> = row.try_get("snapshot")?;
+                    Ok(MemoryVersion {
+                        version: row.try_get("version")?,
+                        change: row.try_get("change")?,
+                        snapshot: snapshot.0,
+                        changed_at: row.try_get("changed_at")?,
+                    })
+                })
+                .collect::<Result<_, sqlx::Error>>()
+                .map_err(StoreError::from)
+        }
+
+        /// Deletes the memory and its history, and logs it (a turn's neighbours' context views
+        /// are rebuilt); false when the user has no such memory.
+        async fn delete_in_tx(
+            tx: &mut sqlx::Transaction<'_, $db>,
+            user: UserId,
+            id: MemoryId,
+        ) -> StoreResult<bool> {
+            use sqlx::Row as _;
+            let deleted = sqlx::query(
+                "DELETE FROM memories WHERE id = $1 AND user_id = $2 \
+                 RETURNING kind, thread_id, created_at",
+            )
+            .bind(id.as_uuid())
+            .bind(user.as_uuid())
+            .fetch_optional(&mut **tx)
+            .await?;
+            let Some(deleted) = deleted else {
+                return Ok(false);
+            };
+            let kind: String = deleted.try_get("kind")?;
+            if let (true, Some(thread)) = (
+                kind == MemoryKind::Turn.as_str(),
+                deleted.try_get::<Option<uuid::Uuid>, _>("thread_id")?,
+            ) {
+                let created_at: DateTime<Utc> = deleted.try_get("created_at")?;
+                touch_turn_neighbours(tx, user, ThreadId::from_uuid(thread), created_at, id, true, true)
+                    .await?;
+            }
+            sqlx::query("DELETE FROM memory_versions WHERE memory_id = $1 AND user_id = $2")
+                .bind(id.as_uuid())
+                .bind(user.as_uuid())
+                .execute(&mut **tx)
+                .await?;
+            append_log(tx, user, Some(id), LogOp::Delete).await?;
+            Ok(true)
+        }
+
         fn validate_importance(importance: u8) -> StoreResult<()> {
             if (1..=5).contains(&importance) {
                 Ok(())
@@ -311,28 +378,10 @@ macro_rules! sql_memory_store {
                 user: UserId,
                 id: MemoryId,
             ) -> StoreResult<Vec<MemoryVersion>> {
-                use sqlx::Row as _;
-                let found = sqlx::query(
-                    "SELECT version, change, snapshot, changed_at FROM memory_versions \
-                     WHERE memory_id = $1 AND user_id = $2 ORDER BY version",
-                )
-                .bind(id.as_uuid())
-                .bind(user.as_uuid())
-                .fetch_all(&self.pool)
-                .await?;
-                found
-                    .iter()
-                    .map(|row| {
-                        let snapshot: sqlx::types::Json<serde_json::Value> = row.try_get("snapshot")?;
-                        Ok(MemoryVersion {
-                            version: row.try_get("version")?,
-                            change: row.try_get("change")?,
-                            snapshot: snapshot.0,
-                            changed_at: row.try_get("changed_at")?,
-                        })
-                    })
-                    .collect::<Result<_, sqlx::Error>>()
-                    .map_err(StoreError::from)
+                let mut tx = self.pool.begin().await?;
+                let versions = versions_in_tx(&mut tx, user, id).await?;
+                tx.commit().await?;
+                Ok(versions)
             }
 
             async fn update_memory(
@@ -400,45 +449,166 @@ macro_rules! sql_memory_store {
             }
 
             async fn delete_memory(&self, user: UserId, id: MemoryId) -> StoreResult<()> {
-                use sqlx::Row as _;
                 let mut tx = self.pool.begin().await?;
-                let deleted = sqlx::query(
-                    "DELETE FROM memories WHERE id = $1 AND user_id = $2 \
-                     RETURNING kind, thread_id, created_at",
-                )
-                .bind(id.as_uuid())
-                .bind(user.as_uuid())
-                .fetch_optional(&mut *tx)
-                .await?;
-                let Some(deleted) = deleted else {
+                if !delete_in_tx(&mut tx, user, id).await? {
                     return Err(StoreError::NotFound("memory"));
-                };
-                // A deleted turn leaves its neighbours' context views: rebuild them.
-                let kind: String = deleted.try_get("kind")?;
-                if let (true, Some(thread)) = (
-                    kind == MemoryKind::Turn.as_str(),
-                    deleted.try_get::<Option<uuid::Uuid>, _>("thread_id")?,
-                ) {
-                    let created_at: DateTime<Utc> = deleted.try_get("created_at")?;
-                    touch_turn_neighbours(
-                        &mut tx,
-                        user,
-                        ThreadId::from_uuid(thread),
-                        created_at,
-                        id,
-                        true,
-                        true,
-                    )
-                    .await?;
                 }
-                sqlx::query("DELETE FROM memory_versions WHERE memory_id = $1 AND user_id = $2")
-                    .bind(id.as_uuid())
-                    .bind(user.as_uuid())
-                    .execute(&mut *tx)
-                    .await?;
-                append_log(&mut tx, user, Some(id), LogOp::Delete).await?;
                 tx.commit().await?;
                 Ok(())
+            }
+
+            async fn forget_memories(
+                &self,
+                user: UserId,
+                ids: &[MemoryId],
+                request: &str,
+                via: ForgetVia,
+                purge_after: DateTime<Utc>,
+            ) -> StoreResult<Vec<Memory>> {
+                let mut tx = self.pool.begin().await?;
+                // Take the write lock first (SQLite) so the reads below cannot go stale.
+                sqlx::query("UPDATE memories SET version = version WHERE user_id = $1 AND id = $2")
+                    .bind(user.as_uuid())
+                    .bind(ids.first().map(|id| id.as_uuid()))
+                    .execute(&mut *tx)
+                    .await?;
+                let mut forgotten = Vec::with_capacity(ids.len());
+                for id in ids {
+                    let memory = match memory_in_tx(&mut tx, user, *id).await {
+                        Ok(memory) => memory,
+                        Err(StoreError::NotFound(_)) => continue,
+                        Err(error) => return Err(error),
+                    };
+                    let versions = versions_in_tx(&mut tx, user, *id).await?;
+                    sqlx::query(
+                        "INSERT INTO forgotten_memories (memory_id, user_id, kind, snapshot, versions, \
+                         embedding, request, via, forgotten_at, purge_after) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                    )
+                    .bind(id.as_uuid())
+                    .bind(user.as_uuid())
+                    .bind(memory.kind.as_str())
+                    .bind(sqlx::types::Json(&memory))
+                    .bind(sqlx::types::Json(&versions))
+                    .bind(vector_to_bytes(&memory.embedding))
+                    .bind(request)
+                    .bind(via.as_str())
+                    .bind(now())
+                    .bind(purge_after)
+                    .execute(&mut *tx)
+                    .await?;
+                    delete_in_tx(&mut tx, user, *id).await?;
+                    forgotten.push(memory);
+                }
+                tx.commit().await?;
+                Ok(forgotten)
+            }
+
+            async fn forgotten_memories(
+                &self,
+                user: UserId,
+                limit: i64,
+            ) -> StoreResult<Vec<ForgottenMemory>> {
+                use sqlx::Row as _;
+                let found = sqlx::query(
+                    "SELECT snapshot, embedding, request, via, forgotten_at, purge_after \
+                     FROM forgotten_memories WHERE user_id = $1 AND snapshot IS NOT NULL \
+                     ORDER BY forgotten_at DESC, id DESC LIMIT $2",
+                )
+                .bind(user.as_uuid())
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?;
+                found
+                    .iter()
+                    .map(|row| {
+                        let snapshot: sqlx::types::Json<Memory> = row.try_get("snapshot")?;
+                        let mut memory = snapshot.0;
+                        let embedding: Option<Vec<u8>> = row.try_get("embedding")?;
+                        memory.embedding = embedding.map(|bytes| vector_from_bytes(&bytes)).unwrap_or_default();
+                        let via: String = row.try_get("via")?;
+                        Ok(ForgottenMemory {
+                            memory,
+                            request: row.try_get("request")?,
+                            via: text_enum::decode("forgotten_memories.via", &via)?,
+                            forgotten_at: row.try_get("forgotten_at")?,
+                            purge_after: row.try_get("purge_after")?,
+                        })
+                    })
+                    .collect::<Result<_, sqlx::Error>>()
+                    .map_err(StoreError::from)
+            }
+
+            async fn restore_forgotten(&self, user: UserId, id: MemoryId) -> StoreResult<Memory> {
+                use sqlx::Row as _;
+                let mut tx = self.pool.begin().await?;
+                // Take the write lock first (SQLite) so the reads below cannot go stale.
+                sqlx::query(
+                    "UPDATE forgotten_memories SET id = id WHERE user_id = $1 AND memory_id = $2",
+                )
+                .bind(user.as_uuid())
+                .bind(id.as_uuid())
+                .execute(&mut *tx)
+                .await?;
+                let row = sqlx::query(
+                    "SELECT id, snapshot, versions, embedding FROM forgotten_memories \
+                     WHERE user_id = $1 AND memory_id = $2 AND snapshot IS NOT NULL \
+                     ORDER BY id DESC LIMIT 1",
+                )
+                .bind(user.as_uuid())
+                .bind(id.as_uuid())
+                .fetch_optional(&mut *tx)
+                .await?
+                .ok_or(StoreError::NotFound("forgotten memory"))?;
+                let entry: i64 = row.try_get("id")?;
+                let mut memory = row.try_get::<sqlx::types::Json<Memory>, _>("snapshot")?.0;
+                let versions: Vec<MemoryVersion> = row
+                    .try_get::<Option<sqlx::types::Json<Vec<MemoryVersion>>>, _>("versions")?
+                    .map(|json| json.0)
+                    .unwrap_or_default();
+                let embedding: Option<Vec<u8>> = row.try_get("embedding")?;
+                memory.embedding = embedding.map(|bytes| vector_from_bytes(&bytes)).unwrap_or_default();
+                memory.superseded_by = None;
+                let exists: Option<uuid::Uuid> =
+                    sqlx::query_scalar("SELECT id FROM memories WHERE id = $1")
+                        .bind(id.as_uuid())
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                if exists.is_some() {
+                    return Err(StoreError::Conflict("the memory exists already".into()));
+                }
+                write_memory_row(&mut tx, user, &memory).await?;
+                for version in &versions {
+                    sqlx::query(
+                        "INSERT INTO memory_versions (memory_id, version, user_id, change, snapshot, changed_at) \
+                         VALUES ($1, $2, $3, $4, $5, $6)",
+                    )
+                    .bind(id.as_uuid())
+                    .bind(version.version)
+                    .bind(user.as_uuid())
+                    .bind(&version.change)
+                    .bind(sqlx::types::Json(&version.snapshot))
+                    .bind(version.changed_at)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                memory.version = versions.iter().map(|v| v.version).max().unwrap_or(memory.version).max(memory.version) + 1;
+                memory.updated_at = now();
+                write_memory_row(&mut tx, user, &memory).await?;
+                log_change(&mut tx, user, &memory, "restored", LogOp::Upsert).await?;
+                if let (MemoryKind::Turn, Some(thread)) = (memory.kind, memory.thread_id) {
+                    touch_turn_neighbours(&mut tx, user, thread, memory.created_at, id, true, true).await?;
+                }
+                sqlx::query(
+                    "UPDATE forgotten_memories SET snapshot = NULL, versions = NULL, embedding = NULL, \
+                     restored_at = $2 WHERE id = $1",
+                )
+                .bind(entry)
+                .bind(now())
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(memory)
             }
 
             async fn delete_all_memories(&self, user: UserId) -> StoreResult<u64> {
@@ -451,6 +621,14 @@ macro_rules! sql_memory_store {
                     .bind(user.as_uuid())
                     .execute(&mut *tx)
                     .await?;
+                sqlx::query(
+                    "UPDATE forgotten_memories SET snapshot = NULL, versions = NULL, embedding = NULL, \
+                     request = NULL, purged_at = $2 WHERE user_id = $1 AND purged_at IS NULL",
+                )
+                .bind(user.as_uuid())
+                .bind(now())
+                .execute(&mut *tx)
+                .await?;
                 append_log(&mut tx, user, None, LogOp::DeleteUser).await?;
                 tx.commit().await?;
                 Ok(done.rows_affected())
@@ -940,6 +1118,18 @@ macro_rules! sql_memory_store {
                     }
                 }
                 Ok(archived)
+            }
+
+            async fn purge_forgotten(&self, now_at: DateTime<Utc>) -> StoreResult<u64> {
+                let done = sqlx::query(
+                    "UPDATE forgotten_memories SET snapshot = NULL, versions = NULL, embedding = NULL, \
+                     request = NULL, purged_at = $1 WHERE purged_at IS NULL AND restored_at IS NULL \
+                     AND purge_after <= $1",
+                )
+                .bind(now_at)
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected())
             }
 
             async fn memories_not_embedded_by(

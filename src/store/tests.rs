@@ -45,6 +45,7 @@ conformance!(
     run_commands_reach_the_owner_once,
     timestamps_round_trip_exactly,
     memories_round_trip_with_history_and_log,
+    forgotten_memories_come_back_whole_until_purged,
     memories_are_private,
     memories_read_by_id_carry_every_field,
     memory_lists_filter_and_paginate,
@@ -1028,6 +1029,136 @@ async fn memories_round_trip_with_history_and_log(store: Arc<dyn Store>) {
     store.set_watermark("keyword", log[1].seq).await.unwrap();
     assert_eq!(store.watermark("keyword").await.unwrap(), log[1].seq);
     assert_eq!(store.watermark("vector").await.unwrap(), 0);
+}
+
+/// A forgotten memory leaves the user's memories (logged as a delete), can be listed and
+/// restored with its id, vector and history by its owner only, and after its purge time only
+/// the record of it remains.
+async fn forgotten_memories_come_back_whole_until_purged(store: Arc<dyn Store>) {
+    let (alice, bob) = two_users(&store).await;
+    let written = store
+        .insert_memories(
+            alice.id,
+            vec![
+                new_memory(MemoryKind::Fact, "my passport number is X1234567", 3),
+                new_memory(MemoryKind::Fact, "my sister lives in Lisbon", 3),
+            ],
+        )
+        .await
+        .unwrap();
+    let (passport, sister) = (written[0].clone(), written[1].id);
+    store
+        .update_memory(
+            alice.id,
+            passport.id,
+            MemoryPatch {
+                importance: Some(4),
+                ..MemoryPatch::default()
+            },
+        )
+        .await
+        .unwrap();
+    let head = store.memory_log_head().await.unwrap();
+    let until = now() + chrono::Duration::days(30);
+    // Another user's id is skipped, not forgotten.
+    let gone = store
+        .forget_memories(bob.id, &[passport.id], "my passport", ForgetVia::Api, until)
+        .await
+        .unwrap();
+    assert!(gone.is_empty());
+    let gone = store
+        .forget_memories(
+            alice.id,
+            &[passport.id],
+            "my passport",
+            ForgetVia::Mcp,
+            until,
+        )
+        .await
+        .unwrap();
+    assert_eq!(gone.len(), 1);
+    assert!(matches!(
+        store.get_memory(alice.id, passport.id).await,
+        Err(StoreError::NotFound(_))
+    ));
+    store.get_memory(alice.id, sister).await.unwrap();
+    let log = store.memory_log_after(head, 10).await.unwrap();
+    assert_eq!(log.len(), 1);
+    assert_eq!(
+        (log[0].op, log[0].memory),
+        (LogOp::Delete, Some(passport.id))
+    );
+
+    let listed = store.forgotten_memories(alice.id, 10).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].memory.content, "my passport number is X1234567");
+    assert_eq!(listed[0].via, ForgetVia::Mcp);
+    assert_eq!(listed[0].request.as_deref(), Some("my passport"));
+    assert!(
+        store
+            .forgotten_memories(bob.id, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(matches!(
+        store.restore_forgotten(bob.id, passport.id).await,
+        Err(StoreError::NotFound(_))
+    ));
+
+    let restored = store
+        .restore_forgotten(alice.id, passport.id)
+        .await
+        .unwrap();
+    assert_eq!(restored.id, passport.id);
+    let back = store.get_memory(alice.id, passport.id).await.unwrap();
+    assert_eq!(back.embedding, passport.embedding);
+    assert_eq!(back.importance, 4);
+    let history = store.memory_history(alice.id, passport.id).await.unwrap();
+    let changes: Vec<&str> = history.iter().map(|v| v.change.as_str()).collect();
+    assert_eq!(changes, ["created", "updated", "restored"]);
+    assert!(
+        store
+            .forgotten_memories(alice.id, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(matches!(
+        store.restore_forgotten(alice.id, passport.id).await,
+        Err(StoreError::NotFound(_))
+    ));
+
+    // Forgotten again, then purged: the content is gone for good.
+    store
+        .forget_memories(
+            alice.id,
+            &[passport.id],
+            "my passport",
+            ForgetVia::Api,
+            until,
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.purge_forgotten(now()).await.unwrap(), 0, "not yet");
+    assert_eq!(
+        store
+            .purge_forgotten(until + chrono::Duration::seconds(1))
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(
+        store
+            .forgotten_memories(alice.id, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(matches!(
+        store.restore_forgotten(alice.id, passport.id).await,
+        Err(StoreError::NotFound(_))
+    ));
 }
 
 /// Recall's read by id (on SQLite straight from the file, see `sqlite_rows`) gives the same

@@ -666,3 +666,88 @@ fn cli_commands_use_the_server_holding_the_data_directory_as_the_named_user() {
         "{embedded:?}"
     );
 }
+
+/// `mnemo memory forget` lists what would go and asks; "n" keeps everything, `--yes` forgets
+/// the passport alone, `memory forgotten` lists it and `memory restore` brings it back.
+#[test]
+fn memory_forget_asks_first_and_can_be_undone() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    for fact in [
+        "My passport number is X1234567.",
+        "My sister lives in Lisbon.",
+        "I play the cello in a community orchestra.",
+    ] {
+        let add = mnemo(&data).args(["memory", "add", fact]).output().unwrap();
+        assert!(add.status.success(), "{add:?}");
+    }
+    let forget = |yes: bool, input: &[u8]| {
+        let mut command = mnemo(&data);
+        command.args(["memory", "forget", "Forget everything about my passport"]);
+        if yes {
+            command.arg("--yes");
+        }
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let kept = forget(false, b"n\n");
+    assert!(kept.status.success(), "{kept:?}");
+    let listing = text(&kept.stderr);
+    assert!(listing.contains("X1234567"), "{listing}");
+    assert!(
+        !listing.contains("Lisbon") && !listing.contains("cello"),
+        "{listing}"
+    );
+    assert!(listing.contains("nothing forgotten"), "{listing}");
+    let list = |data: &std::path::Path| {
+        text(
+            &mnemo(data)
+                .args(["memory", "list"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+    };
+    assert!(list(&data).contains("X1234567"));
+
+    let done = forget(true, b"");
+    assert!(done.status.success(), "{done:?}");
+    assert!(
+        text(&done.stdout).contains("1 memories forgotten"),
+        "{done:?}"
+    );
+    let listed = list(&data);
+    assert!(!listed.contains("X1234567"), "{listed}");
+    assert!(
+        listed.contains("Lisbon") && listed.contains("cello"),
+        "{listed}"
+    );
+
+    let forgotten = text(
+        &mnemo(&data)
+            .args(["memory", "forgotten"])
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    assert!(forgotten.contains("X1234567"), "{forgotten}");
+    let id = forgotten.split_whitespace().next().unwrap().to_string();
+    let restore = mnemo(&data)
+        .args(["memory", "restore", &id])
+        .output()
+        .unwrap();
+    assert!(restore.status.success(), "{restore:?}");
+    assert!(list(&data).contains("X1234567"));
+    let again = mnemo(&data)
+        .args(["memory", "restore", &id])
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(2), "{again:?}");
+}

@@ -25,7 +25,7 @@ fn python() -> PathBuf {
 }
 
 /// Runs one client script with `env`; its stdout parsed as JSON.
-async fn run_client(script: &str, env: &[(&str, &str)]) -> Value {
+pub(crate) async fn run_client(script: &str, env: &[(&str, &str)]) -> Value {
     let python = tokio::task::spawn_blocking(python).await.expect("venv");
     let mut command = tokio::process::Command::new(python);
     command.arg(Path::new(CLIENTS).join(script));

@@ -15,6 +15,7 @@ mod eval;
 mod http;
 mod memory;
 mod quickstart;
+mod relevance;
 mod replicas;
 mod research;
 mod ssrf;

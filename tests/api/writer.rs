@@ -921,3 +921,75 @@ async fn a_retried_turn_job_stores_its_turn_once() {
     );
     app.stop().await;
 }
+
+/// "İ, remember 茶" and then "Remember that my favourite editor is helix" (no model): a search
+/// for "favourite editor" answers with the fact (or the turn that said it) first, never with
+/// the unrelated turn (which ranks after it, if at all), once the profile is rebuilt too.
+#[tokio::test]
+async fn the_fact_answers_its_question_before_unrelated_turns_and_the_profile() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn_with(
+        &home,
+        &[
+            (
+                "MNEMO__EMBEDDER__MODEL_DIR",
+                &support::multilingual_model_dir(),
+            ),
+            ("MNEMO__MEMORY__PROFILE_INTERVAL_SECS", "0"),
+        ],
+    )
+    .await;
+    let key = app.user_key("alice").await;
+    let thread = thread(&app, &key).await;
+    say(&app, &key, &thread, "İ, remember 茶").await;
+    say(
+        &app,
+        &key,
+        &thread,
+        "Remember that my favourite editor is helix",
+    )
+    .await;
+    wait_for_jobs(&app).await;
+    // The profile as the writer rebuilds it (its schedule allows one a second).
+    let user = app
+        .state
+        .store
+        .accounts()
+        .user_by_name("alice")
+        .await
+        .unwrap()
+        .expect("alice")
+        .id;
+    app.state.writer.build_profile(user).await.unwrap();
+    app.wait_indexed().await;
+    let all = memories(&app, &key, "&kinds=profile").await;
+    assert!(
+        contents(&all).iter().any(|c| c.contains("helix")),
+        "the profile was rebuilt: {all:?}"
+    );
+    let (status, body) = app
+        .post(
+            "/v1/memories/search",
+            Some(&key),
+            Some(json!({ "query": "favourite editor", "k": 5 })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let found: Vec<&str> = body["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["memory"]["content"].as_str().unwrap())
+        .collect();
+    assert!(
+        found
+            .first()
+            .is_some_and(|first| first.contains("favourite editor is helix")),
+        "{found:?}"
+    );
+    // What said it comes before what did not, which is far less likely about it.
+    let said = found.iter().rposition(|c| c.contains("helix")).unwrap();
+    let unrelated = found.iter().position(|c| c.contains('茶'));
+    assert!(unrelated.is_none_or(|at| at > said), "{found:?}");
+    app.stop().await;
+}

@@ -2,7 +2,9 @@
 MNEMO_MCP_COMMAND set (a JSON list: the `mnemo mcp` command line), over stdio.
 
 Reads MNEMO_BASE, MNEMO_KEY and MNEMO_STEPS (comma-separated: tools, remember, recall,
-research, refused) from the environment and prints one JSON object of what it saw.
+research, facts, forget, refused) from the environment and prints one JSON object of what it
+saw. `facts` remembers each statement of the JSON list MNEMO_FACTS; `forget` asks to forget
+MNEMO_FORGET.
 """
 
 import asyncio
@@ -56,6 +58,14 @@ async def main():
                 "remember", {"content": "My favourite colour is teal", "kind": "preference"}
             )
             seen["remember"] = {"error": result.is_error, "texts": texts(result)}
+        if "facts" in steps:
+            seen["facts"] = []
+            for fact in json.loads(os.environ["MNEMO_FACTS"]):
+                result = await client.call_tool("remember", {"content": fact})
+                seen["facts"].append({"error": result.is_error, "texts": texts(result)})
+        if "forget" in steps:
+            result = await client.call_tool("forget", {"query": os.environ["MNEMO_FORGET"]})
+            seen["forget"] = {"error": result.is_error, "texts": texts(result)}
         if "recall" in steps:
             result = await client.call_tool("recall_memory", {"query": "favourite colour", "k": 5})
             seen["recall"] = {"error": result.is_error, "texts": texts(result)}

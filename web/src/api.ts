@@ -448,6 +448,27 @@ export const runs = {
 
 // ---- memories -----------------------------------------------------------------------------
 
+export interface ForgetMatch {
+  memory: Memory
+  /** How likely the memory is about what was named (0–1). */
+  relevance: number
+}
+
+export interface ForgetResponse {
+  dry_run: boolean
+  matches: ForgetMatch[]
+  forgotten: Memory[]
+  restorable_until: string | null
+}
+
+export interface ForgottenMemory {
+  memory: Memory
+  request: string | null
+  via: 'api' | 'mcp' | 'chat' | 'cli'
+  forgotten_at: string
+  purge_after: string
+}
+
 export const memories = {
   search: (request: SearchRequest) => json<RecallResponse>('POST', '/v1/memories/search', { json: request }),
   list: (query: ListMemoriesQuery = {}) =>
@@ -473,7 +494,14 @@ export const memories = {
   export: async () => (await send('GET', '/v1/memories/export', { headers: { accept: 'application/x-ndjson' } })).text(),
   import: (jsonLines: string) =>
     json<ImportReport>('POST', '/v1/memories/import', { body: jsonLines, contentType: 'application/x-ndjson' }),
-  forget: (query: string) => json<{ forgotten: Memory[] }>('POST', '/v1/memories/forget', { json: { query } }),
+  /** What `forget` would remove for a description, most relevant first (nothing is removed). */
+  forgetPreview: (query: string) =>
+    json<ForgetResponse>('POST', '/v1/memories/forget', { json: { query, dry_run: true } }),
+  /** Forgets exactly these memories (restorable until `restorable_until`). */
+  forget: (ids: string[], query: string) =>
+    json<ForgetResponse>('POST', '/v1/memories/forget', { json: { ids, query: query || undefined } }),
+  forgotten: () => json<{ forgotten: ForgottenMemory[] }>('GET', '/v1/memories/forgotten'),
+  restore: (memoryId: string) => json<Memory>('POST', `/v1/memories/forgotten/${id(memoryId)}/restore`),
 }
 
 // ---- documents ----------------------------------------------------------------------------

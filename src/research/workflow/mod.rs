@@ -481,7 +481,8 @@ impl Research {
             .await?;
         let cited: Vec<(usize, Source)> = self
             .step("sources", || async {
-                let mut cited = self.score_sources(&brief).await?;
+                let topics: Vec<&str> = findings.iter().map(|f| f.topic.as_str()).collect();
+                let mut cited = self.score_sources(&brief, &topics).await?;
                 // Later steps quote an excerpt at most: the checkpoint keeps no more.
                 for (_, source) in &mut cited {
                     source.text = source

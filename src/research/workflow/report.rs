@@ -252,8 +252,9 @@ impl Research {
                 supersedes: None,
             })
             .collect();
-        match self.deps.memory.add(self.user, memories).await {
-            Ok(written) => Ok(written.len()),
+        // The same conclusion researched again is the memory it repeats, not a second copy.
+        match self.deps.memory.add_unique(self.user, memories).await {
+            Ok(unique) => Ok(unique.written.len()),
             Err(error) => {
                 self.progress
                     .error(
@@ -272,6 +273,11 @@ impl Research {
     }
 }
 
+/// What a digest says when no passage read is about the question: it quotes nothing rather
+/// than the least unrelated text.
+pub(super) const NOTHING_ANSWERS: &str =
+    "Nothing in the sources read answers this question, so nothing is quoted here.";
+
 /// The extractive report written without a model (or instead of an empty one; `why` says
 /// which): per topic, the selected passages with their citation numbers.
 pub(super) fn digest(
@@ -283,6 +289,15 @@ pub(super) fn digest(
     let mut out = format!(
         "# {query}\n\nAn extractive digest: the passages of the sources read that are most similar to each question, quoted as found ({why}).\n"
     );
+    let quoted = findings.iter().any(|found| {
+        found
+            .passages
+            .iter()
+            .any(|passage| number_of.contains_key(passage.url.as_str()))
+    });
+    if !quoted {
+        out.push_str(&format!("\n{NOTHING_ANSWERS}\n"));
+    }
     for found in findings {
         let passages: Vec<&Passage> = found
             .passages

@@ -2,13 +2,13 @@
 //! and the scoring that keeps the best for the report.
 
 use crate::llm::prompts::Prompt;
-use crate::memory::rank::cosine;
 use crate::runs::events::SourcesFound;
 use crate::search::SearchHit;
 use crate::search::fetch::FetchedPage;
 use std::collections::HashMap;
 
 use super::*;
+use crate::memory::relevance::{Corpus, Terms};
 
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub(super) struct Source {
@@ -163,12 +163,14 @@ impl Findings {
 }
 
 impl Research {
-    /// Scores every read source for relevance (embedding similarity to the brief, and the
-    /// model's judgement when one is configured) and credibility, drops the weakest, and
+    /// Scores every read source for relevance (the calibrated probability that it is about
+    /// the brief or one of the topics researched, and the model's judgement when one is
+    /// configured) and credibility, drops those about none of them and the weakest, and
     /// numbers the rest for citation.
     pub(super) async fn score_sources(
         &self,
         brief: &str,
+        topics: &[&str],
     ) -> Result<Vec<(usize, Source)>, RunFailure> {
         let mut sources = self.sources.readable();
         if sources.is_empty() {
@@ -184,11 +186,15 @@ impl Research {
                 )
             })
             .collect();
+        let corpus = Corpus::new(texts.iter().map(|text| Terms::of(text)).collect());
         // The similarity embedding runs while the model judges the sources.
         let embedder = self.deps.memory.embedder().clone();
         let brief_text = brief.to_string();
+        let questions: Vec<String> = std::iter::once(brief_text)
+            .chain(topics.iter().map(ToString::to_string))
+            .collect();
         let similarity = async move {
-            tokio::try_join!(embedder.embed_query(&brief_text), embedder.embed(&texts))
+            tokio::try_join!(embedder.embed_queries(&questions), embedder.embed(&texts))
         };
         let judgement = async {
             match self.role(ModelRole::Research) {
@@ -197,10 +203,31 @@ impl Research {
             }
         };
         let (similarity, judgement) = tokio::join!(similarity, judgement);
+        // Relevance is the calibrated probability that the source is about the brief
+        // (`memory::relevance`), never a raw cosine: a source below the `source` point is
+        // dropped whatever else is said of it.
+        let relevance = self.deps.memory.relevance().clone();
+        let point = self.deps.memory.settings().relevance.source;
+        let mut calibrated = vec![None; sources.len()];
         match similarity {
-            Ok((query, vectors)) => {
-                for (source, vector) in sources.iter_mut().zip(&vectors) {
-                    source.relevance = f64::from(cosine(&query, vector).max(0.0));
+            Ok((queries, vectors)) => {
+                let profiles: Vec<_> = std::iter::once(brief)
+                    .chain(topics.iter().copied())
+                    .zip(queries)
+                    .map(|(text, vector)| relevance.profile(text, vector))
+                    .collect();
+                for (((source, vector), slot), terms) in sources
+                    .iter_mut()
+                    .zip(&vectors)
+                    .zip(&mut calibrated)
+                    .zip(corpus.texts())
+                {
+                    let p = profiles
+                        .iter()
+                        .map(|profile| relevance.score_text(profile, terms, vector, Some(&corpus)))
+                        .fold(0.0, f64::max);
+                    source.relevance = p;
+                    *slot = Some(p);
                 }
             }
             Err(error) => {
@@ -252,16 +279,22 @@ impl Research {
                     .await?;
             }
         }
-        for source in &mut sources {
-            source.score = 0.7 * source.relevance + 0.3 * source.credibility;
-        }
-        sources.sort_by(|a, b| b.score.total_cmp(&a.score));
+        let mut about: Vec<(Source, bool)> = sources
+            .into_iter()
+            .zip(calibrated)
+            .map(|(mut source, p)| {
+                source.score = 0.7 * source.relevance + 0.3 * source.credibility;
+                // Without the similarity (its embedding failed) the model's judgement decides.
+                (source, p.is_none_or(|p| p >= point))
+            })
+            .collect();
+        about.sort_by(|a, b| b.0.score.total_cmp(&a.0.score));
         let mut kept = Vec::new();
         let mut dropped = Vec::new();
-        for source in sources {
-            let keep = kept.is_empty()
-                || (source.score >= self.config.min_source_score
-                    && kept.len() < self.config.max_sources);
+        for (source, relevant) in about {
+            let keep = relevant
+                && source.score >= self.config.min_source_score
+                && kept.len() < self.config.max_sources;
             if keep {
                 kept.push(source);
             } else {

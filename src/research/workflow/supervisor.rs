@@ -5,6 +5,7 @@ use crate::llm::chat::ChatRole;
 use crate::llm::chat::ToolCall;
 use crate::llm::chat::ToolSpec;
 use crate::llm::prompts::Prompt;
+use crate::memory::relevance::{Corpus, Terms};
 use crate::runs::events::SourcesFound;
 use crate::runs::events::ToolCall as ToolCallEvent;
 use crate::search::SearchHit;
@@ -523,7 +524,8 @@ impl Research {
         })
     }
 
-    /// The passages of the read sources most similar to `topic`, diverse (MMR).
+    /// The passages of the read sources most similar to `topic` among those likely about it,
+    /// diverse (MMR).
     pub(super) async fn select_passages(
         &self,
         topic: &str,
@@ -551,10 +553,28 @@ impl Research {
         // what is searched.
         let (query, rest) = tokio::try_join!(embedder.embed_query(topic), embedder.embed(&texts))
             .map_err(|error| format!("embedding passages failed: {error}"))?;
-        let chosen = mmr(&query, &rest, PASSAGES_PER_TOPIC, 0.7);
+        // Only passages likely about the topic (the calibrated relevance's `source` point)
+        // are candidates at all: a topic nothing read answers gets no passage, not the least
+        // unrelated ones.
+        let relevance = self.deps.memory.relevance();
+        let point = self.deps.memory.settings().relevance.source;
+        let profile = relevance.profile(topic, query);
+        let corpus = Corpus::new(texts.iter().map(|text| Terms::of(text)).collect());
+        let relevant: Vec<usize> = (0..candidates.len())
+            .filter(|&index| {
+                relevance.score_text(
+                    &profile,
+                    &corpus.texts()[index],
+                    &rest[index],
+                    Some(&corpus),
+                ) >= point
+            })
+            .collect();
+        let vectors: Vec<Vec<f32>> = relevant.iter().map(|&index| rest[index].clone()).collect();
+        let chosen = mmr(profile.vector(), &vectors, PASSAGES_PER_TOPIC, 0.7);
         Ok(chosen
             .into_iter()
-            .map(|(index, _)| candidates[index].clone())
+            .map(|(index, _)| candidates[relevant[index]].clone())
             .collect())
     }
 

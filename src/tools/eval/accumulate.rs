@@ -23,7 +23,7 @@ pub(super) struct RunKey {
     /// `-rrf_k × 1000`, so larger constants come first.
     pub(super) rrf_order: i64,
     /// The gate sweep's thresholds in thousandths.
-    pub(super) gate_order: Option<[i64; 4]>,
+    pub(super) gate_order: Option<[i64; 2]>,
 }
 
 impl RunKey {
@@ -145,6 +145,8 @@ pub(super) struct Sink {
     pub(super) wordpieces: Option<WordPieces>,
     pub(super) answers: answer::AnswerTally,
     pub(super) answers_file: Option<std::io::BufWriter<std::fs::File>>,
+    /// The relevance features of the product's ungated results (`--features`).
+    pub(super) features: Option<std::io::BufWriter<std::fs::File>>,
 }
 
 /// Counts BERT WordPiece tokens with the local embedding model's tokenizer.

@@ -171,7 +171,7 @@ impl Aggregate {
 }
 
 /// Latency summary in milliseconds (nearest-rank percentiles).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Latency {
     pub p50_ms: f64,
     pub p95_ms: f64,

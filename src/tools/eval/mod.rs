@@ -34,6 +34,7 @@ pub mod answer;
 pub mod locomo;
 pub mod longmemeval;
 pub mod metrics;
+pub mod relevance;
 pub mod report;
 mod scratch;
 pub mod zh;
@@ -51,7 +52,7 @@ use serde::Serialize;
 use sha2::Digest;
 
 use mnemo::config::ModelRole;
-use mnemo::config::{FusionMethod, FusionSettings, MemorySettings, Settings};
+use mnemo::config::{FusionMethod, MemorySettings, RelevanceSettings, Settings};
 use mnemo::llm::embed::Embedder;
 use mnemo::memory::RecallRequest;
 use mnemo::memory::rank::RecallMode;
@@ -282,72 +283,46 @@ impl Retrieval {
     }
 }
 
-/// The query gate's and the candidate floor's thresholds (`memory.fusion`): one point of the
-/// gate sweep.
+/// Recall's relevance operating points (`memory.relevance`: the gate, and the tail where a
+/// result list stops): one point of the gate sweep.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct GatePoint {
-    pub gate_cosine: f64,
-    pub gate_coverage: f64,
-    pub floor_cosine: f64,
-    pub floor_coverage: f64,
+    pub gate: f64,
+    pub tail: f64,
 }
 
 impl GatePoint {
-    /// No gate and no floor.
-    pub const OFF: GatePoint = GatePoint::new(0.0, 0.0, 0.0, 0.0);
+    /// No gate and no tail: every candidate may be returned.
+    pub const OFF: GatePoint = GatePoint::new(0.0, 0.0);
 
-    pub const fn new(
-        gate_cosine: f64,
-        gate_coverage: f64,
-        floor_cosine: f64,
-        floor_coverage: f64,
-    ) -> Self {
-        Self {
-            gate_cosine,
-            gate_coverage,
-            floor_cosine,
-            floor_coverage,
-        }
+    pub const fn new(gate: f64, tail: f64) -> Self {
+        Self { gate, tail }
     }
 
-    pub fn of(fusion: &FusionSettings) -> Self {
-        Self::new(
-            fusion.gate_cosine(),
-            fusion.gate_coverage,
-            fusion.floor_cosine(),
-            fusion.floor_coverage,
-        )
+    pub fn of(relevance: &RelevanceSettings) -> Self {
+        Self::new(relevance.gate, relevance.tail)
     }
 
-    fn apply(self, fusion: &mut FusionSettings) {
-        fusion.gate_cosine = Some(self.gate_cosine);
-        fusion.gate_coverage = self.gate_coverage;
-        fusion.floor_cosine = Some(self.floor_cosine);
-        fusion.floor_coverage = self.floor_coverage;
+    fn apply(self, relevance: &mut RelevanceSettings) {
+        relevance.gate = self.gate;
+        relevance.tail = self.tail;
     }
 
-    fn values(self) -> [f64; 4] {
-        [
-            self.gate_cosine,
-            self.gate_coverage,
-            self.floor_cosine,
-            self.floor_coverage,
-        ]
+    fn values(self) -> [f64; 2] {
+        [self.gate, self.tail]
     }
 
     /// Thousandths, for ordering rows.
-    fn order(self) -> [i64; 4] {
+    fn order(self) -> [i64; 2] {
         self.values().map(|value| (value * 1000.0).round() as i64)
     }
 
-    /// `gate 0.47/0.6 floor 0.35/0.1`.
+    /// `gate 0.1 tail 0.05`.
     pub fn label(self) -> String {
         format!(
-            "gate {}/{} floor {}/{}",
-            report::number(self.gate_cosine),
-            report::number(self.gate_coverage),
-            report::number(self.floor_cosine),
-            report::number(self.floor_coverage)
+            "gate {} tail {}",
+            report::number(self.gate),
+            report::number(self.tail)
         )
     }
 }
@@ -355,19 +330,23 @@ impl GatePoint {
 impl std::str::FromStr for GatePoint {
     type Err = String;
 
-    /// `gate_cosine/gate_coverage/floor_cosine/floor_coverage`, e.g. `0.47/0.6/0.35/0.1`.
+    /// `gate/tail`, e.g. `0.1/0.05`: probabilities between 0 and 1.
     fn from_str(text: &str) -> Result<Self, String> {
         let values: Vec<f64> = text
             .split('/')
             .map(|part| part.trim().parse::<f64>())
             .collect::<Result<_, _>>()
-            .map_err(|_| format!("{text:?}: four numbers a/b/c/d expected"))?;
+            .map_err(|_| format!("{text:?}: two numbers gate/tail expected"))?;
         match values[..] {
-            [a, b, c, d] if values.iter().all(|v| v.is_finite() && *v >= 0.0) => {
-                Ok(Self::new(a, b, c, d))
+            [gate, tail]
+                if values
+                    .iter()
+                    .all(|v| v.is_finite() && (0.0..=1.0).contains(v)) =>
+            {
+                Ok(Self::new(gate, tail))
             }
             _ => Err(format!(
-                "{text:?}: four numbers ≥ 0 expected (gate cosine/coverage, floor cosine/coverage)"
+                "{text:?}: two probabilities between 0 and 1 expected (gate/tail)"
             )),
         }
     }
@@ -410,40 +389,26 @@ pub struct EvalOptions {
     pub answer_unit: MemoryUnit,
     /// Memories given to the answer model.
     pub answer_k: usize,
+    /// Where to write the relevance features of the product's results without gate or tail,
+    /// for its own questions and another conversation's (JSON lines, as `mnemo eval relevance
+    /// --features` writes them; `eval/relevance/fit.py` fits on both).
+    pub features: Option<PathBuf>,
 }
 
 impl EvalOptions {
     pub const DEFAULT_KS: [usize; 6] = [1, 3, 5, 10, 25, 50];
     pub const DEFAULT_RRF_SWEEP: [f64; 4] = [60.0, 20.0, 10.0, 5.0];
-    /// Stricter and looser gates around the defaults, then other floors under the default gate.
-    pub const DEFAULT_GATE_SWEEP: [GatePoint; 12] = [
-        GatePoint::new(0.42, 0.35, 0.35, 0.05),
-        GatePoint::new(0.42, 0.5, 0.35, 0.05),
-        GatePoint::new(0.42, 0.7, 0.35, 0.05),
-        GatePoint::new(0.47, 0.35, 0.35, 0.05),
-        GatePoint::new(0.47, 0.5, 0.35, 0.05),
-        GatePoint::new(0.47, 0.7, 0.35, 0.05),
-        GatePoint::new(0.52, 0.35, 0.35, 0.05),
-        GatePoint::new(0.52, 0.5, 0.35, 0.05),
-        GatePoint::new(0.52, 0.7, 0.35, 0.05),
-        GatePoint::new(0.47, 0.5, 0.3, 0.1),
-        GatePoint::new(0.47, 0.5, 0.4, 0.1),
-        GatePoint::new(0.47, 0.5, 0.35, 0.2),
+    /// Gates and tails around the shipped operating points.
+    pub const DEFAULT_GATE_SWEEP: [GatePoint; 8] = [
+        GatePoint::new(0.0, 0.0),
+        GatePoint::new(0.05, 0.005),
+        GatePoint::new(0.1, 0.005),
+        GatePoint::new(0.12, 0.005),
+        GatePoint::new(0.15, 0.02),
+        GatePoint::new(0.15, 0.05),
+        GatePoint::new(0.2, 0.005),
+        GatePoint::new(0.3, 0.005),
     ];
-
-    /// The default grid moved to a model's own cosines: [`Self::DEFAULT_GATE_SWEEP`] is
-    /// written around MiniLM's (gate 0.47, floor 0.35).
-    pub fn default_gate_sweep(fusion: &FusionSettings) -> Vec<GatePoint> {
-        let (gate, floor) = (fusion.gate_cosine() - 0.47, fusion.floor_cosine() - 0.35);
-        Self::DEFAULT_GATE_SWEEP
-            .iter()
-            .map(|point| GatePoint {
-                gate_cosine: ((point.gate_cosine + gate) * 1000.0).round() / 1000.0,
-                floor_cosine: ((point.floor_cosine + floor) * 1000.0).round() / 1000.0,
-                ..*point
-            })
-            .collect()
-    }
 
     /// Defaults for everything else; the scratch directory becomes `<out_dir>/scratch`.
     pub fn new(data: PathBuf, out_dir: PathBuf, mut settings: Settings) -> Self {
@@ -461,6 +426,7 @@ impl EvalOptions {
             answer: false,
             answer_unit: MemoryUnit::Dated,
             answer_k: 10,
+            features: None,
         }
     }
 }
@@ -546,14 +512,9 @@ pub async fn run_longmemeval(options: EvalOptions) -> anyhow::Result<EvalSummary
 }
 
 /// Runs the evaluation of `dataset` and writes the results into `options.out_dir`.
-pub async fn run(dataset: &dyn Dataset, mut options: EvalOptions) -> anyhow::Result<EvalSummary> {
+pub async fn run(dataset: &dyn Dataset, options: EvalOptions) -> anyhow::Result<EvalSummary> {
     let started = Instant::now();
     let embedder = mnemo::llm::embed::from_settings(&options.settings.embedder).await?;
-    // The gate's cosines are the model's own, as the engine resolves them.
-    options.settings.memory.fusion.resolve(embedder.model_id());
-    if options.gate_sweep == EvalOptions::DEFAULT_GATE_SWEEP {
-        options.gate_sweep = EvalOptions::default_gate_sweep(&options.settings.memory.fusion);
-    }
     let plan = Plan::new(&options)?;
     let mut conversations = dataset.conversations();
     if let Some(limit) = options.limit_conversations {
@@ -603,6 +564,13 @@ pub async fn run(dataset: &dyn Dataset, mut options: EvalOptions) -> anyhow::Res
             ))
         } else {
             None
+        },
+        features: match &options.features {
+            Some(path) => Some(std::io::BufWriter::new(
+                std::fs::File::create(path)
+                    .with_context(|| format!("creating {}", path.display()))?,
+            )),
+            None => None,
         },
     };
     let total_turns: u64 = conversations
@@ -757,10 +725,10 @@ impl Probe {
         let mut settings = base.clone();
         settings.rrf_k = self.rrf_k;
         if self.retrieval == Retrieval::Ungated {
-            GatePoint::OFF.apply(&mut settings.fusion);
+            GatePoint::OFF.apply(&mut settings.relevance);
         }
         if let Some(gate) = self.gate {
-            gate.apply(&mut settings.fusion);
+            gate.apply(&mut settings.relevance);
         }
         settings
     }
@@ -781,7 +749,7 @@ impl Probe {
     fn gate_used(self, base: &MemorySettings) -> Option<GatePoint> {
         self.retrieval
             .fuses()
-            .then(|| GatePoint::of(&self.settings(base).fusion))
+            .then(|| GatePoint::of(&self.settings(base).relevance))
     }
 
     /// Asked the questions of another conversation too: the main fused retrievals and the
@@ -860,7 +828,7 @@ impl Plan {
             }
         }
         if retrievals.contains(&Retrieval::HybridDecay) && units.contains(&MemoryUnit::Product) {
-            let mut seen = vec![GatePoint::of(&memory.fusion)];
+            let mut seen = vec![GatePoint::of(&memory.relevance)];
             for &point in &options.gate_sweep {
                 if !point.values().iter().all(|v| v.is_finite() && *v >= 0.0) {
                     bail!("gate sweep values must be finite and >= 0");
@@ -1072,8 +1040,8 @@ mod tests {
     #[test]
     fn the_plan_sweeps_rrf_only_with_hybrid_and_checks_k() {
         let mut options = EvalOptions::new("d.json".into(), "out".into(), Settings::default());
-        let shipped = GatePoint::of(&options.settings.memory.fusion);
-        let stricter: GatePoint = "0.5/0.6/0.3/0.1".parse().unwrap();
+        let shipped = GatePoint::of(&options.settings.memory.relevance);
+        let stricter: GatePoint = "0.5/0.3".parse().unwrap();
         options.gate_sweep = vec![stricter, shipped];
         // The shipped fusion has no constant to sweep; the gate sweep skips the settings' own
         // thresholds and runs for the product's memories only.
@@ -1081,10 +1049,10 @@ mod tests {
         assert_eq!((plan.probes.len(), plan.sweep.len()), (5, 1));
         assert_eq!(plan.candidates, options.settings.memory.candidates);
         let gate = plan.sweep[0];
-        assert_eq!(gate.gate, Some(GatePoint::new(0.5, 0.6, 0.3, 0.1)));
+        assert_eq!(gate.gate, Some(GatePoint::new(0.5, 0.3)));
         assert!(gate.asks_foreign() && gate.retrieval == Retrieval::HybridDecay);
-        let fusion = gate.settings(&plan.memory).fusion;
-        assert_eq!((fusion.gate_coverage, fusion.floor_cosine()), (0.6, 0.3));
+        let relevance = gate.settings(&plan.memory).relevance;
+        assert_eq!((relevance.gate, relevance.tail), (0.5, 0.3));
         assert_eq!(plan.probes_for(MemoryUnit::Dated).len(), 5);
         assert_eq!(plan.probes_for(MemoryUnit::Product).len(), 6);
         let ungated = plan
@@ -1095,7 +1063,7 @@ mod tests {
             ungated.and_then(|p| p.gate_used(&plan.memory)),
             Some(GatePoint::OFF)
         );
-        for bad in ["1/2/3", "a/b/c/d", "-1/0/0/0", "0/0/0/0/0"] {
+        for bad in ["1/2/3", "a/b", "-1/0", "0.5/2", "0.1"] {
             assert!(bad.parse::<GatePoint>().is_err(), "{bad}");
         }
         options.gate_sweep.clear();
@@ -1212,11 +1180,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut settings = Settings::default();
         settings.embedder.model_dir = model_dir();
-        // A few turns per haystack: the gate's thresholds are measured on LoCoMo, not here
+        // A few turns per haystack: the operating points are measured on LoCoMo, not here
         // (the ungated row below is what the default rows would be).
-        let fusion = &mut settings.memory.fusion;
-        (fusion.gate_cosine, fusion.gate_coverage) = (Some(0.0), 0.0);
-        (fusion.floor_cosine, fusion.floor_coverage) = (Some(0.0), 0.0);
+        (
+            settings.memory.relevance.gate,
+            settings.memory.relevance.tail,
+        ) = (0.0, 0.0);
         let mut options = EvalOptions::new(
             Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/longmemeval-mini.json"),
             dir.path().join("results"),
@@ -1224,7 +1193,7 @@ mod tests {
         );
         options.ks = vec![1, 3, 10];
         // One gate sweep point that no candidate passes: nothing recalled, foreign or not.
-        options.gate_sweep = vec![GatePoint::new(2.0, 2.0, 0.0, 0.0)];
+        options.gate_sweep = vec![GatePoint::new(1.0, 1.0)];
         let summary = run_longmemeval(options).await.unwrap();
         for path in [
             &summary.results_json,
@@ -1265,8 +1234,8 @@ mod tests {
         let swept: Vec<&RunResult> = report.runs.iter().filter(|r| r.sweep).collect();
         assert_eq!(swept.len(), 1);
         let closed = swept[0];
-        assert_eq!(closed.key, "product gate 2/2 floor 0/0");
-        assert_eq!(closed.gate, Some(GatePoint::new(2.0, 2.0, 0.0, 0.0)));
+        assert_eq!(closed.key, "product gate 1 tail 1");
+        assert_eq!(closed.gate, Some(GatePoint::new(1.0, 1.0)));
         assert_eq!(closed.overall.recall[&10], 0.0);
         let foreign = closed
             .foreign
@@ -1288,15 +1257,12 @@ mod tests {
         let markdown = std::fs::read_to_string(&summary.results_md).unwrap();
         assert!(markdown.contains("| dated | hybrid |"), "{markdown}");
         assert!(
-            markdown.contains("## Query gate and floor sweep"),
+            markdown.contains("## Relevance operating points"),
             "{markdown}"
         );
+        assert!(markdown.contains("| 0 (setting) | 0 |"), "{markdown}");
         assert!(
-            markdown.contains("| 0 (setting) | 0 | 0 | 0 |"),
-            "{markdown}"
-        );
-        assert!(
-            markdown.contains("| 2 | 2 | 0 | 0 |  | 0.0 | – | 100.0 % |"),
+            markdown.contains("| 1 | 1 |  | 0.0 | – | 100.0 % |"),
             "{markdown}"
         );
         assert!(

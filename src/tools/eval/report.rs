@@ -126,15 +126,15 @@ fn gate_sweep(report: &Report, out: &mut String) {
     }
     rows.sort_by_key(|(_, gate)| gate.order());
     out.push_str(
-        "\n## Query gate and floor sweep (product, hybrid + decay)\n\n\
-         A recall returns nothing unless a candidate reaches the gate's cosine or BM25 coverage; \
-         past it, candidates below both floor values are dropped. `foreign nothing` is the share \
-         of another conversation's questions that returned no memory.\n\n",
+        "\n## Relevance operating points (product, hybrid + decay)\n\n\
+         A recall returns nothing unless a candidate is at least `gate` likely about the query \
+         (`memory::relevance`); past it, results below `tail` are dropped. `foreign nothing` is \
+         the share of another conversation's questions that returned no memory.\n\n",
     );
     out.push_str(
-        "| gate cosine | gate coverage | floor cosine | floor coverage | R@5 | R@10 | multi-hop R@10 | foreign nothing | foreign returned |\n",
+        "| gate | tail | R@5 | R@10 | multi-hop R@10 | foreign nothing | foreign returned |\n",
     );
-    out.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str("|---:|---:|---:|---:|---:|---:|---:|\n");
     for (run, gate) in rows {
         let mark = if run.key == "product" {
             " (setting)"
@@ -158,11 +158,9 @@ fn gate_sweep(report: &Report, out: &mut String) {
             .unwrap_or_else(|| "–".into());
         let _ = writeln!(
             out,
-            "| {}{mark} | {} | {} | {} | {} | {} | {multi_hop} | {nothing} | {returned} |",
-            number(gate.gate_cosine),
-            number(gate.gate_coverage),
-            number(gate.floor_cosine),
-            number(gate.floor_coverage),
+            "| {}{mark} | {} | {} | {} | {multi_hop} | {nothing} | {returned} |",
+            number(gate.gate),
+            number(gate.tail),
             pct_at(&run.overall.recall, 5),
             pct_at(&run.overall.recall, 10),
         );

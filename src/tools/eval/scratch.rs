@@ -405,6 +405,11 @@ pub(super) async fn query(
                     (Some(sum), Some(count)) => Some(sum + count),
                     _ => None,
                 };
+                if probe.retrieval == Retrieval::Ungated {
+                    let label = |refs: &Vec<String>| refs.iter().any(|id| evidence.contains(id));
+                    let labels: Vec<bool> = refs.iter().map(label).collect();
+                    write_features(sink, env, &question.id, false, results, &labels)?;
+                }
                 if !probe.sweep {
                     let line = serde_json::json!({
                         "run": key.label(probe.rrf_k, probe.gate),
@@ -422,6 +427,37 @@ pub(super) async fn query(
     }
     recalls += ask_foreign(scratch, ingested, probes, env, sink, bar).await?;
     Ok(recalls)
+}
+
+/// Writes the relevance features of `results` (recalled for `question`, of another
+/// conversation when `foreign`) when `--features` asked for them.
+fn write_features(
+    sink: &mut Sink,
+    env: &Env<'_>,
+    question: &str,
+    foreign: bool,
+    results: &[mnemo::memory::rank::Recalled],
+    labels: &[bool],
+) -> anyhow::Result<()> {
+    let Some(file) = sink.features.as_mut() else {
+        return Ok(());
+    };
+    for (result, label) in results.iter().zip(labels) {
+        let signals = &result.signals;
+        let (Some(z), Some(_)) = (signals.z, signals.relevance) else {
+            continue;
+        };
+        let line = serde_json::json!({
+            "model": env.embedder.model_id(), "language": "locomo", "decision": "recall",
+            "query": format!("locomo/{question}"),
+            "type": if foreign { "foreign" } else { "locomo" },
+            "memory": result.memory.id.to_string(), "label": label,
+            "z": z, "coverage": signals.coverage, "share": signals.coverage,
+            "turn": result.memory.kind == mnemo::store::MemoryKind::Turn,
+        });
+        writeln!(file, "{line}").context("writing the features")?;
+    }
+    Ok(())
 }
 
 /// Asks the questions of the next conversation, which this one knows nothing about, with the
@@ -452,6 +488,10 @@ async fn ask_foreign(
                 .with_context(|| format!("recall for {} (foreign)", question.id))?;
             nothing += usize::from(response.results.is_empty());
             returned += response.results.len();
+            if probe.retrieval == Retrieval::Ungated {
+                let labels = vec![false; response.results.len()];
+                write_features(sink, env, &question.id, true, &response.results, &labels)?;
+            }
             recalls += 1;
             bar.inc(1);
         }

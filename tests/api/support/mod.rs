@@ -69,9 +69,12 @@ fn init_logs() {
 }
 
 /// The local embedding model fetched by `scripts/fetch-model`.
-/// Settings that turn recall's query gate and relevance floor off, for tests of fusion or of
-/// the evaluation's bookkeeping on haystacks too small for the thresholds tuned on LoCoMo.
-pub const UNGATED: [(&str, &str); 4] = [
+/// Settings that turn recall's relevance gate and tail off (and the raw-cosine gate of
+/// ablations), for tests of fusion or of the evaluation's bookkeeping on haystacks too small
+/// for operating points set on LoCoMo and the relevance sets.
+pub const UNGATED: [(&str, &str); 6] = [
+    ("MNEMO__MEMORY__RELEVANCE__GATE", "0"),
+    ("MNEMO__MEMORY__RELEVANCE__TAIL", "0"),
     ("MNEMO__MEMORY__FUSION__GATE_COSINE", "0"),
     ("MNEMO__MEMORY__FUSION__GATE_COVERAGE", "0"),
     ("MNEMO__MEMORY__FUSION__FLOOR_COSINE", "0"),

@@ -465,12 +465,37 @@ test('layout: phone width, dark theme, keyboard', async () => {
   assertClean()
 })
 
-test('memory: forget everything about a subject', async () => {
+test('memory: forget shows what would go, forgets only what is chosen, and can be undone', async () => {
+  for (const content of ['My passport number is X1234567.', 'My sister lives in Lisbon.', 'I play the cello in a community orchestra.']) {
+    const added = await stack.api('POST', '/v1/memories', { content, kind: 'fact' })
+    assert.equal(added.status, 201, JSON.stringify(added.body))
+  }
   const page = await signedInPage(stack, '#/memory')
-  await page.getByTestId('memory-forget-input').fill('green tea')
+  await page.getByTestId('memory-forget-input').fill('Forget everything about my passport')
   await page.getByTestId('memory-forget-submit').click()
+  const preview = page.getByTestId('memory-forget-preview')
+  await preview.waitFor()
+  // The preview names the passport and nothing else, and nothing is gone yet.
+  assert.match(await preview.innerText(), /X1234567/)
+  assert.doesNotMatch(await preview.innerText(), /Lisbon|cello/)
+  let listed = (await stack.api('GET', '/v1/memories?kinds=fact')).body.memories.map((m) => m.content)
+  assert.ok(listed.includes('My passport number is X1234567.'), listed.join(' | '))
+  await screenshot(page, 'memory-forget-preview')
+  await page.getByTestId('memory-forget-confirm').click()
   await page.getByTestId('memory-forgotten').waitFor()
-  assert.match(await page.getByTestId('memory-forgotten').innerText(), /green tea|Nothing matched/)
+  listed = (await stack.api('GET', '/v1/memories?kinds=fact')).body.memories.map((m) => m.content)
+  assert.ok(!listed.includes('My passport number is X1234567.'), listed.join(' | '))
+  assert.ok(listed.includes('My sister lives in Lisbon.') && listed.includes('I play the cello in a community orchestra.'), listed.join(' | '))
+  await page.getByTestId('memory-restorable').getByText('X1234567').waitFor()
+  // Undo brings it back.
+  await page.getByTestId('memory-forget-undo').click()
+  await page.getByTestId('memory-forgotten').waitFor({ state: 'detached' })
+  listed = (await stack.api('GET', '/v1/memories?kinds=fact')).body.memories.map((m) => m.content)
+  assert.ok(listed.includes('My passport number is X1234567.'), listed.join(' | '))
+  // A request naming nothing the user said shows that nothing would go.
+  await page.getByTestId('memory-forget-input').fill('my dog')
+  await page.getByTestId('memory-forget-submit').click()
+  await page.getByTestId('memory-forget-preview').getByText('nothing will be forgotten').waitFor()
   await page.close()
   assertClean()
 })
