@@ -161,6 +161,39 @@ pub struct Settings {
     pub llm: LlmSettings,
     pub chat: ChatSettings,
     pub research: ResearchSettings,
+    pub extract: ExtractSettings,
+}
+
+/// Reading uploaded documents and fetched pages: each is read by a child process (`mnemo
+/// __extract`) under hard memory and CPU ceilings, so a hostile file costs that process, never
+/// the server.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExtractSettings {
+    /// The executable run as the extraction worker; empty means this executable when it is
+    /// `mnemo` (embedders of the library, and tests, name the `mnemo` binary here).
+    pub worker: Option<PathBuf>,
+    /// Memory one extraction may map (MiB of address space beyond the worker's start-up
+    /// footprint); past it the worker dies and the document is refused (413).
+    pub memory_mb: u64,
+    /// CPU seconds one extraction may use; wall-clock time is capped at twice this.
+    pub cpu_secs: u64,
+    /// Bytes of text one extraction may produce; more is refused (413).
+    pub max_text_bytes: usize,
+    /// Extractions running at once; more wait their turn.
+    pub concurrency: usize,
+}
+
+impl Default for ExtractSettings {
+    fn default() -> Self {
+        Self {
+            worker: None,
+            memory_mb: 1024,
+            cpu_secs: 20,
+            max_text_bytes: 16 * 1024 * 1024,
+            concurrency: 2,
+        }
+    }
 }
 
 /// Search providers (`research::search`): which one is used by default, their endpoints and
@@ -682,6 +715,13 @@ pub struct ServerSettings {
     /// A connection that has not sent a whole request head within this many seconds is
     /// closed (slow clients holding connections open).
     pub header_read_timeout_secs: u64,
+    /// A request's whole body must arrive within this many seconds of its head (slow bodies
+    /// holding connections open); past it the request is refused.
+    pub body_read_timeout_secs: u64,
+    /// Requests one user may have arriving at once (authenticated, body still being read);
+    /// more are refused with 429 before their body is read, so a few users cannot hold every
+    /// connection.
+    pub max_requests_per_user: usize,
     /// Open connections at most; more wait in the listen queue until one closes.
     pub max_connections: usize,
     /// Chat turns and researches one user may have running at once (more get 429).
@@ -698,6 +738,8 @@ pub struct ServerSettings {
     /// Browser origins (`scheme://host[:port]`, comma-separated) allowed to call `/mcp`
     /// besides loopback ones; a request from any other `Origin` is refused (403).
     pub allowed_origins: String,
+    /// Users (names, comma-separated) who see `/health`'s details with their key.
+    pub admin_users: String,
     /// A run is leased to the replica executing it for this long; a run whose lease was not
     /// renewed in time (its replica died) is closed by another replica's sweeper.
     pub run_lease_ms: u64,
@@ -712,6 +754,16 @@ pub struct ServerSettings {
 /// Largest `max_tokens` (completion tokens of one call) a role may be given.
 pub const MAX_COMPLETION_TOKENS: u32 = 131_072;
 
+impl ServerSettings {
+    /// Whether `name` is one of `admin_users`.
+    pub fn is_admin(&self, name: &str) -> bool {
+        self.admin_users
+            .split(',')
+            .map(str::trim)
+            .any(|admin| !admin.is_empty() && admin == name)
+    }
+}
+
 impl Default for ServerSettings {
     fn default() -> Self {
         Self {
@@ -722,12 +774,15 @@ impl Default for ServerSettings {
             abandon_run_after_secs: 10,
             shutdown_grace_secs: 10,
             header_read_timeout_secs: 10,
+            body_read_timeout_secs: 30,
+            max_requests_per_user: 64,
             max_connections: 1024,
             max_runs_per_user: 8,
             requests_per_minute: 600,
             run_token_budget: 1_000_000,
             daily_token_budget: 5_000_000,
             allowed_origins: String::new(),
+            admin_users: String::new(),
             run_lease_ms: 15_000,
             run_heartbeat_ms: 5_000,
             run_command_poll_ms: 500,
@@ -934,12 +989,26 @@ impl Settings {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        if self.extract.memory_mb < 64
+            || self.extract.cpu_secs == 0
+            || self.extract.max_text_bytes == 0
+            || self.extract.concurrency == 0
+        {
+            return Err(ConfigError::Invalid(
+                "extract.memory_mb must be at least 64, and extract.cpu_secs, \
+                 extract.max_text_bytes and extract.concurrency positive"
+                    .into(),
+            ));
+        }
         if self.server.header_read_timeout_secs == 0
+            || self.server.body_read_timeout_secs == 0
+            || self.server.max_requests_per_user == 0
             || self.server.max_connections == 0
             || self.server.max_runs_per_user == 0
         {
             return Err(ConfigError::Invalid(
-                "server.header_read_timeout_secs, server.max_connections and \
+                "server.header_read_timeout_secs, server.body_read_timeout_secs, \
+                 server.max_requests_per_user, server.max_connections and \
                  server.max_runs_per_user must be positive"
                     .into(),
             ));

@@ -16,6 +16,22 @@ use std::sync::Mutex;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+/// Creates `dir` (and missing parents) readable by its owner only, and takes group and other
+/// access away from an existing one: it holds every user's memories.
+fn make_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let mode = std::fs::metadata(dir)?.permissions().mode();
+    if mode & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode & 0o700))?;
+        tracing::info!(dir = %dir.display(), "the data directory is now readable by its owner only");
+    }
+    Ok(())
+}
+
 /// The lock file's name inside the data directory.
 pub const LOCK_FILE: &str = "mnemo.lock";
 
@@ -114,7 +130,7 @@ impl DataDirLock {
             path: path.clone(),
             source,
         };
-        std::fs::create_dir_all(dir).map_err(io)?;
+        make_private_dir(dir).map_err(io)?;
         let file = open_private(&path).map_err(io)?;
         match file.try_lock() {
             Ok(()) => {}

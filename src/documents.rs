@@ -60,6 +60,9 @@ pub enum DocumentError {
     /// Past a limit of size, pages or extraction time.
     #[error("{0}")]
     TooLarge(String),
+    /// The extraction worker could not be run (a deployment problem; nothing was stored).
+    #[error("{0}")]
+    Unavailable(String),
     #[error(transparent)]
     Memory(#[from] MemoryError),
     #[error(transparent)]
@@ -71,6 +74,7 @@ impl HasKind for DocumentError {
         match self {
             DocumentError::BadInput(_) => ErrorKind::BadRequest,
             DocumentError::TooLarge(_) => ErrorKind::PayloadTooLarge,
+            DocumentError::Unavailable(_) => ErrorKind::Unavailable,
             DocumentError::Memory(error) => error.kind(),
             DocumentError::Store(error) => error.kind(),
         }
@@ -87,6 +91,8 @@ impl From<ExtractError> for DocumentError {
                 DocumentError::BadInput(format!("the PDF could not be read: {reason}"))
             }
             ExtractError::TooLarge(reason) => DocumentError::TooLarge(reason),
+            ExtractError::Unreadable(reason) => DocumentError::BadInput(reason),
+            ExtractError::Worker(reason) => DocumentError::Unavailable(reason),
         }
     }
 }
@@ -297,8 +303,8 @@ async fn prepare(
     source: Option<String>,
     content_hash: String,
 ) -> Result<(NewDocument, Vec<String>), DocumentError> {
-    // PDF parsing is CPU-bound and can be slow: keep it off the async workers, bounded.
-    let extracted = extract::extract_blocking(content_type.clone(), upload.bytes).await?;
+    // Parsing is CPU-bound and can be hostile: a worker process under ceilings does it.
+    let extracted = extract::extract_isolated(&content_type, upload.bytes).await?;
     let text = extracted.text.trim();
     let chars = text.chars().count();
     if chars == 0 {
@@ -471,7 +477,8 @@ fn chunk_memory(document: DocumentId, index: usize, text: &str) -> NewMemory {
         kind: MemoryKind::Document,
         content: text.to_string(),
         source: MemorySource::Import,
-        trust: Trust::User,
+        // The user added the document; its author is not the user.
+        trust: Trust::Document,
         importance: CHUNK_IMPORTANCE,
         thread_id: None,
         source_refs: vec![format!("doc:{document}"), format!("doc:{document}#{index}")],

@@ -92,6 +92,7 @@ pub async fn build_state(
         )));
     }
     crate::llm::prompts::check().map_err(|error| StartupError::Refused(error.to_string()))?;
+    crate::search::extract::configure(&settings.extract);
     let data_lock = Arc::new(crate::datadir::DataDirLock::acquire(&settings.data_dir)?);
     let url = settings.database_url();
     let store = store::connect(
@@ -186,6 +187,7 @@ pub async fn build_state(
     runs.spawn_control();
     let rate_limit = Arc::new(crate::http::limits::UserRateLimit::new(
         settings.server.requests_per_minute,
+        settings.server.max_requests_per_user,
     ));
     Ok(AppState {
         settings,
@@ -236,6 +238,7 @@ pub async fn open_memory(
     store: Arc<dyn Store>,
     shutdown: CancellationToken,
 ) -> Result<Arc<MemoryEngine>, MemoryError> {
+    crate::search::extract::configure(&settings.extract);
     let embedder: Arc<dyn crate::llm::embed::Embedder> =
         Arc::new(crate::llm::embed_queue::EmbedQueue::start(
             crate::llm::embed::from_settings(&settings.embedder).await?,

@@ -20,6 +20,7 @@ use crate::llm::chat::{
 };
 use crate::llm::prompts::{Prompt, quote};
 use crate::llm::roles::Models;
+use crate::memory::asked::{Action, grounded_in, user_asked};
 use crate::memory::rank::Recalled;
 use crate::memory::writer::{MemoryWriter, RememberJob, TurnJob};
 use crate::memory::{MemoryEngine, RecallRequest};
@@ -255,6 +256,7 @@ impl ChatService {
                 job_kind: JobKind::Turn,
                 job_key,
                 job_payload,
+                max_running: Some(self.runs.max_running()),
             })
             .await?;
         match begun {
@@ -400,33 +402,42 @@ pub async fn run_chat_turn(
             memories: recalled_events(&recalled),
         }))
         .await?;
-    let (reply, usage) = match chat_model {
+    // The reply rests on what its turn read: it is never above the assistant's own word.
+    let (reply, usage, read) = match chat_model {
         None => (
             reply_without_model(&context, &recalled, NO_MODEL).await?,
             Usage::default(),
+            least_trusted(&recalled, Trust::User),
         ),
         Some(model) => {
-            let (messages, client_tools) = match &client {
-                None => (
-                    working_memory(&deps, user, thread, &message, &recalled).await?,
-                    Vec::new(),
-                ),
+            // The least trusted text the model reads before any tool: recalled memories,
+            // and the conversation so far (earlier replies that quoted pages, a client's
+            // tool results).
+            let (messages, client_tools, read) = match &client {
+                None => {
+                    let (messages, read) =
+                        working_memory(&deps, user, thread, &message, &recalled).await?;
+                    (messages, Vec::new(), read)
+                }
                 Some(client) => {
                     let mut messages = vec![ChatMessage::system(
                         system_prompt(&deps, user, None, &recalled).await?,
                     )];
                     messages.extend(client.messages.iter().cloned());
-                    (messages, client.tools.clone())
+                    let read = client.messages.iter().fold(Trust::User, |trust, message| {
+                        trust.min(client_trust(message))
+                    });
+                    (messages, client.tools.clone(), read)
                 }
             };
-            let trust = least_trusted(&recalled, Trust::User);
+            let trust = least_trusted(&recalled, read);
             let turn = Turn {
                 model: &model,
                 user_message: &message,
                 client_tools: &client_tools,
             };
             match tool_loop(&context, &deps, &turn, messages, trust).await {
-                Ok(Answer::Text(content, usage)) => (content, usage),
+                Ok(Answer::Text(content, usage, read)) => (content, usage, read),
                 // The client runs its own tools: their calls are the turn's end.
                 Ok(Answer::ClientTools(calls)) => {
                     for call in calls {
@@ -463,6 +474,7 @@ pub async fn run_chat_turn(
                     (
                         reply_without_model(&context, &recalled, MODEL_UNREACHABLE).await?,
                         Usage::default(),
+                        least_trusted(&recalled, Trust::User),
                     )
                 }
                 Err(LoopError::Failed(failure)) => return Err(failure),
@@ -472,7 +484,13 @@ pub async fn run_chat_turn(
     let stored = deps
         .store
         .user(user)
-        .append_message(thread, Role::Assistant, &reply, Some(context.run.id))
+        .append_message(
+            thread,
+            Role::Assistant,
+            &reply,
+            Some(context.run.id),
+            read.min(Trust::Assistant),
+        )
         .await?;
     context
         .emit(RunEvent::MessageComplete(MessageComplete {
@@ -576,8 +594,13 @@ async fn working_memory(
     thread: ThreadId,
     current: &Message,
     recalled: &[Recalled],
-) -> Result<Vec<ChatMessage>, RunFailure> {
+) -> Result<(Vec<ChatMessage>, Trust), RunFailure> {
     let history = deps.store.user(user).list_messages(thread).await?;
+    // The whole history counts: the rolling summary carries what older messages said.
+    let read = history
+        .iter()
+        .filter(|message| message.id != current.id)
+        .fold(Trust::User, |trust, message| trust.min(message.trust));
     let mut recent: Vec<&Message> = Vec::new();
     let mut budget = deps.settings.history_tokens;
     for message in history.iter().rev() {
@@ -606,7 +629,23 @@ async fn working_memory(
         });
     }
     messages.push(ChatMessage::user(&current.content));
-    Ok(messages)
+    Ok((messages, read))
+}
+
+/// A short, stable digest of a text (for idempotency keys).
+fn content_digest(text: &str) -> String {
+    use sha2::Digest as _;
+    hex::encode(&sha2::Sha256::digest(text.as_bytes())[..8])
+}
+
+/// How far a message of an outside client's conversation is trusted: its `tool` messages are
+/// what the client's own tools returned, never the user's word.
+fn client_trust(message: &ChatMessage) -> Trust {
+    match message.role {
+        ChatRole::Tool => Trust::Tool,
+        ChatRole::Assistant => Trust::Assistant,
+        ChatRole::User | ChatRole::System => Trust::User,
+    }
 }
 
 /// mnemo's system prompt: today's date, the user's profile, the thread's rolling summary and
@@ -785,8 +824,8 @@ struct Turn<'a> {
 
 /// How the tool loop ended.
 enum Answer {
-    /// The model answered in text.
-    Text(String, Usage),
+    /// The model answered in text, having read text down to this trust.
+    Text(String, Usage, Trust),
     /// The model called the client's tools: the client runs them.
     ClientTools(Vec<ToolCall>),
 }
@@ -842,7 +881,7 @@ async fn tool_loop(
             )));
         }
         if response.tool_calls.is_empty() {
-            return Ok(Answer::Text(response.content, total));
+            return Ok(Answer::Text(response.content, total, trust));
         }
         let for_client: Vec<ToolCall> = response
             .tool_calls
@@ -957,6 +996,16 @@ async fn run_tool(
                 .and_then(MemoryKind::parse)
                 .unwrap_or(MemoryKind::Fact);
             let importance = arguments["importance"].as_u64().unwrap_or(3).clamp(1, 5) as u8;
+            // After reading text the user did not write, it is the user's word only when
+            // their own message asks to remember it and says it.
+            let trust = if trust.below(Trust::User)
+                && user_asked(&user_message.content, Action::Remember, content)
+                && grounded_in(content, &user_message.content)
+            {
+                Trust::User
+            } else {
+                trust
+            };
             let job = RememberJob {
                 content: content.to_string(),
                 kind,
@@ -965,23 +1014,44 @@ async fn run_tool(
                 source_message_id: Some(user_message.id),
                 trust,
             };
-            let key = format!("remember:{}:{}", user_message.id, call.id);
+            // The call id and the content: a model that reuses call ids across steps still
+            // gets each statement remembered, and a retried turn does not remember it twice.
+            let key = format!(
+                "remember:{}:{}:{}",
+                user_message.id,
+                call.id,
+                content_digest(content)
+            );
             deps.writer
                 .enqueue_remember(user, &key, &job)
                 .await
                 .map_err(|error| crate::error::public_message(&error))?;
             Ok((json!({ "queued": true, "content": content }), Trust::User))
         }
-        "forget" => Ok((
-            forget_tool(
-                &deps.memory,
-                user,
-                &arguments,
-                crate::store::ForgetVia::Chat,
-            )
-            .await?,
-            Trust::User,
-        )),
+        "forget" => {
+            // Text the user did not write (a page, a document, a tool result, an earlier
+            // reply) may ask the model to forget; only the user's own message can.
+            let subject = arguments["query"].as_str().unwrap_or_default();
+            if trust.below(Trust::User)
+                && !user_asked(&user_message.content, Action::Forget, subject)
+            {
+                return Err(
+                    "forget refused: this turn read text the user did not write, and the \
+                     user's own message does not ask to forget this; ask the user first"
+                        .into(),
+                );
+            }
+            Ok((
+                forget_tool(
+                    &deps.memory,
+                    user,
+                    &arguments,
+                    crate::store::ForgetVia::Chat,
+                )
+                .await?,
+                Trust::User,
+            ))
+        }
         "deep_research" => {
             let research = deps
                 .research

@@ -186,6 +186,7 @@ async fn ingest_one(
                     DocumentError::BadInput(message) | DocumentError::TooLarge(message) => {
                         Failure::usage(message)
                     }
+                    DocumentError::Unavailable(message) => Failure::other(message),
                 })?;
             Ok(Ingested {
                 id: ingested.document.id.to_string(),

@@ -245,6 +245,16 @@ enum BenchCommand {
         #[arg(long, default_value_t = 300)]
         queries: usize,
     },
+    /// The extraction ceiling: hostile documents and random markup through the extraction
+    /// worker, with what each cost it (peak memory, CPU) or why it was refused.
+    Extract {
+        /// Random markup soups run besides the hostile documents.
+        #[arg(long, default_value_t = 64)]
+        soups: usize,
+        /// Seed of the soups.
+        #[arg(long, default_value_t = 7)]
+        seed: u64,
+    },
     /// Time from the end of a turn to its memory being recallable, and writer throughput.
     Write {
         /// Chat turns whose memories are timed from turn end to recallable.
@@ -338,6 +348,9 @@ impl From<startup::StartupError> for Failure {
 }
 
 pub fn main() -> ExitCode {
+    // Everything this process creates (the database, indexes, lock and export files) is its
+    // owner's alone: files 0600, directories 0700.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => {
@@ -438,6 +451,19 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 bulk,
             };
             crate::tools::bench_ingest::run_ingest_bench(options, &mut std::io::stdout())
+                .await
+                .map_err(|error| Failure::other(format!("{error:#}")))
+        }
+        Command::Bench {
+            command: BenchCommand::Extract { soups, seed },
+        } => {
+            let settings = load_quiet(&overrides)?;
+            let options = crate::tools::bench_extract::ExtractBenchOptions {
+                settings: settings.extract.clone(),
+                soups,
+                seed,
+            };
+            crate::tools::bench_extract::run_extract_bench(options, &mut std::io::stdout())
                 .await
                 .map_err(|error| Failure::other(format!("{error:#}")))
         }

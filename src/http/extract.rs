@@ -116,6 +116,8 @@ impl<S: Send + Sync> FromRequest<S> for ApiBytes {
     }
 }
 
+use super::limits::InFlightSlot;
+
 /// The authenticated caller: the only way a handler gets a `UserId`.
 impl<S> FromRequestParts<S> for AuthUser
 where
@@ -136,14 +138,30 @@ where
             None => None,
         };
         let user = authenticator.authenticate(header).await?;
-        if let Err(wait) = Arc::<super::limits::UserRateLimit>::from_ref(state).check(user.user_id)
-        {
+        // The body holds the slot: a request is counted until its body has been read.
+        let slot = parts.extensions.get::<InFlightSlot>().cloned();
+        if slot.as_ref().is_some_and(InFlightSlot::is_filled) {
+            // Counted already (the request was authenticated once on its way in).
+            return Ok(user);
+        }
+        let limits = Arc::<super::limits::UserRateLimit>::from_ref(state);
+        if let Err(wait) = limits.check(user.user_id) {
             let seconds = wait.as_secs() + 1;
             return Err(ApiError::new(
                 crate::error::ErrorKind::RateLimited,
                 format!("too many requests; try again in {seconds} s"),
             )
             .retry_after(seconds));
+        }
+        let in_flight = limits.enter(user.user_id).ok_or_else(|| {
+            ApiError::new(
+                crate::error::ErrorKind::RateLimited,
+                "too many requests in progress for this user (server.max_requests_per_user)",
+            )
+            .retry_after(1)
+        })?;
+        if let Some(slot) = slot {
+            slot.fill(in_flight);
         }
         Ok(user)
     }

@@ -1,9 +1,13 @@
-//! Per-user request rate limits: every authenticated request counts against its user's quota
-//! (`server.requests_per_minute`, a burst of as many); past it the answer is 429 with
-//! `Retry-After`. Keyed by the user the credentials name, never by address.
+//! Per-user request limits, keyed by the user the credentials name, never by address: every
+//! authenticated request counts against its user's quota (`server.requests_per_minute`, a
+//! burst of as many; past it 429 with `Retry-After`), and a user may have at most
+//! `server.max_requests_per_user` requests in progress (past it 429 at once, before the body
+//! is read, so slow bodies of a few users cannot hold every connection).
 
+use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use governor::clock::{Clock, DefaultClock};
@@ -17,16 +21,84 @@ const CHECKS_PER_PRUNE: u64 = 4096;
 pub struct UserRateLimit {
     limiter: Option<DefaultKeyedRateLimiter<UserId>>,
     checks: AtomicU64,
+    in_flight: Arc<Mutex<HashMap<UserId, usize>>>,
+    max_in_flight: usize,
+}
+
+/// One request in progress; dropping it (when the request's body has been read, or its
+/// stream ended) frees its place.
+pub struct InFlight {
+    counts: Arc<Mutex<HashMap<UserId, usize>>>,
+    user: UserId,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut counts = self
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = counts.get_mut(&self.user) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.user);
+            }
+        }
+    }
+}
+
+/// Where a request's [`InFlight`] lives: the request body holds the slot (see
+/// `guard::check_request`), so the place is freed when the body has been read and dropped —
+/// not when the extractors are done with the request's head, which happens before.
+#[derive(Clone, Default)]
+pub struct InFlightSlot(Arc<Mutex<Option<InFlight>>>);
+
+impl InFlightSlot {
+    /// Whether the request was counted already.
+    pub fn is_filled(&self) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some()
+    }
+
+    pub fn fill(&self, in_flight: InFlight) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(in_flight);
+    }
 }
 
 impl UserRateLimit {
-    /// `per_minute` requests a minute per user; 0 turns the limit off.
-    pub fn new(per_minute: u32) -> Self {
+    /// `per_minute` requests a minute per user (0 turns the limit off), `max_in_flight` in
+    /// progress at once.
+    pub fn new(per_minute: u32, max_in_flight: usize) -> Self {
         Self {
             limiter: NonZeroU32::new(per_minute)
                 .map(|rate| RateLimiter::keyed(Quota::per_minute(rate))),
             checks: AtomicU64::new(0),
+            in_flight: Arc::default(),
+            max_in_flight,
         }
+    }
+
+    /// Counts a request of `user` in progress until the returned guard drops; `None` when
+    /// they already have `max_in_flight`.
+    pub fn enter(&self, user: UserId) -> Option<InFlight> {
+        let mut counts = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = counts.entry(user).or_insert(0);
+        if *count >= self.max_in_flight {
+            return None;
+        }
+        *count += 1;
+        Some(InFlight {
+            counts: self.in_flight.clone(),
+            user,
+        })
     }
 
     /// Counts one request of `user`; `Err(wait)` when over the quota.

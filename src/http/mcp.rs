@@ -4,13 +4,16 @@
 //!   credentials 401 with `WWW-Authenticate: Bearer`, as the MCP authorization spec asks; the
 //!   `AuthUser` then travels in the request's parts to the tools.
 //! - **One user per session**: an MCP session belongs to the user who opened it; the same
-//!   `Mcp-Session-Id` with another user's credentials is 404, as for an unknown session.
+//!   `Mcp-Session-Id` with another user's credentials is 404, as for an unknown session. A
+//!   user holds at most 64 sessions (a new one closes their oldest), and a closed or evicted
+//!   session is 404 for everybody. `DELETE` answers 204.
+//! - **No NUL** in a request body (tool arguments end up in the database): 400.
 //! - **Origin**: a browser's `Origin` must be a loopback origin or one listed in
 //!   `server.allowed_origins` (403 otherwise), against DNS rebinding as the transport spec asks.
 //!   rmcp's own `Host` allow-list is off: mnemo is reached under any name behind proxies, and
 //!   every request carries credentials a rebinding page does not have.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
@@ -18,6 +21,7 @@ use axum::extract::{FromRequestParts, Request};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 
@@ -28,24 +32,43 @@ use crate::mcp::McpServer;
 use crate::store::UserId;
 
 const SESSION_HEADER: &str = "mcp-session-id";
-/// Open MCP sessions remembered for their owner at most (the oldest are forgotten first).
-const MAX_SESSIONS: usize = 10_000;
+/// Open MCP sessions one user may hold; opening one more closes their oldest.
+const MAX_SESSIONS_PER_USER: usize = 64;
 
-/// Which user opened each live MCP session.
+/// Which user opened each live MCP session. A session this table does not hold is served to
+/// nobody (404), so a session forgotten here can never pass to another user.
 #[derive(Default)]
 struct Sessions {
     owners: HashMap<String, UserId>,
-    order: std::collections::VecDeque<String>,
+    by_user: HashMap<UserId, VecDeque<String>>,
 }
 
 impl Sessions {
-    fn insert(&mut self, id: String, user: UserId) {
-        if self.owners.insert(id.clone(), user).is_none() {
-            self.order.push_back(id);
+    /// Records a new session of `user`; returns the sessions of theirs past the cap, forgotten
+    /// here, to close.
+    fn insert(&mut self, id: String, user: UserId) -> Vec<String> {
+        if self.owners.insert(id.clone(), user).is_some() {
+            return Vec::new();
         }
-        while self.order.len() > MAX_SESSIONS {
-            if let Some(old) = self.order.pop_front() {
+        let open = self.by_user.entry(user).or_default();
+        open.push_back(id);
+        let mut evicted = Vec::new();
+        while open.len() > MAX_SESSIONS_PER_USER {
+            if let Some(old) = open.pop_front() {
                 self.owners.remove(&old);
+                evicted.push(old);
+            }
+        }
+        evicted
+    }
+
+    fn remove(&mut self, id: &str) {
+        if let Some(user) = self.owners.remove(id)
+            && let Some(open) = self.by_user.get_mut(&user)
+        {
+            open.retain(|session| session != id);
+            if open.is_empty() {
+                self.by_user.remove(&user);
             }
         }
     }
@@ -63,23 +86,27 @@ pub fn routes(state: &AppState) -> Router<AppState> {
         .disable_allowed_hosts()
         .with_max_request_body_bytes(state.settings.server.max_body_bytes)
         .with_cancellation_token(state.streams_stop.child_token());
-    let service = StreamableHttpService::new(
-        move || Ok(server.clone()),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
+    let manager = Arc::new(LocalSessionManager::default());
+    let service = StreamableHttpService::new(move || Ok(server.clone()), manager.clone(), config);
     let sessions = Arc::new(Mutex::new(Sessions::default()));
     let guard_state = state.clone();
     Router::new()
         .nest_service("/mcp", service)
         .layer(middleware::from_fn(move |request: Request, next: Next| {
-            guard(guard_state.clone(), sessions.clone(), request, next)
+            guard(
+                guard_state.clone(),
+                sessions.clone(),
+                manager.clone(),
+                request,
+                next,
+            )
         }))
 }
 
 async fn guard(
     state: AppState,
     sessions: Arc<Mutex<Sessions>>,
+    manager: Arc<LocalSessionManager>,
     request: Request,
     next: Next,
 ) -> Response {
@@ -104,20 +131,52 @@ async fn guard(
         .map(str::to_string);
     if let Some(session) = &session {
         let owner = lock(&sessions).owners.get(session).copied();
-        if owner.is_some_and(|owner| owner != user.user_id) {
+        if owner != Some(user.user_id) {
             return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
         }
     }
+    let deleting = parts.method == axum::http::Method::DELETE;
     let user_id = user.user_id;
     parts.extensions.insert(user);
-    let response = next.run(Request::from_parts(parts, body)).await;
+    // Tool arguments are text for the database, which cannot hold NUL.
+    let body = if deleting {
+        body
+    } else {
+        let bytes = match axum::body::to_bytes(body, state.settings.server.max_body_bytes).await {
+            Ok(bytes) => bytes,
+            Err(_) => {
+                return ApiError::new(
+                    ErrorKind::PayloadTooLarge,
+                    "the request body is larger than server.max_body_bytes",
+                )
+                .into_response();
+            }
+        };
+        if let Err(error) = super::extract::reject_nul(&bytes) {
+            return error.into_response();
+        }
+        axum::body::Body::from(bytes)
+    };
+    let mut response = next.run(Request::from_parts(parts, body)).await;
+    if let Some(session) = &session
+        && deleting
+        && response.status().is_success()
+    {
+        lock(&sessions).remove(session);
+        // The session is gone; nothing more to say (the SDKs expect 200 or 204, not 202).
+        *response.status_mut() = StatusCode::NO_CONTENT;
+        return response;
+    }
     if session.is_none()
         && let Some(opened) = response
             .headers()
             .get(SESSION_HEADER)
             .and_then(|value| value.to_str().ok())
     {
-        lock(&sessions).insert(opened.to_string(), user_id);
+        let evicted = lock(&sessions).insert(opened.to_string(), user_id);
+        for old in evicted {
+            let _ = manager.close_session(&Arc::from(old.as_str())).await;
+        }
     }
     response
 }
@@ -130,28 +189,15 @@ fn lock(sessions: &Mutex<Sessions>) -> std::sync::MutexGuard<'_, Sessions> {
 
 /// A loopback origin (any port), or one of the comma-separated `allowed` origins.
 fn origin_allowed(origin: &HeaderValue, allowed: &str) -> bool {
-    let Ok(origin) = origin.to_str() else {
+    let Ok(text) = origin.to_str() else {
         return false;
     };
-    let origin = origin.trim().trim_end_matches('/');
-    if allowed
+    let text = text.trim().trim_end_matches('/');
+    allowed
         .split(',')
         .map(|entry| entry.trim().trim_end_matches('/'))
-        .any(|entry| !entry.is_empty() && entry.eq_ignore_ascii_case(origin))
-    {
-        return true;
-    }
-    match url::Url::parse(origin) {
-        Ok(url) => matches!(
-            url.host(),
-            Some(
-                url::Host::Domain("localhost")
-                    | url::Host::Ipv4(std::net::Ipv4Addr::LOCALHOST)
-                    | url::Host::Ipv6(std::net::Ipv6Addr::LOCALHOST)
-            )
-        ),
-        Err(_) => false,
-    }
+        .any(|entry| !entry.is_empty() && entry.eq_ignore_ascii_case(text))
+        || super::guard::loopback_origin(origin)
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 mod documents;
 pub mod error;
 pub mod extract;
+mod guard;
 pub mod limits;
 mod mcp;
 mod memories;
@@ -356,6 +357,10 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            guard::check_request,
+        ))
         .layer(middleware::from_fn(error::log_errors))
         .layer(middleware::from_fn(record_metrics))
         .layer(TraceLayer::new_for_http())
@@ -429,9 +434,13 @@ async fn root(headers: axum::http::HeaderMap) -> Response {
 }
 
 #[utoipa::path(get, path = "/health", tag = "service",
+    description = "Each component's status. The details (backends, index lag, the memory \
+        writer's recent failures, models) only for an administrator's key \
+        (`server.admin_users`): they can quote users' words.",
     responses((status = 200, description = "Every component is up"),
         (status = 503, description = "A required component is down")))]
-async fn health(State(state): State<AppState>) -> Response {
+async fn health(State(state): State<AppState>, headers: axum::http::HeaderMap) -> Response {
+    let admin = is_admin(&state, &headers).await;
     let database = match state.store.ping().await {
         Ok(()) => {
             json!({ "status": "ok", "backend": state.store.backend(), "url": state.database_display })
@@ -497,7 +506,50 @@ async fn health(State(state): State<AppState>) -> Response {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
+    let body = if admin { body } else { states_only(body) };
     (status, Json(body)).into_response()
+}
+
+/// Whether the request carries the credential of a user named in `server.admin_users` (the
+/// local user in `--dev`).
+async fn is_admin(state: &AppState, headers: &axum::http::HeaderMap) -> bool {
+    let authorization = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok());
+    if authorization.is_none() && !state.settings.server.dev {
+        return false;
+    }
+    match state.auth.authenticate(authorization).await {
+        Ok(user) => {
+            state.settings.server.dev && authorization.is_none()
+                || state.settings.server.is_admin(&user.name)
+        }
+        Err(_) => false,
+    }
+}
+
+/// The health body without details: the overall status, the version and each component's
+/// status.
+fn states_only(body: Value) -> Value {
+    let components: serde_json::Map<String, Value> = body["components"]
+        .as_object()
+        .map(|components| {
+            components
+                .iter()
+                .map(|(name, component)| {
+                    (
+                        name.clone(),
+                        json!({ "status": component["status"].clone() }),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    json!({
+        "status": body["status"],
+        "version": body["version"],
+        "components": components,
+    })
 }
 
 #[derive(Serialize, utoipa::ToSchema)]

@@ -2,6 +2,7 @@
 //! export/import, re-embedding after a model change, and the decay job. Every function takes
 //! the owner's `UserId`.
 
+pub mod asked;
 pub mod decay;
 pub mod extract;
 mod forget;

@@ -143,10 +143,12 @@ pub fn turn_memories(message: &Message) -> Vec<NewMemory> {
     if extract::content_free(&message.content) {
         return Vec::new();
     }
-    let (source, trust, label) = match message.role {
-        Role::Assistant => (MemorySource::Assistant, Trust::Assistant, "Assistant"),
-        _ => (MemorySource::User, Trust::User, "User"),
+    let (source, label) = match message.role {
+        Role::Assistant => (MemorySource::Assistant, "Assistant"),
+        _ => (MemorySource::User, "User"),
     };
+    // A reply that quoted pages or documents is as trusted as they are.
+    let trust = message.trust;
     let speaker = message
         .author
         .as_deref()
@@ -719,7 +721,7 @@ impl MemoryWriter {
             .map(|memory| Outcome::Added(memory.id))
             .collect();
         outcomes.extend(
-            self.remember_what_was_said(user, user_message, assistant.map(|m| m.content.as_str()))
+            self.remember_what_was_said(user, user_message, assistant)
                 .await?,
         );
         Ok(outcomes)
@@ -753,34 +755,49 @@ impl MemoryWriter {
             }
             let reply = imported
                 .get(index + 1)
-                .filter(|next| next.role == Role::Assistant)
-                .map(|next| next.content.as_str());
-            outcomes.extend(self.remember_what_was_said(user, message, reply).await?);
+                .filter(|next| next.role == Role::Assistant);
+            outcomes.extend(
+                self.remember_what_was_said(user, message, reply.copied())
+                    .await?,
+            );
         }
         Ok(outcomes)
     }
 
-    /// Candidates from the user's own words (the reply is context only), consolidated.
+    /// Candidates from the user's own words (the reply is context only), consolidated. A
+    /// candidate the user's message does not say (a model took it from the reply, which may
+    /// quote a page) is no more trusted than the reply.
     async fn remember_what_was_said(
         &self,
         user: UserId,
         message: &Message,
-        reply: Option<&str>,
+        reply: Option<&Message>,
     ) -> Result<Vec<Outcome>, WriterError> {
         if extract::content_free(&message.content) {
             return Ok(Vec::new());
         }
         let candidates = match self.models.role(ModelRole::Memory) {
-            Some(_) => self.llm_candidates(&message.content, reply).await?,
+            Some(_) => {
+                self.llm_candidates(&message.content, reply.map(|m| m.content.as_str()))
+                    .await?
+            }
             None => rule_candidates(&message.content),
         };
+        let reply_trust = reply.map_or(Trust::Assistant, |m| m.trust.min(Trust::Assistant));
         let mut outcomes = Vec::new();
         for candidate in candidates {
+            let said = message.trust == Trust::User
+                && super::asked::grounded_in(&candidate.content, &message.content);
+            let (source, trust) = if said {
+                (MemorySource::User, Trust::User)
+            } else {
+                (MemorySource::Assistant, reply_trust.min(message.trust))
+            };
             let memory = NewMemory {
                 kind: candidate.kind,
                 content: candidate.content,
-                source: MemorySource::User,
-                trust: Trust::User,
+                source,
+                trust,
                 importance: candidate.importance.clamp(1, 5),
                 thread_id: Some(message.thread_id),
                 source_refs: vec![message.id.to_string()],
@@ -931,6 +948,14 @@ impl MemoryWriter {
             },
             _ => by_rules(&related),
         };
+        // Less trusted text never replaces more trusted: a page cannot overwrite what the
+        // user said. Both are kept; recall ranks the user's word first.
+        let contradicted = contradicted.filter(|old| {
+            related
+                .iter()
+                .find(|r| r.memory.id == *old)
+                .is_none_or(|r| !memory.trust.below(r.memory.trust))
+        });
         match contradicted {
             Some(old) => {
                 let new = self

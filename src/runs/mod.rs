@@ -647,6 +647,11 @@ impl RunHub {
         Ok(())
     }
 
+    /// The per-user cap as the store enforces it when a run is stored.
+    pub fn max_running(&self) -> i64 {
+        i64::try_from(self.limits.max_per_user).unwrap_or(i64::MAX)
+    }
+
     fn live(&self) -> std::sync::MutexGuard<'_, HashMap<RunId, LiveRun>> {
         self.live
             .lock()
@@ -964,7 +969,11 @@ impl RunHub {
         F: FnOnce(Arc<RunContext>) -> Fut + Send + 'static,
         Fut: Future<Output = Result<(), RunFailure>> + Send + 'static,
     {
-        let run = self.store.user(user).create_run(thread, kind).await?;
+        let run = self
+            .store
+            .user(user)
+            .create_run(thread, kind, Some(self.max_running()))
+            .await?;
         self.launch(user, run.clone(), body);
         Ok(run)
     }

@@ -103,6 +103,19 @@ pub enum FetchError {
 }
 
 impl FetchError {
+    /// Whether fetching the URL again would fail the same way (its content cannot be read,
+    /// is too large, or the URL is refused): a research remembers it as a bad source.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            FetchError::InvalidUrl(_)
+                | FetchError::Scheme(_)
+                | FetchError::Refused { .. }
+                | FetchError::TooLarge { .. }
+                | FetchError::Extract(_)
+        )
+    }
+
     /// Stable, lowercase name of the variant, for metrics, events and tool results.
     pub fn label(&self) -> &'static str {
         match self {
@@ -271,8 +284,7 @@ impl Fetcher {
             body.extend_from_slice(&chunk);
         }
         let bytes = body.len();
-        let extraction_type = content_type.clone();
-        let extracted = extract::extract_blocking(extraction_type, body)
+        let extracted = extract::extract_isolated(&content_type, body)
             .await
             .map_err(|error| FetchError::Extract(format!("{}: {error}", display_url(&url))))?;
         Ok(FetchedPage {

@@ -30,11 +30,16 @@ text_enum!(
 );
 
 text_enum!(
-    /// How far a memory is trusted: user > assistant > web. A memory derived from several
-    /// sources gets the lowest of their trusts.
+    /// How far a memory is trusted: user > assistant > document > tool > web. `user` is the
+    /// user's own word; `assistant` what the assistant said from that; `document` the text of
+    /// a document the user added (its author is not the user); `tool` what a client's own
+    /// tools returned (OpenAI-compatible `tool` messages); `web` pages read by research or
+    /// tools. A memory derived from several sources gets the lowest of their trusts.
     Trust {
         User => "user",
         Assistant => "assistant",
+        Document => "document",
+        Tool => "tool",
         Web => "web",
     }
 );
@@ -65,9 +70,16 @@ impl Trust {
     fn rank(self) -> u8 {
         match self {
             Trust::Web => 0,
-            Trust::Assistant => 1,
-            Trust::User => 2,
+            Trust::Tool => 1,
+            Trust::Document => 2,
+            Trust::Assistant => 3,
+            Trust::User => 4,
         }
+    }
+
+    /// Whether this trust is below `other`.
+    pub fn below(self, other: Trust) -> bool {
+        self.rank() < other.rank()
     }
 
     /// The lower of two trusts.

@@ -58,6 +58,9 @@ pub enum StoreError {
     BadRequest(String),
     #[error("database unavailable: {0}")]
     Unavailable(String),
+    /// The user already has this many runs executing (`server.max_runs_per_user`).
+    #[error("{0} runs of yours are already in progress; wait for one to finish (or cancel one)")]
+    TooManyRuns(i64),
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
     #[error("migration failed: {0}")]
@@ -71,6 +74,7 @@ impl HasKind for StoreError {
             StoreError::Conflict(_) => ErrorKind::Conflict,
             StoreError::BadRequest(_) => ErrorKind::BadRequest,
             StoreError::Unavailable(_) => ErrorKind::Unavailable,
+            StoreError::TooManyRuns(_) => ErrorKind::RateLimited,
             StoreError::Database(sqlx::Error::PoolTimedOut) => ErrorKind::Busy,
             StoreError::Database(sqlx::Error::Io(_)) => ErrorKind::Unavailable,
             StoreError::Database(_) | StoreError::Migrate(_) => ErrorKind::Internal,
@@ -146,6 +150,25 @@ pub struct Message {
     #[schema(value_type = Option<String>, format = Uuid)]
     pub run_id: Option<RunId>,
     pub created_at: DateTime<Utc>,
+    /// How far its text is trusted: `user` for the user's own messages; a reply is
+    /// `assistant`, or lower when its turn read web pages, documents or tool results.
+    #[serde(default = "Message::default_trust")]
+    pub trust: Trust,
+}
+
+impl Message {
+    fn default_trust() -> Trust {
+        Trust::User
+    }
+
+    /// The trust of a message of `role` that read nothing less trusted.
+    pub fn trust_of(role: Role) -> Trust {
+        match role {
+            Role::User => Trust::User,
+            Role::Tool => Trust::Tool,
+            Role::Assistant | Role::System => Trust::Assistant,
+        }
+    }
 }
 
 /// Longest message a thread accepts (a chat turn or an imported one), in characters.
@@ -165,6 +188,8 @@ pub struct NewTurn {
     pub job_kind: JobKind,
     pub job_key: String,
     pub job_payload: serde_json::Value,
+    /// Refuse the turn (`TooManyRuns`) when the user has this many runs running.
+    pub max_running: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -661,6 +686,8 @@ pub(in crate::store) trait StoreCore: Send + Sync + 'static {
     /// Sets a thread's title (and `updated_at`).
     async fn rename_thread(&self, user: UserId, id: ThreadId, title: &str) -> StoreResult<Thread>;
     async fn delete_thread(&self, user: UserId, id: ThreadId) -> StoreResult<()>;
+    /// Appends a message; `trust` is that of the least trusted text it rests on (see
+    /// [`Message::trust`]).
     async fn append_message(
         &self,
         user: UserId,
@@ -668,6 +695,7 @@ pub(in crate::store) trait StoreCore: Send + Sync + 'static {
         role: Role,
         content: &str,
         run: Option<RunId>,
+        trust: Trust,
     ) -> StoreResult<Message>;
     /// Appends a past conversation's messages in order, in one transaction.
     async fn import_messages(
@@ -698,11 +726,14 @@ pub(in crate::store) trait StoreCore: Send + Sync + 'static {
     /// either all three are stored or none. A key already used by this user with the same
     /// digest stores nothing and returns that run; with another digest, `Conflict`.
     async fn begin_turn(&self, user: UserId, turn: NewTurn) -> StoreResult<BegunTurn>;
+    /// Stores a running run; with `max_running`, refuses (`TooManyRuns`) when the user has
+    /// that many running, atomically across replicas.
     async fn create_run(
         &self,
         user: UserId,
         thread: Option<ThreadId>,
         kind: RunKind,
+        max_running: Option<i64>,
     ) -> StoreResult<Run>;
     async fn get_run(&self, user: UserId, id: RunId) -> StoreResult<Run>;
     /// Adds `tokens` to the user's count for `day` (`YYYY-MM-DD`, UTC); returns the new count.

@@ -160,7 +160,7 @@ impl UserScope<'_> {
         fn conversation_thread(&self, conversation_key: &str, title: &str) -> StoreResult<Thread>;
         fn rename_thread(&self, id: ThreadId, title: &str) -> StoreResult<Thread>;
         fn delete_thread(&self, id: ThreadId) -> StoreResult<()>;
-        fn append_message(&self, thread: ThreadId, role: Role, content: &str, run: Option<RunId>) -> StoreResult<Message>;
+        fn append_message(&self, thread: ThreadId, role: Role, content: &str, run: Option<RunId>, trust: Trust) -> StoreResult<Message>;
         /// Appends a past conversation's messages in order, in one transaction.
         fn import_messages(&self, thread: ThreadId, messages: Vec<NewMessage>) -> StoreResult<Vec<Message>>;
         fn list_messages(&self, thread: ThreadId) -> StoreResult<Vec<Message>>;
@@ -172,7 +172,7 @@ impl UserScope<'_> {
 
         /// Stores message, run and job in one transaction (see [`Store::begin_turn`]).
         fn begin_turn(&self, turn: NewTurn) -> StoreResult<BegunTurn>;
-        fn create_run(&self, thread: Option<ThreadId>, kind: RunKind) -> StoreResult<Run>;
+        fn create_run(&self, thread: Option<ThreadId>, kind: RunKind, max_running: Option<i64>) -> StoreResult<Run>;
         fn get_run(&self, id: RunId) -> StoreResult<Run>;
         /// Adds `tokens` to the user's count for `day` (UTC `YYYY-MM-DD`); the new count.
         fn add_token_usage(&self, day: &str, tokens: i64) -> StoreResult<i64>;

@@ -45,6 +45,13 @@ macro_rules! sql_store {
                     author: row.try_get("author")?,
                     run_id: row.try_get::<Option<Uuid>, _>("run_id")?.map(RunId::from_uuid),
                     created_at: row.try_get("created_at")?,
+                    trust: match row.try_get::<Option<&str>, _>("trust")? {
+                        Some(trust) => text_enum::decode("messages.trust", trust)?,
+                        None => Message::trust_of(text_enum::decode(
+                            "messages.role",
+                            row.try_get::<&str, _>("role")?,
+                        )?),
+                    },
                 })
             }
 
@@ -71,6 +78,33 @@ macro_rules! sql_store {
                     created_at: row.try_get("created_at")?,
                 })
             }
+        }
+
+        /// In `tx`, before a run is inserted: waits for the user's other run starts to commit
+        /// (the user's row is locked on PostgreSQL, the database's write lock taken on SQLite),
+        /// then refuses when `max` of their runs are running — on every replica at once.
+        async fn claim_run_slot(
+            tx: &mut sqlx::Transaction<'_, $db>,
+            user: UserId,
+            max: Option<i64>,
+        ) -> StoreResult<()> {
+            let Some(max) = max else {
+                return Ok(());
+            };
+            sqlx::query("UPDATE users SET name = name WHERE id = $1")
+                .bind(user.as_uuid())
+                .execute(&mut **tx)
+                .await?;
+            let (running,): (i64,) =
+                sqlx::query_as("SELECT COUNT(*) FROM runs WHERE user_id = $1 AND status = $2")
+                    .bind(user.as_uuid())
+                    .bind(RunStatus::Running.as_str())
+                    .fetch_one(&mut **tx)
+                    .await?;
+            if running >= max {
+                return Err(StoreError::TooManyRuns(max));
+            }
+            Ok(())
         }
 
         const USER_COLUMNS: &str = "u.id, u.name, u.kind, u.created_at, \
@@ -504,6 +538,7 @@ macro_rules! sql_store {
                 role: Role,
                 content: &str,
                 run: Option<RunId>,
+                trust: Trust,
             ) -> StoreResult<Message> {
                 let message = Message {
                     id: MessageId::new(),
@@ -513,6 +548,7 @@ macro_rules! sql_store {
                     author: None,
                     run_id: run,
                     created_at: now(),
+                    trust,
                 };
                 let mut tx = self.pool.begin().await?;
                 let touched = sqlx::query(
@@ -527,8 +563,8 @@ macro_rules! sql_store {
                     return Err(StoreError::NotFound("thread"));
                 }
                 sqlx::query(
-                    "INSERT INTO messages (id, thread_id, user_id, role, content, run_id, created_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                    "INSERT INTO messages (id, thread_id, user_id, role, content, run_id, created_at, trust) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
                 )
                 .bind(message.id.as_uuid())
                 .bind(thread.as_uuid())
@@ -537,6 +573,7 @@ macro_rules! sql_store {
                 .bind(&message.content)
                 .bind(run.map(|run| run.as_uuid()))
                 .bind(message.created_at)
+                .bind(trust.as_str())
                 .execute(&mut *tx)
                 .await?;
                 tx.commit().await?;
@@ -571,6 +608,7 @@ macro_rules! sql_store {
                         author: new.author,
                         run_id: None,
                         created_at: new.created_at.unwrap_or_else(now).trunc_subsecs(6),
+                        trust: Message::trust_of(new.role),
                     };
                     sqlx::query(
                         "INSERT INTO messages (id, thread_id, user_id, role, content, author, run_id, created_at) \
@@ -598,7 +636,7 @@ macro_rules! sql_store {
             ) -> StoreResult<Vec<Message>> {
                 self.get_thread(user, thread).await?;
                 let found = sqlx::query(
-                    "SELECT id, thread_id, role, content, author, run_id, created_at FROM messages \
+                    "SELECT id, thread_id, role, content, author, run_id, created_at, trust FROM messages \
                      WHERE thread_id = $1 AND user_id = $2 ORDER BY id",
                 )
                 .bind(thread.as_uuid())
@@ -705,6 +743,7 @@ macro_rules! sql_store {
                     author: None,
                     run_id: None,
                     created_at: at,
+                    trust: Trust::User,
                 };
                 let run = Run {
                     id: turn.run_id,
@@ -718,6 +757,7 @@ macro_rules! sql_store {
                     finished_at: None,
                 };
                 let mut tx = self.pool.begin().await?;
+                claim_run_slot(&mut tx, user, turn.max_running).await?;
                 let touched = sqlx::query(
                     "UPDATE threads SET updated_at = $1 WHERE id = $2 AND user_id = $3",
                 )
@@ -793,6 +833,7 @@ macro_rules! sql_store {
                 user: UserId,
                 thread: Option<ThreadId>,
                 kind: RunKind,
+                max_running: Option<i64>,
             ) -> StoreResult<Run> {
                 if let Some(thread) = thread {
                     self.get_thread(user, thread).await?;
@@ -809,6 +850,8 @@ macro_rules! sql_store {
                     updated_at: at,
                     finished_at: None,
                 };
+                let mut tx = self.pool.begin().await?;
+                claim_run_slot(&mut tx, user, max_running).await?;
                 sqlx::query(
                     "INSERT INTO runs (id, user_id, thread_id, kind, status, last_seq, created_at, updated_at) \
                      VALUES ($1, $2, $3, $4, $5, 0, $6, $7)",
@@ -820,8 +863,9 @@ macro_rules! sql_store {
                 .bind(run.status.as_str())
                 .bind(at)
                 .bind(at)
-                .execute(&self.pool)
+                .execute(&mut *tx)
                 .await?;
+                tx.commit().await?;
                 Ok(run)
             }
 

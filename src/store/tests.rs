@@ -235,7 +235,14 @@ async fn messages_keep_order_and_owner(store: Arc<dyn Store>) {
             Role::Assistant
         };
         store
-            .append_message(alice.id, thread.id, role, &format!("message {index}"), None)
+            .append_message(
+                alice.id,
+                thread.id,
+                role,
+                &format!("message {index}"),
+                None,
+                Message::trust_of(role),
+            )
             .await
             .unwrap();
     }
@@ -246,7 +253,14 @@ async fn messages_keep_order_and_owner(store: Arc<dyn Store>) {
     assert_eq!(messages[1].role, Role::Assistant);
     assert!(matches!(
         store
-            .append_message(bob.id, thread.id, Role::User, "intrusion", None)
+            .append_message(
+                bob.id,
+                thread.id,
+                Role::User,
+                "intrusion",
+                None,
+                Trust::User
+            )
             .await,
         Err(StoreError::NotFound("thread"))
     ));
@@ -268,15 +282,15 @@ async fn deleting_a_thread_removes_its_messages_and_runs(store: Arc<dyn Store>) 
     let (alice, _) = two_users(&store).await;
     let thread = store.create_thread(alice.id, "t").await.unwrap();
     store
-        .append_message(alice.id, thread.id, Role::User, "hello", None)
+        .append_message(alice.id, thread.id, Role::User, "hello", None, Trust::User)
         .await
         .unwrap();
     let run = store
-        .create_run(alice.id, Some(thread.id), RunKind::Chat)
+        .create_run(alice.id, Some(thread.id), RunKind::Chat, None)
         .await
         .unwrap();
     store
-        .create_run(alice.id, None, RunKind::Chat)
+        .create_run(alice.id, None, RunKind::Chat, None)
         .await
         .unwrap();
     assert_eq!(
@@ -328,7 +342,7 @@ async fn deleting_a_thread_removes_its_messages_and_runs(store: Arc<dyn Store>) 
 async fn run_events_append_in_sequence_and_replay_after_a_cursor(store: Arc<dyn Store>) {
     let (alice, bob) = two_users(&store).await;
     let run = store
-        .create_run(alice.id, None, RunKind::Research)
+        .create_run(alice.id, None, RunKind::Research, None)
         .await
         .unwrap();
     for seq in 1..=10 {
@@ -417,7 +431,7 @@ async fn run_events_append_in_sequence_and_replay_after_a_cursor(store: Arc<dyn 
 async fn runs_finish_once(store: Arc<dyn Store>) {
     let (alice, bob) = two_users(&store).await;
     let run = store
-        .create_run(alice.id, None, RunKind::Chat)
+        .create_run(alice.id, None, RunKind::Chat, None)
         .await
         .unwrap();
     // Another user's finish changes nothing.
@@ -451,7 +465,7 @@ async fn checkpoints_are_saved_by_the_owner_and_a_released_run_is_taken_at_once(
     let start = now();
     let hour = chrono::Duration::hours(1);
     let run = store
-        .create_run(alice.id, None, RunKind::Research)
+        .create_run(alice.id, None, RunKind::Research, None)
         .await
         .unwrap();
     assert_eq!(store.run_checkpoint(alice.id, run.id).await.unwrap(), None);
@@ -551,7 +565,7 @@ async fn runs_are_taken_over_only_when_their_lease_expired(store: Arc<dyn Store>
     let start = now();
     let hour = chrono::Duration::hours(1);
     let held = store
-        .create_run(alice.id, None, RunKind::Research)
+        .create_run(alice.id, None, RunKind::Research, None)
         .await
         .unwrap();
     assert!(store.claim_run(held.id, a, start + hour).await.unwrap());
@@ -562,7 +576,7 @@ async fn runs_are_taken_over_only_when_their_lease_expired(store: Arc<dyn Store>
         .await
         .unwrap();
     let unclaimed = store
-        .create_run(alice.id, None, RunKind::Chat)
+        .create_run(alice.id, None, RunKind::Chat, None)
         .await
         .unwrap();
     // A sweep now finds nothing: A's lease runs, the unclaimed run is too young.
@@ -652,7 +666,7 @@ async fn runs_are_taken_over_only_when_their_lease_expired(store: Arc<dyn Store>
     assert_eq!(store.renew_leases(a, start + hour).await.unwrap(), 0);
     // A run whose owner renews its lease after a sweep saw it expired is left alone.
     let renewed = store
-        .create_run(alice.id, None, RunKind::Chat)
+        .create_run(alice.id, None, RunKind::Chat, None)
         .await
         .unwrap();
     assert!(store.claim_run(renewed.id, a, start + hour).await.unwrap());
@@ -720,7 +734,7 @@ async fn run_commands_reach_the_owner_once(store: Arc<dyn Store>) {
     let (a, b) = (ReplicaId::new(), ReplicaId::new());
     let until = now() + chrono::Duration::hours(1);
     let run = store
-        .create_run(alice.id, None, RunKind::Research)
+        .create_run(alice.id, None, RunKind::Research, None)
         .await
         .unwrap();
     assert!(store.claim_run(run.id, a, until).await.unwrap());
@@ -808,7 +822,7 @@ async fn run_commands_reach_the_owner_once(store: Arc<dyn Store>) {
     );
     // A command for a run nobody claimed waits; once stale it is deleted.
     let unclaimed = store
-        .create_run(alice.id, None, RunKind::Chat)
+        .create_run(alice.id, None, RunKind::Chat, None)
         .await
         .unwrap();
     assert_eq!(
@@ -839,7 +853,7 @@ async fn run_commands_reach_the_owner_once(store: Arc<dyn Store>) {
 async fn research_records_are_private_and_finish_once(store: Arc<dyn Store>) {
     let (alice, bob) = two_users(&store).await;
     let run = store
-        .create_run(alice.id, None, RunKind::Research)
+        .create_run(alice.id, None, RunKind::Research, None)
         .await
         .unwrap();
     let new = NewResearch {
@@ -897,7 +911,7 @@ async fn research_records_are_private_and_finish_once(store: Arc<dyn Store>) {
     let listed = store.list_research(alice.id, 10).await.unwrap();
     assert_eq!(listed.len(), 1);
     let second = store
-        .create_run(alice.id, None, RunKind::Research)
+        .create_run(alice.id, None, RunKind::Research, None)
         .await
         .unwrap();
     store

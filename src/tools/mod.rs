@@ -1,8 +1,9 @@
 //! Commands of the `mnemo` binary that are not the server: the memory-quality evaluation
-//! (`mnemo eval`) and the benchmarks (`mnemo bench recall|write|ingest|replicas`). They drive the server
+//! (`mnemo eval`) and the benchmarks (`mnemo bench recall|write|ingest|replicas|extract`). They drive the server
 //! library through its public API, so the library itself carries none of their code.
 
 pub mod bench;
+pub mod bench_extract;
 pub mod bench_ingest;
 pub mod bench_replicas;
 pub mod bench_server;

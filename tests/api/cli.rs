@@ -751,3 +751,43 @@ fn memory_forget_asks_first_and_can_be_undone() {
         .unwrap();
     assert_eq!(again.status.code(), Some(2), "{again:?}");
 }
+
+/// Under the usual umask 022 the database was 0644 and the data directory 0755: anyone on the
+/// machine could read every user's memories. Everything the server creates is now its
+/// owner's alone, and an existing data directory open to others is closed.
+#[test]
+fn data_files_are_readable_by_their_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let fresh = dir.path().join("fresh/data");
+    let added = mnemo(&fresh)
+        .args(["user", "add", "alice"])
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "{added:?}");
+    let (server, _base, _lines) = serve(&fresh);
+    stop(server);
+
+    let existing = dir.path().join("existing");
+    std::fs::create_dir_all(&existing).unwrap();
+    std::fs::set_permissions(&existing, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (server, _base, _lines) = serve(&existing);
+    stop(server);
+
+    for root in [&fresh, &existing] {
+        let mut seen = 0;
+        let mut stack = vec![root.clone()];
+        while let Some(path) = stack.pop() {
+            let metadata = std::fs::symlink_metadata(&path).unwrap();
+            let mode = metadata.permissions().mode() & 0o777;
+            assert_eq!(mode & 0o077, 0, "{} is {mode:o}", path.display());
+            seen += 1;
+            if metadata.is_dir() {
+                stack.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            }
+        }
+        assert!(seen > 5, "the server wrote its files in {}", root.display());
+    }
+    let database = std::fs::metadata(fresh.join("mnemo.db")).unwrap();
+    assert_eq!(database.permissions().mode() & 0o777, 0o600);
+}

@@ -626,3 +626,75 @@ fn assert_remembered_recallable(seen: &Value) {
     .expect("remember answers JSON");
     assert_eq!(remembered["recallable"], true, "{remembered}");
 }
+
+/// After 10,000 sessions of one user the oldest lost their owner, and another user could use
+/// or delete them; DELETE answered 202 (the SDK logs "Session termination failed: 202"). A
+/// user now holds at most 64 sessions — opening more closes their oldest, which is then 404
+/// for everybody — and DELETE answers 204. A NUL in a tool's arguments is a 400, not an
+/// internal error.
+#[tokio::test]
+async fn mcp_sessions_are_bounded_per_user_and_never_change_hands() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let alice = app.user_key("alice").await;
+    let bob = app.user_key("bob").await;
+    let open = |key: String| {
+        let request = mcp_post(&app, Some(&key), None, &mcp_initialize());
+        async move {
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            response.headers()["mcp-session-id"]
+                .to_str()
+                .unwrap()
+                .to_string()
+        }
+    };
+    let mut sessions = Vec::new();
+    for _ in 0..65 {
+        sessions.push(open(alice.clone()).await);
+    }
+    let list = json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/list" });
+    let status = |key: &str, session: &str| {
+        let request = mcp_post(&app, Some(key), Some(session), &list);
+        async move { request.send().await.unwrap().status() }
+    };
+    assert_eq!(
+        status(&alice, &sessions[0]).await,
+        StatusCode::NOT_FOUND,
+        "evicted"
+    );
+    assert_eq!(status(&bob, &sessions[0]).await, StatusCode::NOT_FOUND);
+    assert_eq!(status(&bob, &sessions[1]).await, StatusCode::NOT_FOUND);
+    let initialized = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
+    let response = mcp_post(&app, Some(&alice), Some(&sessions[64]), &initialized)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::ACCEPTED,
+        "the newest session is alive"
+    );
+
+    let delete = |key: &str, session: &str| {
+        let request = app
+            .client
+            .delete(app.url("/mcp"))
+            .bearer_auth(key)
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", MCP_VERSION);
+        async move { request.send().await.unwrap().status() }
+    };
+    assert_eq!(delete(&bob, &sessions[1]).await, StatusCode::NOT_FOUND);
+    assert_eq!(delete(&alice, &sessions[1]).await, StatusCode::NO_CONTENT);
+    assert_eq!(status(&alice, &sessions[1]).await, StatusCode::NOT_FOUND);
+
+    let call = json!({ "jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "remember", "arguments": { "content": "my code is 12\u{0}34" } } });
+    let response = mcp_post(&app, Some(&alice), Some(&sessions[64]), &call)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    app.stop().await;
+}

@@ -706,8 +706,15 @@ async fn jobs_pending_at_a_sigkill_all_run_after_the_restart() {
     let key = add_user(&data_dir, "kim").await;
     let client = reqwest::Client::new();
     // No writer workers: every turn's job stays queued.
-    let mut server =
-        start_server_with(&data_dir, &log, &[("MNEMO__MEMORY__WRITER_WORKERS", "0")]).await;
+    let mut server = start_server_with(
+        &data_dir,
+        &log,
+        &[
+            ("MNEMO__MEMORY__WRITER_WORKERS", "0"),
+            ("MNEMO__SERVER__ADMIN_USERS", "kim"),
+        ],
+    )
+    .await;
     let (status, thread) = call(
         &client,
         &server.base,

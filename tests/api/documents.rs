@@ -1079,3 +1079,261 @@ async fn client_mistakes_are_clear_4xx_errors() {
     assert!(app.list_documents(&key).await.is_empty());
     app.stop_and_release().await;
 }
+
+/// `n` bytes of text-showing operators (`(A) Tj`) in a text object: extraction cost about
+/// 400 MB of memory per MiB of them.
+fn text_operators(n: usize) -> Vec<u8> {
+    let mut content = b"BT /F1 12 Tf 50 780 Td ".to_vec();
+    while content.len() < n {
+        content.extend_from_slice(b"(A) Tj ");
+    }
+    content.extend_from_slice(b"ET");
+    content
+}
+
+fn zlib(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut encoder = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+    encoder.write_all(bytes).unwrap();
+    encoder.finish().unwrap()
+}
+
+/// ASCII85 (Adobe), as a PDF filter reads it.
+fn ascii85(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len() * 5 / 4 + 8);
+    for chunk in bytes.chunks(4) {
+        let mut group = [0u8; 4];
+        group[..chunk.len()].copy_from_slice(chunk);
+        let value = u32::from_be_bytes(group);
+        if value == 0 && chunk.len() == 4 {
+            out.push(b'z');
+            continue;
+        }
+        let mut digits = [0u8; 5];
+        let mut rest = value;
+        for digit in digits.iter_mut().rev() {
+            *digit = (rest % 85) as u8 + b'!';
+            rest /= 85;
+        }
+        out.extend_from_slice(&digits[..chunk.len() + 1]);
+    }
+    out.extend_from_slice(b"~>");
+    out
+}
+
+/// A one-page PDF whose page lists `content` `refs` times in its `/Contents`.
+fn pdf_with_contents(content: lopdf::Stream, refs: usize) -> Vec<u8> {
+    use lopdf::{Object, dictionary};
+    let mut document = lopdf::Document::with_version("1.5");
+    let pages_id = document.new_object_id();
+    let font_id = document.add_object(dictionary! {
+        "Type" => "Font", "Subtype" => "Type1", "BaseFont" => "Helvetica",
+    });
+    let resources_id = document.add_object(dictionary! {
+        "Font" => dictionary! { "F1" => font_id },
+    });
+    let content_id = document.add_object(content);
+    let contents: Vec<Object> = (0..refs).map(|_| content_id.into()).collect();
+    let page_id = document.add_object(dictionary! {
+        "Type" => "Page", "Parent" => pages_id, "Contents" => contents,
+    });
+    document.objects.insert(
+        pages_id,
+        Object::Dictionary(dictionary! {
+            "Type" => "Pages", "Kids" => vec![page_id.into()], "Count" => 1,
+            "Resources" => resources_id,
+            "MediaBox" => vec![0.into(), 0.into(), 595.into(), 842.into()],
+        }),
+    );
+    let catalog_id = document.add_object(dictionary! { "Type" => "Catalog", "Pages" => pages_id });
+    document.trailer.set("Root", catalog_id);
+    let mut bytes = Vec::new();
+    document.save_to(&mut bytes).expect("save pdf");
+    bytes
+}
+
+/// Each of these small files killed the server (OOM, or minutes of CPU) through the 32 MiB
+/// inflation check and the nesting scan: a filter chain the check could not inflate, a
+/// content stream marked as an image, one stream listed many times in `/Contents`, text
+/// operators within the limit, an HTML page whose parse clones formatting elements into
+/// every paragraph, and nesting hidden from the scan by `<!-->`. They are now read by a
+/// worker process under memory and CPU ceilings: each is refused with 413, nothing is stored,
+/// and the server goes on answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn documents_past_the_extraction_ceilings_are_refused_and_the_server_lives() {
+    use lopdf::{Object, Stream, dictionary};
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn_with(
+        &home,
+        &[
+            ("MNEMO__EXTRACT__MEMORY_MB", "256"),
+            ("MNEMO__EXTRACT__CPU_SECS", "3"),
+        ],
+    )
+    .await;
+    let key = app.user_key("mallory").await;
+    let flate = |bytes: &[u8]| {
+        Stream::new(dictionary! { "Filter" => "FlateDecode" }, zlib(bytes)).with_compression(false)
+    };
+    let chain = Stream::new(
+        dictionary! { "Filter" => vec![Object::from("ASCII85Decode"), Object::from("FlateDecode")] },
+        ascii85(&zlib(&text_operators(40 << 20))),
+    )
+    .with_compression(false);
+    let image = Stream::new(
+        dictionary! { "Subtype" => "Image", "Filter" => "FlateDecode" },
+        zlib(&text_operators(40 << 20)),
+    )
+    .with_compression(false);
+    let cases: Vec<(&str, &str, Vec<u8>)> = vec![
+        (
+            "filter chain",
+            "application/pdf",
+            pdf_with_contents(chain, 1),
+        ),
+        (
+            "content marked as an image",
+            "application/pdf",
+            pdf_with_contents(image, 1),
+        ),
+        (
+            "one stream listed 64 times",
+            "application/pdf",
+            pdf_with_contents(flate(&text_operators(1 << 20)), 64),
+        ),
+        (
+            "text operators within the inflation limit",
+            "application/pdf",
+            pdf_with_contents(flate(&text_operators(4 << 20)), 1),
+        ),
+        (
+            "formatting elements cloned into every paragraph",
+            "text/html",
+            support::research_site::formatting_bomb(6_000).into_bytes(),
+        ),
+        (
+            "nesting hidden by <!-->",
+            "text/html",
+            format!("<!-->{}x", "<div>".repeat(200_000)).into_bytes(),
+        ),
+    ];
+    for (name, content_type, bytes) in cases {
+        assert!(bytes.len() < 2 << 20, "{name}: {} bytes", bytes.len());
+        let (status, body) = app
+            .upload_document(&key, Some(content_type), bytes, "")
+            .await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{name}: {body}");
+        let message = body["error"]["message"].as_str().unwrap_or("");
+        assert!(
+            message.contains("MiB of memory")
+                || message.contains("s of CPU")
+                || message.contains("took longer")
+                || message.contains("expands to more than"),
+            "{name}: {body}"
+        );
+        // The server answers between two hostile files.
+        let (status, _) = app.get("/v1/threads", Some(&key)).await;
+        assert_eq!(status, StatusCode::OK, "{name}");
+    }
+    assert!(app.list_documents(&key).await.is_empty());
+    // A normal document still goes through the same worker.
+    let (status, document) = app
+        .upload_document(
+            &key,
+            Some("application/pdf"),
+            pdf(&["Kelp forests shelter otters."]),
+            "",
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{document}");
+    app.stop_and_release().await;
+}
+
+/// Markup soups and damaged PDFs through the extraction worker, the ceiling asserted: each is
+/// read within the ceiling, or refused as too large or unreadable; the worker never fails in
+/// another way, and the largest cost of a document that was read is printed.
+#[test]
+fn fuzzed_documents_are_read_within_the_ceiling_or_refused() {
+    use mnemo::search::extract::{self, ExtractError};
+    use proptest::prelude::*;
+    const PIECES: &[&str] = &[
+        "<p>",
+        "</p>",
+        "<b>",
+        "</b>",
+        "<i>",
+        "<div>",
+        "</div>",
+        "<span>",
+        "</span>",
+        "<table>",
+        "<td>",
+        "<tr>",
+        "<!--",
+        "-->",
+        "<!-->",
+        "<script>",
+        "</script>",
+        "<a href=x>",
+        "</a>",
+        "&amp;",
+        "text ",
+        "文字",
+        "<br>",
+        "<li>",
+        "<font>",
+        "<nobr>",
+        "<svg>",
+        "<template>",
+    ];
+    let memory_mb = 256u64;
+    extract::configure(&mnemo::config::ExtractSettings {
+        worker: Some(env!("CARGO_BIN_EXE_mnemo").into()),
+        memory_mb,
+        cpu_secs: 4,
+        ..Default::default()
+    });
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let html =
+        proptest::collection::vec((0..PIECES.len(), 1usize..3_000), 1..24).prop_map(|runs| {
+            let text: String = runs
+                .iter()
+                .map(|(piece, times)| PIECES[*piece].repeat(*times))
+                .collect();
+            ("text/html", text.into_bytes())
+        });
+    let valid = pdf(&["Kelp forests shelter otters.", "Tides turn twice a day."]);
+    let length = valid.len();
+    let damaged =
+        proptest::collection::vec((0..length, any::<u8>()), 1..12).prop_map(move |edits| {
+            let mut bytes = valid.clone();
+            for (at, byte) in edits {
+                bytes[at] = byte;
+            }
+            ("application/pdf", bytes)
+        });
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(40));
+    let largest = std::sync::Mutex::new((0u64, 0u64));
+    runner
+        .run(&prop_oneof![html, damaged], |(content_type, bytes)| {
+            match runtime.block_on(extract::extract_with_cost(content_type, bytes)) {
+                Ok((_, cost)) => {
+                    prop_assert!(cost.peak_rss_kib <= memory_mb * 1024, "{cost:?}");
+                    let mut largest = largest.lock().unwrap();
+                    largest.0 = largest.0.max(cost.peak_rss_kib);
+                    largest.1 = largest.1.max(cost.cpu_ms);
+                }
+                Err(ExtractError::Worker(message)) => {
+                    prop_assert!(false, "the worker failed: {message}");
+                }
+                Err(_) => {}
+            }
+            Ok(())
+        })
+        .unwrap();
+    let (rss, cpu) = *largest.lock().unwrap();
+    eprintln!(
+        "largest fuzzed document read: {} KiB resident, {cpu} ms CPU",
+        rss
+    );
+}

@@ -253,7 +253,7 @@ async fn recall_records_access_and_health_reports_index_lag() {
     let again = search(&app, &key, json!({ "query": "where is my passport" })).await;
     assert_eq!(contents(&again)[0], "I keep my passport in the blue drawer");
 
-    let (status, health) = app.get("/health", None).await;
+    let (status, health) = app.health().await;
     assert_eq!(status, StatusCode::OK, "{health}");
     let components = &health["components"];
     assert_eq!(components["embedder"]["dimension"], 384);

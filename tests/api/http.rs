@@ -485,7 +485,7 @@ async fn orphaned_turn(
         .unwrap();
     let run = store
         .user(user.id)
-        .create_run(Some(thread_id), mnemo::store::RunKind::Chat)
+        .create_run(Some(thread_id), mnemo::store::RunKind::Chat, None)
         .await
         .unwrap();
     let lease_until = mnemo::store::now() + chrono::Duration::hours(1);
@@ -554,6 +554,7 @@ async fn a_turn_taken_over_after_its_answer_was_stored_keeps_that_answer() {
             mnemo::store::Role::User,
             "what is my cat called?",
             None,
+            mnemo::store::Trust::User,
         )
         .await
         .unwrap();
@@ -583,6 +584,7 @@ async fn a_turn_taken_over_after_its_answer_was_stored_keeps_that_answer() {
             mnemo::store::Role::Assistant,
             "Your cat is called Miso.",
             Some(run.id),
+            mnemo::store::Trust::Assistant,
         )
         .await
         .unwrap();
@@ -690,7 +692,7 @@ async fn deleting_a_thread_stops_its_run_first() {
     assert_eq!(status, StatusCode::NOT_FOUND);
     // No memory job fails against the missing thread, and no new model call starts.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let (_, health) = app.get("/health", None).await;
+    let (_, health) = app.health().await;
     assert_eq!(
         health["components"]["memory_writer"]["failed"], 0,
         "{health}"
@@ -846,8 +848,24 @@ async fn service_endpoints_report_health_metrics_and_docs() {
     let (status, health) = app.get("/health", None).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(health["status"], "ok");
-    assert_eq!(health["components"]["database"]["backend"], "sqlite");
     assert_eq!(health["components"]["database"]["status"], "ok");
+    assert!(
+        health["components"]["database"]["backend"].is_null(),
+        "{health}"
+    );
+    // Without an administrator's key, states only: the writer's failures quote users' words.
+    let (_, as_user) = app.get("/health", Some(&key)).await;
+    for body in [&health, &as_user] {
+        assert_eq!(
+            body["components"]["memory_writer"],
+            json!({ "status": "ok" })
+        );
+        assert!(body["uptime_secs"].is_null(), "{body}");
+        assert!(!body.to_string().contains("recent_failures"), "{body}");
+    }
+    let (status, health) = app.health().await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(health["components"]["database"]["backend"], "sqlite");
     let head = app.client.head(app.url("/health")).send().await.unwrap();
     assert_eq!(head.status(), StatusCode::OK);
     let head = app.client.head(app.url("/")).send().await.unwrap();

@@ -4,6 +4,7 @@
 
 mod support;
 
+mod abuse;
 mod chat;
 mod cli;
 mod clients;
@@ -20,4 +21,5 @@ mod replicas;
 mod research;
 mod ssrf;
 mod takeover;
+mod trust;
 mod writer;

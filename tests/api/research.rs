@@ -1228,3 +1228,45 @@ async fn an_empty_report_from_the_model_becomes_an_extractive_digest() {
     }
     app.stop_and_release().await;
 }
+
+/// A small HTML page whose parse needs gigabytes killed the server (OOM), and a resumed
+/// research fetched it again and died again. It is now read by a worker process under a
+/// memory ceiling: the worker dies, the research reports the page as unreadable and goes on,
+/// and the page is never fetched twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_that_would_exhaust_memory_is_refused_and_the_research_goes_on() {
+    let site = ResearchSite::start(Duration::ZERO).await;
+    let home = Home::new(Backend::Sqlite).await;
+    let mut env = site.env();
+    env.push(("MNEMO__EXTRACT__MEMORY_MB".into(), "256".into()));
+    let borrowed: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let app = TestApp::spawn_with(&home, &borrowed).await;
+    let alice = app.user_key("alice").await;
+    let events = research(
+        &app,
+        &alice,
+        json!({ "query": "How are coral reefs surveyed and how do tides affect reefs?" }),
+    )
+    .await
+    .collect()
+    .await;
+    assert_eq!(events.last().unwrap().event, "done", "{events:?}");
+    let refused: Vec<&str> = of_type(&events, "error")
+        .iter()
+        .filter_map(|e| e.data["message"].as_str())
+        .filter(|message| message.contains("/hostile/reef-survey"))
+        .collect();
+    assert!(!refused.is_empty(), "the page is reported: {events:?}");
+    assert!(
+        refused.iter().all(|m| m.contains("MiB of memory")),
+        "{refused:?}"
+    );
+    assert_eq!(site.hostile_fetches(), 1, "fetched once");
+    // The server is alive and the other sources were read and cited.
+    let report = report_text(&events);
+    assert!(!report.contains("/hostile/"), "{report}");
+    assert!(report.contains("/page/tides"), "{report}");
+    let (status, _) = app.get("/v1/threads", Some(&alice)).await;
+    assert_eq!(status, StatusCode::OK);
+    app.stop().await;
+}

@@ -264,7 +264,7 @@ async fn queued_jobs_survive_a_restart_and_run_once() {
         .collect::<Vec<_>>();
     found.sort();
     assert_eq!(found, ["I prefer window seats", "My locker code is 4471"]);
-    let (_, health) = app.get("/health", None).await;
+    let (_, health) = app.health().await;
     assert_eq!(health["components"]["memory_writer"]["queued"], 0);
     app.stop().await;
 }
@@ -552,7 +552,7 @@ async fn a_message_that_once_panicked_the_extractor_stops_no_later_memory() {
     let mut found = contents(&facts);
     found.sort();
     assert_eq!(found, ["My locker code is 4471", "The tea is 乌龙茶"]);
-    let health = app.get("/health", None).await.1;
+    let health = app.health().await.1;
     assert_eq!(
         health["components"]["memory_writer"]["failed"], 0,
         "{health}"
@@ -877,7 +877,7 @@ async fn an_imported_conversation_becomes_named_turn_memories() {
         bad["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("user, assistant, web")
+            .contains("user, assistant, document, tool, web")
     );
     let (status, _) = app.get("/v1/memories?thread_id=nope", Some(&alice)).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
@@ -914,7 +914,7 @@ async fn a_retried_turn_job_stores_its_turn_once() {
         .filter(|content| content.contains("Ostrava"))
         .collect();
     assert_eq!(mine, ["User: I keep bees in Ostrava"], "{turns:?}");
-    let (_, health) = app.get("/health", None).await;
+    let (_, health) = app.health().await;
     assert_eq!(
         health["components"]["memory_writer"]["failed"], 0,
         "{health}"

@@ -58,7 +58,7 @@ export const MEMORY_KINDS = [
   'document',
 ] as const
 export type MemoryKind = (typeof MEMORY_KINDS)[number]
-export const TRUSTS = ['user', 'assistant', 'web'] as const
+export const TRUSTS = ['user', 'assistant', 'document', 'tool', 'web'] as const
 export type Trust = (typeof TRUSTS)[number]
 export type MemorySource = 'user' | 'assistant' | 'research' | 'import'
 

@@ -19,6 +19,10 @@ pub(super) struct Source {
     pub(super) relevance: f64,
     pub(super) credibility: f64,
     pub(super) score: f64,
+    /// Why the source cannot be read (it is too large, or its text could not be extracted):
+    /// kept with the checkpoint, so a resumed research never fetches it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) refused: Option<String>,
 }
 
 /// The run's sources by URL, and the fetches made (each URL is fetched once per run, even
@@ -77,6 +81,7 @@ impl Sources {
                         relevance: 0.0,
                         credibility: 0.0,
                         score: 0.0,
+                        refused: None,
                     });
                     new.push(hit.clone());
                 }
@@ -102,6 +107,7 @@ impl Sources {
                 relevance: 0.0,
                 credibility: 0.0,
                 score: 0.0,
+                refused: None,
             }),
         }
     }
@@ -111,6 +117,31 @@ impl Sources {
             .iter()
             .find(|source| source.url == url)
             .and_then(|source| source.text.clone())
+    }
+
+    /// Why `url` was found unreadable, by this research or an earlier attempt of it.
+    pub(super) fn refused(&self, url: &str) -> Option<String> {
+        self.lock()
+            .iter()
+            .find(|source| source.url == url)
+            .and_then(|source| source.refused.clone())
+    }
+
+    /// Remembers `url` as unreadable (it is never fetched again by this research).
+    pub(super) fn refuse(&self, url: &str, reason: &str) {
+        let mut list = self.lock();
+        match list.iter_mut().find(|source| source.url == url) {
+            Some(source) => source.refused = Some(reason.to_string()),
+            None => list.push(Source {
+                url: url.to_string(),
+                title: url.to_string(),
+                text: None,
+                relevance: 0.0,
+                credibility: 0.0,
+                score: 0.0,
+                refused: Some(reason.to_string()),
+            }),
+        }
     }
 
     pub(super) fn fetch_cell(&self, url: &str) -> FetchCell {
@@ -408,4 +439,31 @@ pub(super) fn credibility(url: &str, text: &str) -> f64 {
         score -= 0.2;
     }
     score.clamp(0.0, 1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A resumed research fetched again the page that had killed its server. A source found
+    /// unreadable travels with the checkpoint, so the next attempt knows it without a fetch.
+    #[test]
+    fn unreadable_sources_are_kept_by_the_checkpoint() {
+        let sources = Sources::default();
+        let url = "https://example.com/bomb.pdf";
+        sources.refuse(
+            url,
+            "reading the document needs more than 1024 MiB of memory",
+        );
+        let saved = serde_json::to_value(sources.snapshot()).unwrap();
+        let resumed = Sources::default();
+        resumed.restore(serde_json::from_value(saved).unwrap());
+        assert!(resumed.refused(url).unwrap().contains("MiB of memory"));
+        assert!(resumed.readable().is_empty(), "never cited");
+        // Checkpoints written before the field existed still load.
+        let old = serde_json::json!([{ "url": "https://a.example", "title": "A", "text": null,
+            "relevance": 0.0, "credibility": 0.0, "score": 0.0 }]);
+        let restored: Vec<Source> = serde_json::from_value(old).unwrap();
+        assert!(restored[0].refused.is_none());
+    }
 }

@@ -441,8 +441,13 @@ impl Research {
         }
     }
 
-    /// Fetches a page once per run; a failure is an `error` event and an error string.
+    /// Fetches a page once per run; a failure is an `error` event and an error string. A page
+    /// that cannot be read (too large, its text not extractable, refused) is remembered as a
+    /// bad source and never fetched again, by this attempt or a resumed one.
     pub(super) async fn fetch(&self, number: usize, url: &str) -> Result<Arc<FetchedPage>, String> {
+        if let Some(reason) = self.sources.refused(url) {
+            return Err(format!("{url} was not read: {reason}"));
+        }
         let cell = self.sources.fetch_cell(url);
         let mut first = false;
         let result = cell
@@ -451,9 +456,12 @@ impl Research {
                 let started = Instant::now();
                 let fetched = self.deps.fetcher.fetch(url).await;
                 Meter::add(&self.meter.fetch, started);
-                fetched
-                    .map(Arc::new)
-                    .map_err(|error| format!("fetching {url} failed ({}): {error}", error.label()))
+                fetched.map(Arc::new).map_err(|error| {
+                    if error.is_permanent() {
+                        self.sources.refuse(url, &error.to_string());
+                    }
+                    format!("fetching {url} failed ({}): {error}", error.label())
+                })
             })
             .await
             .clone();

@@ -144,7 +144,13 @@ pub(super) async fn ingest(
         for turn in session.turns.iter().filter(|t| !t.text.trim().is_empty()) {
             store
                 .user(user.id)
-                .append_message(thread.id, turn.role, &turn.text, None)
+                .append_message(
+                    thread.id,
+                    turn.role,
+                    &turn.text,
+                    None,
+                    mnemo::store::Message::trust_of(turn.role),
+                )
                 .await?;
         }
         if let (MemoryUnit::Facts, Some((model, retries))) = (unit, &env.facts) {

@@ -157,12 +157,22 @@ pub fn python_venv(name: &str, requirements: &Path) -> Result<PathBuf, String> {
     Ok(python)
 }
 
+/// The user named in `server.admin_users` of test apps.
+pub const ADMIN: &str = "ops";
+
 /// Settings for a test app in `home`, with extra `MNEMO__…` variables.
 pub fn test_settings(home: &Home, env: &[(&str, &str)]) -> Settings {
     let mut vars: Vec<(String, String)> = vec![
         ("MNEMO__SERVER__ADDR".into(), "127.0.0.1:0".into()),
         ("MNEMO__DATABASE__URL".into(), home.database_url.clone()),
         ("MNEMO__EMBEDDER__MODEL_DIR".into(), model_dir()),
+        // `/health`'s details are for administrators: `TestApp::health`.
+        ("MNEMO__SERVER__ADMIN_USERS".into(), ADMIN.into()),
+        // Documents and pages are read by the mnemo binary as a worker process.
+        (
+            "MNEMO__EXTRACT__WORKER".into(),
+            env!("CARGO_BIN_EXE_mnemo").into(),
+        ),
     ];
     for (key, value) in env {
         vars.retain(|(existing, _)| existing != key);
@@ -245,6 +255,24 @@ impl TestApp {
     }
 
     /// Creates a user with an API key and returns the key.
+    /// `GET /health` as the administrator (`ADMIN`), with the details.
+    pub async fn health(&self) -> (StatusCode, Value) {
+        let key = match self.state.store.accounts().user_by_name(ADMIN).await {
+            Ok(Some(user)) => {
+                let key = keys::generate();
+                self.state
+                    .store
+                    .accounts()
+                    .add_api_key(user.id, &key.hash, &key.prefix)
+                    .await
+                    .expect("add key");
+                key.plaintext
+            }
+            _ => self.user_key(ADMIN).await,
+        };
+        self.get("/health", Some(&key)).await
+    }
+
     pub async fn user_key(&self, name: &str) -> String {
         let user = self
             .state

@@ -1,16 +1,21 @@
 //! Readable text from fetched or ingested documents: HTML (boilerplate dropped, block
 //! structure kept as paragraphs), PDF, and plain text. Pure functions, no I/O.
 //!
-//! Hostile input is bounded: HTML is walked without recursion, and a page nested deeper than
-//! [`MAX_NESTING`] is read as tag-stripped text instead of being parsed (the HTML parser's
-//! scope checks cost its depth per tag); a PDF is refused past [`MAX_PDF_PAGES`] pages or
-//! [`MAX_PDF_EXPANDED_BYTES`] of decompressed text streams, checked before they are inflated;
-//! and every extraction stops at its [`Budget`] (a deadline, or the caller giving up).
+//! The server runs these functions only in a worker process under hard memory and CPU
+//! ceilings ([`extract_isolated`]): that is the guarantee. Inside it the usual hostile shapes
+//! are refused early, so they cost less: HTML is walked without recursion, a page nested
+//! deeper than [`MAX_NESTING`] is read as tag-stripped text instead of being parsed (the HTML
+//! parser's scope checks cost its depth per tag), a PDF is refused past [`MAX_PDF_PAGES`]
+//! pages or [`MAX_PDF_EXPANDED_BYTES`] of decompressed streams, and every extraction stops at
+//! its [`Budget`].
 
 use std::io::Read;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+mod worker;
+pub use worker::{
+    Ceilings, Cost, WORKER_COMMAND, configure, extract_isolated, extract_with_cost, worker_main,
+};
 
 use ego_tree::iter::Edge;
 use scraper::{ElementRef, Html, Node, Selector};
@@ -29,9 +34,15 @@ pub enum ExtractError {
     Pdf(String),
     #[error("unsupported content type {0:?}")]
     Unsupported(String),
-    /// Past a size, page or time limit: the document is refused, not half read.
+    /// Past a size, page, time or memory limit: the document is refused, not half read.
     #[error("{0}")]
     TooLarge(String),
+    /// The reader failed on the document (it crashed on it, or the document is malformed).
+    #[error("{0}")]
+    Unreadable(String),
+    /// The extraction worker could not be run: the server's fault, not the document's.
+    #[error("{0}")]
+    Worker(String),
 }
 
 /// Deeper element nesting than this is not parsed as HTML.
@@ -43,23 +54,22 @@ pub const MAX_PDF_EXPANDED_BYTES: u64 = 32 * 1024 * 1024;
 /// One extraction may take this long.
 pub const EXTRACT_TIME_LIMIT: Duration = Duration::from_secs(20);
 
-/// When an extraction must stop: a deadline, and a flag the caller sets when it stops waiting.
+/// When an extraction must stop (checked between pages and tree walks; the worker's CPU
+/// ceiling bounds the time between checks).
 #[derive(Debug, Clone)]
 pub struct Budget {
     deadline: Instant,
-    abandoned: Arc<AtomicBool>,
 }
 
 impl Budget {
     pub fn new(limit: Duration) -> Self {
         Self {
             deadline: Instant::now() + limit,
-            abandoned: Arc::new(AtomicBool::new(false)),
         }
     }
 
     fn check(&self) -> Result<(), ExtractError> {
-        if self.abandoned.load(Ordering::Relaxed) || Instant::now() >= self.deadline {
+        if Instant::now() >= self.deadline {
             return Err(ExtractError::TooLarge(
                 "reading the document took too long".into(),
             ));
@@ -72,29 +82,6 @@ impl Default for Budget {
     fn default() -> Self {
         Self::new(EXTRACT_TIME_LIMIT)
     }
-}
-
-/// Sets the budget's flag when dropped: the awaiting side went away (its deadline fired or
-/// its request was cancelled), so the blocking extraction stops at its next check.
-struct AbandonOnDrop(Arc<AtomicBool>);
-
-impl Drop for AbandonOnDrop {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
-}
-
-/// [`by_content_type`] on a blocking thread, within [`EXTRACT_TIME_LIMIT`]; dropping the
-/// future (a caller's own deadline) stops the extraction too.
-pub async fn extract_blocking(
-    content_type: String,
-    bytes: Vec<u8>,
-) -> Result<Extracted, ExtractError> {
-    let budget = Budget::default();
-    let _guard = AbandonOnDrop(budget.abandoned.clone());
-    tokio::task::spawn_blocking(move || by_content_type_within(&content_type, &bytes, &budget))
-        .await
-        .map_err(|_| ExtractError::Pdf("the extraction failed".into()))?
 }
 
 /// Elements whose content is never readable text.
@@ -573,9 +560,6 @@ mod tests {
             by_content_type_within("text/html", html.as_bytes(), &spent),
             Err(ExtractError::TooLarge(_))
         ));
-        let abandoned = Budget::default();
-        drop(AbandonOnDrop(abandoned.abandoned.clone()));
-        assert!(abandoned.check().is_err());
     }
 
     #[test]
