@@ -101,7 +101,10 @@ impl http_body::Body for DeadlineBody {
 }
 
 fn has_nul(uri: &axum::http::Uri) -> bool {
-    let path_and_query = uri.path_and_query().map(|p| p.as_str()).unwrap_or_default();
+    let path_and_query = uri
+        .path_and_query()
+        .map(axum::http::uri::PathAndQuery::as_str)
+        .unwrap_or_default();
     path_and_query.contains("%00")
 }
 

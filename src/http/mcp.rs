@@ -142,15 +142,13 @@ async fn guard(
     let body = if deleting {
         body
     } else {
-        let bytes = match axum::body::to_bytes(body, state.settings.server.max_body_bytes).await {
-            Ok(bytes) => bytes,
-            Err(_) => {
-                return ApiError::new(
-                    ErrorKind::PayloadTooLarge,
-                    "the request body is larger than server.max_body_bytes",
-                )
-                .into_response();
-            }
+        let Ok(bytes) = axum::body::to_bytes(body, state.settings.server.max_body_bytes).await
+        else {
+            return ApiError::new(
+                ErrorKind::PayloadTooLarge,
+                "the request body is larger than server.max_body_bytes",
+            )
+            .into_response();
         };
         if let Err(error) = super::extract::reject_nul(&bytes) {
             return error.into_response();

@@ -1332,8 +1332,5 @@ fn fuzzed_documents_are_read_within_the_ceiling_or_refused() {
         })
         .unwrap();
     let (rss, cpu) = *largest.lock().unwrap();
-    eprintln!(
-        "largest fuzzed document read: {} KiB resident, {cpu} ms CPU",
-        rss
-    );
+    eprintln!("largest fuzzed document read: {rss} KiB resident, {cpu} ms CPU");
 }

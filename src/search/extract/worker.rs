@@ -83,13 +83,15 @@ pub fn configure(settings: &ExtractSettings) {
         ceilings: Ceilings::from_settings(settings),
         permits: Arc::new(Semaphore::new(settings.concurrency)),
     };
-    *WORKER.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(worker));
+    *WORKER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(worker));
 }
 
 fn current() -> Arc<Worker> {
     WORKER
         .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .get_or_insert_with(|| {
             let settings = ExtractSettings::default();
             Arc::new(Worker {
@@ -173,18 +175,14 @@ async fn run(
         }
     };
     let wall = Duration::from_secs(ceilings.cpu_secs.saturating_mul(2).max(2));
-    let (_, output) =
-        match tokio::time::timeout(wall, async { tokio::join!(feed, child.wait_with_output()) })
-            .await
-        {
-            Ok(done) => done,
-            Err(_) => {
-                return Err(ExtractError::TooLarge(format!(
-                    "reading the document took longer than {} s; it is refused",
-                    wall.as_secs()
-                )));
-            }
-        };
+    let Ok((_, output)) =
+        tokio::time::timeout(wall, async { tokio::join!(feed, child.wait_with_output()) }).await
+    else {
+        return Err(ExtractError::TooLarge(format!(
+            "reading the document took longer than {} s; it is refused",
+            wall.as_secs()
+        )));
+    };
     let output = output
         .map_err(|error| ExtractError::Worker(format!("the extraction worker failed: {error}")))?;
     if !output.status.success() {
@@ -223,7 +221,7 @@ fn died(status: &std::process::ExitStatus, stderr: &[u8], ceilings: Ceilings) ->
     const SIGXCPU: i32 = 24;
     metrics::counter!("mnemo_extract_refused_total", "reason" => "ceiling").increment(1);
     match status.signal() {
-        Some(SIGXCPU) | Some(SIGKILL) => ExtractError::TooLarge(format!(
+        Some(SIGXCPU | SIGKILL) => ExtractError::TooLarge(format!(
             "reading the document needs more than {} s of CPU; it is refused",
             ceilings.cpu_secs
         )),

@@ -284,9 +284,9 @@ async fn hostile(State(state): State<SiteState>) -> Response {
     Html(formatting_bomb(8_000)).into_response()
 }
 
-/// `<p>` + 500 nested `<b>` (each with its own class: identical ones are kept three at most)
-/// + `</p>` + `<p>x</p>` × `paragraphs`: the parser clones the open formatting elements into
-/// every paragraph (70 KB of markup → gigabytes).
+/// A paragraph opening 500 nested `<b>` (each with its own class: identical ones are kept
+/// three at most), then `<p>x</p>` × `paragraphs`: the parser clones the open formatting
+/// elements into every paragraph (70 KB of markup → gigabytes).
 pub fn formatting_bomb(paragraphs: usize) -> String {
     let open: String = (0..500).map(|i| format!("<b class=c{i}>")).collect();
     format!(
