@@ -209,7 +209,10 @@ async fn documents_are_searched_locally_and_private(backend: Backend) {
     let chunk = &asked[0];
     assert_eq!(chunk["importance"], 4);
     assert_eq!(chunk["source"], "import");
-    assert_eq!(chunk["trust"], "user");
+    assert_eq!(
+        chunk["trust"], "document",
+        "a document's author is not the user"
+    );
     let (_, listed) = app.get("/v1/memories", Some(&alice)).await;
     let listed = listed["memories"].as_array().unwrap();
     assert_eq!(listed.len(), 1, "{listed:?}");

@@ -13,6 +13,8 @@ use site::{Canary, TestSite};
 /// A fetcher that may reach `site` and nothing else that is internal. Short timeouts so a
 /// broken check fails fast instead of hanging on an unroutable address.
 fn fetcher_for(site: &TestSite) -> Fetcher {
+    // Pages are read by the mnemo binary as a worker process, as in the server.
+    crate::support::use_extraction_worker();
     Fetcher::new(FetchPolicy {
         timeout: Duration::from_secs(3),
         connect_timeout: Duration::from_secs(1),

@@ -157,6 +157,15 @@ pub fn python_venv(name: &str, requirements: &Path) -> Result<PathBuf, String> {
     Ok(python)
 }
 
+/// Documents and pages read outside a test app (a bare `Fetcher`) use the `mnemo` binary as
+/// their extraction worker, as the server does.
+pub fn use_extraction_worker() {
+    mnemo::search::extract::configure(&mnemo::config::ExtractSettings {
+        worker: Some(env!("CARGO_BIN_EXE_mnemo").into()),
+        ..Default::default()
+    });
+}
+
 /// The user named in `server.admin_users` of test apps.
 pub const ADMIN: &str = "ops";
 
