@@ -263,25 +263,21 @@ impl TestApp {
         );
     }
 
-    /// Creates a user with an API key and returns the key.
     /// `GET /health` as the administrator (`ADMIN`), with the details.
     pub async fn health(&self) -> (StatusCode, Value) {
-        let key = match self.state.store.accounts().user_by_name(ADMIN).await {
-            Ok(Some(user)) => {
-                let key = keys::generate();
-                self.state
-                    .store
-                    .accounts()
-                    .add_api_key(user.id, &key.hash, &key.prefix)
-                    .await
-                    .expect("add key");
-                key.plaintext
-            }
-            _ => self.user_key(ADMIN).await,
+        let accounts = self.state.store.accounts();
+        let admin = match accounts.user_by_name(ADMIN).await {
+            Ok(Some(user)) => user,
+            _ => accounts
+                .create_user(ADMIN, UserKind::Key)
+                .await
+                .expect("create user"),
         };
+        let key = self.add_key(admin.id).await;
         self.get("/health", Some(&key)).await
     }
 
+    /// Creates a user with an API key and returns the key.
     pub async fn user_key(&self, name: &str) -> String {
         let user = self
             .state
@@ -290,11 +286,16 @@ impl TestApp {
             .create_user(name, UserKind::Key)
             .await
             .expect("create user");
+        self.add_key(user.id).await
+    }
+
+    /// A new API key of `user`.
+    async fn add_key(&self, user: mnemo::store::UserId) -> String {
         let key = keys::generate();
         self.state
             .store
             .accounts()
-            .add_api_key(user.id, &key.hash, &key.prefix)
+            .add_api_key(user, &key.hash, &key.prefix)
             .await
             .expect("add key");
         key.plaintext
