@@ -244,6 +244,12 @@ pub struct LlmSettings {
     pub api_key: Option<SecretString>,
     /// The default model for every role.
     pub model: Option<String>,
+    /// The default model's context window in tokens (prompt and answer together); prompts are
+    /// fitted to it.
+    pub context_tokens: u32,
+    /// The default model's `tokenizer.json`, to count its tokens exactly; unset = a calibrated
+    /// estimate.
+    pub tokenizer: Option<PathBuf>,
     pub timeout_secs: u64,
     pub max_retries: u32,
     pub retry_backoff_ms: u64,
@@ -254,12 +260,61 @@ pub struct LlmSettings {
     pub prices: HashMap<String, Price>,
 }
 
+impl LlmSettings {
+    /// Where a role's model is served and with what limits: its own settings over the
+    /// defaults; `None` when the role has no endpoint or no model.
+    pub fn role_endpoint(&self, role: ModelRole) -> Option<RoleEndpoint> {
+        let llm = self;
+        let nonempty = |value: &Option<String>| {
+            value
+                .as_ref()
+                .filter(|text| !text.trim().is_empty())
+                .cloned()
+        };
+        let own = llm.roles.get(&role);
+        let own_url = own.and_then(|own| nonempty(&own.base_url));
+        let base_url = own_url.clone().or_else(|| nonempty(&llm.base_url))?;
+        let model = own
+            .and_then(|own| nonempty(&own.model))
+            .or_else(|| nonempty(&llm.model))?;
+        let api_key = match own.and_then(|own| own.api_key.clone()) {
+            Some(key) => Some(key),
+            // The default key goes only to the default endpoint.
+            None if own_url.is_none() || own_url == nonempty(&llm.base_url) => llm.api_key.clone(),
+            None => None,
+        };
+        Some(RoleEndpoint {
+            base_url,
+            api_key: api_key.filter(|key| !key.expose_secret().is_empty()),
+            model,
+            // A default cap leaves at least half the window to the prompt; a cap set by hand
+            // is taken as set (and refused by `validate` when it leaves no room).
+            max_tokens: own.and_then(|own| own.max_tokens).unwrap_or_else(|| {
+                let context = own
+                    .and_then(|own| own.context_tokens)
+                    .unwrap_or(llm.context_tokens);
+                role.default_max_tokens().min(context / 2)
+            }),
+            context_tokens: own
+                .and_then(|own| own.context_tokens)
+                .unwrap_or(llm.context_tokens),
+            tokenizer: match own.and_then(|own| own.tokenizer.clone()) {
+                Some(path) => Some(path),
+                None if own.and_then(|own| nonempty(&own.model)).is_none() => llm.tokenizer.clone(),
+                None => None,
+            },
+        })
+    }
+}
+
 impl Default for LlmSettings {
     fn default() -> Self {
         Self {
             base_url: None,
             api_key: None,
             model: None,
+            context_tokens: 32_768,
+            tokenizer: None,
             timeout_secs: 120,
             max_retries: 3,
             retry_backoff_ms: 500,
@@ -275,6 +330,28 @@ impl Default for LlmSettings {
 pub struct RoleSettings {
     pub model: Option<String>,
     pub max_tokens: Option<u32>,
+    /// This role's own endpoint (a small local model for memory work, a hosted one for
+    /// research); unset = `llm.base_url`.
+    pub base_url: Option<String>,
+    /// The key for `base_url`; unset = `llm.api_key` when the endpoint is the default one, no
+    /// key otherwise.
+    pub api_key: Option<SecretString>,
+    /// This role's model's context window; unset = `llm.context_tokens`.
+    pub context_tokens: Option<u32>,
+    /// This role's model's `tokenizer.json`; unset = `llm.tokenizer` when the model is the
+    /// default one, else the estimate.
+    pub tokenizer: Option<PathBuf>,
+}
+
+/// One role's model, resolved from its own settings and the defaults.
+#[derive(Debug, Clone)]
+pub struct RoleEndpoint {
+    pub base_url: String,
+    pub api_key: Option<SecretString>,
+    pub model: String,
+    pub max_tokens: u32,
+    pub context_tokens: u32,
+    pub tokenizer: Option<PathBuf>,
 }
 
 /// Limits of one chat turn.
@@ -1097,44 +1174,71 @@ impl Settings {
     }
 
     /// A model section is all or nothing: an endpoint without a model, or a model without an
-    /// endpoint, is refused at start instead of serving a chat that says no model is set.
+    /// endpoint, is refused at start instead of serving a chat that says no model is set; so is
+    /// a role whose answer cap leaves no room for its prompt.
     fn validate_llm(&self) -> Result<(), ConfigError> {
         let llm = &self.llm;
         let set =
             |value: &Option<String>| value.as_ref().is_some_and(|text| !text.trim().is_empty());
-        let endpoint = set(&llm.base_url);
         let key = llm
             .api_key
             .as_ref()
             .is_some_and(|key| !key.expose_secret().is_empty());
-        let role_model = llm.roles.values().any(|own| set(&own.model));
-        let model = set(&llm.model) || role_model;
-        if endpoint && !model {
+        let any_endpoint = set(&llm.base_url) || llm.roles.values().any(|own| set(&own.base_url));
+        let any_model = set(&llm.model) || llm.roles.values().any(|own| set(&own.model));
+        if set(&llm.base_url) && !any_model {
             return Err(ConfigError::Invalid(
                 "llm.base_url is set but no model is: set llm.model (MNEMO__LLM__MODEL), e.g. \
                  gpt-4.1-mini, llama3.1 or deepseek-chat, or a model per role under llm.roles"
                     .into(),
             ));
         }
-        if !endpoint && (model || key) {
-            let what = if model { "a model" } else { "llm.api_key" };
+        if !any_endpoint && (any_model || key) {
+            let what = if any_model { "a model" } else { "llm.api_key" };
             return Err(ConfigError::Invalid(format!(
                 "{what} is set but llm.base_url is not: set llm.base_url \
                  (MNEMO__LLM__BASE_URL), e.g. https://api.openai.com/v1 or \
                  http://127.0.0.1:11434/v1 for Ollama"
             )));
         }
+        for (role, own) in &llm.roles {
+            let role = role.as_str();
+            if set(&own.base_url) && !set(&own.model) && !set(&llm.model) {
+                return Err(ConfigError::Invalid(format!(
+                    "llm.roles.{role}.base_url is set but no model is: set \
+                     llm.roles.{role}.model or llm.model"
+                )));
+            }
+            if set(&own.model) && !set(&own.base_url) && !set(&llm.base_url) {
+                return Err(ConfigError::Invalid(format!(
+                    "llm.roles.{role}.model is set but no endpoint is: set \
+                     llm.roles.{role}.base_url or llm.base_url"
+                )));
+            }
+        }
+        for role in <ModelRole as strum::VariantArray>::VARIANTS {
+            if let Some(endpoint) = llm.role_endpoint(*role)
+                && endpoint.max_tokens >= endpoint.context_tokens
+            {
+                return Err(ConfigError::Invalid(format!(
+                    "the {} role may answer {} tokens but its model's context window \
+                     (llm.context_tokens or llm.roles.{}.context_tokens) is {}: lower its \
+                     max_tokens or raise the window",
+                    role.as_str(),
+                    endpoint.max_tokens,
+                    role.as_str(),
+                    endpoint.context_tokens
+                )));
+            }
+        }
         Ok(())
     }
 
     /// The chat role's model, when an endpoint and a model for it are configured.
-    pub fn chat_model(&self) -> Option<&str> {
+    pub fn chat_model(&self) -> Option<String> {
         self.llm
-            .roles
-            .get(&ModelRole::Chat)
-            .and_then(|own| own.model.as_deref())
-            .or(self.llm.model.as_deref())
-            .filter(|model| !model.trim().is_empty() && self.llm.base_url.is_some())
+            .role_endpoint(ModelRole::Chat)
+            .map(|role| role.model)
     }
 
     /// The database URL, defaulting to a SQLite file in the data directory.
@@ -1213,6 +1317,96 @@ mod tests {
         assert!(search.tavily_api_key.is_none() && search.searxng_url.is_none());
     }
 
+    /// A role may have its own endpoint, key and context window; the default key never goes
+    /// to another endpoint, and a cap that leaves no room for the prompt is refused.
+    #[test]
+    fn each_role_may_have_its_own_endpoint() {
+        let settings = Settings::load_from(
+            &Overrides::default(),
+            env(&[
+                ("MNEMO__LLM__BASE_URL", "https://api.example.com/v1"),
+                ("MNEMO__LLM__API_KEY", "sk-hosted"),
+                ("MNEMO__LLM__MODEL", "big"),
+                (
+                    "MNEMO__LLM__ROLES__MEMORY__BASE_URL",
+                    "http://127.0.0.1:8081/v1",
+                ),
+                ("MNEMO__LLM__ROLES__MEMORY__MODEL", "small"),
+                ("MNEMO__LLM__ROLES__MEMORY__CONTEXT_TOKENS", "4096"),
+                ("MNEMO__LLM__ROLES__MEMORY__MAX_TOKENS", "300"),
+            ]),
+        )
+        .unwrap();
+        let memory = settings.llm.role_endpoint(ModelRole::Memory).unwrap();
+        assert_eq!(memory.base_url, "http://127.0.0.1:8081/v1");
+        assert_eq!(
+            (memory.model.as_str(), memory.context_tokens),
+            ("small", 4096)
+        );
+        assert!(
+            memory.api_key.is_none(),
+            "the hosted key stays with its host"
+        );
+        let chat = settings.llm.role_endpoint(ModelRole::Chat).unwrap();
+        assert_eq!(chat.base_url, "https://api.example.com/v1");
+        assert_eq!(chat.api_key.unwrap().expose_secret(), "sk-hosted");
+        assert_eq!(chat.context_tokens, 32_768);
+        let only_memory = Settings::load_from(
+            &Overrides::default(),
+            env(&[
+                (
+                    "MNEMO__LLM__ROLES__MEMORY__BASE_URL",
+                    "http://127.0.0.1:8081/v1",
+                ),
+                ("MNEMO__LLM__ROLES__MEMORY__MODEL", "small"),
+            ]),
+        )
+        .unwrap();
+        assert!(only_memory.llm.role_endpoint(ModelRole::Memory).is_some());
+        assert!(only_memory.chat_model().is_none());
+        // Default caps shrink to half a small window; a cap set by hand that leaves no room
+        // is refused.
+        let small = Settings::load_from(
+            &Overrides::default(),
+            env(&[
+                ("MNEMO__LLM__BASE_URL", "http://127.0.0.1:8081/v1"),
+                ("MNEMO__LLM__MODEL", "small"),
+                ("MNEMO__LLM__CONTEXT_TOKENS", "4096"),
+            ]),
+        )
+        .unwrap();
+        let report = small.llm.role_endpoint(ModelRole::FinalReport).unwrap();
+        assert_eq!((report.max_tokens, report.context_tokens), (2048, 4096));
+        let too_long = Settings::load_from(
+            &Overrides::default(),
+            env(&[
+                ("MNEMO__LLM__BASE_URL", "http://127.0.0.1:8081/v1"),
+                ("MNEMO__LLM__MODEL", "small"),
+                ("MNEMO__LLM__CONTEXT_TOKENS", "4096"),
+                ("MNEMO__LLM__ROLES__FINAL_REPORT__MAX_TOKENS", "8192"),
+            ]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            too_long.contains("the final_report role may answer 8192 tokens"),
+            "{too_long}"
+        );
+        let orphan = Settings::load_from(
+            &Overrides::default(),
+            env(&[(
+                "MNEMO__LLM__ROLES__MEMORY__BASE_URL",
+                "http://127.0.0.1:8081/v1",
+            )]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            orphan.contains("llm.roles.memory.base_url is set but no model"),
+            "{orphan}"
+        );
+    }
+
     #[test]
     fn a_half_configured_model_section_is_refused_with_what_to_set() {
         let no_model = Settings::load_from(
@@ -1249,7 +1443,7 @@ mod tests {
             ]),
         )
         .unwrap();
-        assert_eq!(whole.chat_model(), Some("llama3.1"));
+        assert_eq!(whole.chat_model().as_deref(), Some("llama3.1"));
         let per_role = Settings::load_from(
             &Overrides::default(),
             env(&[

@@ -368,9 +368,9 @@ pub fn describe(state: &AppState) -> Vec<(&'static str, String)> {
                 .unwrap_or_default()
         ),
     };
-    let chat = match (settings.chat_model(), settings.llm.base_url.as_deref()) {
-        (Some(model), Some(url)) => format!("{model} at {}", store::redact_url(url)),
-        _ => "none (answers from memory only; set llm.base_url and llm.model)".into(),
+    let chat = match settings.llm.role_endpoint(crate::config::ModelRole::Chat) {
+        Some(chat) => format!("{} at {}", chat.model, store::redact_url(&chat.base_url)),
+        None => "none (answers from memory only; set llm.base_url and llm.model)".into(),
     };
     let mut auth = vec!["api keys"];
     if state.auth.jwt_enabled() {

@@ -313,11 +313,6 @@ fn failure(error_type: RunErrorType, message: impl Into<String>) -> RunFailure {
     }
 }
 
-/// Rough token count (4 characters a token), enough for budgets.
-fn estimate_tokens(text: &str) -> usize {
-    text.chars().count().div_ceil(4) + 4
-}
-
 /// What a turn of a thread saves before it starts: the message it answers, so that a replica
 /// taking it over can answer it again.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -437,6 +432,29 @@ pub async fn run_chat_turn(
                 client_tools: &client_tools,
             };
             match tool_loop(&context, &deps, &turn, messages, trust).await {
+                // Nothing to show (a server with the wrong chat template, a reasoning model
+                // that spent its whole budget thinking): say so, and answer from memory.
+                Ok(Answer::Text(content, usage, _)) if content.trim().is_empty() => {
+                    context
+                        .emit(RunEvent::Error(ErrorEvent {
+                            error_type: RunErrorType::Llm,
+                            message: format!(
+                                "the model {} answered with nothing (a local server may need \
+                                 its chat template set, a reasoning model a larger max_tokens); \
+                                 answering from memory only",
+                                model.model.model()
+                            ),
+                            retryable: true,
+                            content: None,
+                            metadata: None,
+                        }))
+                        .await?;
+                    (
+                        reply_without_model(&context, &recalled, MODEL_EMPTY).await?,
+                        usage,
+                        least_trusted(&recalled, Trust::User),
+                    )
+                }
                 Ok(Answer::Text(content, usage, read)) => (content, usage, read),
                 // The client runs its own tools: their calls are the turn's end.
                 Ok(Answer::ClientTools(calls)) => {
@@ -558,6 +576,8 @@ const NO_MODEL: &str =
 /// How it starts when the configured model cannot be reached.
 const MODEL_UNREACHABLE: &str =
     "The language model cannot be reached right now, so I cannot compose an answer. ";
+/// How it starts when the model answered with nothing.
+const MODEL_EMPTY: &str = "The language model gave no answer, so I cannot compose one. ";
 
 async fn reply_without_model(
     context: &RunContext,
@@ -607,7 +627,7 @@ async fn working_memory(
         if message.id == current.id {
             continue;
         }
-        let cost = estimate_tokens(&message.content);
+        let cost = crate::llm::fit::estimate(&message.content) + 4;
         if cost > budget {
             break;
         }

@@ -85,6 +85,9 @@ pub struct ChatRequest {
     pub temperature: Option<f32>,
     /// Ask for a JSON object (`response_format: json_object`).
     pub json: bool,
+    /// The object's schema, for servers that can constrain their output to it
+    /// (`response_format: json_schema`); used only with `json`.
+    pub schema: Option<crate::llm::schemas::JsonSchema>,
 }
 
 impl ChatRequest {
@@ -95,7 +98,15 @@ impl ChatRequest {
             max_tokens: None,
             temperature: None,
             json: false,
+            schema: None,
         }
+    }
+
+    /// Asks for a JSON object of this schema.
+    pub fn with_schema(mut self, schema: crate::llm::schemas::JsonSchema) -> Self {
+        self.json = true;
+        self.schema = Some(schema);
+        self
     }
 }
 
@@ -107,6 +118,10 @@ pub struct Usage {
     /// From the configured price table; absent when the model has no price.
     #[serde(default)]
     pub cost_usd: Option<f64>,
+    /// The server reported no usage (llama-cpp-python's streams, some gateways): the counts are
+    /// mnemo's own, from the same token counting that fits prompts, so budgets still hold.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub estimated: bool,
 }
 
 impl Usage {
@@ -114,6 +129,7 @@ impl Usage {
         self.prompt_tokens += other.prompt_tokens;
         self.completion_tokens += other.completion_tokens;
         self.total_tokens += other.total_tokens;
+        self.estimated |= other.estimated;
         self.cost_usd = match (self.cost_usd, other.cost_usd) {
             (Some(a), Some(b)) => Some(a + b),
             (a, b) => a.or(b),
@@ -143,6 +159,8 @@ pub enum LlmErrorKind {
     BadRequest,
     /// The reply could not be understood (malformed JSON, schema mismatch).
     BadResponse,
+    /// The prompt does not fit the model's context window: a shorter one may work.
+    ContextLength,
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -150,6 +168,12 @@ pub enum LlmErrorKind {
 pub struct LlmError {
     pub kind: LlmErrorKind,
     pub message: String,
+    /// How long the server asked us to wait before trying again (`Retry-After`).
+    pub retry_after: Option<Duration>,
+    /// Set when trying again would repeat something already done (text already streamed).
+    pub final_attempt: bool,
+    /// The HTTP status the server answered with, when it answered with an error status.
+    pub status: Option<u16>,
 }
 
 impl LlmError {
@@ -157,15 +181,19 @@ impl LlmError {
         Self {
             kind,
             message: message.into(),
+            retry_after: None,
+            final_attempt: false,
+            status: None,
         }
     }
 
     /// Whether trying again later may succeed.
     pub fn retryable(&self) -> bool {
-        matches!(
-            self.kind,
-            LlmErrorKind::RateLimited | LlmErrorKind::Unavailable | LlmErrorKind::Timeout
-        )
+        !self.final_attempt
+            && matches!(
+                self.kind,
+                LlmErrorKind::RateLimited | LlmErrorKind::Unavailable | LlmErrorKind::Timeout
+            )
     }
 }
 
@@ -179,7 +207,7 @@ impl crate::error::HasKind for LlmError {
             LlmErrorKind::Unavailable | LlmErrorKind::Auth | LlmErrorKind::BadResponse => {
                 ErrorKind::Unavailable
             }
-            LlmErrorKind::BadRequest => ErrorKind::Internal,
+            LlmErrorKind::BadRequest | LlmErrorKind::ContextLength => ErrorKind::Internal,
         }
     }
 }
@@ -219,8 +247,23 @@ pub fn cost(prices: &HashMap<String, Price>, model: &str, usage: &Usage) -> Opti
     })
 }
 
-/// Retries `call` on retryable errors with exponential backoff (`base`, doubling, at most
-/// `retries` extra attempts).
+/// The longest wait a server's `Retry-After` may impose on one retry; a longer request is
+/// cut to this.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// The wait before retry number `attempt` (from 0): what the server asked for (at most
+/// [`MAX_RETRY_AFTER`]), else `base` doubled per attempt with full jitter over its upper half,
+/// so that many clients refused together do not come back together.
+pub fn retry_delay(error: &LlmError, base: Duration, attempt: u32) -> Duration {
+    if let Some(asked) = error.retry_after {
+        return asked.min(MAX_RETRY_AFTER);
+    }
+    let ceiling = base.saturating_mul(2u32.saturating_pow(attempt));
+    ceiling.mul_f64(rand::random_range(0.5..=1.0))
+}
+
+/// Retries `call` on retryable errors with jittered exponential backoff (`base`, doubling, at
+/// most `retries` extra attempts), or after the `Retry-After` the server sent.
 pub async fn with_retries<T, F, Fut>(
     retries: u32,
     base: Duration,
@@ -234,7 +277,7 @@ where
     loop {
         match call().await {
             Err(error) if error.retryable() && attempt < retries => {
-                let delay = base * 2u32.saturating_pow(attempt);
+                let delay = retry_delay(&error, base, attempt);
                 tracing::warn!(attempt, ?delay, error = %error.message, "model call failed; retrying");
                 tokio::time::sleep(delay).await;
                 attempt += 1;
@@ -339,6 +382,31 @@ pub struct RoleModel {
     pub role: crate::config::ModelRole,
     pub model: Arc<dyn ChatModel>,
     pub max_tokens: u32,
+    /// The model's context window in tokens, prompt and answer together.
+    pub context_tokens: u32,
+    /// Where it is served (host and port), for display.
+    pub provider: String,
+    /// Whether its endpoint answers; shared by the roles served by one endpoint.
+    pub probe: Option<Arc<crate::llm::roles::Probe>>,
+}
+
+impl RoleModel {
+    /// A role model around any `ChatModel` (tests, fakes), with a generous window.
+    pub fn new(role: crate::config::ModelRole, model: Arc<dyn ChatModel>, max_tokens: u32) -> Self {
+        Self {
+            role,
+            model,
+            max_tokens,
+            context_tokens: 32_768,
+            provider: "local".into(),
+            probe: None,
+        }
+    }
+
+    /// The tokens a prompt may take: the window less the answer's cap.
+    pub fn prompt_budget(&self) -> usize {
+        self.context_tokens.saturating_sub(self.max_tokens) as usize
+    }
 }
 
 #[cfg(test)]
@@ -384,6 +452,7 @@ mod tests {
             completion_tokens: 500,
             total_tokens: 1500,
             cost_usd: None,
+            estimated: false,
         };
         assert_eq!(cost(&prices, "m", &usage), Some(0.006));
         assert_eq!(cost(&prices, "other", &usage), None);

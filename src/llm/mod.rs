@@ -4,7 +4,9 @@
 pub mod chat;
 pub mod embed;
 pub mod embed_queue;
+pub mod fit;
 pub mod openai;
 pub mod prompts;
 pub mod roles;
+pub mod schemas;
 pub mod unigram;

@@ -1,5 +1,7 @@
 //! Per-role models from configuration: each role (chat, research, summarization, compression,
-//! final_report, memory) gets the default model or its own, with its own `max_tokens`.
+//! final_report, memory) gets the default model or its own, at the default endpoint or its own
+//! (with its own key), with its own `max_tokens` and context window. Roles served by one
+//! endpoint share one reachability probe.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,7 +9,8 @@ use std::time::Duration;
 use secrecy::ExposeSecret;
 use serde::Serialize;
 
-use super::chat::RoleModel;
+use super::chat::{ChatModel, RoleModel};
+use super::fit::{Fitted, TokenCounter};
 use super::openai::{Endpoint, OpenAiChat};
 use crate::config::{LlmSettings, ModelRole};
 use strum::VariantArray;
@@ -17,14 +20,12 @@ use strum::VariantArray;
 pub struct Models {
     roles: Vec<RoleModel>,
     pub structured_retries: u32,
-    probe: Option<Arc<Probe>>,
 }
 
 /// Whether the endpoint answers, checked with `GET {base_url}/models` (cheap on every
 /// OpenAI-compatible server) at most once per `PROBE_TTL`.
-struct Probe {
+pub struct Probe {
     url: String,
-    api_key: Option<String>,
     http: reqwest::Client,
     last: tokio::sync::Mutex<Option<(std::time::Instant, Reachability)>>,
 }
@@ -45,6 +46,18 @@ const PROBE_TTL: Duration = Duration::from_secs(15);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 impl Probe {
+    fn new(endpoint: &Endpoint) -> Self {
+        Self {
+            url: endpoint.url("models"),
+            http: reqwest::Client::builder()
+                .timeout(PROBE_TIMEOUT)
+                .default_headers(endpoint.headers())
+                .build()
+                .unwrap_or_default(),
+            last: tokio::sync::Mutex::new(None),
+        }
+    }
+
     async fn check(&self) -> Reachability {
         let mut last = self.last.lock().await;
         if let Some((at, found)) = last.as_ref()
@@ -52,11 +65,7 @@ impl Probe {
         {
             return found.clone();
         }
-        let mut request = self.http.get(&self.url);
-        if let Some(key) = &self.api_key {
-            request = request.bearer_auth(key);
-        }
-        let found = match request.send().await {
+        let found = match self.http.get(&self.url).send().await {
             Ok(response) if response.status().is_success() => Reachability::Ok,
             Ok(response) => Reachability::Down {
                 error: format!("GET /models answered {}", response.status()),
@@ -81,6 +90,10 @@ pub struct ModelInfo {
     pub role: ModelRole,
     pub model: String,
     pub max_tokens: u32,
+    /// The model's context window in tokens (prompt and answer); prompts are fitted to it.
+    pub context_tokens: u32,
+    /// Where the model is served: the endpoint's host and port (never a path, query or key).
+    pub provider: String,
 }
 
 impl std::fmt::Debug for Models {
@@ -89,67 +102,109 @@ impl std::fmt::Debug for Models {
     }
 }
 
+/// `host[:port]` of a base URL, for display.
+fn provider(base_url: &str) -> String {
+    url::Url::parse(base_url)
+        .ok()
+        .and_then(|url| {
+            let host = url.host_str()?.to_string();
+            Some(match url.port() {
+                Some(port) => format!("{host}:{port}"),
+                None => host,
+            })
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
 impl Models {
     pub fn from_settings(settings: &LlmSettings) -> Self {
-        let Some(base_url) = settings.base_url.as_ref().filter(|url| !url.is_empty()) else {
-            return Self::default();
-        };
-        let endpoint = Endpoint {
-            base_url: base_url.clone(),
-            api_key: settings
-                .api_key
-                .as_ref()
-                .map(|key| key.expose_secret().to_string()),
-            timeout: Duration::from_secs(settings.timeout_secs.max(1)),
-            retries: settings.max_retries,
-            backoff: Duration::from_millis(settings.retry_backoff_ms),
-            prices: settings.prices.clone(),
-        };
+        let mut probes: Vec<Arc<Probe>> = Vec::new();
         let roles = ModelRole::VARIANTS
             .iter()
             .filter_map(|&role| {
-                let own = settings.roles.get(&role);
-                let model = own
-                    .and_then(|own| own.model.clone())
-                    .or_else(|| settings.model.clone())?;
+                let resolved = settings.role_endpoint(role)?;
+                let endpoint = Endpoint {
+                    base_url: resolved.base_url.clone(),
+                    api_key: resolved
+                        .api_key
+                        .as_ref()
+                        .map(|key| key.expose_secret().to_string()),
+                    timeout: Duration::from_secs(settings.timeout_secs.max(1)),
+                    retries: settings.max_retries,
+                    backoff: Duration::from_millis(settings.retry_backoff_ms),
+                    prices: settings.prices.clone(),
+                };
+                let probe = match probes
+                    .iter()
+                    .find(|probe| probe.url == endpoint.url("models"))
+                {
+                    Some(probe) => probe.clone(),
+                    None => {
+                        let probe = Arc::new(Probe::new(&endpoint));
+                        probes.push(probe.clone());
+                        probe
+                    }
+                };
+                let counter = match &resolved.tokenizer {
+                    Some(path) => TokenCounter::from_file(path).unwrap_or_else(|error| {
+                        tracing::warn!(%error, "counting tokens by estimate instead");
+                        TokenCounter::Estimate
+                    }),
+                    None => TokenCounter::Estimate,
+                };
+                let wire: Arc<dyn ChatModel> = Arc::new(OpenAiChat::new(&endpoint, resolved.model));
                 Some(RoleModel {
                     role,
-                    model: Arc::new(OpenAiChat::new(&endpoint, model)),
-                    max_tokens: own
-                        .and_then(|own| own.max_tokens)
-                        .unwrap_or(role.default_max_tokens()),
+                    model: Arc::new(Fitted::new(
+                        wire,
+                        resolved.context_tokens,
+                        resolved.max_tokens,
+                        counter,
+                    )),
+                    max_tokens: resolved.max_tokens,
+                    context_tokens: resolved.context_tokens,
+                    provider: provider(&resolved.base_url),
+                    probe: Some(probe),
                 })
             })
             .collect();
-        let probe = reqwest::Client::builder()
-            .timeout(PROBE_TIMEOUT)
-            .build()
-            .ok()
-            .map(|http| {
-                Arc::new(Probe {
-                    url: format!("{}/models", base_url.trim_end_matches('/')),
-                    api_key: endpoint.api_key.clone(),
-                    http,
-                    last: tokio::sync::Mutex::new(None),
-                })
-            });
         Self {
             roles,
             structured_retries: settings.max_structured_output_retries,
-            probe,
         }
     }
 
-    /// Whether the model endpoint answers (cached for a few seconds); `None` when no model is
-    /// configured.
+    /// Whether every model endpoint answers (each cached for a few seconds); the first one
+    /// down is named with the roles it serves. `None` when no model is configured.
     pub async fn reachability(&self) -> Option<Reachability> {
         if !self.configured() {
             return None;
         }
-        match &self.probe {
-            Some(probe) => Some(probe.check().await),
-            None => Some(Reachability::Ok),
+        let mut checked: Vec<&Arc<Probe>> = Vec::new();
+        for role in &self.roles {
+            let Some(probe) = &role.probe else { continue };
+            if checked.iter().any(|seen| Arc::ptr_eq(seen, probe)) {
+                continue;
+            }
+            checked.push(probe);
+            if let Reachability::Down { error } = probe.check().await {
+                let roles: Vec<&str> = self
+                    .roles
+                    .iter()
+                    .filter(|other| {
+                        other
+                            .probe
+                            .as_ref()
+                            .is_some_and(|other| Arc::ptr_eq(other, probe))
+                    })
+                    .map(|other| other.role.as_str())
+                    .collect();
+                return Some(Reachability::Down {
+                    error: format!("{} ({}): {error}", role.provider, roles.join(", ")),
+                });
+            }
         }
+        Some(Reachability::Ok)
     }
 
     /// The model for a role, if any is configured.
@@ -163,10 +218,11 @@ impl Models {
         let model = self.roles.iter().find(|role| role.model.model() == name)?;
         Some(RoleModel {
             role: ModelRole::Chat,
-            model: model.model.clone(),
             max_tokens: self
                 .role(ModelRole::Chat)
-                .map_or(model.max_tokens, |chat| chat.max_tokens),
+                .map_or(model.max_tokens, |chat| chat.max_tokens)
+                .min(model.context_tokens / 2),
+            ..model.clone()
         })
     }
 
@@ -194,6 +250,8 @@ impl Models {
                 role: role.role,
                 model: role.model.model().to_string(),
                 max_tokens: role.max_tokens,
+                context_tokens: role.context_tokens,
+                provider: role.provider.clone(),
             })
             .collect()
     }

@@ -777,10 +777,20 @@ impl MemoryWriter {
             return Ok(Vec::new());
         }
         let candidates = match self.models.role(ModelRole::Memory) {
-            Some(_) => {
-                self.llm_candidates(&message.content, reply.map(|m| m.content.as_str()))
-                    .await?
-            }
+            Some(_) => match self
+                .llm_candidates(&message.content, reply.map(|m| m.content.as_str()))
+                .await
+            {
+                Ok(candidates) => candidates,
+                // A reply that is not the JSON asked for, even after the retries: the rules
+                // extract instead, so what the user said is not lost with it.
+                Err(WriterError::Llm(error)) if error.kind == LlmErrorKind::BadResponse => {
+                    tracing::warn!(error = %error.message, "the memory model's extraction was unusable; rules extract");
+                    metrics::counter!("mnemo_memory_extractions_by_rules_total").increment(1);
+                    rule_candidates(&message.content)
+                }
+                Err(error) => return Err(error),
+            },
             None => rule_candidates(&message.content),
         };
         let reply_trust = reply.map_or(Trust::Assistant, |m| m.trust.min(Trust::Assistant));
@@ -821,7 +831,8 @@ impl MemoryWriter {
             ("user", &quote(user_text)),
             ("assistant", &quote(reply.unwrap_or("(no reply)"))),
         ])?;
-        let mut request = ChatRequest::new(vec![ChatMessage::user(text)]);
+        let mut request = ChatRequest::new(vec![ChatMessage::user(text)])
+            .with_schema(crate::llm::schemas::memories());
         request.max_tokens = Some(role.max_tokens);
         let (items, _) = complete_json(
             role.model.as_ref(),
@@ -997,7 +1008,8 @@ impl MemoryWriter {
         let text = Prompt::ConsolidateMemory
             .render(&[("new", &quote(&memory.content)), ("existing", &existing)])?;
         let ids: Vec<MemoryId> = similar.iter().map(|r| r.memory.id).collect();
-        let mut request = ChatRequest::new(vec![ChatMessage::user(text)]);
+        let mut request = ChatRequest::new(vec![ChatMessage::user(text)])
+            .with_schema(crate::llm::schemas::decision());
         request.max_tokens = Some(role.max_tokens);
         let (target, _) = complete_json(
             role.model.as_ref(),

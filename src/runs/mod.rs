@@ -1642,6 +1642,7 @@ mod wire_tests {
             completion_tokens: 5,
             total_tokens: 15,
             cost_usd: None,
+            estimated: false,
         }
     }
 

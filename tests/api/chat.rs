@@ -690,3 +690,34 @@ async fn recalled_memories_carry_their_signals_in_the_event_but_not_to_the_model
     assert!(!prompt.contains("vector_rank"), "{prompt}");
     assert!(!prompt.contains("ticket-42"), "{prompt}");
 }
+
+/// A model that answers with nothing (llama.cpp with the wrong chat template does): the turn
+/// says so in an `error` event and answers from memory, rather than storing an empty reply.
+#[tokio::test]
+async fn an_empty_answer_is_reported_and_the_turn_answers_from_memory() {
+    let home = Home::new(Backend::Sqlite).await;
+    let llm = FakeLlm::start().await;
+    llm.set_default(Reply::text(""));
+    let app = TestApp::spawn_with_llm(&home, &llm, &[NO_WRITER]).await;
+    let key = app.user_key("alice").await;
+    remember_peanut_allergy(&app, &key).await;
+    let thread = thread_id(&app, &key).await;
+    let events = turn(&app, &key, &thread, "What am I allergic to?").await;
+    let names = kinds(&events);
+    assert_eq!(names.last(), Some(&"done"), "{names:?}");
+    let error = events
+        .iter()
+        .find(|event| event.event == "error")
+        .expect("an error event");
+    assert!(
+        error.data["message"]
+            .as_str()
+            .unwrap()
+            .contains("answered with nothing"),
+        "{error:?}"
+    );
+    let (_, body) = app.get(&format!("/v1/threads/{thread}"), Some(&key)).await;
+    let reply = body["messages"][1]["content"].as_str().unwrap();
+    assert!(reply.contains("allergic to peanuts"), "{reply}");
+    app.stop().await;
+}

@@ -16,6 +16,8 @@ mod eval;
 mod http;
 mod memory;
 mod quickstart;
+mod quirks;
+mod real_model;
 mod relevance;
 mod replicas;
 mod research;

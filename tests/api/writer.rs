@@ -19,22 +19,7 @@ async fn say(app: &TestApp, key: &str, thread: &str, content: &str) {
 }
 
 async fn wait_for_jobs(app: &TestApp) {
-    // Up to a minute: a loaded test machine embeds slowly.
-    for _ in 0..1200 {
-        let stats = app.state.store.maintenance().queue_stats().await.unwrap();
-        if stats.queued == 0 && stats.running == 0 {
-            assert!(
-                app.state
-                    .memory
-                    .wait_recallable(Duration::from_secs(10))
-                    .await
-                    .unwrap()
-            );
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("memory jobs did not finish");
+    app.wait_for_jobs().await;
 }
 
 async fn memories(app: &TestApp, key: &str, query: &str) -> Vec<Value> {
@@ -889,8 +874,8 @@ async fn an_imported_conversation_becomes_named_turn_memories() {
     app.stop().await;
 }
 
-/// A turn job that failed after storing its turn (here: the extraction's answers were not
-/// JSON) stored the turn again on its retry; the turns are keyed by their message.
+/// A turn job that failed after storing its turn (here: the memory model was down) stored the
+/// turn again on its retry; the turns are keyed by their message.
 #[tokio::test]
 async fn a_retried_turn_job_stores_its_turn_once() {
     let home = Home::new(Backend::Sqlite).await;
@@ -899,8 +884,14 @@ async fn a_retried_turn_job_stores_its_turn_once() {
     let key = app.user_key("alice").await;
     let thread = thread(&app, &key).await;
     llm.push(Reply::text("Noted."));
+    // The memory model is down for the job's first attempt (every retry of the call too), so
+    // the job fails after storing the turn and runs again (an unusable answer would not fail
+    // it: the rules would extract instead).
     for _ in 0..4 {
-        llm.push(Reply::text("this is not JSON"));
+        llm.push(Reply::Error {
+            status: 503,
+            message: "overloaded".into(),
+        });
     }
     llm.set_default(Reply::text(
         r#"{"memories": [{"should_remember": true, "kind": "fact", "content": "The user keeps bees in Ostrava", "importance": 3}]}"#,
@@ -991,5 +982,41 @@ async fn the_fact_answers_its_question_before_unrelated_turns_and_the_profile() 
     let said = found.iter().rposition(|c| c.contains("helix")).unwrap();
     let unrelated = found.iter().position(|c| c.contains('茶'));
     assert!(unrelated.is_none_or(|at| at > said), "{found:?}");
+    app.stop().await;
+}
+
+/// A memory model that never answers the JSON asked for (as a small local model often does):
+/// the rules extract instead, the fact is stored, and no job fails.
+#[tokio::test]
+async fn an_unusable_extraction_falls_back_to_the_rules_and_loses_nothing() {
+    let home = Home::new(Backend::Sqlite).await;
+    let llm = FakeLlm::start().await;
+    llm.set_handler(|request| {
+        Some(Reply::text(if request["response_format"].is_object() {
+            "Sure! The user uses PostgreSQL at work, which is a great database."
+        } else {
+            "Noted."
+        }))
+    });
+    let app = TestApp::spawn_with_llm(&home, &llm, &[]).await;
+    let key = app.user_key("alice").await;
+    let thread = thread(&app, &key).await;
+    say(
+        &app,
+        &key,
+        &thread,
+        "Remember that I use PostgreSQL 16 at work.",
+    )
+    .await;
+    let facts = memories(&app, &key, "&kinds=fact").await;
+    assert_eq!(contents(&facts), ["I use PostgreSQL 16 at work"]);
+    let stats = app.state.store.maintenance().queue_stats().await.unwrap();
+    assert_eq!(stats.failed, 0, "{stats:?}");
+    let asked = llm
+        .requests()
+        .iter()
+        .filter(|request| request["response_format"].is_object())
+        .count();
+    assert!(asked >= 2, "the model was asked and asked again: {asked}");
     app.stop().await;
 }

@@ -597,6 +597,9 @@ impl Research {
         parse: impl Fn(Value) -> Result<T, String>,
     ) -> Result<T, LlmError> {
         let mut request = ChatRequest::new(vec![ChatMessage::user(text)]);
+        if let Some(schema) = crate::llm::schemas::research_step(step) {
+            request = request.with_schema(schema);
+        }
         request.max_tokens = Some(role.max_tokens);
         let started = Instant::now();
         let result = complete_json(

@@ -291,11 +291,7 @@ mod tests {
             ]),
             prompts: Mutex::new(Vec::new()),
         });
-        let role = RoleModel {
-            role: mnemo::config::ModelRole::Chat,
-            model: model.clone(),
-            max_tokens: 1000,
-        };
+        let role = RoleModel::new(mnemo::config::ModelRole::Chat, model.clone(), 1000);
         let models = AnswerModels {
             answer: role.clone(),
             judge: role,

@@ -35,6 +35,13 @@ pub enum Reply {
     Hang,
     /// Wait until the flag is set, then answer with the reply.
     After(Arc<std::sync::atomic::AtomicBool>, Box<Reply>),
+    /// Exactly these bytes, each chunk written on its own (a real server's stream replayed,
+    /// split where it was split: between frames, or inside a UTF-8 character).
+    Raw {
+        status: u16,
+        headers: Vec<(String, String)>,
+        chunks: Vec<Vec<u8>>,
+    },
 }
 
 impl Reply {
@@ -66,6 +73,8 @@ pub type Handler = Arc<dyn Fn(&Value) -> Option<Reply> + Send + Sync>;
 struct Inner {
     script: VecDeque<Reply>,
     requests: Vec<Value>,
+    /// The query string and headers of every request, in order.
+    request_meta: Vec<(Option<String>, axum::http::HeaderMap)>,
     default_reply: Option<Reply>,
     handler: Option<Handler>,
     /// Waited before every answer.
@@ -143,6 +152,11 @@ impl FakeLlm {
         self.lock().requests.clone()
     }
 
+    /// The query string and headers of every request, in order.
+    pub fn request_meta(&self) -> Vec<(Option<String>, axum::http::HeaderMap)> {
+        self.lock().request_meta.clone()
+    }
+
     pub fn hang_dropped_at(&self) -> Option<Instant> {
         self.lock().hang_dropped
     }
@@ -191,7 +205,12 @@ impl Drop for DropFlag {
     }
 }
 
-async fn chat(State(inner): State<Arc<Mutex<Inner>>>, body: axum::Json<Value>) -> Response {
+async fn chat(
+    State(inner): State<Arc<Mutex<Inner>>>,
+    uri: axum::http::Uri,
+    headers: axum::http::HeaderMap,
+    body: axum::Json<Value>,
+) -> Response {
     let request = body.0;
     let stream = request["stream"].as_bool().unwrap_or(false);
     let (handler, latency) = {
@@ -199,6 +218,9 @@ async fn chat(State(inner): State<Arc<Mutex<Inner>>>, body: axum::Json<Value>) -
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         state.requests.push(request.clone());
+        state
+            .request_meta
+            .push((uri.query().map(str::to_string), headers));
         (state.handler.clone(), state.latency)
     };
     if !latency.is_zero() {
@@ -242,6 +264,25 @@ async fn chat(State(inner): State<Arc<Mutex<Inner>>>, body: axum::Json<Value>) -
             sse_response(Body::from_stream(body))
         }
         Reply::After(..) => unreachable!("waited for above"),
+        Reply::Raw {
+            status,
+            headers,
+            chunks,
+        } => {
+            let mut response = Response::builder()
+                .status(StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR));
+            for (name, value) in headers {
+                response = response.header(name, value);
+            }
+            // A pause between chunks so that each reaches the client on its own.
+            let body = futures::stream::iter(chunks).then(|chunk| async move {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                Ok::<_, std::io::Error>(chunk)
+            });
+            response
+                .body(Body::from_stream(body))
+                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+        }
         Reply::Text {
             content,
             chunk_chars,

@@ -7,6 +7,7 @@
 pub mod binary;
 pub mod databases;
 pub mod fake_llm;
+pub mod real_llm;
 pub mod research_site;
 pub mod site;
 
@@ -251,6 +252,26 @@ impl TestApp {
             .expect("server task");
     }
 
+    /// Waits until the memory writer's queue is empty and what it wrote is recallable (up to
+    /// a minute: a loaded test machine embeds slowly).
+    pub async fn wait_for_jobs(&self) {
+        for _ in 0..1200 {
+            let stats = self.state.store.maintenance().queue_stats().await.unwrap();
+            if stats.queued == 0 && stats.running == 0 {
+                assert!(
+                    self.state
+                        .memory
+                        .wait_recallable(Duration::from_secs(10))
+                        .await
+                        .unwrap()
+                );
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("memory jobs did not finish");
+    }
+
     /// Waits until every memory written so far is in both indexes (at most a minute).
     pub async fn wait_indexed(&self) {
         assert!(
@@ -417,6 +438,8 @@ pub struct ReceivedEvent {
 }
 
 pub struct SseReader {
+    /// The longest silence allowed between events before the test fails.
+    pub patience: Duration,
     pub status: StatusCode,
     pub headers: reqwest::header::HeaderMap,
     stream: std::pin::Pin<
@@ -434,17 +457,25 @@ pub struct SseReader {
 impl SseReader {
     pub fn new(response: reqwest::Response) -> Self {
         Self {
+            patience: Duration::from_secs(15),
             status: response.status(),
             headers: response.headers().clone(),
             stream: Box::pin(response.bytes_stream().eventsource()),
         }
     }
 
-    /// The next event, or `None` when the stream ends. Fails the test after 15 s of silence.
+    /// Allows `patience` of silence between events (a real model on two cores is slow).
+    pub fn patient(mut self, patience: Duration) -> Self {
+        self.patience = patience;
+        self
+    }
+
+    /// The next event, or `None` when the stream ends. Fails the test after `patience` (15 s
+    /// unless set) of silence.
     pub async fn next(&mut self) -> Option<ReceivedEvent> {
-        let item = tokio::time::timeout(Duration::from_secs(15), self.stream.next())
+        let item = tokio::time::timeout(self.patience, self.stream.next())
             .await
-            .expect("an SSE event within 15 s")?;
+            .unwrap_or_else(|_| panic!("an SSE event within {:?}", self.patience))?;
         let event = item.ok()?;
         Some(ReceivedEvent {
             id: event.id.parse().expect("numeric event id"),
