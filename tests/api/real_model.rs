@@ -132,6 +132,7 @@ async fn a_research_over_local_documents_completes_with_a_real_model() {
         .json(&json!({
             "query": "How do lighthouses work and who kept them?",
             "search_api": "local",
+            "allow_clarification": false,
             "max_concurrent_research_units": 1,
             "max_researcher_iterations": 1,
             "max_react_tool_calls": 2,

@@ -104,11 +104,11 @@ impl RealLlm {
         ];
         for (role, tokens) in [
             ("CHAT", 160),
-            ("RESEARCH", 200),
-            ("SUMMARIZATION", 160),
-            ("COMPRESSION", 240),
-            ("FINAL_REPORT", 320),
-            ("MEMORY", 200),
+            ("RESEARCH", 128),
+            ("SUMMARIZATION", 128),
+            ("COMPRESSION", 160),
+            ("FINAL_REPORT", 200),
+            ("MEMORY", 160),
         ] {
             env.push((
                 format!("MNEMO__LLM__ROLES__{role}__MAX_TOKENS"),
