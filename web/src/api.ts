@@ -208,6 +208,10 @@ export interface ModelInfo {
   role: string
   model: string
   max_tokens: number
+  /** The model's context window in tokens (prompt and answer). */
+  context_tokens: number
+  /** Where it is served: host and port. */
+  provider: string
 }
 
 export interface ResearchModels {
