@@ -2,7 +2,8 @@
 //! watched, and a stamp of its files (names, sizes, modification times) is handed to the
 //! crate as `MNEMO_WEB_DIST_STAMP`, so a changed stamp recompiles `http::web`. The folder is
 //! created empty when missing, so that a build before the app's first build watches it too
-//! (cargo reruns a build script on every build while a watched path is missing).
+//! (cargo reruns a build script on every build while a watched path is missing). Also hands
+//! the encoder's CPU kernels on as `cpu_*` cfg flags for the tests.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -24,6 +25,15 @@ fn main() {
         format!("{:016x}", hasher.finish())
     };
     println!("cargo:rustc-env=MNEMO_WEB_DIST_STAMP={stamp}");
+    // The encoder's kernels this CPU runs (its build script detects them): tests of a kernel
+    // the CPU lacks are marked ignored, never passed.
+    for kernel in ["amx", "vnni", "avx2"] {
+        println!("cargo::rustc-check-cfg=cfg(cpu_{kernel})");
+        let found = std::env::var(format!("DEP_MNEMO_ENCODER_CPU_{}", kernel.to_uppercase()));
+        if found.is_ok_and(|value| value == "1") {
+            println!("cargo::rustc-cfg=cpu_{kernel}");
+        }
+    }
 }
 
 /// (path, size, modified in nanoseconds) of every file below `dir`.

@@ -23,24 +23,21 @@
 //! before content hashes were kept are replaced by the next ingest of their source, which
 //! also deletes older copies of that source.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::{ErrorKind, HasKind};
-use crate::memory::{MemoryEngine, MemoryError};
-use crate::search::extract::{self, ExtractError};
+use crate::memory::{MemoryEngine, MemoryError, RecallRequest};
+use crate::search::{Corpus, SearchError, SearchHit};
 use crate::store::{
     Document, DocumentId, DocumentState, MemoryId, MemoryKind, MemorySource, NewDocument,
     NewMemory, StoreError, Trust, UserId, UserScope,
 };
+use crate::text::extract::{self, ExtractError};
 
-/// A chunk grows by whole paragraphs up to about this many characters…
-pub const CHUNK_TARGET_CHARS: usize = 1000;
-/// …may grow to this many when it is still short (under `CHUNK_MIN_CHARS`)…
-pub const CHUNK_MAX_CHARS: usize = 1200;
-const CHUNK_MIN_CHARS: usize = 800;
-/// …and starts with about this much of the previous chunk's end, for context.
-pub const CHUNK_OVERLAP_CHARS: usize = 150;
 /// Extracted text above this is refused rather than embedded for minutes.
 pub const MAX_DOCUMENT_CHARS: usize = 2_000_000;
 /// Chunks embedded and written per memory transaction.
@@ -317,7 +314,7 @@ async fn prepare(
             "the document has {chars} characters of text; at most {MAX_DOCUMENT_CHARS} are accepted"
         )));
     }
-    let chunks = chunk(text);
+    let chunks = crate::text::split::chunk(text);
     let max_chunks = memory.settings().max_document_chunks;
     if chunks.len() > max_chunks {
         return Err(DocumentError::TooLarge(format!(
@@ -525,7 +522,7 @@ pub async fn get(
         .await?
         .into_iter()
         .map(|chunk| DocumentChunk {
-            n: crate::search::chunk_reference(&chunk.source_refs)
+            n: chunk_reference(&chunk.source_refs)
                 .and_then(|(_, n)| n)
                 .unwrap_or(usize::MAX),
             memory_id: chunk.id,
@@ -575,269 +572,133 @@ fn pick_title(given: Option<&str>, extracted: Option<&str>, text: &str) -> Strin
         .map(|title| title.split_whitespace().collect::<Vec<_>>().join(" "))
         .find(|title| !title.is_empty())
         .unwrap_or_else(|| "untitled".to_string());
-    cut(&title, MAX_TITLE_CHARS)
+    crate::text::truncate(&title, MAX_TITLE_CHARS)
 }
 
-fn cut(text: &str, max_chars: usize) -> String {
-    match text.char_indices().nth(max_chars) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_string(),
-    }
+/// Snippet length of a `local` search hit, in characters.
+const LOCAL_SNIPPET_CHARS: usize = 300;
+
+/// The user's documents as research's `local` provider searches them: the memory engine's
+/// hybrid recall restricted to `document` chunks; recall filters by the user in both indexes
+/// and re-reads hits from SQL for that user.
+pub struct DocumentCorpus {
+    memory: Arc<MemoryEngine>,
 }
 
-/// Cuts text into chunks of whole paragraphs (blank-line separated): a chunk takes paragraphs
-/// while it stays within `CHUNK_TARGET_CHARS` (or `CHUNK_MAX_CHARS` while shorter than
-/// `CHUNK_MIN_CHARS`); a paragraph longer than a chunk is split at sentence ends, else at
-/// spaces, else anywhere — always between characters, so Chinese text and other multi-byte
-/// UTF-8 is never broken. Each chunk after the first starts with the last
-/// `CHUNK_OVERLAP_CHARS` or so of the previous one. Lengths are counted in characters.
-pub fn chunk(text: &str) -> Vec<String> {
-    let mut pieces: Vec<&str> = Vec::new();
-    for paragraph in text.split("\n\n").map(str::trim).filter(|p| !p.is_empty()) {
-        split_long(paragraph, CHUNK_TARGET_CHARS, &mut pieces);
-    }
-    let mut chunks: Vec<String> = Vec::new();
-    let mut current = String::new();
-    let mut current_chars = 0;
-    for piece in pieces {
-        let piece_chars = piece.chars().count();
-        let joined = current_chars + 2 + piece_chars;
-        let fits = current.is_empty()
-            || joined <= CHUNK_TARGET_CHARS
-            || (current_chars < CHUNK_MIN_CHARS && joined <= CHUNK_MAX_CHARS);
-        if !fits {
-            let overlap = overlap_of(&current);
-            chunks.push(std::mem::take(&mut current));
-            current = overlap;
-            current_chars = current.chars().count();
-        }
-        if !current.is_empty() {
-            current.push_str("\n\n");
-            current_chars += 2;
-        }
-        current.push_str(piece);
-        current_chars += piece_chars;
-    }
-    if !current.trim().is_empty() {
-        chunks.push(current);
-    }
-    chunks
-}
-
-/// Splits `paragraph` into pieces of at most `max` characters, preferring sentence ends.
-pub(crate) fn split_long<'a>(paragraph: &'a str, max: usize, out: &mut Vec<&'a str>) {
-    let mut rest = paragraph;
-    while rest.chars().count() > max {
-        let end = split_point(rest, max);
-        let (head, tail) = rest.split_at(end);
-        let head = head.trim();
-        if !head.is_empty() {
-            out.push(head);
-        }
-        rest = tail.trim_start();
-    }
-    if !rest.is_empty() {
-        out.push(rest);
+impl DocumentCorpus {
+    pub fn new(memory: Arc<MemoryEngine>) -> Self {
+        Self { memory }
     }
 }
 
-/// A byte offset (on a char boundary) at which to cut `text` so the head has at most `max`
-/// characters: after the last sentence end in the second half of that window, else at the
-/// last whitespace there, else exactly at `max` characters.
-fn split_point(text: &str, max: usize) -> usize {
-    let window_end = text
-        .char_indices()
-        .nth(max)
-        .map(|(index, _)| index)
-        .unwrap_or(text.len());
-    let window = &text[..window_end];
-    let half = text
-        .char_indices()
-        .nth(max / 2)
-        .map(|(index, _)| index)
-        .unwrap_or(0);
-    let mut sentence_end = None;
-    let mut space = None;
-    let mut previous: Option<char> = None;
-    for (index, ch) in window.char_indices() {
-        if index >= half {
-            if matches!(ch, '。' | '！' | '？' | '；' | '…') {
-                sentence_end = Some(index + ch.len_utf8());
-            } else if ch.is_whitespace() {
-                if matches!(previous, Some('.' | '!' | '?' | ';' | ':')) {
-                    sentence_end = Some(index);
+fn local_error(error: MemoryError) -> SearchError {
+    match error.kind() {
+        ErrorKind::BadRequest => SearchError::Config(error.to_string()),
+        _ => SearchError::Network(format!("local search failed: {error}")),
+    }
+}
+
+#[async_trait::async_trait]
+impl Corpus for DocumentCorpus {
+    async fn search(
+        &self,
+        user: UserId,
+        query: &str,
+        k: usize,
+    ) -> Result<Vec<SearchHit>, SearchError> {
+        let k = k.clamp(1, self.memory.settings().max_k.max(1));
+        let request = RecallRequest {
+            query: query.to_string(),
+            k: Some(k),
+            kinds: Some(vec![MemoryKind::Document]),
+            decay: false,
+            ..RecallRequest::default()
+        };
+        let results = self
+            .memory
+            .recall(user, request)
+            .await
+            .map_err(local_error)?
+            .results;
+        let mut titles: HashMap<DocumentId, String> = HashMap::new();
+        let mut hits = Vec::with_capacity(results.len());
+        for result in results {
+            let memory = result.memory;
+            let reference = chunk_reference(&memory.source_refs);
+            let (title, url) = match reference {
+                Some((document, chunk)) => {
+                    let title = match titles.get(&document) {
+                        Some(title) => title.clone(),
+                        None => {
+                            // A document deleted since the recall keeps a generic title.
+                            let title = self
+                                .memory
+                                .store()
+                                .user(user)
+                                .get_document(document)
+                                .await
+                                .map(|found| found.title)
+                                .unwrap_or_else(|_| "document".to_string());
+                            titles.insert(document, title.clone());
+                            title
+                        }
+                    };
+                    let url = match chunk {
+                        Some(chunk) => format!("doc:{document}#{chunk}"),
+                        None => format!("doc:{document}"),
+                    };
+                    (title, url)
                 }
-                space = Some(index);
-            }
+                None => ("document".to_string(), format!("memory:{}", memory.id)),
+            };
+            let snippet = crate::text::prefix(&memory.content, LOCAL_SNIPPET_CHARS).to_string();
+            hits.push(SearchHit {
+                title,
+                url,
+                snippet,
+                content: Some(memory.content),
+                score: Some(result.score),
+            });
         }
-        previous = Some(ch);
+        Ok(hits)
     }
-    sentence_end
-        .or(space)
-        .filter(|&end| end > 0)
-        .unwrap_or(window_end)
 }
 
-/// The end of a chunk to repeat at the start of the next: about `CHUNK_OVERLAP_CHARS`
-/// characters, starting after a space when there is one near the cut (so no half word).
-fn overlap_of(chunk: &str) -> String {
-    let total = chunk.chars().count();
-    if total <= CHUNK_OVERLAP_CHARS {
-        return String::new();
+/// The document and chunk a chunk memory's `source_refs` name (`doc:<id>`, `doc:<id>#<n>`).
+pub fn chunk_reference(source_refs: &[String]) -> Option<(DocumentId, Option<usize>)> {
+    let mut document = None;
+    let mut chunk = None;
+    for reference in source_refs {
+        let Some(rest) = reference.strip_prefix("doc:") else {
+            continue;
+        };
+        match rest.split_once('#') {
+            Some((id, index)) => {
+                document = document.or_else(|| id.parse::<DocumentId>().ok());
+                chunk = chunk.or_else(|| index.parse::<usize>().ok());
+            }
+            None => document = document.or_else(|| rest.parse::<DocumentId>().ok()),
+        }
     }
-    let start = chunk
-        .char_indices()
-        .nth(total - CHUNK_OVERLAP_CHARS)
-        .map(|(index, _)| index)
-        .unwrap_or(0);
-    let tail = &chunk[start..];
-    let tail = match tail
-        .char_indices()
-        .take(40)
-        .find(|(_, ch)| ch.is_whitespace())
-    {
-        Some((index, _)) => &tail[index..],
-        None => tail,
-    };
-    let tail = tail.trim();
-    if tail.is_empty() {
-        String::new()
-    } else {
-        format!("…{tail}")
-    }
+    document.map(|document| (document, chunk))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    proptest::proptest! {
-        #[test]
-        fn chunks_stay_bounded_and_lose_no_character(
-            text in "([a-z]{1,12}|[\u{4e00}-\u{9fa5}]{1,40}|[ .。!\n]|\n\n){0,600}"
-        ) {
-            let chunks = chunk(&text);
-            for piece in &chunks {
-                proptest::prop_assert!(piece.chars().count() <= CHUNK_MAX_CHARS);
-                proptest::prop_assert!(!piece.trim().is_empty());
-            }
-            // Chunking only drops whitespace and repeats overlaps: every other character
-            // is kept at least as often as the text has it.
-            let count = |s: &str| {
-                let mut counts = std::collections::HashMap::new();
-                for c in s.chars().filter(|c| !c.is_whitespace()) {
-                    *counts.entry(c).or_insert(0usize) += 1;
-                }
-                counts
-            };
-            let joined = count(&chunks.concat());
-            for (c, n) in count(&text) {
-                proptest::prop_assert!(joined.get(&c).copied().unwrap_or(0) >= n, "{c:?} lost");
-            }
-        }
-    }
-
-    fn sentence(index: usize) -> String {
-        format!("Sentence number {index} talks about the sea otter colony near the harbour. ")
-    }
-
     #[test]
-    fn short_text_is_one_chunk() {
-        assert_eq!(chunk("Hello.\n\nWorld."), vec!["Hello.\n\nWorld."]);
-        assert!(chunk("  \n\n ").is_empty());
-    }
-
-    #[test]
-    fn paragraphs_are_kept_whole_with_a_small_overlap() {
-        let paragraphs: Vec<String> = (0..12)
-            .map(|p| {
-                (0..4)
-                    .map(|s| sentence(p * 10 + s))
-                    .collect::<String>()
-                    .trim()
-                    .to_string()
-            })
-            .collect();
-        let text = paragraphs.join("\n\n");
-        let chunks = chunk(&text);
-        assert!(chunks.len() >= 3, "{}", chunks.len());
-        for (index, piece) in chunks.iter().enumerate() {
-            let chars = piece.chars().count();
-            assert!(chars <= CHUNK_MAX_CHARS, "chunk {index} has {chars} chars");
-            if index + 1 < chunks.len() {
-                assert!(
-                    chars >= CHUNK_MIN_CHARS / 2,
-                    "chunk {index} has only {chars} chars"
-                );
-            }
-            if index > 0 {
-                assert!(piece.starts_with('…'), "chunk {index} starts with overlap");
-                let previous = &chunks[index - 1];
-                let overlap = piece[3..].split("\n\n").next().unwrap();
-                assert!(
-                    previous.ends_with(overlap),
-                    "overlap {overlap:?} ends chunk {}",
-                    index - 1
-                );
-                assert!(overlap.chars().count() <= CHUNK_OVERLAP_CHARS);
-            }
-        }
-        // Every paragraph appears whole in some chunk.
-        for paragraph in &paragraphs {
-            assert!(
-                chunks.iter().any(|c| c.contains(paragraph.as_str())),
-                "{paragraph}"
-            );
-        }
-    }
-
-    #[test]
-    fn long_paragraphs_split_at_sentence_ends() {
-        let paragraph: String = (0..60).map(sentence).collect::<String>().trim().to_string();
-        let chunks = chunk(&paragraph);
-        assert!(chunks.len() >= 4);
-        for piece in &chunks {
-            assert!(piece.chars().count() <= CHUNK_MAX_CHARS);
-            let body = piece.rsplit("\n\n").next().unwrap();
-            assert!(body.ends_with('.'), "cut at a sentence end: {body:?}");
-        }
-    }
-
-    #[test]
-    fn chinese_text_is_cut_between_characters() {
-        let sentence = "海獭在港口附近的海藻林里生活，它们用石头敲开贝壳。";
-        let paragraph = sentence.repeat(120);
-        let text = format!(
-            "标题：海獭\n\n{paragraph}\n\n{}",
-            "没有标点的长段落".repeat(300)
+    fn chunk_references_name_the_document_and_chunk() {
+        let id = DocumentId::new();
+        assert_eq!(
+            chunk_reference(&[format!("doc:{id}"), format!("doc:{id}#7")]),
+            Some((id, Some(7)))
         );
-        let chunks = chunk(&text);
-        assert!(chunks.len() > 3);
-        let mut total = 0;
-        for piece in &chunks {
-            let chars = piece.chars().count();
-            assert!(chars <= CHUNK_MAX_CHARS, "{chars}");
-            total += chars;
-        }
-        assert!(total >= text.chars().count());
-        // Sentence-bearing chunks end at a full stop.
-        assert!(chunks[1].ends_with('。'), "{}", chunks[1]);
-    }
-
-    #[test]
-    fn split_points_fall_on_char_boundaries() {
-        for text in [
-            "ééééééééééééééééé",
-            "日本語のテキスト日本語のテキスト",
-            "a b c d e f g h i j",
-        ] {
-            for max in 1..10 {
-                let end = split_point(text, max);
-                assert!(text.is_char_boundary(end));
-                assert!(text[..end].chars().count() <= max);
-                assert!(end > 0);
-            }
-        }
+        assert_eq!(chunk_reference(&[format!("doc:{id}")]), Some((id, None)));
+        assert_eq!(
+            chunk_reference(&["https://x".into(), "doc:nope".into()]),
+            None
+        );
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //! - `llm`       embedders (local candle BERT, OpenAI-compatible)
 //! - `memory`    episodic memory: writes, hybrid recall (RRF + decay), export/import, decay job
 //! - `research`  deep research: the request, the workflow (brief → supervisor → researchers → report)
-//! - `search`    search providers (one file each), the SSRF-safe fetcher, HTML/PDF → text
+//! - `search`    search providers (one file each), the SSRF-safe fetcher
+//! - `text`      shared text helpers: scripts, sentences, splitting, truncation, HTML/PDF → text
 //! - `documents` the user's own documents: extract → paragraph chunks → `document` memories
 //! - `runs`      durable runs: the run-event log, live following, cancellation
 //! - `agent`     what executes runs: the chat turn (tool loop over memory tools)
@@ -38,3 +39,4 @@ pub mod telemetry;
 #[cfg(test)]
 #[path = "../tests/api/support/databases.rs"]
 mod testing;
+pub mod text;

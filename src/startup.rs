@@ -92,7 +92,7 @@ pub async fn build_state(
         )));
     }
     crate::llm::prompts::check().map_err(|error| StartupError::Refused(error.to_string()))?;
-    crate::search::extract::configure(&settings.extract);
+    crate::text::extract::configure(&settings.extract);
     let data_lock = Arc::new(crate::datadir::DataDirLock::acquire(&settings.data_dir)?);
     let url = settings.database_url();
     let store = store::connect(
@@ -163,7 +163,10 @@ pub async fn build_state(
         memory.clone(),
         runs.clone(),
         models.clone(),
-        crate::search::build_all(&settings.research.search, memory.clone()),
+        crate::search::build_all(
+            &settings.research.search,
+            Arc::new(crate::documents::DocumentCorpus::new(memory.clone())),
+        ),
     )?;
     let chat = ChatService::new(
         ChatDeps {
@@ -238,7 +241,7 @@ pub async fn open_memory(
     store: Arc<dyn Store>,
     shutdown: CancellationToken,
 ) -> Result<Arc<MemoryEngine>, MemoryError> {
-    crate::search::extract::configure(&settings.extract);
+    crate::text::extract::configure(&settings.extract);
     let embedder: Arc<dyn crate::llm::embed::Embedder> =
         Arc::new(crate::llm::embed_queue::EmbedQueue::start(
             crate::llm::embed::from_settings(&settings.embedder).await?,

@@ -545,7 +545,10 @@ async fn recall(
 }
 
 fn recalled_events(recalled: &[Recalled]) -> Vec<RecalledMemory> {
-    recalled.iter().map(RecalledMemory::from_recalled).collect()
+    recalled
+        .iter()
+        .map(|found| RecalledMemory::new(&found.memory, found.score, &found.signals))
+        .collect()
 }
 
 /// Memories as quoted data with provenance, for prompts.

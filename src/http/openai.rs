@@ -349,7 +349,7 @@ async fn thread_of(
     let key = conversation_key(first(ChatRole::System), opening);
     let mut title: String = opening.split_whitespace().collect::<Vec<_>>().join(" ");
     if title.chars().count() > TITLE_CHARS {
-        title = title.chars().take(TITLE_CHARS - 1).collect::<String>() + "…";
+        title = crate::text::truncate(&title, TITLE_CHARS - 1);
     }
     Ok(state
         .store

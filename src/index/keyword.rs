@@ -12,7 +12,7 @@
 //!
 //! User text never goes through tantivy's query parser: it is run through the
 //! same analyzer and turned into an OR of term queries (a Chinese word also
-//! through its Han n-grams, weighed lower), so no input can cause a syntax
+//! through its Han n-grams, weighed lower), so no input can cause use a syntax
 //! error. Every search is restricted to one user.
 //!
 //! The core methods are synchronous (tantivy does blocking I/O and CPU work);
@@ -26,6 +26,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use crate::text::script::is_han;
 use tantivy::collector::{Count, DocSetCollector, TopDocs};
 use tantivy::columnar::Column;
 use tantivy::directory::MmapDirectory;
@@ -276,22 +277,6 @@ pub fn mnemo_analyzer() -> Result<TextAnalyzer, IndexError> {
         .filter(stop_words)
         .filter(Stemmer::new(Language::English))
         .build())
-}
-
-/// A Han character (CJK unified ideographs and their extensions, compatibility ideographs,
-/// 〇), simplified or traditional alike. Punctuation, kana, Hangul, Latin and digits are not.
-pub fn is_han(c: char) -> bool {
-    matches!(
-        c as u32,
-        0x3007
-            | 0x3400..=0x4DBF
-            | 0x4E00..=0x9FFF
-            | 0xF900..=0xFAFF
-            | 0x2_0000..=0x2_A6DF
-            | 0x2_A700..=0x2_EBEF
-            | 0x2_F800..=0x2_FA1F
-            | 0x3_0000..=0x3_23AF
-    )
 }
 
 /// Which n-grams [`han_grams`] makes of a run of Han characters.

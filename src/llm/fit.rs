@@ -13,6 +13,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use crate::text::script::is_wide;
+
 use super::chat::{
     ChatMessage, ChatModel, ChatRequest, ChatResponse, ChatRole, DeltaSink, LlmError, LlmErrorKind,
 };
@@ -88,12 +90,6 @@ pub fn estimate(text: &str) -> usize {
     }
     flush(&mut halves, &mut tokens);
     tokens.ceil() as usize
-}
-
-/// Han, kana, Hangul and full-width forms: about one token each.
-fn is_wide(c: char) -> bool {
-    matches!(c as u32,
-        0x2E80..=0x9FFF | 0xAC00..=0xD7AF | 0xF900..=0xFAFF | 0xFF00..=0xFFEF | 0x20000..=0x3FFFF)
 }
 
 /// Tokens one message costs: its text and the chat template's framing.

@@ -501,7 +501,7 @@ fn error_detail(text: &str) -> String {
         .find_map(|value| value.as_str().map(str::to_string))
     });
     let said = said.unwrap_or_else(|| text.trim().to_string());
-    let mut said: String = said.chars().take(500).collect();
+    let mut said = crate::text::prefix(&said, 500).to_string();
     if said.is_empty() {
         said = "no details".into();
     }
@@ -552,7 +552,7 @@ fn stream_error(chunk: &Value) -> Option<(LlmErrorKind, String)> {
     } else {
         LlmErrorKind::Unavailable
     };
-    let message: String = message.chars().take(500).collect();
+    let message = crate::text::prefix(message, 500);
     Some((kind, format!("model stream reported an error: {message}")))
 }
 

@@ -5,6 +5,7 @@
 //! Chinese question never becomes a memory. Pure; no I/O.
 
 use crate::store::MemoryKind;
+use crate::text::script::is_han;
 
 /// A statement worth remembering, before consolidation.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,26 +35,6 @@ fn candidate(kind: MemoryKind, content: &str, importance: u8) -> Option<Candidat
     })
 }
 
-/// Splits text into sentences on `.!?;。！？；` and newlines; each says whether it ended
-/// with a question mark.
-fn sentences(text: &str) -> Vec<(&str, bool)> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    for (at, c) in text
-        .char_indices()
-        .chain(std::iter::once((text.len(), '\n')))
-    {
-        if matches!(c, '.' | '!' | '?' | ';' | '\n' | '。' | '！' | '？' | '；') {
-            let sentence = text[start..at].trim();
-            if !sentence.is_empty() {
-                out.push((sentence, c == '?' || c == '？'));
-            }
-            start = (at + c.len_utf8()).min(text.len());
-        }
-    }
-    out
-}
-
 /// Strips a leading phrase (ASCII case-insensitive), returning the rest. The search runs on an
 /// ASCII-lowercased copy, which keeps every byte offset of the original (full Unicode
 /// lowercasing does not: "İ" grows from two bytes to three).
@@ -72,7 +53,7 @@ fn after_prefix<'a>(sentence: &'a str, prefixes: &[&str]) -> Option<&'a str> {
 /// Candidates from the user's own words. Assistant text is never passed here.
 pub fn rule_candidates(user_text: &str) -> Vec<Candidate> {
     let mut found = Vec::new();
-    for (sentence, asked) in sentences(user_text) {
+    for (sentence, asked) in crate::text::split::clauses(user_text) {
         match english_candidate(sentence) {
             Some(item) => found.extend(item),
             // "你喜欢什么？", "我的生日是哪天": asking is not telling.
@@ -497,13 +478,13 @@ pub fn tokens(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut word = String::new();
     for c in text.chars() {
-        if c.is_alphanumeric() && !is_cjk(c) {
+        if c.is_alphanumeric() && !is_han(c) {
             word.extend(c.to_lowercase());
         } else {
             if !word.is_empty() {
                 out.push(std::mem::take(&mut word));
             }
-            if is_cjk(c) {
+            if is_han(c) {
                 out.push(c.to_string());
             }
         }
@@ -512,10 +493,6 @@ pub fn tokens(text: &str) -> Vec<String> {
         out.push(word);
     }
     out
-}
-
-fn is_cjk(c: char) -> bool {
-    matches!(c as u32, 0x4E00..=0x9FFF | 0x3400..=0x4DBF | 0xF900..=0xFAFF)
 }
 
 /// Two Chinese statements that fill the same slot (我的猫叫…, 喜欢…) with different values.

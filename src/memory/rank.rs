@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::config::{FusionMethod, FusionSettings, MemorySettings};
 use crate::index::rrf::decay_factor;
@@ -22,43 +22,7 @@ pub enum RecallMode {
     Keyword,
 }
 
-/// How one result was found: its rank (from 1) and score in each signal's list (the own
-/// view's vector and BM25 lists, then the context view's), and the fused score.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct Signals {
-    pub vector_rank: Option<usize>,
-    pub vector_score: Option<f32>,
-    pub bm25_rank: Option<usize>,
-    pub bm25_score: Option<f32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub context_vector_rank: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub context_vector_score: Option<f32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub context_bm25_rank: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub context_bm25_score: Option<f32>,
-    /// The fused score (`memory.fusion`) before decay and the other factors.
-    pub rrf: f64,
-    /// The decay multiplier applied to `rrf` (1.0 = no decay).
-    pub decay: f64,
-    /// The idf-weighted share of the query's informative words the memory holds (its BM25
-    /// hits' coverage; 0 when no keyword list had it).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub coverage: f32,
-    /// The closer vector view's cosine as a z-score against the query's background (how far
-    /// above "not about this" it is for this query and model), when the query was embedded.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub z: Option<f64>,
-    /// How likely the memory is about the query (`memory::relevance`), when the query was
-    /// embedded.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub relevance: Option<f64>,
-}
-
-fn is_zero(value: &f32) -> bool {
-    *value == 0.0
-}
+pub use crate::store::Signals;
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Recalled {

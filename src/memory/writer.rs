@@ -156,7 +156,7 @@ pub fn turn_memories(message: &Message) -> Vec<NewMemory> {
         .filter(|name| !name.is_empty())
         .unwrap_or(label);
     let mut parts = Vec::new();
-    crate::documents::split_long(message.content.trim(), TURN_PART_CHARS, &mut parts);
+    crate::text::split::split_long(message.content.trim(), TURN_PART_CHARS, &mut parts);
     parts
         .into_iter()
         .map(|part| NewMemory {

@@ -133,12 +133,8 @@ impl ResearchService {
             Some(Ok(provider)) => provider.clone(),
             Some(Err(reason)) => return Err(StartError::Invalid(reason.clone())),
             // Unknown: the constructor names the valid providers.
-            None => search::provider(
-                &config.search_api,
-                &self.settings.research.search,
-                self.memory.clone(),
-            )
-            .map_err(|error| StartError::Invalid(error.to_string()))?,
+            None => search::web_provider(&config.search_api, &self.settings.research.search)
+                .map_err(|error| StartError::Invalid(error.to_string()))?,
         };
         let recipe = if request.api_key.is_some() {
             None

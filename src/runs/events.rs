@@ -9,9 +9,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::llm::chat::Usage;
-use crate::memory::rank::{Recalled, Signals};
 use crate::store::{
-    EventType, MemoryId, MemoryKind, MemorySource, MessageId, RunKind, RunStatus, ThreadId, Trust,
+    EventType, Memory, MemoryId, MemoryKind, MemorySource, MessageId, RunKind, RunStatus, Signals,
+    ThreadId, Trust,
 };
 
 /// One event of a run's log.
@@ -175,19 +175,18 @@ pub struct RecalledMemory {
 impl RecalledMemory {
     /// The event's view of a recall result: the memory, its provenance and its signals (the
     /// model reads none of this; it gets the memories as quoted data).
-    pub fn from_recalled(found: &Recalled) -> Self {
-        let memory = &found.memory;
+    pub fn new(memory: &Memory, score: f64, signals: &Signals) -> Self {
         RecalledMemory {
             id: memory.id,
             kind: memory.kind,
             content: memory.content.clone(),
             source: Some(memory.source),
             created_at: Some(memory.created_at),
-            score: found.score,
+            score,
             trust: Some(memory.trust),
             thread_id: memory.thread_id,
             source_refs: memory.source_refs.clone(),
-            signals: Some(found.signals.clone()),
+            signals: Some(signals.clone()),
         }
     }
 }

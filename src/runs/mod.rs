@@ -1791,7 +1791,7 @@ mod wire_tests {
                         trust: Some(crate::store::Trust::User),
                         thread_id: None,
                         source_refs: vec!["msg-1".into()],
-                        signals: Some(crate::memory::rank::Signals {
+                        signals: Some(crate::store::Signals {
                             vector_rank: Some(1),
                             vector_score: Some(0.75),
                             bm25_rank: None,

@@ -22,7 +22,7 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::header::{CONTENT_TYPE, LOCATION};
 use url::{Host, Url};
 
-use super::extract::{self, ExtractError};
+use crate::text::extract::{self, ExtractError};
 
 /// Longest URL quoted in an error message.
 const MAX_URL_IN_MESSAGE: usize = 200;

@@ -1,12 +1,10 @@
 //! Finding and reading sources. Search providers behind one trait (DESIGN.md §3), one file
 //! each: Tavily, Brave, SearXNG, DuckDuckGo's HTML page, and `local` — the user's own ingested
 //! documents, searched with the same hybrid recall as memories. Beside them the SSRF-safe page
-//! fetcher (`fetch`) and the text extraction from HTML, PDF and plain text (`extract`), which
-//! research and document ingestion share. Every web provider has a configurable base URL (tests point it at a local fake
+//! fetcher (`fetch`), which reads pages through `text::extract` as document ingestion does. Every web provider has a configurable base URL (tests point it at a local fake
 //! that speaks the real wire format) and a client with a deadline. API keys travel only in
 //! request headers and never appear in errors or logs.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,13 +15,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{SearchApi, SearchSettings};
 use crate::error::{ErrorKind, HasKind};
-use crate::memory::{MemoryEngine, MemoryError, RecallRequest};
-use crate::store::{DocumentId, MemoryKind, UserId};
+use crate::store::UserId;
 use strum::VariantArray;
 
 mod brave;
 mod duckduckgo;
-pub mod extract;
 pub mod fetch;
 mod local;
 mod searxng;
@@ -31,7 +27,7 @@ mod tavily;
 
 pub use brave::Brave;
 pub use duckduckgo::{DuckDuckGo, parse_duckduckgo, unwrap_duckduckgo_link};
-pub use local::{Local, chunk_reference};
+pub use local::{Corpus, Local};
 pub use searxng::SearXng;
 pub use tavily::Tavily;
 
@@ -40,12 +36,12 @@ pub use tavily::Tavily;
 pub type Providers =
     std::collections::HashMap<&'static str, Result<Arc<dyn SearchProvider>, String>>;
 
-/// Builds every provider the settings can make (`local` searches `memory`).
-pub fn build_all(settings: &SearchSettings, memory: Arc<MemoryEngine>) -> Providers {
+/// Builds every provider the settings can make (`local` searches `corpus`).
+pub fn build_all(settings: &SearchSettings, corpus: Arc<dyn Corpus>) -> Providers {
     provider_names()
         .into_iter()
         .map(|name| {
-            let built = provider(name, settings, memory.clone()).map_err(|error| error.to_string());
+            let built = provider(name, settings, corpus.clone()).map_err(|error| error.to_string());
             (name, built)
         })
         .collect()
@@ -125,15 +121,15 @@ pub trait SearchProvider: Send + Sync {
 pub fn provider(
     name: &str,
     settings: &SearchSettings,
-    memory: Arc<MemoryEngine>,
+    corpus: Arc<dyn Corpus>,
 ) -> Result<Arc<dyn SearchProvider>, SearchError> {
     match name.parse::<SearchApi>() {
-        Ok(SearchApi::Local) => Ok(Arc::new(Local::new(memory))),
+        Ok(SearchApi::Local) => Ok(Arc::new(Local::new(corpus))),
         _ => web_provider(name, settings),
     }
 }
 
-/// `provider` for every name but `local`: the web providers, which need no memory engine.
+/// `provider` for every name but `local`: the web providers, which need no corpus.
 pub fn web_provider(
     name: &str,
     settings: &SearchSettings,
@@ -254,7 +250,7 @@ async fn send(
         .await
         .map_err(|error| network(provider, error))?;
     if !(200..300).contains(&status) {
-        let mut message: String = body.trim().chars().take(MAX_ERROR_CHARS).collect();
+        let mut message = crate::text::prefix(body.trim(), MAX_ERROR_CHARS).to_string();
         if let Some(secret) = secret {
             let key = secret.expose_secret();
             if !key.is_empty() {
@@ -287,6 +283,7 @@ fn fragment_text(html: &str) -> String {
 mod tests {
     use super::*;
 
+    use std::collections::HashMap;
     use std::sync::Mutex;
 
     use axum::Router;
@@ -713,19 +710,5 @@ mod tests {
             web_provider("duckduckgo", &bad_base),
             Err(SearchError::Config(_))
         ));
-    }
-
-    #[test]
-    fn chunk_references_name_the_document_and_chunk() {
-        let id = DocumentId::new();
-        assert_eq!(
-            chunk_reference(&[format!("doc:{id}"), format!("doc:{id}#7")]),
-            Some((id, Some(7)))
-        );
-        assert_eq!(chunk_reference(&[format!("doc:{id}")]), Some((id, None)));
-        assert_eq!(
-            chunk_reference(&["https://x".into(), "doc:nope".into()]),
-            None
-        );
     }
 }

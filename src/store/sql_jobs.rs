@@ -149,7 +149,7 @@ macro_rules! sql_job_store {
                     stats.recent_failures.push(FailedJob {
                         kind: text_enum::decode("jobs.kind", row.try_get::<&str, _>("kind")?)?,
                         attempts: row.try_get("attempts")?,
-                        error: first_line.chars().take(200).collect(),
+                        error: crate::text::prefix(first_line, 200).to_string(),
                         failed_at: row.try_get("finished_at")?,
                     });
                 }

@@ -11,7 +11,7 @@ use anyhow::Context;
 use rand::{Rng, SeedableRng};
 
 use mnemo::config::ExtractSettings;
-use mnemo::search::extract::{self, ExtractError};
+use mnemo::text::extract::{self, ExtractError};
 
 pub struct ExtractBenchOptions {
     pub settings: ExtractSettings,

@@ -30,7 +30,9 @@ fn local(app: &TestApp) -> Arc<dyn SearchProvider> {
     search::provider(
         "local",
         &app.state.settings.research.search,
-        app.state.memory.clone(),
+        Arc::new(mnemo::documents::DocumentCorpus::new(
+            app.state.memory.clone(),
+        )),
     )
     .expect("local provider")
 }
@@ -1257,7 +1259,7 @@ async fn documents_past_the_extraction_ceilings_are_refused_and_the_server_lives
 /// another way, and the largest cost of a document that was read is printed.
 #[test]
 fn fuzzed_documents_are_read_within_the_ceiling_or_refused() {
-    use mnemo::search::extract::{self, ExtractError};
+    use mnemo::text::extract::{self, ExtractError};
     use proptest::prelude::*;
     const PIECES: &[&str] = &[
         "<p>",

@@ -41,9 +41,16 @@ async fn a_chat_turn_with_a_real_model_streams_to_done_and_is_remembered() {
         .to_string();
     let said = "My sister Ines lives in Lisbon and I play the cello every evening.";
     let run = app.post_message(&key, &thread, said).await;
-    let events = app
-        .events(&key, run["id"].as_str().unwrap(), None)
+    // The test client's 30-second deadline is for requests; a slow model's stream gets longer.
+    let response = app
+        .client
+        .get(app.url(&format!("/v1/runs/{}/events", run["id"].as_str().unwrap())))
+        .bearer_auth(&key)
+        .timeout(Duration::from_secs(900))
+        .send()
         .await
+        .expect("events request");
+    let events = support::SseReader::new(response)
         .patient(PATIENCE)
         .collect()
         .await;
@@ -61,7 +68,7 @@ async fn a_chat_turn_with_a_real_model_streams_to_done_and_is_remembered() {
         .expect("usage from the real server");
     assert!(usage.data["usage"]["completion_tokens"].as_u64().unwrap() > 0);
     assert!(
-        usage.data["usage"]["completion_tokens"].as_u64().unwrap() <= 160 * 9,
+        usage.data["usage"]["completion_tokens"].as_u64().unwrap() <= 96 * 9,
         "the role's cap holds: {usage:?}"
     );
     let deltas: String = events

@@ -446,11 +446,12 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(not(cpu_amx), ignore = "this CPU has no AMX tiles")]
     fn tile_products_track_the_f32_ones() {
-        if !supported() {
-            eprintln!("skipped: no AMX tiles on this CPU");
-            return;
-        }
+        assert!(
+            supported(),
+            "this CPU has AMX but Linux did not grant the tile state"
+        );
         // Row counts below, at and above the 32-row block, one text and a batch; column
         // counts of one and several column groups.
         for (m, k, n) in [
@@ -477,11 +478,12 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(not(cpu_amx), ignore = "this CPU has no AMX tiles")]
     fn a_row_does_not_depend_on_its_batch() {
-        if !supported() {
-            eprintln!("skipped: no AMX tiles on this CPU");
-            return;
-        }
+        assert!(
+            supported(),
+            "this CPU has AMX but Linux did not grant the tile state"
+        );
         let (k, n) = (384, 128);
         let (x, w) = (matrix(70, k, 11), matrix(k, n, 12));
         let layer = Bf16Dense::new(&w, k, n).expect("fits the kernel");

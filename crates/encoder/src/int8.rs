@@ -543,11 +543,9 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(not(cpu_vnni), ignore = "this CPU has no AVX-512 VNNI")]
     fn the_wide_and_the_plain_quantiser_agree() {
-        if !vnni() {
-            eprintln!("skipped: no AVX-512 VNNI on this CPU");
-            return;
-        }
+        assert!(vnni());
         let values = matrix(64, BLOCK, 7);
         let mut blocks: Vec<&[f32]> = values.chunks_exact(BLOCK).collect();
         let zeros = [0.0f32; BLOCK];
@@ -576,13 +574,15 @@ mod tests {
         {
             found.push(Kernel::Avx2);
         }
-        if found.is_empty() {
-            eprintln!("skipped: no integer kernel on this CPU");
-        }
+        assert!(!found.is_empty(), "the build saw an integer kernel");
         found
     }
 
     #[test]
+    #[cfg_attr(
+        not(any(cpu_vnni, cpu_avx2)),
+        ignore = "this CPU has no integer kernel"
+    )]
     fn integer_products_track_the_f32_ones() {
         for kernel in kernels() {
             for (m, k, n) in [(1, 32, 32), (7, 384, 128), (13, 1536, 384)] {
@@ -622,12 +622,13 @@ mod tests {
     /// offset off; the AVX2 one never adds it). Large inputs with a few large values reach
     /// the pair sums' limit `2 · 127 · 127`, where a saturating 16-bit sum would show.
     #[test]
+    #[cfg_attr(
+        not(all(cpu_vnni, cpu_avx2)),
+        ignore = "this CPU has one integer kernel"
+    )]
     fn the_two_kernels_agree() {
         let found = kernels();
-        if found.len() < 2 {
-            eprintln!("skipped: this CPU has one integer kernel");
-            return;
-        }
+        assert_eq!(found.len(), 2);
         let (m, k, n) = (11, 768, 96);
         let w = matrix(k, n, 12);
         let mut x = matrix(m, k, 13);
@@ -654,6 +655,10 @@ mod tests {
     /// their precision (with one scale per row, a step of 10/127 would round most of them
     /// to zero).
     #[test]
+    #[cfg_attr(
+        not(any(cpu_vnni, cpu_avx2)),
+        ignore = "this CPU has no integer kernel"
+    )]
     fn an_outlier_channel_costs_only_its_own_block() {
         let (k, n) = (384, 64);
         let w = matrix(k, n, 7);
@@ -686,6 +691,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        not(any(cpu_vnni, cpu_avx2)),
+        ignore = "this CPU has no integer kernel"
+    )]
     fn a_zero_row_gives_the_bias() {
         for kernel in kernels() {
             let layer = QuantDense::for_kernel(&matrix(32, 64, 9), 32, 64, kernel).unwrap();

@@ -153,7 +153,7 @@ enum Script {
 
 impl Script {
     fn of(text: &str) -> Self {
-        if text.chars().any(crate::index::keyword::is_han) {
+        if text.chars().any(crate::text::script::is_han) {
             Script::Han
         } else {
             Script::Latin

@@ -7,7 +7,8 @@ use std::sync::OnceLock;
 
 use tantivy::tokenizer::TextAnalyzer;
 
-use crate::index::keyword::{self, is_han};
+use crate::index::keyword;
+use crate::text::script::is_han;
 
 fn analyzer() -> Option<TextAnalyzer> {
     static ANALYZER: OnceLock<Option<TextAnalyzer>> = OnceLock::new();

@@ -648,8 +648,10 @@ impl Research {
                 Vec::new()
             }
         };
-        let memories: Vec<RecalledMemory> =
-            recalled.iter().map(RecalledMemory::from_recalled).collect();
+        let memories: Vec<RecalledMemory> = recalled
+            .iter()
+            .map(|found| RecalledMemory::new(&found.memory, found.score, &found.signals))
+            .collect();
         self.progress
             .emit(RunEvent::MemoryRecalled(MemoryRecalled {
                 query: self.config.query.clone(),

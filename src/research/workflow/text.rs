@@ -1,7 +1,11 @@
-//! Small text helpers of the workflow: dates, word counts, passages, sentences, MMR.
+//! The workflow's own text work: dates, word counts, passages, MMR (the shared helpers come
+//! from `crate::text`).
 
 use crate::memory::rank::cosine;
 use crate::search::SearchHit;
+pub(super) use crate::text::script::is_cjk;
+pub(super) use crate::text::split::{fixed as chunks, sentences};
+pub(super) use crate::text::truncate;
 
 use super::*;
 
@@ -21,27 +25,6 @@ pub(super) fn word_count(text: &str) -> usize {
             if cjk > 0 { cjk } else { 1 }
         })
         .sum()
-}
-
-pub(super) fn is_cjk(c: char) -> bool {
-    matches!(c as u32, 0x4E00..=0x9FFF | 0x3400..=0x4DBF | 0x3040..=0x30FF | 0xAC00..=0xD7AF)
-}
-
-/// At most `max` characters, cut at a character boundary.
-pub(super) fn truncate(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((at, _)) => format!("{}…", &text[..at]),
-        None => text.to_string(),
-    }
-}
-
-/// Pieces of at most `size` characters.
-pub(super) fn chunks(text: &str, size: usize) -> Vec<String> {
-    let chars: Vec<char> = text.chars().collect();
-    chars
-        .chunks(size.max(1))
-        .map(|piece| piece.iter().collect())
-        .collect()
 }
 
 pub(super) fn format_hits(hits: &[SearchHit]) -> String {
@@ -76,31 +59,10 @@ pub(super) fn split_passages(text: &str) -> Vec<String> {
             continue;
         }
         let mut pieces = Vec::new();
-        crate::documents::split_long(&paragraph, PASSAGE_CHARS, &mut pieces);
+        crate::text::split::split_long(&paragraph, PASSAGE_CHARS, &mut pieces);
         out.extend(pieces.into_iter().map(str::to_string));
     }
     if out.is_empty() { short } else { out }
-}
-
-/// Sentences, ended by `.`, `!`, `?` or their CJK forms.
-pub(super) fn sentences(text: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    let mut chars = text.char_indices().peekable();
-    while let Some((at, c)) = chars.next() {
-        let end = matches!(c, '。' | '！' | '？')
-            || (matches!(c, '.' | '!' | '?')
-                && chars.peek().is_none_or(|(_, next)| next.is_whitespace()));
-        if end {
-            let stop = at + c.len_utf8();
-            out.push(&text[start..stop]);
-            start = stop;
-        }
-    }
-    if start < text.len() && !text[start..].trim().is_empty() {
-        out.push(&text[start..]);
-    }
-    out
 }
 
 pub(super) fn passages_text(passages: &[Passage]) -> String {

@@ -952,13 +952,6 @@ fn slug(text: &str) -> String {
         .collect()
 }
 
-fn truncate_chars(text: String, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((end, _)) => text[..end].to_string(),
-        None => text,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -846,7 +846,7 @@ pub fn svg(report: &Report) -> String {
             out.push_str(&marker(shape, *mx, *my));
         }
         out.push_str(&marker(shape, legend_x + 17.0, legend_y));
-        let name: String = reference.name.chars().take(44).collect();
+        let name = mnemo::text::prefix(&reference.name, 44).to_string();
         let ellipsis = if reference.name.chars().count() > 44 {
             "…"
         } else {

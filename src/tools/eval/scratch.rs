@@ -166,16 +166,19 @@ pub(super) async fn ingest(
                 .map_err(|error| {
                     anyhow::anyhow!("extracting the facts of {}: {}", session.id, error.message)
                 })?;
-            pending.extend(facts.into_iter().map(|(content, refs)| NewMemory {
-                kind: MemoryKind::Fact,
-                content: truncate_chars(format!("[{date}] {content}"), MAX_MEMORY_CHARS),
-                source: MemorySource::User,
-                trust: Trust::User,
-                importance: TURN_IMPORTANCE,
-                thread_id: Some(thread.id),
-                source_refs: refs,
-                created_at: Some(session.date),
-                supersedes: None,
+            pending.extend(facts.into_iter().map(|(content, refs)| {
+                NewMemory {
+                    kind: MemoryKind::Fact,
+                    content: mnemo::text::prefix(&format!("[{date}] {content}"), MAX_MEMORY_CHARS)
+                        .to_string(),
+                    source: MemorySource::User,
+                    trust: Trust::User,
+                    importance: TURN_IMPORTANCE,
+                    thread_id: Some(thread.id),
+                    source_refs: refs,
+                    created_at: Some(session.date),
+                    supersedes: None,
+                }
             }));
         } else {
             pending.extend(
@@ -188,7 +191,7 @@ pub(super) async fn ingest(
                         };
                         NewMemory {
                             kind: MemoryKind::Turn,
-                            content: truncate_chars(content, MAX_MEMORY_CHARS),
+                            content: mnemo::text::prefix(&content, MAX_MEMORY_CHARS).to_string(),
                             source,
                             trust,
                             importance: TURN_IMPORTANCE,

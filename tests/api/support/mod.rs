@@ -161,7 +161,7 @@ pub fn python_venv(name: &str, requirements: &Path) -> Result<PathBuf, String> {
 /// Documents and pages read outside a test app (a bare `Fetcher`) use the `mnemo` binary as
 /// their extraction worker, as the server does.
 pub fn use_extraction_worker() {
-    mnemo::search::extract::configure(&mnemo::config::ExtractSettings {
+    mnemo::text::extract::configure(&mnemo::config::ExtractSettings {
         worker: Some(env!("CARGO_BIN_EXE_mnemo").into()),
         ..Default::default()
     });

@@ -103,7 +103,7 @@ impl RealLlm {
             ),
         ];
         for (role, tokens) in [
-            ("CHAT", 160),
+            ("CHAT", 96),
             ("RESEARCH", 128),
             ("SUMMARIZATION", 128),
             ("COMPRESSION", 160),
