@@ -8,10 +8,10 @@
 //! The lock is the operating system's (`flock`), released when the process ends however it
 //! ends; what the file says is trusted only while its lock is held.
 
+use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -160,10 +160,7 @@ impl DataDirLock {
     /// Records the address a server listens on and its local credential's secret.
     pub fn publish(&self, address: &str, local_token: &str) -> std::io::Result<()> {
         {
-            let mut holder = self
-                .holder
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut holder = self.holder.lock();
             holder.address = Some(address.to_string());
             holder.local_token = Some(local_token.to_string());
         }
@@ -172,11 +169,7 @@ impl DataDirLock {
 
     /// Empties the file and releases the lock (a later process may take it at once).
     pub fn release(&self) {
-        let taken = self
-            .file
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
+        let taken = self.file.lock().take();
         if let Some(file) = taken {
             let _ = file.set_len(0);
             let _ = file.unlock();
@@ -209,17 +202,8 @@ impl DataDirLock {
     }
 
     fn write(&self) -> std::io::Result<()> {
-        let text = serde_json::to_string(
-            &*self
-                .holder
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        )
-        .map_err(std::io::Error::other)?;
-        let mut guard = self
-            .file
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let text = serde_json::to_string(&*self.holder.lock()).map_err(std::io::Error::other)?;
+        let mut guard = self.file.lock();
         let Some(file) = guard.as_mut() else {
             return Ok(());
         };

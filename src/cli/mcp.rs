@@ -4,7 +4,8 @@
 //! embedded in this process), as the routed user, and writes every message the server sends
 //! back, as one line each, to stdout. stdout carries nothing else; notes go to stderr.
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -101,10 +102,8 @@ async fn bridge(client: &Client) -> Result<(), Failure> {
     Ok(())
 }
 
-fn lock(session: &Mutex<Session>) -> std::sync::MutexGuard<'_, Session> {
-    session
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+fn lock(session: &Mutex<Session>) -> parking_lot::MutexGuard<'_, Session> {
+    session.lock()
 }
 
 /// Posts one message and relays what comes back (a JSON body or an event stream). A request

@@ -4,10 +4,11 @@
 //! `server.max_requests_per_user` requests in progress (past it 429 at once, before the body
 //! is read, so slow bodies of a few users cannot hold every connection).
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use governor::clock::{Clock, DefaultClock};
@@ -34,10 +35,7 @@ pub struct InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        let mut counts = self
-            .counts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut counts = self.counts.lock();
         if let Some(count) = counts.get_mut(&self.user) {
             *count -= 1;
             if *count == 0 {
@@ -56,17 +54,11 @@ pub struct InFlightSlot(Arc<Mutex<Option<InFlight>>>);
 impl InFlightSlot {
     /// Whether the request was counted already.
     pub fn is_filled(&self) -> bool {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .is_some()
+        self.0.lock().is_some()
     }
 
     pub fn fill(&self, in_flight: InFlight) {
-        *self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(in_flight);
+        *self.0.lock() = Some(in_flight);
     }
 }
 
@@ -86,10 +78,7 @@ impl UserRateLimit {
     /// Counts a request of `user` in progress until the returned guard drops; `None` when
     /// they already have `max_in_flight`.
     pub fn enter(&self, user: UserId) -> Option<InFlight> {
-        let mut counts = self
-            .in_flight
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut counts = self.in_flight.lock();
         let count = counts.entry(user).or_insert(0);
         if *count >= self.max_in_flight {
             return None;

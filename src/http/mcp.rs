@@ -13,8 +13,9 @@
 //!   rmcp's own `Host` allow-list is off: mnemo is reached under any name behind proxies, and
 //!   every request carries credentials a rebinding page does not have.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{FromRequestParts, Request};
@@ -179,10 +180,8 @@ async fn guard(
     response
 }
 
-fn lock(sessions: &Mutex<Sessions>) -> std::sync::MutexGuard<'_, Sessions> {
-    sessions
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+fn lock(sessions: &Mutex<Sessions>) -> parking_lot::MutexGuard<'_, Sessions> {
+    sessions.lock()
 }
 
 /// A loopback origin (any port), or one of the comma-separated `allowed` origins.

@@ -80,7 +80,7 @@ pub struct Indexer {
     /// while an optimisation runs, since flushing would wait for it.
     vector_durable: AtomicI64,
     /// When the vector index was last flushed while writes kept coming.
-    last_persist: std::sync::Mutex<std::time::Instant>,
+    last_persist: parking_lot::Mutex<std::time::Instant>,
     dimension: usize,
     wake: Notify,
     /// The lower of both applied seqs; writers wait on it to know a memory is recallable.
@@ -112,7 +112,7 @@ impl Indexer {
             watermark,
             vector_applied: AtomicI64::new(vector_applied),
             vector_durable: AtomicI64::new(vector_applied),
-            last_persist: std::sync::Mutex::new(std::time::Instant::now()),
+            last_persist: parking_lot::Mutex::new(std::time::Instant::now()),
             dimension,
             wake: Notify::new(),
             applied: watch::channel(applied).0,
@@ -311,11 +311,7 @@ impl Indexer {
 
     /// Whether `PERSIST_EVERY` has passed since the last flush.
     fn persist_due(&self) -> bool {
-        self.last_persist
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .elapsed()
-            >= PERSIST_EVERY
+        self.last_persist.lock().elapsed() >= PERSIST_EVERY
     }
 
     /// `persist_vector`, waiting for a running optimisation if need be (at shutdown).
@@ -343,10 +339,7 @@ impl Indexer {
         if self.vector.flush_if_idle().await? {
             write_watermark(self.store.as_ref(), &self.watermark, applied).await?;
             self.vector_durable.store(applied, Ordering::Release);
-            *self
-                .last_persist
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = std::time::Instant::now();
+            *self.last_persist.lock() = std::time::Instant::now();
         }
         Ok(())
     }
@@ -579,34 +572,22 @@ fn plan_batch<'a>(
 /// Per user, whether they have turn memories: learnt from SQL on first asking, set by every turn
 /// the indexer applies, forgotten when the user's memories are all deleted.
 #[derive(Default)]
-struct ContextUsers(std::sync::RwLock<HashMap<UserId, bool>>);
+struct ContextUsers(parking_lot::RwLock<HashMap<UserId, bool>>);
 
 impl ContextUsers {
     fn get(&self, user: UserId) -> Option<bool> {
-        self.0
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(&user)
-            .copied()
+        self.0.read().get(&user).copied()
     }
 
     /// Records what SQL said unless the follower has recorded a turn meanwhile; returns what is
     /// known now.
     fn learn(&self, user: UserId, has_turns: bool) -> bool {
-        *self
-            .0
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entry(user)
-            .or_insert(has_turns)
+        *self.0.write().entry(user).or_insert(has_turns)
     }
 
     /// Before a batch is applied: its turns' users have context views.
     fn note(&self, plan: &[Segment<'_>]) {
-        let mut known = self
-            .0
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut known = self.0.write();
         for segment in plan {
             for owned in &segment.upserts {
                 if owned.memory.kind == MemoryKind::Turn {
@@ -905,11 +886,7 @@ mod tests {
         assert!(!users.learn(quiet, false));
         assert_eq!(users.get(quiet), Some(false));
         // The follower records `chatty`'s first turn between SQL's answer and its recording.
-        users
-            .0
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(chatty, true);
+        users.0.write().insert(chatty, true);
         assert!(users.learn(chatty, false));
         assert_eq!(users.get(chatty), Some(true));
     }

@@ -24,7 +24,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+// The writer keeps std's poisoning on purpose: a panic mid-batch marks it, and the next user
+// rolls the partial batch back (`writer`). Other locks here are parking_lot's.
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::text::script::is_han;
 use tantivy::collector::{Count, DocSetCollector, TopDocs};
@@ -78,7 +80,7 @@ pub struct ViewHits {
 /// recall: they depend on the user's own-view statistics only, and counting them is the
 /// costly part of coverage at a user with many memories.
 #[derive(Debug, Clone, Default)]
-pub struct InformativeWords(Arc<Mutex<Option<Vec<String>>>>);
+pub struct InformativeWords(Arc<parking_lot::Mutex<Option<Vec<String>>>>);
 
 impl InformativeWords {
     /// The words, computed by `compute` unless a search of another view already has. A
@@ -88,7 +90,7 @@ impl InformativeWords {
         &self,
         compute: impl FnOnce() -> Result<Vec<String>, IndexError>,
     ) -> Result<Vec<String>, IndexError> {
-        let mut words = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut words = self.0.lock();
         if let Some(words) = words.as_ref() {
             return Ok(words.clone());
         }
@@ -594,7 +596,7 @@ struct Inner {
     /// Each segment's id columns, opened once: a segment's columns never change (a delete
     /// only marks its documents), and opening them decodes their metadata, which cost a
     /// small user's search as much as scoring it. Pruned to the live segments at each reload.
-    id_columns: Mutex<HashMap<SegmentId, IdColumns>>,
+    id_columns: parking_lot::Mutex<HashMap<SegmentId, IdColumns>>,
 }
 
 /// The high and low halves of the memory ids of one segment's documents.
@@ -683,7 +685,7 @@ impl KeywordIndex {
                 analyzer,
                 fields,
                 applied_seq: AtomicI64::new(applied),
-                id_columns: Mutex::new(HashMap::new()),
+                id_columns: parking_lot::Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -787,7 +789,6 @@ impl KeywordIndex {
         self.inner
             .id_columns
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .retain(|id, _| live.contains(id));
         Ok(())
     }
@@ -1333,11 +1334,7 @@ impl KeywordIndex {
         ord: u32,
     ) -> Result<IdColumns, IndexError> {
         let segment = searcher.segment_reader(ord);
-        let mut cache = self
-            .inner
-            .id_columns
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut cache = self.inner.id_columns.lock();
         if let Some(columns) = cache.get(&segment.segment_id()) {
             return Ok(columns.clone());
         }
@@ -1797,7 +1794,7 @@ mod tests {
         }
         // The reload after a clear forgets the columns of the segments it removed.
         index.clear().expect("clear");
-        let cached = index.inner.id_columns.lock().expect("columns").len();
+        let cached = index.inner.id_columns.lock().len();
         assert_eq!(cached, 0);
     }
 

@@ -17,9 +17,10 @@
 //! - `/metrics`: `mnemo_embed_queue_texts` (waiting), `mnemo_embed_batch_texts` (histogram of
 //!   batch sizes), `mnemo_embed_query_cache_total{result="hit"|"miss"}`.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -192,10 +193,8 @@ impl EmbedQueue {
         answer.await.map_err(|_| stopped())?
     }
 
-    fn cache(&self) -> std::sync::MutexGuard<'_, QueryCache> {
-        self.cache
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn cache(&self) -> parking_lot::MutexGuard<'_, QueryCache> {
+        self.cache.lock()
     }
 }
 
@@ -448,7 +447,7 @@ mod tests {
 
         async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
             self.calls.fetch_add(1, Ordering::SeqCst);
-            self.batches.lock().unwrap().push(texts.to_vec());
+            self.batches.lock().push(texts.to_vec());
             tokio::time::sleep(self.delay).await;
             if texts.iter().any(|text| text == "poison") {
                 return Err(EmbedError::BadInput("poison".into()));
@@ -494,7 +493,7 @@ mod tests {
             "{:?}",
             model.batches
         );
-        let first = &model.batches.lock().unwrap()[0];
+        let first = &model.batches.lock()[0];
         let mut sorted = first.clone();
         sorted.sort_by_key(String::len);
         assert_eq!(first, &sorted, "a batch runs shortest first");
@@ -537,7 +536,7 @@ mod tests {
             (first.unwrap(), second.unwrap()),
             (vec![vec![2.0]], vec![vec![3.0]])
         );
-        let batches = model.batches.lock().unwrap().clone();
+        let batches = model.batches.lock().clone();
         assert_eq!(batches.len(), 5, "{batches:?}");
         assert_eq!(batches[3], ["a".to_string(), "b".to_string()]);
         assert_eq!(batches[4], ["cc".to_string(), "ddd".to_string()]);
@@ -559,7 +558,7 @@ mod tests {
             !import.is_finished(),
             "the query was answered while the import (10 batches) was still running"
         );
-        let batches = model.batches.lock().unwrap().clone();
+        let batches = model.batches.lock().clone();
         assert!(batches.iter().all(|batch| batch.len() <= 4));
         let vectors = import.await.unwrap();
         assert_eq!(vectors.len(), 40);

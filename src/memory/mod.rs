@@ -83,10 +83,10 @@ pub struct MemoryEngine {
     access: mpsc::UnboundedSender<Access>,
     /// Background tasks that hold parts of the engine; joined at shutdown so the indexes are
     /// flushed and released before the process (or a restart in the same process) goes on.
-    background: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    background: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Per user, the names of the speakers of their imported conversations (for the speaker
     /// prior); refreshed after new turns are written.
-    speakers: std::sync::Mutex<HashMap<UserId, Arc<Vec<String>>>>,
+    speakers: parking_lot::Mutex<HashMap<UserId, Arc<Vec<String>>>>,
     /// The embedder's calibration: every decision about meaning goes through it.
     relevance: Arc<Relevance>,
 }
@@ -134,29 +134,21 @@ impl MemoryEngine {
             indexer,
             settings,
             access,
-            background: std::sync::Mutex::new(vec![follower, woken, recorder]),
-            speakers: std::sync::Mutex::new(HashMap::new()),
+            background: parking_lot::Mutex::new(vec![follower, woken, recorder]),
+            speakers: parking_lot::Mutex::new(HashMap::new()),
             relevance,
         }))
     }
 
     /// Adds a background task to be joined at shutdown.
     pub fn track(&self, task: tokio::task::JoinHandle<()>) {
-        self.background
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(task);
+        self.background.lock().push(task);
     }
 
     /// Waits (up to `limit`) for the background tasks, which end once their shutdown token is
     /// cancelled; tasks still running after that are aborted.
     pub async fn join_background(&self, limit: Duration) {
-        let tasks: Vec<_> = std::mem::take(
-            &mut *self
-                .background
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
+        let tasks: Vec<_> = std::mem::take(&mut *self.background.lock());
         let deadline = tokio::time::Instant::now() + limit;
         for mut task in tasks {
             if tokio::time::timeout_at(deadline, &mut task).await.is_err() {
@@ -284,10 +276,7 @@ impl MemoryEngine {
             .map(|memory| memory.id)
             .collect();
         if !turns.is_empty() {
-            self.speakers
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .remove(&user);
+            self.speakers.lock().remove(&user);
             self.refresh_contexts(user, &turns, true).await?;
         }
         metrics::counter!("mnemo_memories_written_total").increment(written.len() as u64);
@@ -301,20 +290,12 @@ impl MemoryEngine {
         user: UserId,
         query: &str,
     ) -> MemoryResult<Option<String>> {
-        let cached = self
-            .speakers
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(&user)
-            .cloned();
+        let cached = self.speakers.lock().get(&user).cloned();
         let speakers = match cached {
             Some(speakers) => speakers,
             None => {
                 let found = Arc::new(self.store.user(user).message_authors().await?);
-                self.speakers
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .insert(user, found.clone());
+                self.speakers.lock().insert(user, found.clone());
                 found
             }
         };

@@ -13,10 +13,11 @@
 //! owner's lease expired. A cancel or an input for a run executing on another replica becomes
 //! a command row that the owner takes (polling; woken by NOTIFY on PostgreSQL).
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::SecondsFormat;
@@ -608,10 +609,7 @@ impl RunHub {
     /// Lets this replica continue the runs it takes over from their checkpoints (set before
     /// the first sweep).
     pub fn set_resumer(&self, resumer: Arc<dyn Resume>) {
-        *self
-            .resumer
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(resumer);
+        *self.resumer.lock() = Some(resumer);
     }
 
     /// This process's id as the owner of its runs.
@@ -652,10 +650,8 @@ impl RunHub {
         i64::try_from(self.limits.max_per_user).unwrap_or(i64::MAX)
     }
 
-    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<RunId, LiveRun>> {
-        self.live
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn live(&self) -> parking_lot::MutexGuard<'_, HashMap<RunId, LiveRun>> {
+        self.live.lock()
     }
 
     /// Closes the runs nobody holds any more — their owner's lease expired, or their owner is
@@ -666,10 +662,7 @@ impl RunHub {
         self: &Arc<Self>,
         predecessor: Option<ReplicaId>,
     ) -> StoreResult<usize> {
-        *self
-            .predecessor
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = predecessor;
+        *self.predecessor.lock() = predecessor;
         self.sweep().await
     }
 
@@ -682,10 +675,7 @@ impl RunHub {
         let sweep = Sweep {
             now,
             unclaimed_before: now - lease,
-            predecessor: *self
-                .predecessor
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            predecessor: *self.predecessor.lock(),
         };
         let maintenance = self.store.maintenance();
         let expired = maintenance.expired_runs(&sweep).await?;
@@ -784,7 +774,6 @@ impl RunHub {
         let resumer = self
             .resumer
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
             .ok_or("this process continues no runs")?;
         let scope = self.store.user(expired.user);
@@ -1381,10 +1370,7 @@ impl RunHub {
             tracing::warn!("some runs did not finish writing within {grace:?}");
         }
         self.control_stop.cancel();
-        self.resumer
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
+        self.resumer.lock().take();
     }
 
     /// Tells the owner of a run executing elsewhere that it has a reader here (its

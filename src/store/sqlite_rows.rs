@@ -16,8 +16,8 @@
 //! failure here (the file cannot be opened, a row does not decode) sends the read back to the
 //! sqlx path, which reports it as before.
 
+use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use rusqlite::{Connection, OpenFlags, Row};
@@ -74,20 +74,13 @@ impl RowReader {
         user: UserId,
         ids: &[MemoryId],
     ) -> Result<Vec<Memory>, ReadError> {
-        let taken = self
-            .idle
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .pop();
+        let taken = self.idle.lock().pop();
         let connection = match taken {
             Some(connection) => connection,
             None => self.open()?,
         };
         let found = read(&connection, user, ids);
-        let mut idle = self
-            .idle
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut idle = self.idle.lock();
         if idle.len() < IDLE_CONNECTIONS {
             idle.push(connection);
         }

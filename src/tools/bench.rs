@@ -210,7 +210,7 @@ pub async fn run_recall_bench(
             }
             _ => None,
         },
-        cache: std::sync::Mutex::new(HashMap::new()),
+        cache: parking_lot::Mutex::new(HashMap::new()),
     });
     let shutdown = CancellationToken::new();
     let mut bench = Bench {
@@ -1645,14 +1645,12 @@ fn normalise(vector: &mut [f32]) {
 struct BenchEmbedder {
     corpus: Arc<Corpus>,
     model: Option<Arc<dyn Embedder>>,
-    cache: std::sync::Mutex<HashMap<String, Vec<f32>>>,
+    cache: parking_lot::Mutex<HashMap<String, Vec<f32>>>,
 }
 
 impl BenchEmbedder {
-    fn cached(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<f32>>> {
-        self.cache
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn cached(&self) -> parking_lot::MutexGuard<'_, HashMap<String, Vec<f32>>> {
+        self.cache.lock()
     }
 
     /// The vectors of `texts`, computed: the model's when `model_vectors` and there is a
@@ -1993,7 +1991,7 @@ mod tests {
         let vectors = BenchEmbedder {
             corpus: corpus.clone(),
             model: Some(model.embedder.clone()),
-            cache: std::sync::Mutex::new(HashMap::new()),
+            cache: parking_lot::Mutex::new(HashMap::new()),
         };
         let big = vec!["project deadline paper".to_string()];
         let other = vec!["meeting sister friend".to_string()];

@@ -86,7 +86,7 @@ async fn a_chat_turn_with_a_real_model_streams_to_done_and_is_remembered() {
         "what was streamed is what was stored: {deltas:?} / {stored:?} / {complete:?}"
     );
     // The tools went to the real server, and its answers were read (whatever it did with them).
-    app.wait_for_jobs().await;
+    app.wait_for_jobs_within(PATIENCE).await;
     let (status, memories) = app.get("/v1/memories?limit=500", Some(&key)).await;
     assert_eq!(status, StatusCode::OK);
     let contents: Vec<&str> = memories["memories"]

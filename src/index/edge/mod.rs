@@ -33,10 +33,11 @@
 //! flushed data survives a crash. Call [`VectorIndex::flush`] after batches; it flushes every
 //! shard (dropping the index also flushes).
 
+use parking_lot::{Mutex, MutexGuard, RwLock};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use async_trait::async_trait;
 use qdrant_edge::external::serde_json::json;
@@ -146,7 +147,7 @@ impl std::fmt::Debug for EdgeVectorIndex {
 
 /// The gates guard `()`, so a poisoned gate carries no broken state.
 fn gate(m: &Mutex<()>) -> MutexGuard<'_, ()> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    m.lock()
 }
 
 fn engine_err(context: &str, err: OperationError) -> IndexError {

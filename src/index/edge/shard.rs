@@ -1,8 +1,8 @@
 //! One Edge shard: opening it with our segment and payload-index settings, updates under its
 //! gates, counts, scrolls, optimisation and flushes.
 
+use parking_lot::Mutex;
 use std::path::Path;
-use std::sync::Mutex;
 
 use qdrant_edge::{
     BoolIndexParams, CountRequest, CreateIndex, DEFAULT_VECTOR_NAME, Distance, EdgeConfig,
@@ -294,11 +294,9 @@ impl Shard {
     }
 
     pub(super) fn flush_if_idle(&self) -> bool {
-        let _optimize = match self.optimize_gate.try_lock() {
-            Ok(guard) => guard,
-            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            // An optimisation is running: flushing now would wait for all of it.
-            Err(std::sync::TryLockError::WouldBlock) => return false,
+        // An optimisation is running: flushing now would wait for all of it.
+        let Some(_optimize) = self.optimize_gate.try_lock() else {
+            return false;
         };
         let _write = gate(&self.write_gate);
         self.shard.flush();

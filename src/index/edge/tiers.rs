@@ -1,10 +1,11 @@
 //! The shared shard and the tenant shards, and the move of a large user to a shard of their
 //! own (the protocol in the module docs of `edge`).
 
+use parking_lot::{Mutex, MutexGuard, RwLock};
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use qdrant_edge::{
     FacetRequest, FacetValue, PointId, PointOperations, PointStructPersisted, UpdateOperation,
@@ -65,10 +66,8 @@ impl Tiers {
         })
     }
 
-    pub(super) fn tenants(&self) -> std::sync::RwLockReadGuard<'_, HashMap<Tenant, Arc<Shard>>> {
-        self.tenants
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    pub(super) fn tenants(&self) -> parking_lot::RwLockReadGuard<'_, HashMap<Tenant, Arc<Shard>>> {
+        self.tenants.read()
     }
 
     /// The shard holding `user`'s points.
@@ -174,9 +173,7 @@ impl Tiers {
     }
 
     pub(super) fn moving(&self) -> MutexGuard<'_, Option<Move>> {
-        self.moving
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.moving.lock()
     }
 
     /// Step 1: copies `user`'s points from the shared shard into `target`, without holding
@@ -254,10 +251,7 @@ impl Tiers {
 
     /// Step 3, under `route_gate`: routes `user` to `target` and drops their shared points.
     pub(super) fn route_to(&self, user: Tenant, target: Arc<Shard>) -> Result<(), IndexError> {
-        self.tenants
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(user, target);
+        self.tenants.write().insert(user, target);
         self.shared.delete_user(user)
     }
 

@@ -26,10 +26,11 @@ use progress::*;
 use sources::*;
 use text::*;
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
@@ -340,13 +341,7 @@ impl Research {
         let Some(durable) = &self.durable else {
             return work().await;
         };
-        let saved = durable
-            .journal
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .steps
-            .get(key)
-            .cloned();
+        let saved = durable.journal.lock().steps.get(key).cloned();
         if let Some(saved) = saved {
             match serde_json::from_value(saved) {
                 Ok(result) => return Ok(result),
@@ -368,21 +363,11 @@ impl Research {
     async fn save(&self, durable: &Checkpoints, key: &str, value: Value) -> Result<(), RunFailure> {
         let _one_at_a_time = durable.saving.lock().await;
         let body = {
-            let mut journal = durable
-                .journal
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut journal = durable.journal.lock();
             journal.steps.insert(key.to_string(), value);
             journal.sources = self.sources.snapshot();
-            journal.usage = *self
-                .usage
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            journal.usage_steps = self
-                .steps
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clone();
+            journal.usage = *self.usage.lock();
+            journal.usage_steps = self.steps.lock().clone();
             journal.stages = self.progress.announced();
             journal.timings = match self.progress.timings() {
                 Value::Object(map) => map,
@@ -414,15 +399,8 @@ impl Research {
     }
 
     fn usage_json(&self) -> Value {
-        let total = *self
-            .usage
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let steps = self
-            .steps
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
+        let total = *self.usage.lock();
+        let steps = self.steps.lock().clone();
         json!({ "total": total, "steps": steps })
     }
 
@@ -502,10 +480,7 @@ impl Research {
         self.progress
             .stage("completed", "Research complete")
             .await?;
-        let total = *self
-            .usage
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let total = *self.usage.lock();
         let summary = ResearchSummary {
             research_id: self.progress.research_id,
             word_count: word_count(&report),
@@ -554,20 +529,14 @@ impl Research {
     // --- model calls, metered and accounted ------------------------------------------------
 
     async fn account(&self, step: &str, model: &str, usage: &Usage) -> Result<(), RunFailure> {
-        self.usage
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .add(usage);
+        self.usage.lock().add(usage);
         let entry = UsageStep {
             model: model.to_string(),
             step: step.to_string(),
             usage: *usage,
             total: None,
         };
-        self.steps
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(json!(entry));
+        self.steps.lock().push(json!(entry));
         self.progress.emit(RunEvent::Usage(entry)).await
     }
 

@@ -26,10 +26,7 @@ impl Progress {
     }
 
     pub(super) async fn stage(&self, stage: &str, content: &str) -> Result<(), RunFailure> {
-        self.stages
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push((stage.to_string(), Instant::now()));
+        self.stages.lock().push((stage.to_string(), Instant::now()));
         if self.announced.iter().any(|known| known == stage) {
             return Ok(());
         }
@@ -39,12 +36,7 @@ impl Progress {
     /// Every stage announced so far, by this attempt or an earlier one.
     pub(super) fn announced(&self) -> Vec<String> {
         let mut names = self.announced.clone();
-        for (name, _) in self
-            .stages
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .iter()
-        {
+        for (name, _) in self.stages.lock().iter() {
             if !names.contains(name) {
                 names.push(name.clone());
             }
@@ -54,10 +46,7 @@ impl Progress {
 
     /// Seconds per stage (a stage lasts until the next one starts).
     pub(super) fn timings(&self) -> Value {
-        let stages = self
-            .stages
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let stages = self.stages.lock();
         let mut out = self.earlier.clone();
         for (index, (name, started)) in stages.iter().enumerate() {
             let ended = stages

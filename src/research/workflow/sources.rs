@@ -37,10 +37,8 @@ pub(super) struct Sources {
 type FetchCell = Arc<tokio::sync::OnceCell<Result<Arc<FetchedPage>, String>>>;
 
 impl Sources {
-    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Source>> {
-        self.list
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    pub(super) fn lock(&self) -> parking_lot::MutexGuard<'_, Vec<Source>> {
+        self.list.lock()
     }
 
     /// The sources as a checkpoint keeps them: texts cut to what a prompt quotes.
@@ -147,7 +145,6 @@ impl Sources {
     pub(super) fn fetch_cell(&self, url: &str) -> FetchCell {
         self.fetches
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .entry(url.to_string())
             .or_default()
             .clone()

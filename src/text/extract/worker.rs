@@ -7,11 +7,12 @@
 //! wall-clock deadline (twice the CPU ceiling) and `kill_on_drop` bound a child that sleeps
 //! or whose caller went away; a semaphore bounds how many run at once.
 
+use parking_lot::Mutex;
 use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -83,15 +84,12 @@ pub fn configure(settings: &ExtractSettings) {
         ceilings: Ceilings::from_settings(settings),
         permits: Arc::new(Semaphore::new(settings.concurrency)),
     };
-    *WORKER
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(worker));
+    *WORKER.lock() = Some(Arc::new(worker));
 }
 
 fn current() -> Arc<Worker> {
     WORKER
         .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .get_or_insert_with(|| {
             let settings = ExtractSettings::default();
             Arc::new(Worker {

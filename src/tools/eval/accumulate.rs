@@ -206,23 +206,21 @@ impl Env<'_> {
 /// work), and queries are cached, so the dozen probes of one question embed it once. The time of that one real embedding is kept: latencies still include it.
 pub(super) struct EvalEmbedder {
     pub(super) inner: Arc<dyn Embedder>,
-    pub(super) queries: std::sync::Mutex<std::collections::HashMap<String, (Vec<f32>, f64)>>,
+    pub(super) queries: parking_lot::Mutex<std::collections::HashMap<String, (Vec<f32>, f64)>>,
 }
 
 impl EvalEmbedder {
     pub(super) fn new(inner: Arc<dyn Embedder>) -> Self {
         Self {
             inner,
-            queries: std::sync::Mutex::new(std::collections::HashMap::new()),
+            queries: parking_lot::Mutex::new(std::collections::HashMap::new()),
         }
     }
 
     pub(super) fn queries(
         &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, (Vec<f32>, f64)>> {
-        self.queries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    ) -> parking_lot::MutexGuard<'_, std::collections::HashMap<String, (Vec<f32>, f64)>> {
+        self.queries.lock()
     }
 
     /// How long the real embedding of `text` took, if it was embedded alone.

@@ -255,7 +255,13 @@ impl TestApp {
     /// Waits until the memory writer's queue is empty and what it wrote is recallable (up to
     /// a minute: a loaded test machine embeds slowly).
     pub async fn wait_for_jobs(&self) {
-        for _ in 0..1200 {
+        self.wait_for_jobs_within(Duration::from_secs(60)).await;
+    }
+
+    /// [`Self::wait_for_jobs`] with more patience (a real model on two cores is slow).
+    pub async fn wait_for_jobs_within(&self, patience: Duration) {
+        let started = std::time::Instant::now();
+        while started.elapsed() < patience {
             let stats = self.state.store.maintenance().queue_stats().await.unwrap();
             if stats.queued == 0 && stats.running == 0 {
                 assert!(

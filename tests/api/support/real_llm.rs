@@ -104,11 +104,11 @@ impl RealLlm {
         ];
         for (role, tokens) in [
             ("CHAT", 96),
-            ("RESEARCH", 128),
-            ("SUMMARIZATION", 128),
-            ("COMPRESSION", 160),
-            ("FINAL_REPORT", 200),
-            ("MEMORY", 160),
+            ("RESEARCH", 96),
+            ("SUMMARIZATION", 96),
+            ("COMPRESSION", 128),
+            ("FINAL_REPORT", 160),
+            ("MEMORY", 128),
         ] {
             env.push((
                 format!("MNEMO__LLM__ROLES__{role}__MAX_TOKENS"),
