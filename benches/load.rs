@@ -14,6 +14,8 @@
 
 #[path = "../tests/api/support/fake_llm.rs"]
 mod fake_llm;
+#[path = "../src/tools/stats.rs"]
+mod stats;
 mod support;
 
 use std::process::Stdio;
@@ -24,6 +26,7 @@ use std::time::{Duration, Instant};
 use fake_llm::{FakeLlm, Reply, prompt_text};
 use futures::StreamExt;
 use serde_json::{Value, json};
+use stats::percentile;
 use support::{add_user, env_number, free_port, model_dir};
 
 /// What one stream saw.
@@ -294,14 +297,6 @@ async fn stream_turn(
     }
     open.fetch_sub(1, Ordering::Relaxed);
     outcome
-}
-
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = ((sorted.len() as f64 - 1.0) * q).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
 }
 
 async fn wait_healthy(client: &reqwest::Client, base: &str) {

@@ -12,7 +12,8 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::tools::bench_server::{bench_user, percentile, post_json, release, scratch_settings};
+use crate::tools::bench_server::{bench_user, post_json, release, scratch_settings};
+use crate::tools::stats::percentile;
 
 pub struct ReplicaBenchOptions {
     pub data_dir: PathBuf,

@@ -91,12 +91,3 @@ pub async fn post_json(
     }
     Ok(answer)
 }
-
-/// The value at fraction `p` of ascending `sorted` (0 when empty).
-pub fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
-}

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use tokio_util::sync::CancellationToken;
 
-use crate::tools::bench_server::{percentile, release, scratch_settings};
+use crate::tools::bench_server::{release, scratch_settings};
+use crate::tools::stats::percentile;
 use mnemo::memory::RecallRequest;
 use mnemo::memory::rank::RecallMode;
 use mnemo::store::UserKind;

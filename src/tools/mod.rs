@@ -9,3 +9,4 @@ pub mod bench_replicas;
 pub mod bench_server;
 pub mod bench_write;
 pub mod eval;
+pub mod stats;

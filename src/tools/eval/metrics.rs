@@ -189,16 +189,10 @@ pub fn latency(samples_ms: &[f64]) -> Latency {
     let mut sorted = samples_ms.to_vec();
     sorted.sort_by(f64::total_cmp);
     Latency {
-        p50_ms: percentile(&sorted, 50.0),
-        p95_ms: percentile(&sorted, 95.0),
+        p50_ms: crate::tools::stats::percentile(&sorted, 0.50),
+        p95_ms: crate::tools::stats::percentile(&sorted, 0.95),
         mean_ms: sorted.iter().sum::<f64>() / sorted.len() as f64,
     }
-}
-
-/// Nearest-rank percentile of ascending `sorted` (not empty).
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 /// Whitespace-separated words, the model-independent size measure of returned text.
