@@ -18,7 +18,7 @@
 //!   batch sizes), `mnemo_embed_query_cache_total{result="hit"|"miss"}`.
 
 use parking_lot::Mutex;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -380,46 +380,22 @@ impl Worker {
 }
 
 /// The most recently used query vectors, by text (one queue serves one model).
-struct QueryCache {
-    capacity: usize,
-    entries: HashMap<String, (Vec<f32>, u64)>,
-    tick: u64,
-}
+struct QueryCache(Option<lru::LruCache<String, Vec<f32>>>);
 
 impl QueryCache {
+    /// A cache of `capacity` vectors; none at all for 0.
     fn new(capacity: usize) -> Self {
-        Self {
-            capacity,
-            entries: HashMap::new(),
-            tick: 0,
-        }
+        Self(std::num::NonZeroUsize::new(capacity).map(lru::LruCache::new))
     }
 
     fn get(&mut self, text: &str) -> Option<Vec<f32>> {
-        self.tick += 1;
-        let tick = self.tick;
-        let (vector, used) = self.entries.get_mut(text)?;
-        *used = tick;
-        Some(vector.clone())
+        self.0.as_mut()?.get(text).cloned()
     }
 
     fn put(&mut self, text: &str, vector: Vec<f32>) {
-        if self.capacity == 0 {
-            return;
+        if let Some(cache) = self.0.as_mut() {
+            cache.put(text.to_string(), vector);
         }
-        if self.entries.len() >= self.capacity && !self.entries.contains_key(text) {
-            // Evicts the least recently used; a scan, at most `capacity` entries, only when full.
-            if let Some(oldest) = self
-                .entries
-                .iter()
-                .min_by_key(|(_, (_, used))| *used)
-                .map(|(text, _)| text.clone())
-            {
-                self.entries.remove(&oldest);
-            }
-        }
-        self.tick += 1;
-        self.entries.insert(text.to_string(), (vector, self.tick));
     }
 }
 
