@@ -42,9 +42,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use async_trait::async_trait;
 use qdrant_edge::external::serde_json::json;
 use qdrant_edge::{
-    EdgeShard, NamedQuery, OperationError, PointId, PointOperations, PointStruct,
-    PointStructPersisted, QueryEnum, SearchParams, SearchRequest, UpdateOperation, VectorInternal,
-    Vectors, WithPayloadInterface, WithVector,
+    NamedQuery, OperationError, PointId, PointOperations, PointStruct, PointStructPersisted,
+    QueryEnum, SearchParams, SearchRequest, UpdateOperation, VectorInternal, Vectors,
+    WithPayloadInterface, WithVector,
 };
 
 use crate::index::vector::{
@@ -128,9 +128,9 @@ struct Move {
 
 /// One Edge shard and the gates its engine needs.
 struct Shard {
-    /// Dropped by hand (see `Drop for Shard`): the engine flushes in its destructor and panics
-    /// when that fails.
-    shard: std::mem::ManuallyDrop<EdgeShard>,
+    /// Taken out and dropped under the gates by `Drop for Shard`: the engine flushes in its
+    /// destructor and panics when that fails.
+    shard: shard::Engine,
     path: PathBuf,
     write_gate: Mutex<()>,
     optimize_gate: Mutex<()>,
@@ -663,7 +663,8 @@ mod tests {
                     EdgeVectorParams::builder(DIM, Distance::Cosine).build(),
                 )
                 .build();
-            let shard = EdgeShard::load(dir.path(), Some(config)).expect("engine defaults");
+            let shard =
+                qdrant_edge::EdgeShard::load(dir.path(), Some(config)).expect("engine defaults");
             assert_ne!(shard.config().optimizers, optimizers_config());
         }
         let index = EdgeVectorIndex::open(dir.path(), DIM).await.expect("open");

@@ -87,18 +87,28 @@ pub(super) fn sync_dir(dir: &Path) -> Result<(), IndexError> {
         .map_err(|e| fs_err("sync directory", dir, e))
 }
 
+/// The Edge engine of a shard, taken out only by `Drop for Shard` (so that it is dropped, and
+/// flushes, while the shard's gates are held); it reads as the engine until then.
+pub(super) struct Engine(Option<EdgeShard>);
+
+impl std::ops::Deref for Engine {
+    type Target = EdgeShard;
+
+    fn deref(&self) -> &EdgeShard {
+        self.0
+            .as_ref()
+            .expect("a shard's engine lives as long as the shard")
+    }
+}
+
 impl Drop for Shard {
     fn drop(&mut self) {
         let _optimize = gate(&self.optimize_gate);
         let _write = gate(&self.write_gate);
-        // A failing final flush (e.g. the directory was removed) must not panic in a destructor.
-        let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            // SAFETY: `shard` is never used again after this point.
-            #[allow(unsafe_code)]
-            unsafe {
-                std::mem::ManuallyDrop::drop(&mut self.shard);
-            }
-        }));
+        // The engine flushes in its destructor, under the gates; a failing final flush (e.g.
+        // the directory was removed) must not panic in ours.
+        let engine = self.shard.0.take();
+        let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(engine)));
         if dropped.is_err() {
             tracing::error!(path = %self.path.display(), "the vector shard's final flush failed");
         }
@@ -159,7 +169,7 @@ impl Shard {
             other => engine_err("open edge shard", other),
         })?;
         let shard = Self {
-            shard: std::mem::ManuallyDrop::new(shard),
+            shard: Engine(Some(shard)),
             path: path.to_path_buf(),
             write_gate: Mutex::new(()),
             optimize_gate: Mutex::new(()),
