@@ -402,11 +402,6 @@ impl RoleModel {
             probe: None,
         }
     }
-
-    /// The tokens a prompt may take: the window less the answer's cap.
-    pub fn prompt_budget(&self) -> usize {
-        self.context_tokens.saturating_sub(self.max_tokens) as usize
-    }
 }
 
 #[cfg(test)]

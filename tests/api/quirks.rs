@@ -249,17 +249,8 @@ async fn a_reasoning_block_is_never_the_answer_nor_a_memory() {
     });
     let app = TestApp::spawn_with_llm(&home, &llm, &[]).await;
     let key = app.user_key("alice").await;
-    let thread = app.create_thread(&key, "t").await["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let run = app
-        .post_message(&key, &thread, "I live in Graz, by the way.")
-        .await;
-    let events = app
-        .events(&key, run["id"].as_str().unwrap(), None)
-        .await
-        .collect()
+    let (thread, events) = app
+        .say_in_new_thread(&key, "I live in Graz, by the way.")
         .await;
     let streamed: String = events
         .iter()

@@ -271,17 +271,8 @@ async fn the_chat_forget_tool_keeps_the_bystanders() {
     llm.push(Reply::text(
         "Done: I no longer remember your passport number.",
     ));
-    let thread = app.create_thread(&key, "chat").await["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let run = app
-        .post_message(&key, &thread, "Please forget my passport number.")
-        .await;
-    let events = app
-        .events(&key, run["id"].as_str().unwrap(), None)
-        .await
-        .collect()
+    let (_, events) = app
+        .say_in_new_thread(&key, "Please forget my passport number.")
         .await;
     let result = events
         .iter()

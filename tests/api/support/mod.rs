@@ -421,6 +421,23 @@ impl TestApp {
         body
     }
 
+    /// Says `content` in a new thread and reads the turn's events to its end; returns the
+    /// thread's id and the events.
+    pub async fn say_in_new_thread(
+        &self,
+        token: &str,
+        content: &str,
+    ) -> (String, Vec<ReceivedEvent>) {
+        let thread = self.create_thread(token, "chat").await["id"]
+            .as_str()
+            .expect("thread id")
+            .to_string();
+        let run = self.post_message(token, &thread, content).await;
+        let run = run["id"].as_str().expect("run id");
+        let events = self.events(token, run, None).await.collect().await;
+        (thread, events)
+    }
+
     /// Opens the event stream of a run after `last_event_id`.
     pub async fn events(&self, token: &str, run: &str, last_event_id: Option<i64>) -> SseReader {
         let mut request = self
