@@ -445,6 +445,8 @@ pub struct ResearchLimits {
     pub breadth: u32,
     pub depth: u32,
     pub concurrency: u32,
+    /// The largest `budget.tokens` a request may set.
+    pub budget_tokens: u64,
 }
 
 impl Default for ResearchLimits {
@@ -457,6 +459,7 @@ impl Default for ResearchLimits {
             breadth: 8,
             depth: 4,
             concurrency: 8,
+            budget_tokens: 1_000_000,
         }
     }
 }

@@ -658,6 +658,7 @@ impl Corpus for DocumentCorpus {
                 snippet,
                 content: Some(memory.content),
                 score: Some(result.score),
+                provider: None,
             });
         }
         Ok(hits)

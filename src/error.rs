@@ -23,6 +23,9 @@ pub enum ErrorKind {
     Timeout,
     /// A backend is down or overloaded; retrying later may work.
     Unavailable,
+    /// This server is not set up to do it (a font or another component it needs is not
+    /// installed); the message says what is missing, and retrying will not help.
+    Unsupported,
     /// A bug or a corrupt state; never the caller's fault.
     Internal,
 }
@@ -50,6 +53,7 @@ impl ErrorKind {
             ErrorKind::Busy => "busy",
             ErrorKind::Timeout => "timeout",
             ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Unsupported => "unsupported",
             ErrorKind::Internal => "internal",
         }
     }

@@ -99,6 +99,11 @@ pub struct ResearchArgs {
     pub search_api: Option<String>,
     /// Sources the report may cite at most.
     pub max_sources: Option<usize>,
+    /// The id of an earlier research of the user's to follow up: the new research starts
+    /// from its sources and report and goes further where `query` asks.
+    pub follow_up_of: Option<String>,
+    /// The report's type: "detailed" (default), "summary", "outline" or "resources".
+    pub report_type: Option<String>,
 }
 
 /// A failed tool call the model can read (not a protocol error).
@@ -319,10 +324,23 @@ impl McpServer {
         Extension(parts): Extension<Parts>,
     ) -> Result<CallToolResult, ErrorData> {
         let user = caller(&parts)?;
+        let follow_up_of = match args.follow_up_of.as_deref().map(str::parse).transpose() {
+            Ok(id) => id,
+            Err(error) => return Ok(tool_error(format!("follow_up_of: {error}"))),
+        };
         let request = ResearchRequest {
             query: args.query,
-            search_api: args.search_api,
+            search_api: args
+                .search_api
+                .map(crate::research::request::SearchApiChoice::One),
             max_sources: args.max_sources,
+            follow_up_of,
+            report: args
+                .report_type
+                .map(|kind| crate::research::request::ReportOptions {
+                    kind: Some(kind),
+                    ..Default::default()
+                }),
             // Nobody can answer a question or review a plan from inside a tool call.
             allow_clarification: Some(false),
             plan_review: Some(false),

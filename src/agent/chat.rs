@@ -892,6 +892,7 @@ async fn tool_loop(
                 step: "chat".into(),
                 usage: response.usage,
                 total: Some(total),
+                budget: None,
             }))
             .await?;
         if total.completion_tokens > deps.settings.max_turn_tokens {
@@ -988,8 +989,16 @@ async fn stream_with_deltas(
     request: &ChatRequest,
 ) -> Result<Result<crate::llm::chat::ChatResponse, (LlmError, bool)>, RunFailure> {
     let interval = Duration::from_millis(deps.settings.delta_interval_ms.max(1));
-    let (result, flushed) =
-        stream_to_events(context, None, model, request, interval, DeltaKind::Message).await;
+    let (result, flushed) = stream_to_events(
+        context,
+        None,
+        model,
+        request,
+        interval,
+        DeltaKind::Message,
+        None,
+    )
+    .await;
     let deltas = flushed?;
     Ok(result.map_err(|error| (error, deltas > 0)))
 }
@@ -1095,7 +1104,7 @@ async fn run_tool(
                     json!({
                         "research_id": summary.research_id,
                         "report": summary.report,
-                        "sources": summary.sources,
+                        "sources": summary.listed_sources(),
                     }),
                     Trust::Web,
                 )),

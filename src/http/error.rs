@@ -54,7 +54,10 @@ fn openai_type(kind: ErrorKind) -> &'static str {
         ErrorKind::Unauthenticated => "authentication_error",
         ErrorKind::NotFound => "not_found_error",
         ErrorKind::RateLimited | ErrorKind::Busy => "rate_limit_error",
-        ErrorKind::Timeout | ErrorKind::Unavailable | ErrorKind::Internal => "server_error",
+        ErrorKind::Timeout
+        | ErrorKind::Unavailable
+        | ErrorKind::Unsupported
+        | ErrorKind::Internal => "server_error",
         ErrorKind::Forbidden => "permission_error",
         ErrorKind::BadRequest
         | ErrorKind::MethodNotAllowed
@@ -121,6 +124,7 @@ impl ApiError {
             ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
             ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorKind::Unsupported => StatusCode::NOT_IMPLEMENTED,
         }
     }
 
@@ -157,7 +161,9 @@ impl IntoResponse for ApiError {
             code,
             cause: self.cause_chain(),
         });
-        let message = if status.is_server_error() {
+        // What this server lacks is said as it is: it names no secret, and the operator
+        // needs it.
+        let message = if status.is_server_error() && self.kind != ErrorKind::Unsupported {
             // Every 5xx kind has a fixed text (the cause is logged by `log_errors`).
             let kind = match self.kind {
                 ErrorKind::Unavailable | ErrorKind::Timeout => self.kind,

@@ -53,7 +53,7 @@ use error::ApiError;
         memories::search, memories::list, memories::add, memories::get, memories::patch,
         memories::delete, memories::delete_all, memories::export, memories::import,
         memories::forget, memories::forgotten, memories::restore, memories::import_status,
-        research::stream, research::models, research::history, research::get, research::delete,
+        research::stream, research::follow_up, research::export, research::models, research::history, research::get, research::delete,
         research::comparison, research::compare, research::test, research::input,
         documents::ingest, documents::list, documents::get, documents::delete,
         openai::completions, openai::list_models, openai::get_model,
@@ -344,6 +344,8 @@ pub fn router(state: AppState) -> Router {
         .route("/research/compare", post(research::compare))
         .route("/research/test", post(research::test))
         .route("/research/{id}", get(research::get))
+        .route("/research/{id}/follow-up", post(research::follow_up))
+        .route("/research/{id}/export", get(research::export))
         // Documents for local research.
         .route(
             "/v1/documents",
@@ -479,8 +481,11 @@ async fn health(State(state): State<AppState>, headers: axum::http::HeaderMap) -
             true,
         ),
     };
+    // A configured search provider that cannot be reached degrades research the same way.
+    let search = state.research.search_health().await;
+    let search_down = search["status"] == "down";
     let body: Value = json!({
-        "status": if healthy && !llm_down { "ok" } else { "degraded" },
+        "status": if healthy && !llm_down && !search_down { "ok" } else { "degraded" },
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_secs": state.started_at.elapsed().as_secs(),
         "components": {
@@ -490,6 +495,7 @@ async fn health(State(state): State<AppState>, headers: axum::http::HeaderMap) -
             "keyword_index": { "status": indexes["status"], "backend": "tantivy" },
             "indexes": indexes,
             "llm": llm,
+            "search": search,
             "runs": { "status": "ok", "active": state.runs.active() },
             "web": { "status": if web::app_built() { "ok" } else { "not_built" }, "build": web::dist_stamp() },
             "memory_writer": state.writer.health().await,

@@ -18,6 +18,7 @@ use super::sse::run_event_response;
 use crate::auth::AuthUser;
 use crate::llm::roles::ModelInfo;
 use crate::research::StartError;
+use crate::research::export::ExportError;
 use crate::research::request::{ResearchRequest, ResolvedConfig};
 use crate::store::{ResearchRecord, RunId, UserId};
 
@@ -27,6 +28,9 @@ impl From<StartError> for ApiError {
             StartError::Invalid(message) => ApiError::bad_request(message),
             StartError::Store(error) => error.into(),
             StartError::NotAdmitted(error) => ApiError::from_error(error),
+            StartError::Conflict(message) => {
+                ApiError::new(crate::error::ErrorKind::Conflict, message)
+            }
         }
     }
 }
@@ -47,6 +51,87 @@ pub async fn stream(
 ) -> ApiResult<Response> {
     let (run, _) = state.research.start(user.user_id, &request).await?;
     Ok(run_event_response(&state, user.user_id, run.id, 0))
+}
+
+#[utoipa::path(post, path = "/research/{id}/follow-up", tag = "research",
+    params(("id" = String, Path, format = Uuid, description = "The research to follow up")),
+    request_body(content = ResearchRequest, description = "The follow-up question (`query`) and, optionally, any other research option; `follow_up_of` is set from the path"),
+    responses(
+        (status = 200, description = "Server-sent events of the follow-up research's run", content_type = "text/event-stream"),
+        (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody, description = "No research of yours has this id"),
+        (status = 409, body = ErrorBody, description = "That research is still running")),
+    security(("bearer" = [])))]
+pub async fn follow_up(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiPath(id): ApiPath<RunId>,
+    ApiJson(request): ApiJson<ResearchRequest>,
+) -> ApiResult<Response> {
+    let request = ResearchRequest {
+        follow_up_of: Some(id),
+        ..request
+    };
+    let (run, _) = state.research.start(user.user_id, &request).await?;
+    Ok(run_event_response(&state, user.user_id, run.id, 0))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct ExportQuery {
+    /// `markdown` (default; also `md`), `docx` or `pdf`.
+    pub format: Option<crate::research::export::Format>,
+}
+
+impl From<ExportError> for ApiError {
+    fn from(error: ExportError) -> Self {
+        use crate::error::ErrorKind;
+        let kind = match &error {
+            ExportError::NoReport(_) => ErrorKind::Conflict,
+            ExportError::Font(_) => ErrorKind::Unsupported,
+            ExportError::Write(..) => ErrorKind::Internal,
+        };
+        ApiError::new(kind, error.to_string())
+    }
+}
+
+#[utoipa::path(get, path = "/research/{id}/export", tag = "research",
+    params(("id" = String, Path, format = Uuid), ExportQuery),
+    responses(
+        (status = 200, description = "The research as a file (Markdown, DOCX or PDF): the question, date and outcome, the report with its citations linked to their sources, and the numbered sources", content_type = "application/octet-stream"),
+        (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "The research has no report (it failed or is still running)"),
+        (status = 501, body = ErrorBody, description = "No font on the server can write this PDF (the message says what to install)")),
+    security(("bearer" = [])))]
+pub async fn export(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiPath(id): ApiPath<RunId>,
+    ApiQuery(query): ApiQuery<ExportQuery>,
+) -> ApiResult<Response> {
+    use crate::research::export::{self, Format};
+    let record = state.store.user(user.user_id).get_research(id).await?;
+    let format = query.format.unwrap_or(Format::Markdown);
+    let name = export::file_name(&record, format);
+    let fonts = state.research.fonts();
+    // Laying out a PDF is CPU work: off the async workers.
+    let bytes = tokio::task::spawn_blocking(move || export::export(&record, format, &fonts))
+        .await
+        .map_err(|error| ApiError::new(crate::error::ErrorKind::Internal, error.to_string()))??;
+    Ok((
+        [
+            (
+                axum::http::header::CONTENT_TYPE,
+                format.content_type().to_string(),
+            ),
+            (
+                axum::http::header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{name}\""),
+            ),
+        ],
+        bytes,
+    )
+        .into_response())
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -116,6 +201,12 @@ pub struct HistoryItem {
     pub source_count: i64,
     pub duration_ms: Option<i64>,
     pub created_at: chrono::DateTime<chrono::Utc>,
+    /// The research this one follows up.
+    #[schema(value_type = Option<String>, format = Uuid)]
+    pub follow_up_of: Option<RunId>,
+    /// The researches that follow this one up (among those listed).
+    #[schema(value_type = Vec<String>)]
+    pub follow_ups: Vec<RunId>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -133,10 +224,25 @@ pub async fn history(
 ) -> ApiResult<Json<History>> {
     let limit = super::extract::page_limit(query.limit, 200)?;
     let records = state.store.user(user.user_id).list_research(limit).await?;
+    let follows = |record: &ResearchRecord| -> Option<RunId> {
+        record.config["follow_up_of"]
+            .as_str()
+            .and_then(|id| id.parse().ok())
+    };
+    let links: Vec<(RunId, RunId)> = records
+        .iter()
+        .filter_map(|record| follows(record).map(|earlier| (earlier, record.id)))
+        .collect();
     Ok(Json(History {
         research: records
             .into_iter()
             .map(|record| HistoryItem {
+                follow_up_of: follows(&record),
+                follow_ups: links
+                    .iter()
+                    .filter(|(earlier, _)| *earlier == record.id)
+                    .map(|(_, later)| *later)
+                    .collect(),
                 id: record.id,
                 run_id: record.run_id,
                 query: record.query,
@@ -182,11 +288,14 @@ pub struct ModelStats {
     pub model: String,
     pub runs: usize,
     pub completed: usize,
+    /// Researches that wrote a report with some topics not covered (not counted as success).
+    pub partial: usize,
+    /// Completed researches over all that ended (partial and failed ones are not successes).
     pub success_rate: f64,
     pub mean_duration_seconds: Option<f64>,
     pub mean_sources: Option<f64>,
     pub mean_words: Option<f64>,
-    /// Mean seconds per stage over completed researches.
+    /// Mean seconds per stage over researches that wrote a report (completed or partial).
     pub mean_stage_seconds: BTreeMap<String, f64>,
 }
 
@@ -221,13 +330,17 @@ pub fn model_stats(records: &[ResearchRecord]) -> Vec<ModelStats> {
     by_model
         .into_iter()
         .map(|(model, records)| {
-            let completed: Vec<&&ResearchRecord> =
-                records.iter().filter(|r| r.status == "completed").collect();
+            let count = |status: &str| records.iter().filter(|r| r.status == status).count();
+            let (completed, partial) = (count("completed"), count("partial"));
+            let reported: Vec<&&ResearchRecord> = records
+                .iter()
+                .filter(|r| r.status == "completed" || r.status == "partial")
+                .collect();
             let of = |get: fn(&ResearchRecord) -> f64| -> Option<f64> {
-                mean(&completed.iter().map(|r| get(r)).collect::<Vec<_>>())
+                mean(&reported.iter().map(|r| get(r)).collect::<Vec<_>>())
             };
             let mut stages: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-            for record in &completed {
+            for record in &reported {
                 if let Some(timings) = record.stage_timings.as_object() {
                     for (stage, seconds) in timings {
                         if let Some(seconds) = seconds.as_f64() {
@@ -239,8 +352,9 @@ pub fn model_stats(records: &[ResearchRecord]) -> Vec<ModelStats> {
             ModelStats {
                 model,
                 runs: records.len(),
-                completed: completed.len(),
-                success_rate: completed.len() as f64 / records.len().max(1) as f64,
+                completed,
+                partial,
+                success_rate: completed as f64 / records.len().max(1) as f64,
                 mean_duration_seconds: of(|r| r.duration_ms.unwrap_or(0) as f64 / 1000.0),
                 mean_sources: of(|r| r.source_count as f64),
                 mean_words: of(|r| r.word_count as f64),
@@ -403,7 +517,9 @@ pub async fn test(
             error: Some(message),
             config: None,
         },
-        Err(error @ (StartError::Store(_) | StartError::NotAdmitted(_))) => {
+        Err(
+            error @ (StartError::Store(_) | StartError::NotAdmitted(_) | StartError::Conflict(_)),
+        ) => {
             return Err(error.into());
         }
     };

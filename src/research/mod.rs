@@ -5,6 +5,7 @@
 //! use: it checks a request, resolves its configuration and models, picks the search provider,
 //! and runs the workflow in a run of its own or inside a chat run.
 
+pub mod export;
 pub mod request;
 pub mod workflow;
 
@@ -32,6 +33,9 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error(transparent)]
     NotAdmitted(#[from] crate::runs::NotAdmitted),
+    /// The request is right but cannot run now (it follows up a research still running).
+    #[error("{0}")]
+    Conflict(String),
 }
 
 /// Why the research service could not be set up from the settings.
@@ -57,7 +61,14 @@ pub struct ResearchService {
     /// Every provider, built once: a web provider holds its HTTP client (connection pool);
     /// one that is not configured holds the reason.
     providers: search::Providers,
+    /// The fonts a PDF export is written with, found once on the system.
+    fonts: Arc<export::Fonts>,
+    /// The last probe of the default search provider, and when it was made.
+    probed: tokio::sync::Mutex<Option<(std::time::Instant, serde_json::Value)>>,
 }
+
+/// How long `/health` reuses a probe of the search provider.
+const SEARCH_PROBE_TTL: Duration = Duration::from_secs(15);
 
 /// A checked request: its configuration and everything it runs with.
 pub struct Prepared {
@@ -95,6 +106,8 @@ impl ResearchService {
             fetcher,
             models,
             providers,
+            probed: tokio::sync::Mutex::new(None),
+            fonts: Arc::new(export::Fonts::system()),
         }))
     }
 
@@ -114,6 +127,46 @@ impl ResearchService {
             .collect()
     }
 
+    /// `/health`'s view of the default search provider: `ok`, `down` (its address does not
+    /// answer: the error says where and why) or `not_configured` (what is missing). A probe is
+    /// reused for a few seconds.
+    pub async fn search_health(&self) -> serde_json::Value {
+        let mut last = self.probed.lock().await;
+        if let Some((at, found)) = last.as_ref()
+            && at.elapsed() < SEARCH_PROBE_TTL
+        {
+            return found.clone();
+        }
+        let name = self.default_search_api().to_string();
+        let found = match self.providers.get(name.as_str()) {
+            Some(Ok(provider)) => {
+                let url = provider
+                    .endpoint()
+                    .and_then(|base| url::Url::parse(base).ok())
+                    .map(|url| search::endpoint(&url));
+                match search::probe(provider.as_ref()).await {
+                    Ok(()) => serde_json::json!({ "status": "ok", "provider": name, "url": url }),
+                    Err(error) => serde_json::json!({
+                        "status": "down", "provider": name, "url": url, "error": error.to_string(),
+                    }),
+                }
+            }
+            Some(Err(reason)) => {
+                serde_json::json!({ "status": "not_configured", "provider": name, "error": reason })
+            }
+            None => serde_json::json!({
+                "status": "not_configured", "provider": name, "error": "unknown search provider",
+            }),
+        };
+        *last = Some((std::time::Instant::now(), found.clone()));
+        found
+    }
+
+    /// The fonts PDF exports are written with.
+    pub fn fonts(&self) -> Arc<export::Fonts> {
+        self.fonts.clone()
+    }
+
     /// The search provider used when a request names none.
     pub fn default_search_api(&self) -> &str {
         self.settings.research.search.default_provider.as_str()
@@ -129,12 +182,20 @@ impl ResearchService {
                 Some(&self.models),
             )
             .map_err(StartError::Invalid)?;
-        let search = match self.providers.get(config.search_api.as_str()) {
-            Some(Ok(provider)) => provider.clone(),
-            Some(Err(reason)) => return Err(StartError::Invalid(reason.clone())),
-            // Unknown: the constructor names the valid providers.
-            None => search::web_provider(&config.search_api, &self.settings.research.search)
-                .map_err(|error| StartError::Invalid(error.to_string()))?,
+        let mut chosen: Vec<Arc<dyn search::SearchProvider>> = Vec::new();
+        for name in config.providers() {
+            chosen.push(match self.providers.get(name.as_str()) {
+                Some(Ok(provider)) => provider.clone(),
+                Some(Err(reason)) => return Err(StartError::Invalid(reason.clone())),
+                // Unknown: the constructor names the valid providers.
+                None => search::web_provider(&name, &self.settings.research.search)
+                    .map_err(|error| StartError::Invalid(error.to_string()))?,
+            });
+        }
+        let search: Arc<dyn search::SearchProvider> = if chosen.len() == 1 {
+            chosen.remove(0)
+        } else {
+            Arc::new(search::Multi::new(chosen))
         };
         let recipe = if request.api_key.is_some() {
             None
@@ -173,6 +234,7 @@ impl ResearchService {
         if let Some(thread) = prepared.config.thread_id {
             self.store.user(user).get_thread(thread).await?;
         }
+        self.check_follow_up(user, &prepared.config).await?;
         self.runs.admit(user).await?;
         let config = prepared.config.clone();
         let run = self
@@ -193,6 +255,25 @@ impl ResearchService {
         Ok((run, config))
     }
 
+    /// A follow-up must name one of the user's researches (another user's is not found) that
+    /// has ended.
+    async fn check_follow_up(
+        &self,
+        user: UserId,
+        config: &ResolvedConfig,
+    ) -> Result<(), StartError> {
+        if let Some(id) = config.follow_up_of {
+            let earlier = self.store.user(user).get_research(id).await?;
+            if earlier.status == crate::store::RunStatus::Running {
+                return Err(StartError::Conflict(
+                    "the research to follow up is still running; follow it up when it has ended"
+                        .into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Runs a research inside another run (the chat agent's `deep_research` tool); its events
     /// go to that run's log.
     pub async fn run_inside(
@@ -200,11 +281,15 @@ impl ResearchService {
         context: Arc<RunContext>,
         request: &ResearchRequest,
     ) -> Result<ResearchSummary, RunFailure> {
-        let prepared = self.prepare(request).map_err(|error| RunFailure::Failed {
+        let invalid = |error: StartError| RunFailure::Failed {
             error_type: crate::runs::RunErrorType::Validation,
             message: error.to_string(),
             retryable: false,
-        })?;
+        };
+        let prepared = self.prepare(request).map_err(invalid)?;
+        self.check_follow_up(context.user, &prepared.config)
+            .await
+            .map_err(invalid)?;
         run_research(context, prepared.deps, prepared.config, RunId::new(), None).await
     }
 

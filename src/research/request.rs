@@ -10,11 +10,13 @@ use serde::{Deserialize, Serialize};
 use crate::config::ModelRole;
 use crate::config::{LlmSettings, ResearchSettings};
 use crate::llm::roles::{ModelInfo, Models};
-use crate::store::ThreadId;
+use crate::store::{RunId, ThreadId};
 use strum::VariantArray;
 
 /// Longest accepted query, in characters.
 pub const MAX_QUERY_CHARS: usize = 4_000;
+/// Providers one research may search together.
+const MAX_PROVIDERS: usize = 5;
 
 /// `POST /research/stream` (and `/research/test`, `/research/compare`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
@@ -36,8 +38,26 @@ pub struct ResearchRequest {
     #[schema(value_type = Option<String>)]
     #[serde(default, serialize_with = "never_the_key")]
     pub api_key: Option<SecretString>,
-    /// The search provider: `local`, `tavily`, `brave`, `searxng`, `duckduckgo`.
-    pub search_api: Option<String>,
+    /// The search provider — `local`, `tavily`, `brave`, `searxng`, `duckduckgo` — or a list
+    /// of them searched together (`["local", "searxng"]`: the user's documents and the web in
+    /// one research, each source labelled with its provider).
+    pub search_api: Option<SearchApiChoice>,
+    /// Only sources on these web domains (and their subdomains) are used; the user's own
+    /// documents always are.
+    #[serde(default)]
+    pub include_domains: Vec<String>,
+    /// Sources on these web domains (and their subdomains) are never used.
+    #[serde(default)]
+    pub exclude_domains: Vec<String>,
+    /// How the report is written: its type, tone, length and language.
+    pub report: Option<ReportOptions>,
+    /// What the research may spend on models; when researching reaches its share, the report
+    /// is written from what was found, and says so.
+    pub budget: Option<BudgetRequest>,
+    /// The earlier research (one of the user's, finished) this one follows up: it starts from
+    /// that research's question, sources and report. `POST /research/{id}/follow-up` sets it.
+    #[schema(value_type = Option<String>, format = Uuid)]
+    pub follow_up_of: Option<RunId>,
     pub allow_clarification: Option<bool>,
     pub max_researcher_iterations: Option<u32>,
     pub max_react_tool_calls: Option<u32>,
@@ -56,6 +76,209 @@ pub struct ResearchRequest {
     pub thread_id: Option<ThreadId>,
     /// Write the report's conclusions to the user's memory (server default when absent).
     pub remember: Option<bool>,
+}
+
+/// One search provider, or several searched together.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(untagged)]
+pub enum SearchApiChoice {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl SearchApiChoice {
+    /// The provider names, trimmed, each once, in the order given.
+    pub fn names(&self) -> Vec<String> {
+        let given: Vec<&String> = match self {
+            SearchApiChoice::One(name) => vec![name],
+            SearchApiChoice::Many(names) => names.iter().collect(),
+        };
+        let mut names: Vec<String> = Vec::new();
+        for name in given {
+            let name = name.trim().to_string();
+            if !name.is_empty() && !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        names
+    }
+}
+
+/// How a report is written (`report` of a research request).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReportOptions {
+    /// `detailed` (default), `summary`, `outline` or `resources` (an annotated list of the
+    /// sources).
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    /// The tone, in a few words ("objective", "formal", "for a newcomer"); at most 60
+    /// characters.
+    pub tone: Option<String>,
+    /// The report's target length in words, 100 to 5,000.
+    pub words: Option<u32>,
+    /// The language to write in ("English", "zh-CN"; default: the request's); at most 40
+    /// characters.
+    pub language: Option<String>,
+}
+
+/// The report's type.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ReportKind {
+    #[default]
+    Detailed,
+    Summary,
+    Outline,
+    Resources,
+}
+
+/// `ReportOptions` checked, as a research runs with them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ReportStyle {
+    #[serde(rename = "type")]
+    pub kind: ReportKind,
+    pub tone: Option<String>,
+    pub words: Option<u32>,
+    pub language: Option<String>,
+}
+
+/// Spending caps of one research (`budget`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetRequest {
+    /// Model tokens (prompt and completion, every call) the whole research may use: 1,000 up
+    /// to the server's `research.limits.budget_tokens`.
+    pub tokens: Option<u64>,
+    /// Dollars it may spend, by the server's price table (a model without a price counts
+    /// nothing); above 0, at most 1,000.
+    pub cost_usd: Option<f64>,
+    /// The share of the budget researching (searching, reading, compressing) may use before
+    /// the report is written from what was found; 0.1 to 0.95, default 0.8.
+    pub research_share: Option<f64>,
+}
+
+/// A research's budget, checked.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Budget {
+    pub tokens: Option<u64>,
+    pub cost_usd: Option<f64>,
+    pub research_share: f64,
+}
+
+const DEFAULT_RESEARCH_SHARE: f64 = 0.8;
+const MIN_BUDGET_TOKENS: u64 = 1_000;
+const MAX_BUDGET_USD: f64 = 1_000.0;
+
+impl BudgetRequest {
+    fn resolve(&self, limit: u64) -> Result<Option<Budget>, String> {
+        if let Some(tokens) = self.tokens
+            && !(MIN_BUDGET_TOKENS..=limit.max(MIN_BUDGET_TOKENS)).contains(&tokens)
+        {
+            return Err(format!(
+                "budget.tokens must be between {MIN_BUDGET_TOKENS} and this server's limit of {limit}"
+            ));
+        }
+        if let Some(cost) = self.cost_usd
+            && !(cost > 0.0 && cost <= MAX_BUDGET_USD)
+        {
+            return Err(format!(
+                "budget.cost_usd must be above 0 and at most {MAX_BUDGET_USD}"
+            ));
+        }
+        let share = self.research_share.unwrap_or(DEFAULT_RESEARCH_SHARE);
+        if !(0.1..=0.95).contains(&share) {
+            return Err("budget.research_share must be between 0.1 and 0.95".into());
+        }
+        Ok(
+            (self.tokens.is_some() || self.cost_usd.is_some()).then_some(Budget {
+                tokens: self.tokens,
+                cost_usd: self.cost_usd,
+                research_share: share,
+            }),
+        )
+    }
+}
+
+/// Bounds of `ReportOptions`.
+const MIN_REPORT_WORDS: u32 = 100;
+const MAX_REPORT_WORDS: u32 = 5_000;
+const MAX_TONE_CHARS: usize = 60;
+const MAX_LANGUAGE_CHARS: usize = 40;
+/// Domains a request may list, per list.
+const MAX_DOMAINS: usize = 50;
+
+impl ReportOptions {
+    fn resolve(&self) -> Result<ReportStyle, String> {
+        let kind = match self.kind.as_deref().map(str::trim) {
+            None | Some("" | "detailed") => ReportKind::Detailed,
+            Some("summary") => ReportKind::Summary,
+            Some("outline") => ReportKind::Outline,
+            Some("resources") => ReportKind::Resources,
+            Some(other) => {
+                return Err(format!(
+                    "report.type {other:?} is unknown; use detailed, summary, outline or resources"
+                ));
+            }
+        };
+        let text = |name: &str, value: &Option<String>, max: usize| {
+            let value = value.as_deref().map(str::trim).filter(|v| !v.is_empty());
+            match value {
+                Some(v) if v.chars().count() > max => {
+                    Err(format!("report.{name} is longer than {max} characters"))
+                }
+                Some(v) if v.chars().any(char::is_control) => {
+                    Err(format!("report.{name} must be one line of text"))
+                }
+                _ => Ok(value.map(str::to_string)),
+            }
+        };
+        if let Some(words) = self.words
+            && !(MIN_REPORT_WORDS..=MAX_REPORT_WORDS).contains(&words)
+        {
+            return Err(format!(
+                "report.words must be between {MIN_REPORT_WORDS} and {MAX_REPORT_WORDS}"
+            ));
+        }
+        Ok(ReportStyle {
+            kind,
+            tone: text("tone", &self.tone, MAX_TONE_CHARS)?,
+            words: self.words,
+            language: text("language", &self.language, MAX_LANGUAGE_CHARS)?,
+        })
+    }
+}
+
+/// Domain names as a filter compares them: lowercased, without a scheme, `www.` or path.
+fn domains(name: &str, given: &[String]) -> Result<Vec<String>, String> {
+    if given.len() > MAX_DOMAINS {
+        return Err(format!("{name} lists more than {MAX_DOMAINS} domains"));
+    }
+    let mut out = Vec::new();
+    for domain in given {
+        let trimmed = domain.trim().to_ascii_lowercase();
+        let bare = trimmed
+            .trim_start_matches("https://")
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .unwrap_or("")
+            .trim_start_matches("www.")
+            .trim_end_matches('.');
+        let valid = !bare.is_empty()
+            && bare.len() <= 253
+            && bare
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+            && !bare.starts_with('.');
+        if !valid {
+            return Err(format!("{name}: {domain:?} is not a domain name"));
+        }
+        if !out.iter().any(|known: &String| known == bare) {
+            out.push(bare.to_string());
+        }
+    }
+    Ok(out)
 }
 
 /// A request is serialised (a run's checkpoint keeps it) without the key: always `null`.
@@ -85,7 +308,16 @@ pub struct ResolvedConfig {
     pub max_sources: usize,
     pub min_source_score: f64,
     pub search_results: usize,
-    pub search_api: String,
+    /// The provider, or the providers searched together.
+    pub search_api: SearchApiChoice,
+    /// Web domains sources must be on (empty: any) and may not be on.
+    pub include_domains: Vec<String>,
+    pub exclude_domains: Vec<String>,
+    pub report: ReportStyle,
+    /// The spending cap, when the request set one.
+    pub budget: Option<Budget>,
+    #[schema(value_type = Option<String>, format = Uuid)]
+    pub follow_up_of: Option<RunId>,
     pub plan_review: bool,
     pub breadth: u32,
     pub depth: u32,
@@ -101,6 +333,32 @@ pub struct ResolvedConfig {
 }
 
 impl ResolvedConfig {
+    /// The search providers' names.
+    pub fn providers(&self) -> Vec<String> {
+        self.search_api.names()
+    }
+
+    /// Whether a source at `url` may be used: the user's own documents always; a web page
+    /// when its host is on no excluded domain and, when domains are included, on one of them.
+    pub fn allows(&self, url: &str) -> bool {
+        let Ok(parsed) = url::Url::parse(url) else {
+            return true;
+        };
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return true;
+        }
+        let host = parsed.host_str().unwrap_or("").to_ascii_lowercase();
+        let host = host.trim_end_matches('.');
+        let on = |domain: &String| {
+            host == domain
+                || host
+                    .strip_suffix(domain.as_str())
+                    .is_some_and(|rest| rest.ends_with('.'))
+        };
+        !self.exclude_domains.iter().any(on)
+            && (self.include_domains.is_empty() || self.include_domains.iter().any(on))
+    }
+
     /// The model named in events and history: the final-report model, else any.
     pub fn headline_model(&self) -> Option<String> {
         self.models
@@ -201,6 +459,20 @@ impl ResearchRequest {
             Some(server) if !overrides => server.clone(),
             _ => Models::from_settings(&request_llm(llm, self)),
         };
+        // A model asked for by name is never silently replaced by the extractive path.
+        let named = self
+            .model
+            .iter()
+            .chain(self.models.values())
+            .map(|name| name.trim())
+            .find(|name| !name.is_empty());
+        if let Some(name) = named
+            && !models.configured()
+        {
+            return Err(format!(
+                "model {name:?} was asked for, but this server has no LLM endpoint (llm.base_url); leave the model out to research without one"
+            ));
+        }
         let config = ResolvedConfig {
             query,
             mode,
@@ -228,13 +500,36 @@ impl ResearchRequest {
             max_sources,
             min_source_score: settings.min_source_score,
             search_results: settings.search_results.max(1),
-            search_api: self
-                .search_api
-                .as_deref()
-                .map(str::trim)
-                .filter(|name| !name.is_empty())
-                .unwrap_or(default_search)
-                .to_string(),
+            search_api: {
+                let names = self
+                    .search_api
+                    .as_ref()
+                    .map(SearchApiChoice::names)
+                    .unwrap_or_default();
+                match names.len() {
+                    0 => SearchApiChoice::One(default_search.to_string()),
+                    1 => SearchApiChoice::One(names[0].clone()),
+                    n if n > MAX_PROVIDERS => {
+                        return Err(format!(
+                            "search_api lists more than {MAX_PROVIDERS} providers"
+                        ));
+                    }
+                    _ => SearchApiChoice::Many(names),
+                }
+            },
+            include_domains: domains("include_domains", &self.include_domains)?,
+            exclude_domains: domains("exclude_domains", &self.exclude_domains)?,
+            report: self
+                .report
+                .as_ref()
+                .map(ReportOptions::resolve)
+                .transpose()?
+                .unwrap_or_default(),
+            budget: match &self.budget {
+                Some(budget) => budget.resolve(limits.budget_tokens)?,
+                None => None,
+            },
+            follow_up_of: self.follow_up_of,
             plan_review: self.plan_review.unwrap_or(false),
             breadth: within("breadth", self.breadth, settings.breadth, limits.breadth)?,
             depth: within("depth", self.depth, settings.depth, limits.depth)?,
@@ -342,7 +637,7 @@ mod tests {
             config.max_concurrent_research_units,
             settings.max_concurrent_research_units
         );
-        assert_eq!(config.search_api, "local");
+        assert_eq!(config.search_api, SearchApiChoice::One("local".into()));
         assert_eq!(config.api_key, "server");
         assert!(models.configured());
         assert!(config.models.iter().all(|m| m.model == "server-model"));
@@ -415,5 +710,29 @@ mod tests {
             .unwrap_err();
         assert!(error.contains("no LLM endpoint"));
         assert!(!error.contains("sk-user"));
+
+        // A model named on a server without one is refused, not silently ignored.
+        for request in [
+            ResearchRequest {
+                query: "q".into(),
+                model: Some("gpt-4o".into()),
+                ..ResearchRequest::default()
+            },
+            ResearchRequest {
+                query: "q".into(),
+                models: BTreeMap::from([("research".into(), "gpt-4o".into())]),
+                ..ResearchRequest::default()
+            },
+        ] {
+            let error = request
+                .resolve(
+                    &ResearchSettings::default(),
+                    &LlmSettings::default(),
+                    "local",
+                    None,
+                )
+                .unwrap_err();
+            assert!(error.contains("\"gpt-4o\" was asked for"), "{error}");
+        }
     }
 }

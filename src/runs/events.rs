@@ -212,8 +212,21 @@ pub struct UsageStep {
     pub model: String,
     pub step: String,
     pub usage: Usage,
+    /// What the run has used so far, this call included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total: Option<Usage>,
+    /// The run's spending cap, when it has one (a research's `budget`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<SpendCap>,
+}
+
+/// A cap on what a run may spend on models.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SpendCap {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
 }
 
 /// The assistant's whole reply, stored as a message.

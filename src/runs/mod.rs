@@ -1846,6 +1846,7 @@ mod wire_tests {
                     step: "chat".into(),
                     usage: usage(),
                     total: Some(usage()),
+                    budget: None,
                 }),
                 None,
                 envelope(
@@ -1860,6 +1861,7 @@ mod wire_tests {
                     step: "final_report".into(),
                     usage: usage(),
                     total: None,
+                    budget: None,
                 }),
                 Some(Some("m")),
                 envelope(

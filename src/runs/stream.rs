@@ -26,9 +26,18 @@ impl DeltaKind {
     }
 }
 
+/// Rewrites streamed text before it becomes an event (a report's citations of sources that do
+/// not exist are cut as they arrive). It may hold text back until it can decide.
+pub trait DeltaFilter: Send {
+    /// The text ready to emit after `text` arrived.
+    fn push(&mut self, text: &str) -> String;
+    /// What is still held when the stream ends.
+    fn finish(&mut self) -> String;
+}
+
 /// Streams one model call, turning its text deltas into delta events flushed every
-/// `interval`. Returns the model's result and, once every delta is recorded, how many delta
-/// events were emitted.
+/// `interval` (through `filter`, when given). Returns the model's result and, once every
+/// delta is recorded, how many delta events were emitted.
 pub async fn stream_to_events(
     context: &RunContext,
     research: Option<&ResearchEnvelope>,
@@ -36,6 +45,7 @@ pub async fn stream_to_events(
     request: &ChatRequest,
     interval: Duration,
     kind: DeltaKind,
+    filter: Option<&mut dyn DeltaFilter>,
 ) -> (Result<ChatResponse, LlmError>, Result<usize, RunFailure>) {
     let (sender, receiver) = mpsc::unbounded_channel::<String>();
     let call = async move {
@@ -46,7 +56,10 @@ pub async fn stream_to_events(
         drop(sender);
         result
     };
-    tokio::join!(call, coalesce(context, research, receiver, interval, kind))
+    tokio::join!(
+        call,
+        coalesce(context, research, receiver, interval, kind, filter)
+    )
 }
 
 async fn coalesce(
@@ -55,6 +68,7 @@ async fn coalesce(
     mut receiver: mpsc::UnboundedReceiver<String>,
     interval: Duration,
     kind: DeltaKind,
+    mut filter: Option<&mut dyn DeltaFilter>,
 ) -> Result<usize, RunFailure> {
     let mut emitted = 0;
     let mut buffer = String::new();
@@ -63,7 +77,10 @@ async fn coalesce(
     loop {
         tokio::select! {
             received = receiver.recv() => match received {
-                Some(text) => buffer.push_str(&text),
+                Some(text) => match filter.as_deref_mut() {
+                    Some(filter) => buffer.push_str(&filter.push(&text)),
+                    None => buffer.push_str(&text),
+                },
                 None => break,
             },
             _ = ticker.tick() => {
@@ -74,6 +91,9 @@ async fn coalesce(
                 }
             }
         }
+    }
+    if let Some(filter) = filter {
+        buffer.push_str(&filter.finish());
     }
     if !buffer.is_empty() {
         context.emit_for(kind.event(buffer), research).await?;

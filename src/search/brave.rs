@@ -49,6 +49,10 @@ impl SearchProvider for Brave {
         "brave"
     }
 
+    fn endpoint(&self) -> Option<&str> {
+        Some(&self.base)
+    }
+
     async fn search(
         &self,
         _user: UserId,
@@ -77,6 +81,7 @@ impl SearchProvider for Brave {
                 snippet: fragment_text(&result.description),
                 content: None,
                 score: None,
+                provider: None,
             })
             .collect())
     }

@@ -93,6 +93,7 @@ pub fn parse_duckduckgo(
                 .unwrap_or_default(),
             content: None,
             score: None,
+            provider: None,
         });
         if hits.len() >= max_results {
             break;
@@ -105,6 +106,10 @@ pub fn parse_duckduckgo(
 impl SearchProvider for DuckDuckGo {
     fn name(&self) -> &'static str {
         "duckduckgo"
+    }
+
+    fn endpoint(&self) -> Option<&str> {
+        Some(&self.base)
     }
 
     async fn search(

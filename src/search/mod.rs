@@ -22,12 +22,14 @@ mod brave;
 mod duckduckgo;
 pub mod fetch;
 mod local;
+mod multi;
 mod searxng;
 mod tavily;
 
 pub use brave::Brave;
 pub use duckduckgo::{DuckDuckGo, parse_duckduckgo, unwrap_duckduckgo_link};
 pub use local::{Corpus, Local};
+pub use multi::Multi;
 pub use searxng::SearXng;
 pub use tavily::Tavily;
 
@@ -61,6 +63,9 @@ pub struct SearchHit {
     /// The full text when the provider returns it (Tavily's raw content, local chunks).
     pub content: Option<String>,
     pub score: Option<f64>,
+    /// Which provider found it (set when a research searches several).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -107,6 +112,10 @@ impl HasKind for SearchError {
 #[async_trait]
 pub trait SearchProvider: Send + Sync {
     fn name(&self) -> &'static str;
+    /// The base URL a web provider asks (`None` for `local`): what `/health` probes.
+    fn endpoint(&self) -> Option<&str> {
+        None
+    }
     /// At most `max_results` hits for `query`, best first. `user` matters to `local` only.
     async fn search(
         &self,
@@ -224,13 +233,66 @@ fn check_query(query: &str) -> Result<&str, SearchError> {
     Ok(query)
 }
 
-/// A transport error, without its URL (which carries the query) and never with a key.
+/// A transport error naming where the provider was asked (scheme, host, port and path: never
+/// the query, which carries the user's words, nor credentials) and why it failed, down to
+/// the innermost cause ("Connection refused"), never with a key.
 fn network(provider: &str, error: reqwest::Error) -> SearchError {
+    let at = error
+        .url()
+        .map(|url| format!(" at {}", endpoint(url)))
+        .unwrap_or_default();
     if error.is_timeout() {
-        SearchError::Network(format!("{provider} did not answer in time"))
-    } else {
-        SearchError::Network(format!("{provider}: {}", error.without_url()))
+        return SearchError::Network(format!("{provider}{at} did not answer in time"));
     }
+    let what = if error.is_connect() {
+        "cannot connect"
+    } else if error.is_body() || error.is_decode() {
+        "cannot read the answer"
+    } else {
+        "the request failed"
+    };
+    let mut causes: Vec<String> = Vec::new();
+    let mut source = std::error::Error::source(&error);
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !causes.iter().any(|known| known.contains(&text)) {
+            causes.push(text);
+        }
+        source = cause.source();
+    }
+    let why = causes
+        .last()
+        .cloned()
+        .unwrap_or_else(|| error.without_url().to_string());
+    SearchError::Network(format!("{provider}{at}: {what}: {why}"))
+}
+
+/// How long `/health`'s probe of a search provider waits.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Whether a web provider's address answers at all. Any HTTP answer counts: only reaching it
+/// is checked, never a search (which would spend the operator's quota). `local` always does.
+pub async fn probe(provider: &dyn SearchProvider) -> Result<(), SearchError> {
+    let Some(base) = provider.endpoint() else {
+        return Ok(());
+    };
+    client(PROBE_TIMEOUT)?
+        .get(base)
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|error| network(provider.name(), error))
+}
+
+/// A provider's address as messages and `/health` show it: no credentials, query or fragment.
+pub fn endpoint(url: &url::Url) -> String {
+    let mut shown = url.clone();
+    // Fails only for URLs that cannot carry credentials.
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.set_query(None);
+    shown.set_fragment(None);
+    shown.to_string()
 }
 
 /// Sends a request; a non-success status becomes `Http` with the body's start as message,
@@ -396,6 +458,7 @@ mod tests {
                 snippet: "Tokio is an asynchronous runtime for Rust.".into(),
                 content: Some("Tokio is an asynchronous runtime for the Rust programming language. It provides the building blocks.".into()),
                 score: Some(0.91),
+                provider: None,
             }
         );
         assert_eq!(hits[1].content, None);
@@ -575,6 +638,7 @@ mod tests {
                     snippet: "Get started with Rust: the book, Rust by Example and more.".into(),
                     content: None,
                     score: None,
+                    provider: None,
                 },
                 SearchHit {
                     title: "Rust (programming language) - Wikipedia".into(),
@@ -582,6 +646,7 @@ mod tests {
                     snippet: "Rust is a general-purpose programming language.".into(),
                     content: None,
                     score: None,
+                    provider: None,
                 },
             ]
         );

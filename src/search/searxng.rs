@@ -41,6 +41,10 @@ impl SearchProvider for SearXng {
         "searxng"
     }
 
+    fn endpoint(&self) -> Option<&str> {
+        Some(&self.base)
+    }
+
     async fn search(
         &self,
         _user: UserId,
@@ -65,6 +69,7 @@ impl SearchProvider for SearXng {
                 snippet: result.content.unwrap_or_default(),
                 content: None,
                 score: result.score,
+                provider: None,
             })
             .collect())
     }

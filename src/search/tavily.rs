@@ -56,6 +56,10 @@ impl SearchProvider for Tavily {
         "tavily"
     }
 
+    fn endpoint(&self) -> Option<&str> {
+        Some(&self.base)
+    }
+
     async fn search(
         &self,
         _user: UserId,
@@ -86,6 +90,7 @@ impl SearchProvider for Tavily {
                 snippet: result.content,
                 content: result.raw_content.filter(|text| !text.trim().is_empty()),
                 score: result.score,
+                provider: None,
             })
             .collect())
     }

@@ -278,6 +278,9 @@ text_enum!(
         Cancelled => "cancelled",
         /// The server stopped (shutdown or crash) while the run was in progress.
         Interrupted => "interrupted",
+        /// A research that wrote its report although some of its topics could not be
+        /// researched (its run is `completed`; the report says what is not covered).
+        Partial => "partial",
     }
 );
 

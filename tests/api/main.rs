@@ -21,6 +21,7 @@ mod real_model;
 mod relevance;
 mod replicas;
 mod research;
+mod research_more;
 mod ssrf;
 mod takeover;
 mod trust;

@@ -390,15 +390,17 @@ async fn a_research_over_unrelated_notes_cites_and_remembers_nothing() {
         record["sources"].as_array().unwrap().is_empty(),
         "no unrelated note is a source: {record}"
     );
-    let report = record["report"].as_str().unwrap_or_default();
+    // With nothing to cite, the research fails and says why: no report of unrelated text.
+    assert_eq!(record["status"], "failed", "{record}");
+    assert!(record["report"].is_null(), "{record}");
     assert!(
-        !report.contains("kelp") && !report.contains("neap"),
-        "{report}"
+        record["error"]
+            .as_str()
+            .unwrap()
+            .contains("the research found no source to cite"),
+        "{record}"
     );
-    assert!(
-        report.contains("Nothing in the sources read answers"),
-        "{report}"
-    );
+    assert_eq!(events.last().unwrap().data["status"], "failed");
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (_, conclusions) = app.get("/v1/memories?kinds=conclusion", Some(&key)).await;
     assert!(

@@ -158,6 +158,22 @@ async fn research_without_a_model_writes_a_cited_digest_and_remembers_it_for_its
             > 0.0
     );
     assert!(record["stage_timings"]["research_execution"].is_number());
+    // Every citation was checked against its source's text: a digest quotes its sources.
+    let metadata = &complete[0].data["metadata"];
+    assert_eq!(metadata["outcome"], "completed");
+    assert!(
+        metadata["citations"]["checked"].as_u64().unwrap() >= 1,
+        "{metadata}"
+    );
+    assert_eq!(
+        metadata["citations"]["unsupported"],
+        json!([]),
+        "{metadata}"
+    );
+    assert_eq!(
+        metadata["citations"]["supported"],
+        metadata["citations"]["checked"]
+    );
 
     // The conclusions are memories of alice (source research), not of bob.
     let recall = |token: String| {
@@ -216,6 +232,37 @@ async fn research_without_a_model_writes_a_cited_digest_and_remembers_it_for_its
         .delete(&format!("/research/history/{research_id}"), Some(&alice))
         .await;
     assert_eq!(status, StatusCode::NO_CONTENT);
+
+    // The same question researched again repeats its conclusions: none is stored twice.
+    let conclusions = |token: String| {
+        let app = &app;
+        async move {
+            let (_, listed) = app
+                .get("/v1/memories?kinds=conclusion&limit=100", Some(&token))
+                .await;
+            let mut contents: Vec<String> = listed["memories"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["content"].as_str().unwrap().to_string())
+                .collect();
+            contents.sort();
+            contents
+        }
+    };
+    let before = conclusions(alice.clone()).await;
+    assert!(!before.is_empty());
+    let again = research(
+        &app,
+        &alice,
+        json!({ "query": "Why do spring tides happen at full moon?" }),
+    )
+    .await
+    .collect()
+    .await;
+    assert_eq!(again.last().unwrap().data["status"], "completed");
+    app.wait_for_jobs().await;
+    assert_eq!(conclusions(alice.clone()).await, before);
     app.stop_and_release().await;
 }
 
@@ -414,10 +461,21 @@ async fn researchers_run_in_parallel_up_to_the_cap_and_citations_map_to_fetched_
             .any(|e| e.data["error_type"] == "validation"
                 && e.data["metadata"]["invalid_citations"] == json!([9]))
     );
+    // …and it was never shown: the stream cut it as it arrived.
+    assert!(
+        !report_text(&events).contains("[9]"),
+        "{}",
+        report_text(&events)
+    );
     let id = events[0].data["research_id"].as_str().unwrap();
     let (_, record) = app.get(&format!("/research/{id}"), Some(&alice)).await;
     let report = record["report"].as_str().unwrap();
     assert!(!report.contains("[9]"));
+    // Both remaining citations were checked against their sources' text, and the event
+    // carries the report as stored.
+    let metadata = &complete[0].data["metadata"];
+    assert_eq!(metadata["citations"]["checked"], 2, "{metadata}");
+    assert_eq!(complete[0].data["content"], record["report"]);
     let sources = record["sources"].as_array().unwrap();
     let fetched_or_read: BTreeSet<String> = sources
         .iter()
@@ -439,6 +497,88 @@ async fn researchers_run_in_parallel_up_to_the_cap_and_citations_map_to_fetched_
         .collect();
     assert_eq!(reports.len(), 1);
     assert!(prompt_text(&reports[0]).contains("[1] "));
+    app.stop_and_release().await;
+}
+
+/// A research with a budget stops researching at its share of it, writes its report from
+/// what it found, and says so; every `usage` event shows the running total and the cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_research_at_its_budget_stops_researching_and_reports_what_it_found() {
+    let site = ResearchSite::start(Duration::ZERO).await;
+    let llm = FakeLlm::start().await;
+    scripted_model(
+        &llm,
+        vec![
+            "tides moon",
+            "tides harbour",
+            "lighthouse lens",
+            "fresnel lens",
+        ],
+        "# Tides\n\nTides follow the Moon [1].",
+    );
+    let home = Home::new(Backend::Sqlite).await;
+    let app = spawn(&home, &site, Some(&llm)).await;
+    let alice = app.user_key("alice").await;
+    let (status, error) = app
+        .post(
+            "/research/stream",
+            Some(&alice),
+            Some(json!({ "query": "q", "budget": { "tokens": 10 } })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{error}");
+    assert!(error.to_string().contains("budget.tokens"));
+
+    // Every fake call costs 120 tokens: the brief, the supervisor and one researcher's calls
+    // pass half of 1,000.
+    let events = research(
+        &app,
+        &alice,
+        json!({
+            "query": "tides and lighthouses",
+            "max_concurrent_research_units": 1,
+            "budget": { "tokens": 1000, "research_share": 0.5 },
+        }),
+    )
+    .await
+    .collect()
+    .await;
+    assert_eq!(
+        events.last().unwrap().data["status"],
+        "completed",
+        "{events:?}"
+    );
+    assert_eq!(site.searches(), 1, "researching stopped at the budget");
+    let budget_errors: Vec<_> = of_type(&events, "error")
+        .into_iter()
+        .filter(|e| e.data["error_type"] == "budget")
+        .collect();
+    assert_eq!(budget_errors.len(), 1, "said once: {budget_errors:?}");
+    assert!(
+        budget_errors[0].data["message"]
+            .as_str()
+            .unwrap()
+            .contains("of its 1000 tokens")
+    );
+    let usage = of_type(&events, "usage");
+    let mut last = 0;
+    for event in &usage {
+        assert_eq!(event.data["budget"]["tokens"], 1000, "{}", event.data);
+        let total = event.data["total"]["total_tokens"].as_u64().unwrap();
+        assert!(total > last, "the running total grows");
+        last = total;
+    }
+    let complete = of_type(&events, "research_complete");
+    assert_eq!(complete[0].data["metadata"]["outcome"], "partial");
+    let report = complete[0].data["content"].as_str().unwrap();
+    assert!(report.contains("Tides follow the Moon"), "{report}");
+    assert!(
+        report.contains("## Not covered") && report.contains("reached its budget"),
+        "{report}"
+    );
+    let id = events[0].data["research_id"].as_str().unwrap();
+    let (_, record) = app.get(&format!("/research/{id}"), Some(&alice)).await;
+    assert_eq!(record["status"], "partial");
     app.stop_and_release().await;
 }
 
@@ -865,7 +1005,9 @@ async fn the_chat_agent_runs_deep_research_as_a_tool_inside_its_turn() {
 }
 
 /// A research whose every search failed wrote its failure ("search request failed: …") to
-/// memory as a conclusion; only research with cited sources writes conclusions.
+/// memory as a conclusion; only research with cited sources writes conclusions. It also ended
+/// "completed" (green, "0 sources", 100 % success) with an error naming neither the provider's
+/// address nor the cause: it now fails, saying both, and `/health` says the provider is down.
 #[tokio::test]
 async fn a_research_without_sources_writes_no_conclusions() {
     let home = Home::new(Backend::Sqlite).await;
@@ -890,16 +1032,54 @@ async fn a_research_without_sources_writes_no_conclusions() {
     .await
     .collect()
     .await;
-    assert_eq!(events.last().map(|e| e.event.as_str()), Some("done"));
+    // The research failed — it did not "complete" with nothing — and says where and why.
+    let done = events.last().unwrap();
+    assert_eq!(done.event, "done");
+    assert_eq!(done.data["status"], "failed", "{events:?}");
+    assert!(of_type(&events, "research_complete").is_empty());
     assert!(
-        events
-            .iter()
-            .any(|e| e.event == "error" && e.data.to_string().contains("search")),
-        "the failed searches are reported: {events:?}"
+        report_text(&events).is_empty(),
+        "no report (nor citation) is shown"
     );
+    assert!(!stages(&events).contains(&"completed".to_string()));
+    let last_error = of_type(&events, "error").last().unwrap().data.clone();
+    let message = last_error["error"]["message"]
+        .as_str()
+        .or(last_error["message"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    for named in [
+        "every researcher failed",
+        "searxng at http://127.0.0.1:9/search",
+        "onnection refused",
+    ] {
+        assert!(message.contains(named), "{named:?} in {last_error}");
+    }
+    let research_id = events[0].data["research_id"].as_str().unwrap();
+    let (_, record) = app
+        .get(&format!("/research/{research_id}"), Some(&alice))
+        .await;
+    assert_eq!(record["status"], "failed");
+    assert!(
+        record["error"]
+            .as_str()
+            .unwrap()
+            .contains("searxng at http://127.0.0.1:9/search")
+    );
+    let (_, history) = app.get("/research/history", Some(&alice)).await;
+    assert_eq!(history["research"][0]["status"], "failed");
+    let (_, comparison) = app.get("/research/comparison", Some(&alice)).await;
+    assert_eq!(comparison["models"][0]["success_rate"], 0.0);
     let (status, listed) = app.get("/v1/memories?kinds=conclusion", Some(&alice)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(listed["memories"], json!([]), "{listed}");
+    // `/health` tells the operator the provider cannot be reached, and where.
+    let (_, health) = app.health().await;
+    assert_eq!(health["status"], "degraded", "{health}");
+    let search = &health["components"]["search"];
+    assert_eq!(search["status"], "down", "{health}");
+    assert_eq!(search["provider"], "searxng");
+    assert!(search["error"].as_str().unwrap().contains("127.0.0.1:9"));
     app.stop().await;
 }
 

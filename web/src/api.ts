@@ -226,10 +226,24 @@ export interface ResearchModels {
   max_body_bytes?: number
 }
 
+export interface ReportOptions {
+  type?: 'detailed' | 'summary' | 'outline' | 'resources'
+  tone?: string
+  words?: number
+  language?: string
+}
+
+export type ExportFormat = 'markdown' | 'docx' | 'pdf'
+
 export interface ResearchRequest {
   query: string
   model?: string
-  search_api?: string
+  /** One provider, or several searched together (e.g. your documents and the web). */
+  search_api?: string | string[]
+  include_domains?: string[]
+  exclude_domains?: string[]
+  report?: ReportOptions
+  follow_up_of?: string
   allow_clarification?: boolean
   max_researcher_iterations?: number
   max_react_tool_calls?: number
@@ -254,6 +268,9 @@ export interface HistoryItem {
   source_count: number
   duration_ms: number | null
   created_at: string
+  /** The research this one follows up, and those that follow it up. */
+  follow_up_of?: string | null
+  follow_ups?: string[]
 }
 
 export interface CitedSource {
@@ -263,6 +280,10 @@ export interface CitedSource {
   relevance?: number
   credibility?: number
   score?: number
+  /** The provider that found it, when several were searched (`local`: your documents). */
+  provider?: string
+  /** The start of the text read from it. */
+  excerpt?: string
 }
 
 export interface ResearchRecord {
@@ -289,6 +310,7 @@ export interface ModelStats {
   model: string
   runs: number
   completed: number
+  partial?: number
   success_rate: number
   mean_duration_seconds: number | null
   mean_sources: number | null
@@ -540,6 +562,12 @@ export const research = {
     send('POST', '/research/stream', { json: request, headers: { accept: 'text/event-stream' }, signal }),
   history: (limit = 50) => json<{ research: HistoryItem[] }>('GET', '/research/history', { query: { limit } }),
   get: (researchId: string) => json<ResearchRecord>('GET', `/research/${id(researchId)}`),
+  /** Starts a follow-up of a finished research; the response is its run's event stream. */
+  followUp: (researchId: string, request: ResearchRequest, signal?: AbortSignal) =>
+    send('POST', `/research/${id(researchId)}/follow-up`, { json: request, headers: { accept: 'text/event-stream' }, signal }),
+  /** The research as a file (Markdown, DOCX or PDF). */
+  export: (researchId: string, format: ExportFormat) =>
+    send('GET', `/research/${id(researchId)}/export`, { query: { format } }),
   remove: (researchId: string) => json<void>('DELETE', `/research/history/${id(researchId)}`),
   comparison: () => json<{ models: ModelStats[] }>('GET', '/research/comparison'),
   compare: (models: string[], request: ResearchRequest) =>

@@ -313,6 +313,9 @@ function reduce(state: ResearchState, event: RunEvent): void {
       state.complete = meta
       const cited = numbered(meta.sources)
       if (cited && cited.length) state.numbered = cited
+      // The stored report replaces what streamed: citations its check could not find in
+      // their sources are marked there ("[2: not found in the source]").
+      if (typeof data.content === 'string' && data.content) state.report = data.content
       state.planReview = null
       break
     }

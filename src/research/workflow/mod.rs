@@ -12,6 +12,7 @@
 //! every search, fetch and model call at once.
 
 mod citations;
+mod follow;
 mod plan;
 mod progress;
 mod recursive;
@@ -19,12 +20,15 @@ mod report;
 mod sources;
 mod supervisor;
 mod text;
+mod verify;
 
 use citations::*;
 pub use citations::{check_citations, citations};
+use follow::Earlier;
 use progress::*;
 use sources::*;
 use text::*;
+pub use verify::{CitationCheck, UnsupportedCitation};
 
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -46,7 +50,7 @@ use crate::llm::prompts::quote;
 use crate::llm::roles::Models;
 use crate::memory::{MemoryEngine, RecallRequest};
 use crate::runs::events::{
-    MemoryRecalled, RecalledMemory, ResearchComplete, SessionStart, UsageStep,
+    MemoryRecalled, RecalledMemory, ResearchComplete, SessionStart, SpendCap, UsageStep,
 };
 use crate::runs::{ResearchEnvelope, RunContext, RunErrorType, RunEvent, RunFailure};
 use crate::search::SearchProvider;
@@ -70,6 +74,8 @@ pub struct ResearchDeps {
 #[derive(Debug, Clone, Serialize)]
 pub struct ResearchSummary {
     pub research_id: RunId,
+    /// `completed`, or `partial` when some topics could not be researched (`gaps`).
+    pub status: RunStatus,
     pub report: String,
     pub sources: Vec<CitedSource>,
     pub word_count: usize,
@@ -83,8 +89,22 @@ pub struct ResearchSummary {
     pub gaps: Vec<String>,
 }
 
+impl ResearchSummary {
+    /// The sources without their excerpts (those stay in the stored record,
+    /// `GET /research/{id}`): what events and tool results list.
+    pub fn listed_sources(&self) -> Vec<CitedSource> {
+        self.sources
+            .iter()
+            .map(|source| CitedSource {
+                excerpt: None,
+                ..source.clone()
+            })
+            .collect()
+    }
+}
+
 /// A source the report may cite, as numbered in the report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CitedSource {
     pub n: usize,
     pub url: String,
@@ -92,6 +112,14 @@ pub struct CitedSource {
     pub relevance: f64,
     pub credibility: f64,
     pub score: f64,
+    /// The provider that found it, when the research searched several (`local` is the
+    /// user's own documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// The start of the text read from it: what the report's claims were checked against,
+    /// and what a follow-up starts from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub excerpt: Option<String>,
 }
 
 /// Passages and compressed findings are cut to these sizes in prompts.
@@ -188,7 +216,7 @@ pub async fn run_research(
     }
     let outcome = match &result {
         Ok(summary) => ResearchOutcome {
-            status: RunStatus::Completed,
+            status: summary.status,
             report: Some(summary.report.clone()),
             sources: serde_json::to_value(&summary.sources).unwrap_or(Value::Null),
             usage: research.usage_json(),
@@ -265,6 +293,8 @@ struct Research {
     user: UserId,
     running: AtomicUsize,
     peak: AtomicUsize,
+    /// Set once researching has used its share of the budget.
+    over_budget: std::sync::atomic::AtomicBool,
 }
 
 /// The journal of a research that checkpoints, and whether it continues an earlier attempt.
@@ -321,6 +351,7 @@ impl Research {
             user,
             running: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
+            over_budget: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -431,18 +462,28 @@ impl Research {
         let clarification = self
             .step("clarification", || self.clarify(&memories))
             .await?;
+        let earlier: Option<Earlier> = self.step("earlier", || self.earlier()).await?;
+        let earlier_text = Self::earlier_text(earlier.as_ref());
         let brief = self
-            .step("brief", || self.brief(&memories, clarification.as_deref()))
+            .step("brief", || {
+                self.brief(&memories, clarification.as_deref(), &earlier_text)
+            })
             .await?;
         let findings: Vec<Findings> = self
             .step("research", || async {
-                match config.mode {
-                    Mode::Supervisor => self.supervise(&brief).await,
-                    Mode::Recursive => self.recursive(&brief).await,
+                let mut findings = match config.mode {
+                    Mode::Supervisor => self.supervise(&brief).await?,
+                    Mode::Recursive => self.recursive(&brief).await?,
+                };
+                if let Some(earlier) = &earlier
+                    && let Some(found) = self.earlier_findings(earlier).await
+                {
+                    findings.insert(0, found);
                 }
+                Ok(findings)
             })
             .await?;
-        let gaps: Vec<String> = findings
+        let mut gaps: Vec<String> = findings
             .iter()
             .filter_map(|found| {
                 found
@@ -451,6 +492,11 @@ impl Research {
                     .map(|why| format!("{}: {why}", found.topic))
             })
             .collect();
+        if self.over_budget.load(Ordering::SeqCst) {
+            gaps.push(
+                "Budget: the research reached its budget and stopped researching; the report rests on what was found until then".into(),
+            );
+        }
         self.progress
             .stage(
                 "final_report_generation",
@@ -471,18 +517,40 @@ impl Research {
                 Ok(cited)
             })
             .await?;
-        let report: String = self
-            .step("report", || self.report(&brief, &findings, &cited, &gaps))
+        if cited.is_empty() {
+            // Nothing to cite: a report would be empty words (or citations of nothing). The
+            // research fails, saying why — what failed, where — and writes no conclusion.
+            return Err(nothing_found(&findings, self.sources.readable().len()));
+        }
+        let outcome = if gaps.is_empty() {
+            RunStatus::Completed
+        } else {
+            RunStatus::Partial
+        };
+        let (report, checked): (String, CitationCheck) = self
+            .step("report", || {
+                self.report(&brief, &findings, &cited, &gaps, &earlier_text)
+            })
             .await?;
+        // Claims whose citations were not found in their sources are never conclusions.
+        let supported = verify::supported_only(&report);
         let memories_written: usize = self
-            .step("remember", || self.remember(&report, &cited))
+            .step("remember", || self.remember(&supported, &cited))
             .await?;
-        self.progress
-            .stage("completed", "Research complete")
-            .await?;
+        let done = if outcome == RunStatus::Partial {
+            format!(
+                "Research complete, with gaps: {} of {} topics could not be researched",
+                gaps.len(),
+                findings.len()
+            )
+        } else {
+            "Research complete".to_string()
+        };
+        self.progress.stage("completed", &done).await?;
         let total = *self.usage.lock();
         let summary = ResearchSummary {
             research_id: self.progress.research_id,
+            status: outcome,
             word_count: word_count(&report),
             report,
             sources: cited
@@ -494,6 +562,8 @@ impl Research {
                     relevance: round3(source.relevance),
                     credibility: round3(source.credibility),
                     score: round3(source.score),
+                    provider: source.provider.clone(),
+                    excerpt: source.text.clone(),
                 })
                 .collect(),
             duration_ms: self.started.elapsed().as_millis() as u64,
@@ -508,8 +578,9 @@ impl Research {
             .emit(RunEvent::ResearchComplete(ResearchComplete {
                 content: summary.report.clone(),
                 metadata: json!({
+                        "outcome": summary.status,
                         "duration_seconds": summary.duration_ms as f64 / 1000.0,
-                        "sources": summary.sources,
+                        "sources": summary.listed_sources(),
                         "word_count": summary.word_count,
                         "usage": self.usage_json(),
                         "stage_timings": self.progress.timings(),
@@ -519,6 +590,7 @@ impl Research {
                         },
                         "peak_concurrent_researchers": self.peak.load(Ordering::Relaxed),
                         "memories_written": summary.memories_written,
+                        "citations": checked,
                         "gaps": summary.gaps,
                 }),
             }))
@@ -529,12 +601,20 @@ impl Research {
     // --- model calls, metered and accounted ------------------------------------------------
 
     async fn account(&self, step: &str, model: &str, usage: &Usage) -> Result<(), RunFailure> {
-        self.usage.lock().add(usage);
+        let total = {
+            let mut total = self.usage.lock();
+            total.add(usage);
+            *total
+        };
         let entry = UsageStep {
             model: model.to_string(),
             step: step.to_string(),
             usage: *usage,
-            total: None,
+            total: Some(total),
+            budget: self.config.budget.map(|budget| SpendCap {
+                tokens: budget.tokens,
+                cost_usd: budget.cost_usd,
+            }),
         };
         self.steps.lock().push(json!(entry));
         self.progress.emit(RunEvent::Usage(entry)).await
@@ -582,6 +662,51 @@ impl Research {
         let (value, usage) = result?;
         let _ = self.account(step, role.model.model(), &usage).await;
         Ok(value)
+    }
+
+    /// Whether researching has used its share of the research's budget (tokens or dollars);
+    /// the first time, an `error` of type `budget` says so. From then on no researcher starts,
+    /// none is offered another tool, and the report is written from what was found.
+    pub(super) async fn budget_spent(&self) -> bool {
+        let Some(budget) = self.config.budget else {
+            return false;
+        };
+        if self.over_budget.load(Ordering::SeqCst) {
+            return true;
+        }
+        let total = *self.usage.lock();
+        let share = budget.research_share;
+        let tokens = budget
+            .tokens
+            .filter(|cap| total.total_tokens as f64 >= *cap as f64 * share);
+        let cost = budget
+            .cost_usd
+            .filter(|cap| total.cost_usd.unwrap_or(0.0) >= cap * share);
+        if tokens.is_none() && cost.is_none() {
+            return false;
+        }
+        if !self.over_budget.swap(true, Ordering::SeqCst) {
+            let spent = match (tokens, cost) {
+                (Some(cap), _) => format!("{} of its {cap} tokens", total.total_tokens),
+                (None, Some(cap)) => {
+                    format!("${:.4} of its ${cap:.4}", total.cost_usd.unwrap_or(0.0))
+                }
+                (None, None) => String::new(),
+            };
+            let _ = self
+                .progress
+                .error(
+                    RunErrorType::Budget,
+                    &format!(
+                        "the research used {spent} ({:.0} % may go to researching): it stops researching and writes its report from what it found",
+                        share * 100.0
+                    ),
+                    false,
+                    json!({ "spent": total, "budget": budget }),
+                )
+                .await;
+        }
+        true
     }
 
     // --- stages ----------------------------------------------------------------------------
@@ -640,6 +765,42 @@ impl Research {
     }
 }
 
+/// Why a research with no source to cite failed: every topic's failure (each reason once:
+/// researchers asking one provider that is down fail alike), or that nothing read was about
+/// the question.
+fn nothing_found(findings: &[Findings], read: usize) -> RunFailure {
+    let mut reasons: Vec<&str> = Vec::new();
+    for why in findings.iter().filter_map(|found| found.failed.as_deref()) {
+        if !reasons.contains(&why) {
+            reasons.push(why);
+        }
+    }
+    let message = if reasons.is_empty() {
+        format!(
+            "the research found no source to cite: none of the {read} sources read was about the question"
+        )
+    } else {
+        let failed = findings
+            .iter()
+            .filter(|found| found.failed.is_some())
+            .count();
+        let whom = if failed == findings.len() {
+            "every researcher failed".to_string()
+        } else {
+            format!("{failed} of {} researchers failed", findings.len())
+        };
+        format!(
+            "the research found no source to cite: {whom}: {}",
+            truncate(&reasons.join("; "), 1_500)
+        )
+    };
+    RunFailure::Failed {
+        error_type: RunErrorType::Search,
+        retryable: !reasons.is_empty(),
+        message,
+    }
+}
+
 fn llm_failure(error: LlmError) -> RunFailure {
     RunFailure::Failed {
         error_type: RunErrorType::Llm,
@@ -692,6 +853,11 @@ mod tests {
             passages
                 .iter()
                 .all(|p| p.chars().count() <= PASSAGE_CHARS + 50)
+        );
+        // A short Chinese note is a passage (it had no spaces to count words by).
+        assert_eq!(
+            split_passages("# 潮汐笔记\n\n大潮发生在新月和满月的时候，因为引力叠加。"),
+            vec!["大潮发生在新月和满月的时候，因为引力叠加。"]
         );
         assert_eq!(
             sentences("一句。两句！ok. end"),
@@ -748,6 +914,7 @@ mod tests {
             &findings,
             &numbers,
             "no language model is configured",
+            &Default::default(),
         );
         assert!(report.contains("- The moon pulls the sea toward it. [1]"));
         assert!(!report.contains("Unrelated"));

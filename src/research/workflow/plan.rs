@@ -86,6 +86,7 @@ impl Research {
         &self,
         memories: &str,
         clarification: Option<&str>,
+        earlier: &str,
     ) -> Result<String, RunFailure> {
         self.progress
             .stage("research_brief", "Writing the research brief")
@@ -101,6 +102,7 @@ impl Research {
                 let text = Prompt::ResearchBrief.render(&[
                     ("date", &today()),
                     ("memories", memories),
+                    ("earlier", earlier),
                     ("query", &quote(&self.config.query)),
                     ("clarification", clarification.unwrap_or("")),
                 ])?;

@@ -18,6 +18,9 @@ impl Research {
         let mut frontier = vec![brief.to_string()];
         let mut breadth = self.config.breadth;
         for level in 1..=self.config.depth {
+            if level > 1 && self.budget_spent().await {
+                break;
+            }
             let known = found.len();
             let (level_found, next): (Vec<Findings>, Vec<String>) = self
                 .step(&format!("level.{level}"), || {

@@ -2,6 +2,7 @@
 //! model), and the conclusions written to memory.
 
 use crate::llm::prompts::Prompt;
+use crate::research::request::{ReportKind, ReportStyle};
 use crate::runs::events::Delta;
 use crate::runs::stream::DeltaKind;
 use crate::runs::stream_to_events;
@@ -16,14 +17,17 @@ use super::*;
 impl Research {
     /// Streams the report (`report_delta`), then the list of sources and, when something
     /// could not be researched, a section saying so. Citations that do not name a listed
-    /// source are removed from the stored report and reported.
+    /// source never reach the stream nor the stored report (and are reported); every other
+    /// one is checked against the text read from its source (`verify`), and those not found
+    /// there are marked in the stored report, which `research_complete` carries.
     pub(super) async fn report(
         &self,
         brief: &str,
         findings: &[Findings],
         cited: &[(usize, Source)],
         gaps: &[String],
-    ) -> Result<String, RunFailure> {
+        earlier: &str,
+    ) -> Result<(String, CitationCheck), RunFailure> {
         let number_of: HashMap<&str, usize> =
             cited.iter().map(|(n, s)| (s.url.as_str(), *n)).collect();
         let body = match self.role(ModelRole::FinalReport) {
@@ -48,6 +52,8 @@ impl Research {
                     .join("\n\n");
                 let text = Prompt::ResearchReport.render(&[
                     ("date", &today()),
+                    ("style", &style_text(&self.config.report)),
+                    ("earlier", earlier),
                     ("brief", brief),
                     ("findings", &findings_text),
                     ("sources", &sources_text),
@@ -63,6 +69,7 @@ impl Research {
                 let mut request = ChatRequest::new(vec![ChatMessage::user(text)]);
                 request.max_tokens = Some(role.max_tokens);
                 let started = Instant::now();
+                let mut filter = CitationFilter::new(cited.len());
                 let (result, flushed) = stream_to_events(
                     &self.progress.context,
                     None,
@@ -70,6 +77,7 @@ impl Research {
                     &request,
                     self.deps.delta_interval,
                     DeltaKind::Report,
+                    Some(&mut filter),
                 )
                 .await;
                 Meter::add(&self.meter.model, started);
@@ -126,6 +134,20 @@ impl Research {
                 )
                 .await?;
         }
+        let texts: Vec<(usize, String)> = cited
+            .iter()
+            .map(|(n, source)| {
+                let text = self
+                    .sources
+                    .text_of(&source.url)
+                    .or_else(|| source.text.clone())
+                    .unwrap_or_default();
+                (*n, text)
+            })
+            .collect();
+        let texts: Vec<(usize, &str)> = texts.iter().map(|(n, t)| (*n, t.as_str())).collect();
+        let (marked, checked) = verify::Checker::new(&texts).check(&report);
+        report = marked;
         let mut tail = String::new();
         if !gaps.is_empty() {
             tail.push_str("\n\n## Not covered\n\n");
@@ -136,7 +158,13 @@ impl Research {
         if !cited.is_empty() {
             tail.push_str("\n\n## Sources\n\n");
             for (n, source) in cited {
-                tail.push_str(&format!("[{n}] {} — {}\n", source.title, source.url));
+                // A research over several providers says where each source came from.
+                let label = match source.provider.as_deref() {
+                    Some("local") => " (your documents)".to_string(),
+                    Some(provider) => format!(" ({provider})"),
+                    None => String::new(),
+                };
+                tail.push_str(&format!("[{n}] {} — {}{label}\n", source.title, source.url));
             }
         }
         if !tail.is_empty() {
@@ -148,7 +176,7 @@ impl Research {
                 .await?;
             report.push_str(&tail);
         }
-        Ok(report)
+        Ok((report, checked))
     }
 
     /// Streams the extractive digest of `findings` as the report's body.
@@ -158,7 +186,13 @@ impl Research {
         number_of: &HashMap<&str, usize>,
         why: &str,
     ) -> Result<String, RunFailure> {
-        let digest = digest(&self.config.query, findings, number_of, why);
+        let digest = digest(
+            &self.config.query,
+            findings,
+            number_of,
+            why,
+            &self.config.report,
+        );
         for chunk in chunks(&digest, 400) {
             self.progress
                 .context
@@ -278,13 +312,43 @@ impl Research {
 pub(super) const NOTHING_ANSWERS: &str =
     "Nothing in the sources read answers this question, so nothing is quoted here.";
 
+/// What the report prompt asks for, from the request's report options.
+pub(super) fn style_text(style: &ReportStyle) -> String {
+    let mut out = match style.kind {
+        ReportKind::Detailed => "A detailed report: a title, a direct answer first, then sections that develop it, then what remains uncertain.",
+        ReportKind::Summary => "A short summary: a title, then a few paragraphs that answer directly, without sections.",
+        ReportKind::Outline => "An outline: a title, then nested bullet points, each one line with its citations.",
+        ReportKind::Resources => "An annotated list of resources: a title, then one bullet per useful source — its citation number, what it covers and how it helps answer — best first.",
+    }
+    .to_string();
+    if let Some(tone) = &style.tone {
+        out.push_str(&format!(" Tone: {}.", quote_inline(tone)));
+    }
+    if let Some(words) = style.words {
+        out.push_str(&format!(" Length: about {words} words."));
+    }
+    match &style.language {
+        Some(language) => out.push_str(&format!(" Write in {}.", quote_inline(language))),
+        None => out.push_str(" Write in the language of the request."),
+    }
+    out
+}
+
+/// A short option of the user's, quoted inside an instruction.
+fn quote_inline(text: &str) -> String {
+    format!("\"{}\"", text.replace('"', "'"))
+}
+
 /// The extractive report written without a model (or instead of an empty one; `why` says
-/// which): per topic, the selected passages with their citation numbers.
+/// which): per topic, the selected passages with their citation numbers — all of them for a
+/// detailed report, the first for a summary, their first sentences for an outline, one line
+/// per source for a list of resources — up to the report's target length.
 pub(super) fn digest(
     query: &str,
     findings: &[Findings],
     number_of: &HashMap<&str, usize>,
     why: &str,
+    style: &ReportStyle,
 ) -> String {
     let mut out = format!(
         "# {query}\n\nAn extractive digest: the passages of the sources read that are most similar to each question, quoted as found ({why}).\n"
@@ -298,6 +362,9 @@ pub(super) fn digest(
     if !quoted {
         out.push_str(&format!("\n{NOTHING_ANSWERS}\n"));
     }
+    let budget = style.words.map(|words| words as usize);
+    let mut written = 0;
+    let mut listed: Vec<usize> = Vec::new();
     for found in findings {
         let passages: Vec<&Passage> = found
             .passages
@@ -307,13 +374,39 @@ pub(super) fn digest(
         if passages.is_empty() {
             continue;
         }
-        if findings.len() > 1 {
+        let mut lines = Vec::new();
+        for passage in passages {
+            if budget.is_some_and(|budget| written >= budget) {
+                break;
+            }
+            let n = number_of[passage.url.as_str()];
+            let text = match style.kind {
+                ReportKind::Detailed => passage.text.clone(),
+                ReportKind::Summary if !lines.is_empty() => break,
+                ReportKind::Summary => passage.text.clone(),
+                ReportKind::Outline | ReportKind::Resources => sentences(&passage.text)
+                    .first()
+                    .map(|s| s.trim().to_string())
+                    .unwrap_or_default(),
+            };
+            if style.kind == ReportKind::Resources {
+                if listed.contains(&n) {
+                    continue;
+                }
+                listed.push(n);
+            }
+            written += word_count(&text);
+            lines.push(format!("- {text} [{n}]\n"));
+        }
+        if lines.is_empty() {
+            continue;
+        }
+        if findings.len() > 1 && style.kind != ReportKind::Resources {
             out.push_str(&format!("\n## {}\n", found.topic));
         }
         out.push('\n');
-        for passage in passages {
-            let n = number_of[passage.url.as_str()];
-            out.push_str(&format!("- {} [{n}]\n", passage.text));
+        for line in lines {
+            out.push_str(&line);
         }
     }
     out
@@ -325,6 +418,7 @@ pub(super) fn extractive_conclusions(query: &str, report: &str) -> Vec<String> {
     report
         .lines()
         .take_while(|line| !matches!(line.trim(), "## Not covered" | "## Sources"))
+        .filter(|line| !line.contains(verify::NOT_FOUND))
         .filter_map(|line| line.strip_prefix("- "))
         .filter_map(|passage| sentences(passage).first().map(|s| s.trim().to_string()))
         .map(|sentence| strip_citations(&sentence))

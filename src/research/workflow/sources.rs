@@ -23,6 +23,24 @@ pub(super) struct Source {
     /// kept with the checkpoint, so a resumed research never fetches it again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) refused: Option<String>,
+    /// The provider that found it, when the research searches several.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) provider: Option<String>,
+}
+
+impl Source {
+    fn new(url: &str, title: String, text: Option<String>) -> Self {
+        Self {
+            url: url.to_string(),
+            title,
+            text,
+            relevance: 0.0,
+            credibility: 0.0,
+            score: 0.0,
+            refused: None,
+            provider: None,
+        }
+    }
 }
 
 /// The run's sources by URL, and the fetches made (each URL is fetched once per run, even
@@ -73,13 +91,12 @@ impl Sources {
                 }
                 None => {
                     list.push(Source {
-                        url: hit.url.clone(),
-                        title: hit.title.clone(),
-                        text: hit.content.clone().filter(|text| !text.trim().is_empty()),
-                        relevance: 0.0,
-                        credibility: 0.0,
-                        score: 0.0,
-                        refused: None,
+                        provider: hit.provider.clone(),
+                        ..Source::new(
+                            &hit.url,
+                            hit.title.clone(),
+                            hit.content.clone().filter(|text| !text.trim().is_empty()),
+                        )
                     });
                     new.push(hit.clone());
                 }
@@ -98,15 +115,7 @@ impl Sources {
                     source.title = title;
                 }
             }
-            None => list.push(Source {
-                url: url.to_string(),
-                title,
-                text: Some(page.text.clone()),
-                relevance: 0.0,
-                credibility: 0.0,
-                score: 0.0,
-                refused: None,
-            }),
+            None => list.push(Source::new(url, title, Some(page.text.clone()))),
         }
     }
 
@@ -131,14 +140,21 @@ impl Sources {
         match list.iter_mut().find(|source| source.url == url) {
             Some(source) => source.refused = Some(reason.to_string()),
             None => list.push(Source {
-                url: url.to_string(),
-                title: url.to_string(),
-                text: None,
-                relevance: 0.0,
-                credibility: 0.0,
-                score: 0.0,
                 refused: Some(reason.to_string()),
+                ..Source::new(url, url.to_string(), None)
             }),
+        }
+    }
+
+    /// Adds a source read by an earlier research (a follow-up starts from them); a URL
+    /// already known keeps what it has.
+    pub(super) fn seed(&self, url: &str, title: &str, text: &str, provider: Option<String>) {
+        let mut list = self.lock();
+        if !list.iter().any(|source| source.url == url) {
+            list.push(Source {
+                provider,
+                ..Source::new(url, title.to_string(), Some(text.to_string()))
+            });
         }
     }
 

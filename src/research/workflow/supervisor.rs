@@ -40,6 +40,9 @@ impl Research {
         let mut messages = vec![ChatMessage::system(system), ChatMessage::user(brief)];
         let mut all = Vec::new();
         for round in 0..max_rounds {
+            if round > 0 && self.budget_spent().await {
+                break;
+            }
             let (content, tool_calls): (String, Vec<ToolCall>) = self
                 .step(&format!("supervisor.{}", round + 1), || async {
                     let mut request = ChatRequest::new(messages.clone());
@@ -204,6 +207,12 @@ impl Research {
     /// One researcher. Its failures are reported as `error` events and come back as findings
     /// that say what failed; they never end the research.
     pub(super) async fn researcher(&self, number: usize, topic: String) -> Findings {
+        if self.budget_spent().await {
+            return Findings::failed(
+                topic,
+                "not researched: the research had reached its budget".to_string(),
+            );
+        }
         let outcome = match self.role(ModelRole::Research) {
             Some(role) => self.react(number, &topic, role).await,
             None => self.gather(number, &topic).await,
@@ -259,7 +268,10 @@ impl Research {
         let mut searched = false;
         let notes = loop {
             let mut request = ChatRequest::new(messages.clone());
-            let budget_left = calls < self.config.max_react_tool_calls;
+            // Past the tool-call cap or the research's budget, the model answers with what
+            // it has.
+            let budget_left =
+                calls < self.config.max_react_tool_calls && !self.budget_spent().await;
             if budget_left {
                 request.tools = researcher_tools();
             }
@@ -406,7 +418,11 @@ impl Research {
             .await;
         Meter::add(&self.meter.search, started);
         match result {
-            Ok(hits) => {
+            Ok(found) => {
+                // Sources on domains the request leaves out are never used.
+                let (hits, excluded): (Vec<SearchHit>, Vec<SearchHit>) = found
+                    .into_iter()
+                    .partition(|hit| self.config.allows(&hit.url));
                 self.sources.add_hits(&hits);
                 let listed: Vec<Value> = hits
                     .iter()
@@ -420,7 +436,11 @@ impl Research {
                         stage: "research_execution".into(),
                         content: format!("{} results for {query:?}", hits.len()),
                         sources: json!(listed),
-                        metadata: json!({ "researcher": number, "query": query, "provider": self.deps.search.name() }),
+                        metadata: json!({
+                            "researcher": number, "query": query,
+                            "provider": self.deps.search.name(),
+                            "excluded_by_domain": excluded.len(),
+                        }),
                     }))
                     .await;
                 Ok(hits)
@@ -445,6 +465,11 @@ impl Research {
     /// that cannot be read (too large, its text not extractable, refused) is remembered as a
     /// bad source and never fetched again, by this attempt or a resumed one.
     pub(super) async fn fetch(&self, number: usize, url: &str) -> Result<Arc<FetchedPage>, String> {
+        if !self.config.allows(url) {
+            return Err(format!(
+                "{url} is on a domain this research leaves out (include_domains / exclude_domains)"
+            ));
+        }
         if let Some(reason) = self.sources.refused(url) {
             return Err(format!("{url} was not read: {reason}"));
         }

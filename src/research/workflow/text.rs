@@ -50,10 +50,15 @@ pub(super) fn split_passages(text: &str) -> Vec<String> {
     let mut short = Vec::new();
     for paragraph in text.split("\n\n") {
         let paragraph = paragraph.split_whitespace().collect::<Vec<_>>().join(" ");
-        if paragraph.chars().count() < 40 {
+        // A Chinese, Japanese or Korean character says about as much as two Latin letters.
+        let width: usize = paragraph
+            .chars()
+            .map(|c| if is_cjk(c) { 2 } else { 1 })
+            .sum();
+        if width < 40 {
             // Kept only for a source with nothing longer (a note of one sentence), and never
             // a heading or a fragment of a word or two.
-            if paragraph.split_whitespace().count() >= 3 && !paragraph.starts_with('#') {
+            if word_count(&paragraph) >= 3 && !paragraph.starts_with('#') {
                 short.push(paragraph);
             }
             continue;
