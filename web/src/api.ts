@@ -243,6 +243,7 @@ export interface ResearchRequest {
   include_domains?: string[]
   exclude_domains?: string[]
   report?: ReportOptions
+  budget?: { tokens?: number; cost_usd?: number; research_share?: number }
   follow_up_of?: string
   allow_clarification?: boolean
   max_researcher_iterations?: number

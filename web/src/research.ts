@@ -68,6 +68,8 @@ export interface ResearchState {
   planReview: { topics: string[]; content: string } | null
   clarification: string | null
   complete: Record<string, unknown> | null
+  /** The budget (`usage` events) and what the research has spent of it. */
+  budget: { tokens: number | null; costUsd: number | null; spentTokens: number; spentUsd: number | null } | null
   status: 'starting' | 'running' | 'reconnecting' | 'completed' | 'failed' | 'cancelled' | 'interrupted' | 'stopped'
   connection: string
   model: string | null
@@ -97,6 +99,7 @@ export function newResearch(query: string, runId: string | null = null): Researc
     planReview: null,
     clarification: null,
     complete: null,
+    budget: null,
     status: 'starting',
     connection: '',
     model: null,
@@ -287,6 +290,17 @@ function reduce(state: ResearchState, event: RunEvent): void {
         cost_usd: typeof usage.cost_usd === 'number' ? usage.cost_usd : null,
       })
       if (typeof data.model === 'string' && data.model) state.model = data.model
+      // The research's budget, when it has one, and what it has used so far.
+      const cap = (data.budget ?? null) as { tokens?: number; cost_usd?: number } | null
+      const total = (data.total ?? null) as { total_tokens?: number; cost_usd?: number | null } | null
+      if (cap && total) {
+        state.budget = {
+          tokens: typeof cap.tokens === 'number' ? cap.tokens : null,
+          costUsd: typeof cap.cost_usd === 'number' ? cap.cost_usd : null,
+          spentTokens: Number(total.total_tokens ?? 0),
+          spentUsd: typeof total.cost_usd === 'number' ? total.cost_usd : null,
+        }
+      }
       break
     }
     case 'memory_recalled':

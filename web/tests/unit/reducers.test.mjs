@@ -152,11 +152,35 @@ const RESUMED_RESEARCH = numbered(
     ],
     ['stage_update', { stage: 'final_report_generation', content: 'Writing the report again' }],
     ['report_delta', { content: '# Purring\nThe larynx [1].' }],
-    ['research_complete', { content: 'done', metadata: { word_count: 3, sources: [{ n: 1, url: 'https://example.org/purr', title: 'Purring' }] } }],
+    // The event carries the report as stored (what streamed, with its checks applied).
+    ['research_complete', { content: '# Purring\nThe larynx [1].', metadata: { word_count: 3, sources: [{ n: 1, url: 'https://example.org/purr', title: 'Purring' }] } }],
     ['done', { status: 'completed' }],
   ],
   true,
 )
+
+test('research: the stored report of research_complete replaces the streamed one (unsupported citations marked)', () => {
+  const state = newResearch('q')
+  const events = numbered(
+    'res-2',
+    [
+      ['session_start', { kind: 'research', query: 'q' }],
+      ['report_delta', { content: 'Cats purr [1]. Dogs bark [2].' }],
+      [
+        'research_complete',
+        {
+          content: 'Cats purr [1]. Dogs bark [2: not found in the source].',
+          metadata: { citations: { checked: 2, supported: 1, unsupported: [{ n: 2, claim: 'Dogs bark.' }] } },
+        },
+      ],
+      ['done', { status: 'completed' }],
+    ],
+    true,
+  )
+  for (const event of events) applyResearchEvent(state, event)
+  assert.equal(state.report, 'Cats purr [1]. Dogs bark [2: not found in the source].')
+  assert.equal(state.complete.citations.checked, 2)
+})
 
 test('research: run_resumed drops the superseded report deltas and keeps the events up to superseded_after', () => {
   const state = newResearch('How do cats purr?')
