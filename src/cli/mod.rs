@@ -112,6 +112,10 @@ enum EvalCommand {
     Locomo(EvalArgs),
     /// The same on a LongMemEval-format file.
     Longmemeval(EvalArgs),
+    /// The same on BEAM (ICLR 2026; e.g. ../shared/eval/beam-100k.json): each conversation
+    /// one user's history, sessions by time anchor, recall per ability (abstention questions,
+    /// which have no evidence, are left out of recall).
+    Beam(EvalArgs),
     /// Recall@k and NDCG@10 per query type on the hand-written Chinese set (eval/zh): the
     /// memories written for one fresh user as POST /v1/memories does, every query recalled
     /// as memories/search does (hybrid, shipped settings), with BM25-only and vector-only rows
@@ -545,9 +549,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Eval { command } => {
             let settings = load_quiet(&overrides)?;
-            let (args, longmemeval) = match command {
-                EvalCommand::Locomo(args) => (args, false),
-                EvalCommand::Longmemeval(args) => (args, true),
+            let (args, dataset) = match command {
+                EvalCommand::Locomo(args) => (args, "locomo"),
+                EvalCommand::Longmemeval(args) => (args, "longmemeval"),
+                EvalCommand::Beam(args) => (args, "beam"),
                 EvalCommand::Zh(args) => return eval_zh(args, settings).await,
                 EvalCommand::Relevance(args) => return eval_relevance(args, settings).await,
             };
@@ -580,10 +585,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     )));
                 }
             };
-            let summary = if longmemeval {
-                crate::tools::eval::run_longmemeval(options).await
-            } else {
-                crate::tools::eval::run_locomo(options).await
+            let summary = match dataset {
+                "longmemeval" => crate::tools::eval::run_longmemeval(options).await,
+                "beam" => crate::tools::eval::run_beam(options).await,
+                _ => crate::tools::eval::run_locomo(options).await,
             };
             let summary = summary.map_err(|error| Failure::other(format!("{error:#}")))?;
             eprintln!("{}", summary.headline());

@@ -58,7 +58,7 @@ use error::ApiError;
         documents::ingest, documents::list, documents::get, documents::delete,
         openai::completions, openai::list_models, openai::get_model,
     ),
-    components(schemas(error::ErrorBody, error::ErrorDetail)),
+    components(schemas(error::ErrorBody, error::ErrorDetail, crate::research::export::Format)),
     modifiers(&BearerAuth, &CommonErrors, &CompareSchema),
     tags(
         (name = "service", description = "Status and documentation"),

@@ -44,7 +44,7 @@ pub struct ThreadWithMessages {
 #[serde(deny_unknown_fields)]
 pub struct PostMessage {
     /// The user's message.
-    #[schema(min_length = 1, max_length = 100000, pattern = r"\S")]
+    #[schema(min_length = 1, max_length = 1000000, pattern = r"\S")]
     pub content: String,
     /// `true` (default): answer with the run's event stream (SSE). `false`: answer 202 with the
     /// run, to be followed at `GET /v1/runs/{id}/events`.

@@ -211,7 +211,7 @@ impl Message {
 }
 
 /// Longest message a thread accepts (a chat turn or an imported one), in characters.
-pub const MAX_MESSAGE_CHARS: usize = 100_000;
+pub const MAX_MESSAGE_CHARS: usize = 1_000_000;
 
 /// A user's message to store together with the run answering it and the turn's memory job
 /// ([`Store::begin_turn`]). The ids are chosen by the caller so the job's payload can name them.

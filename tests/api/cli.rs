@@ -336,6 +336,64 @@ fn research_without_a_model_over_local_documents_writes_a_cited_report() {
     assert!(stderr.contains("== completed"), "{stderr}");
     // The embedded state shuts down in order: no background task has to be aborted.
     assert!(!stderr.contains("did not stop in time"), "{stderr}");
+    let id = stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("research "))
+        .expect("the research id is shown")
+        .trim()
+        .to_string();
+
+    // A follow-up from the terminal starts from that research and goes further.
+    let followed = mnemo(&data)
+        .args([
+            "research",
+            "--user",
+            "erin",
+            "--search-api",
+            "local",
+            "--follow-up",
+            &id,
+        ])
+        .arg("When is high tide at Pellwick harbour?")
+        .output()
+        .unwrap();
+    let follow_out = String::from_utf8_lossy(&followed.stdout).into_owned();
+    assert!(followed.status.success(), "{followed:?}");
+    assert!(
+        follow_out.contains("twelve hours and twenty-five minutes"),
+        "{follow_out}"
+    );
+
+    // The first research exported as DOCX and PDF files, read back.
+    let docx = dir.path().join("otters.docx");
+    let exported = mnemo(&data)
+        .args([
+            "research", "--user", "erin", "--export", &id, "--format", "docx", "-o",
+        ])
+        .arg(&docx)
+        .output()
+        .unwrap();
+    assert!(exported.status.success(), "{exported:?}");
+    let xml = std::process::Command::new("unzip")
+        .arg("-p")
+        .arg(&docx)
+        .arg("word/document.xml")
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&xml.stdout).contains("crack clams open with flat stones"),
+        "{xml:?}"
+    );
+    let pdf = dir.path().join("otters.pdf");
+    let exported = mnemo(&data)
+        .args([
+            "research", "--user", "erin", "--export", &id, "--format", "pdf", "-o",
+        ])
+        .arg(&pdf)
+        .output()
+        .unwrap();
+    assert!(exported.status.success(), "{exported:?}");
+    assert!(std::fs::read(&pdf).unwrap().starts_with(b"%PDF-"));
 
     // Another user has no documents: nothing to research.
     assert!(
@@ -359,6 +417,16 @@ fn research_without_a_model_over_local_documents_writes_a_cited_report() {
         .unwrap();
     let other_out = String::from_utf8(other.stdout).unwrap();
     assert!(!other_out.contains("crack clams"), "{other_out}");
+    // …and the research says it failed, and why (it used to "complete" with nothing).
+    assert!(!other.status.success());
+    let other_err = String::from_utf8_lossy(&other.stderr);
+    assert!(other_err.contains("no source to cite"), "{other_err}");
+    // erin's research is not finn's to export.
+    let theirs = mnemo(&data)
+        .args(["research", "--user", "finn", "--export", &id])
+        .output()
+        .unwrap();
+    assert!(!theirs.status.success());
 }
 
 #[test]

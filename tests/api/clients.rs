@@ -369,6 +369,18 @@ async fn the_mcp_sdk_remembers_recalls_and_researches_for_its_user_only() {
     );
     let progress = research["progress"].as_array().unwrap();
     assert!(progress.len() >= 3, "progress per stage: {research}");
+    // The follow-up, asked by the research's id, is linked to it in history.
+    let follow = &seen["follow_up"];
+    assert_eq!(follow["error"], false, "{seen}");
+    let (_, history) = app.get("/research/history", Some(&alice)).await;
+    assert!(
+        history["research"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|item| item["follow_up_of"] == follow["of"]),
+        "{history}"
+    );
     let values: Vec<f64> = progress
         .iter()
         .map(|p| p["progress"].as_f64().unwrap())

@@ -81,6 +81,14 @@ async def main():
                 progress_callback=on_progress,
             )
             seen["research"] = {"error": result.is_error, "texts": texts(result), "progress": progress}
+            # A follow-up of that research, by its id.
+            if not result.is_error and len(texts(result)) > 1:
+                earlier = json.loads(texts(result)[1])["research_id"]
+                follow = await client.call_tool(
+                    "deep_research",
+                    {"query": "Where do the moth-whales go in winter?", "search_api": "local", "follow_up_of": earlier},
+                )
+                seen["follow_up"] = {"error": follow.is_error, "texts": texts(follow), "of": earlier}
     json.dump(seen, sys.stdout)
 
 

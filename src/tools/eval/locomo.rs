@@ -323,13 +323,16 @@ fn value_text(value: &Value) -> String {
     }
 }
 
-/// Normalises a LoCoMo evidence string to `D<session>:<turn>` ids: every part separated by
-/// `;` or `,` that holds exactly two numbers becomes one id (leading zeros dropped); parts
-/// that do not are dropped.
+/// Normalises a LoCoMo evidence string to `D<session>:<turn>` ids, as the reference scorer
+/// reads them: every `D` starts an id, whatever joins them (`;`, `,`, whitespace — "D1:3 D1:5"
+/// is two ids), and an id is the two numbers after its `D` (leading zeros and LoCoMo's slips
+/// such as "D:11:26" forgiven); a `D` not followed by exactly two numbers is dropped.
 pub fn normalise_dia_id(raw: &str) -> Vec<String> {
-    raw.split([';', ','])
-        .filter_map(|part| {
-            let numbers: Vec<u64> = part
+    raw.split('D')
+        .skip(1)
+        .filter_map(|piece| {
+            let id = piece.split([';', ',']).next().unwrap_or("");
+            let numbers: Vec<u64> = id
                 .split(|c: char| !c.is_ascii_digit())
                 .filter(|run| !run.is_empty())
                 .map(|run| run.parse::<u64>().ok())
@@ -382,7 +385,7 @@ fn parse_clock(text: &str) -> anyhow::Result<NaiveTime> {
     NaiveTime::from_hms_opt(hour, minute, 0).context("no such time")
 }
 
-fn month_number(name: &str) -> Option<u32> {
+pub(super) fn month_number(name: &str) -> Option<u32> {
     const MONTHS: [&str; 12] = [
         "january",
         "february",
@@ -415,6 +418,11 @@ mod tests {
         assert_eq!(normalise_dia_id("D:11:26"), ["D11:26"]);
         assert_eq!(normalise_dia_id("D8:6; D9:17"), ["D8:6", "D9:17"]);
         assert_eq!(normalise_dia_id("D30:05"), ["D30:5"]);
+        // Joined by whitespace (held-back conversations have these): each id counts. They
+        // used to be dropped, and the question scored as fully recalled.
+        assert_eq!(normalise_dia_id("D1:3 D1:5"), ["D1:3", "D1:5"]);
+        assert_eq!(normalise_dia_id("D2:1\nD2:14"), ["D2:1", "D2:14"]);
+        assert_eq!(normalise_dia_id("D4:4,D4:9 D5:1"), ["D4:4", "D4:9", "D5:1"]);
         assert_eq!(normalise_dia_id(" D1:2 "), ["D1:2"]);
         assert!(normalise_dia_id("D").is_empty());
         assert!(normalise_dia_id("").is_empty());

@@ -23,7 +23,8 @@
 //! conversation's last session, so decay follows the dataset's timeline) and without access
 //! recording (the evaluation's own reads must not refresh what decay sees).
 //!
-//! Datasets plug in through [`Dataset`]: [`locomo`] and [`longmemeval`] are the adapters.
+//! Datasets plug in through [`Dataset`]: [`locomo`], [`longmemeval`] and [`beam`] are the
+//! adapters.
 //! [`zh`] (`mnemo eval zh`) is separate: standalone memories rather than conversations, asked
 //! on the product's path only, with BM25-only and vector-only rows beside it.
 //! Output ([`report`]): `results.json` (everything), `results.md` (tables beside the
@@ -31,6 +32,7 @@
 
 mod accumulate;
 pub mod answer;
+pub mod beam;
 pub mod locomo;
 pub mod longmemeval;
 pub mod metrics;
@@ -502,6 +504,12 @@ fn answer_models(
 /// `mnemo eval locomo --data PATH`.
 pub async fn run_locomo(options: EvalOptions) -> anyhow::Result<EvalSummary> {
     let data = locomo::Locomo::load(&options.data)?;
+    run(&data, options).await
+}
+
+/// `mnemo eval beam --data PATH`.
+pub async fn run_beam(options: EvalOptions) -> anyhow::Result<EvalSummary> {
+    let data = beam::Beam::load(&options.data)?;
     run(&data, options).await
 }
 
