@@ -171,7 +171,7 @@ fn convert(
         .find_map(|message| message.time_anchor.as_deref())
         .map(parse_beam_date)
         .transpose()?
-        .unwrap_or_else(|| DateTime::<Utc>::UNIX_EPOCH);
+        .unwrap_or(DateTime::<Utc>::UNIX_EPOCH);
     let mut sessions: Vec<Session> = Vec::new();
     let mut anchor = first_anchor;
     let mut ids: BTreeSet<String> = BTreeSet::new();
