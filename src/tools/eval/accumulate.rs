@@ -87,6 +87,10 @@ pub(super) struct Accumulator {
     pub(super) foreign_asked: usize,
     pub(super) foreign_nothing: usize,
     pub(super) foreign_returned: usize,
+    /// The same for the dataset's own questions nothing answers (BEAM's abstention).
+    pub(super) abstain_asked: usize,
+    pub(super) abstain_nothing: usize,
+    pub(super) abstain_returned: usize,
 }
 
 impl Accumulator {
@@ -103,6 +107,9 @@ impl Accumulator {
             foreign_asked: 0,
             foreign_nothing: 0,
             foreign_returned: 0,
+            abstain_asked: 0,
+            abstain_nothing: 0,
+            abstain_returned: 0,
         }
     }
 
@@ -133,6 +140,11 @@ impl Accumulator {
                 asked: self.foreign_asked,
                 nothing: self.foreign_nothing as f64 / self.foreign_asked as f64,
                 returned: self.foreign_returned as f64 / self.foreign_asked as f64,
+            }),
+            abstention: (self.abstain_asked > 0).then(|| Foreign {
+                asked: self.abstain_asked,
+                nothing: self.abstain_nothing as f64 / self.abstain_asked as f64,
+                returned: self.abstain_returned as f64 / self.abstain_asked as f64,
             }),
         }
     }

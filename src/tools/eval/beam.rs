@@ -8,9 +8,8 @@
 //!   session dated that day (messages before the first anchor take the first anchor's date).
 //! - A turn's id is the message's `id`; the user's messages are the user's, the assistant's
 //!   the assistant's (the product stores both, as it stores a chat).
-//! - The category is the question's ability. `abstention` questions have no evidence: recall
-//!   scores them as nothing to find, so they are skipped here (noted) and left to the
-//!   abstention measure.
+//! - The category is the question's ability. `abstention` questions have no evidence: they are
+//!   asked, not scored for recall, and the share of them that recalled nothing is reported.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -87,22 +86,26 @@ impl Beam {
         let mut notes = Vec::new();
         let mut conversations = Vec::new();
         let mut seen: BTreeSet<String> = BTreeSet::new();
-        let mut skipped = 0usize;
+        let mut abstentions = 0usize;
         for conversation in raw {
             let id = conversation.conversation_id.clone();
-            let converted = convert(conversation, &mut notes, &mut skipped)
+            let converted = convert(conversation, &mut notes, &mut abstentions)
                 .with_context(|| format!("conversation {id}"))?;
-            for question in &converted.questions {
+            // Recall is reported per ability; abstention has its own measure.
+            for question in converted.questions.iter().filter(|q| !q.abstain) {
                 seen.insert(question.category.clone());
             }
             conversations.push(converted);
         }
-        if skipped > 0 {
+        if abstentions > 0 {
             notes.push(format!(
-                "{skipped} abstention questions skipped: they have no evidence to retrieve"
+                "{abstentions} abstention questions are not scored for recall (nothing answers them): the share that recalled nothing is reported apart"
             ));
         }
-        if conversations.iter().all(|c| c.questions.is_empty()) {
+        if conversations
+            .iter()
+            .all(|c| c.questions.iter().all(|q| q.abstain))
+        {
             bail!("no questions with evidence");
         }
         let mut categories: Vec<String> = ABILITIES
@@ -163,7 +166,7 @@ fn id_text(value: &Value) -> Option<String> {
 fn convert(
     raw: RawConversation,
     notes: &mut Vec<String>,
-    skipped: &mut usize,
+    abstentions: &mut usize,
 ) -> anyhow::Result<Conversation> {
     let first_anchor = raw
         .messages
@@ -222,13 +225,13 @@ fn convert(
             .map(|qid| format!("{}/{qid}", raw.conversation_id))
             .unwrap_or_else(|| format!("{}/q{}", raw.conversation_id, index + 1));
         let evidence: Vec<String> = question.evidence.iter().filter_map(id_text).collect();
-        if evidence.is_empty() {
-            if question.category == "abstention" {
-                *skipped += 1;
-            } else {
-                notes.push(format!("{qid}: no evidence ids; skipped"));
-            }
+        let abstain = question.category == "abstention";
+        if evidence.is_empty() && !abstain {
+            notes.push(format!("{qid}: no evidence ids; skipped"));
             continue;
+        }
+        if abstain {
+            *abstentions += 1;
         }
         let missing: Vec<&String> = evidence.iter().filter(|id| !ids.contains(*id)).collect();
         if !missing.is_empty() {
@@ -250,6 +253,7 @@ fn convert(
                 .into_iter()
                 .collect(),
             answer,
+            abstain,
         });
     }
     Ok(Conversation {
@@ -305,8 +309,9 @@ mod tests {
             parse_beam_date("April-2-2024").unwrap()
         );
         assert_eq!(conversation.sessions[0].turns[1].role, Role::Assistant);
-        assert_eq!(conversation.questions.len(), 1);
+        assert_eq!(conversation.questions.len(), 2);
         assert_eq!(conversation.questions[0].evidence, vec!["0", "2"]);
+        assert!(conversation.questions[1].abstain && !conversation.questions[0].abstain);
         assert_eq!(beam.categories(), vec!["knowledge_update"]);
         assert!(
             beam.notes()

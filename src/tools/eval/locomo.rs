@@ -306,6 +306,7 @@ fn parse_sample(id: &str, sample: &Value, notes: &mut Vec<String>) -> anyhow::Re
             category,
             evidence: evidence.into_iter().collect(),
             answer,
+            abstain: false,
         });
     }
     Ok(Conversation {

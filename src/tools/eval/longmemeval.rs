@@ -190,6 +190,7 @@ fn convert(item: Item, notes: &mut Vec<String>) -> anyhow::Result<Conversation> 
             category,
             evidence: evidence.into_iter().collect(),
             answer,
+            abstain: false,
         }],
     })
 }

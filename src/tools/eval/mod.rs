@@ -101,6 +101,10 @@ pub struct Question {
     /// Turn ids holding the answer, normalised and deduplicated; empty scores 1.
     pub evidence: Vec<String>,
     pub answer: String,
+    /// Nothing in the history answers it (BEAM's abstention): it is not scored for recall;
+    /// the right answer is that recall returns nothing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub abstain: bool,
 }
 
 /// A published result on the same data, shown beside ours (percent).

@@ -58,6 +58,9 @@ pub struct RunResult {
     /// Questions of another conversation (fused retrievals only): what the relevance gate
     /// does with queries no memory is about.
     pub foreign: Option<Foreign>,
+    /// The dataset's questions that nothing in the history answers (BEAM's abstention): the
+    /// share that recalled nothing.
+    pub abstention: Option<Foreign>,
 }
 
 /// Questions asked of a conversation that knows nothing about them.
@@ -323,7 +326,12 @@ impl Report {
                 "not counted: no local tokenizer (words are whitespace-separated words)".into()
             },
             conversations: info.conversations.len(),
-            questions: info.conversations.iter().map(|c| c.questions.len()).sum(),
+            // Scored questions: those nothing answers are reported apart.
+            questions: info
+                .conversations
+                .iter()
+                .map(|c| c.questions.iter().filter(|q| !q.abstain).count())
+                .sum(),
             categories,
             units,
             runs,
@@ -580,6 +588,35 @@ pub fn markdown(report: &Report) -> String {
                     foreign.returned,
                     pct_at(&run.overall.recall, 5),
                     pct_at(&run.overall.recall, 10),
+                );
+            }
+        }
+    }
+
+    let abstaining: Vec<&RunResult> = report
+        .runs
+        .iter()
+        .filter(|run| run.abstention.is_some() && !run.sweep)
+        .collect();
+    if !abstaining.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n## Abstention: questions nothing in the history answers\n\n\
+             Not scored for recall. `nothing` is the share that recalled no memory (the right \
+             answer); `returned` the memories per question (of at most {tokens_k}).\n"
+        );
+        out.push_str("| memory unit | retrieval | questions | nothing | returned |\n");
+        out.push_str("|---|---|---:|---:|---:|\n");
+        for run in abstaining {
+            if let Some(abstention) = &run.abstention {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {:.1} % | {:.1} |",
+                    run.unit,
+                    retrieval_label(run),
+                    abstention.asked,
+                    abstention.nothing * 100.0,
+                    abstention.returned,
                 );
             }
         }
@@ -967,6 +1004,7 @@ mod tests {
             words_at_tokens_k: 200.0,
             wordpieces_at_tokens_k: Some(260.0),
             foreign: None,
+            abstention: None,
         }
     }
 

@@ -381,6 +381,19 @@ pub(super) async fn query(
             }
             let results = &response.results;
             let top = &results[..results.len().min(plan.tokens_k)];
+            if question.abstain {
+                // Nothing answers it: not a recall question; recalling nothing is right.
+                for &credit in unit.credits() {
+                    let accumulator = sink
+                        .accumulators
+                        .entry(RunKey::new(unit, credit, probe))
+                        .or_insert_with(|| Accumulator::new(&plan.ks, probe, &plan.memory));
+                    accumulator.abstain_asked += 1;
+                    accumulator.abstain_nothing += usize::from(results.is_empty());
+                    accumulator.abstain_returned += top.len();
+                }
+                continue;
+            }
             let words: usize = top.iter().map(|r| metrics::words(&r.memory.content)).sum();
             let wordpieces: Option<usize> = sink
                 .wordpieces
