@@ -340,6 +340,64 @@ fn markdown_url(url: &str) -> String {
 mod tests {
     use super::*;
 
+    fn record(query: &str, report: &str) -> ResearchRecord {
+        ResearchRecord {
+            id: crate::store::RunId::new(),
+            run_id: crate::store::RunId::new(),
+            thread_id: None,
+            query: query.into(),
+            model: None,
+            status: crate::store::RunStatus::Completed,
+            config: serde_json::json!({}),
+            report: Some(report.into()),
+            sources: serde_json::json!([{ "n": 1, "url": "https://example.org/a", "title": "A" }]),
+            usage: serde_json::json!({}),
+            stage_timings: serde_json::json!({}),
+            word_count: 3,
+            source_count: 1,
+            duration_ms: None,
+            error: None,
+            created_at: chrono::Utc::now(),
+            finished_at: None,
+        }
+    }
+
+    /// A server without a usable font answers with what to install, for Latin text and for
+    /// Chinese text a Latin font cannot draw; Markdown and DOCX need no font.
+    #[test]
+    fn a_pdf_without_a_usable_font_says_which_package_to_install() {
+        let none = Fonts::default();
+        let english = record("tides", "# Tides\n\nThe moon pulls [1].");
+        let error = export(&english, Format::Pdf, &none).unwrap_err();
+        assert!(
+            matches!(error, ExportError::Font(FontError::NoFont)),
+            "{error}"
+        );
+        assert!(error.to_string().contains("fonts-dejavu-core"));
+        let chinese = record("潮汐", "# 潮汐\n\n月亮的引力 [1]。");
+        let error = export(&chinese, Format::Pdf, &none).unwrap_err();
+        assert!(
+            matches!(error, ExportError::Font(FontError::NoCjkFont)),
+            "{error}"
+        );
+        assert!(error.to_string().contains("fonts-noto-cjk"));
+        assert!(export(&english, Format::Markdown, &none).is_ok());
+        assert!(
+            export(&english, Format::Docx, &none)
+                .unwrap()
+                .starts_with(b"PK")
+        );
+        let failed = ResearchRecord {
+            report: None,
+            status: crate::store::RunStatus::Failed,
+            ..english
+        };
+        assert!(matches!(
+            export(&failed, Format::Markdown, &none),
+            Err(ExportError::NoReport(_))
+        ));
+    }
+
     #[test]
     fn a_report_reads_into_blocks_with_citations_of_listed_sources_only() {
         let report = "# Tides\n\nThe moon pulls [1]. Springs\nare higher [1, 2] than [docs](http://x) and [7].\n\n## Why\n\n- Gravity [2]\n1. Order\n\n## Sources\n\n[1] A — http://a\n";
