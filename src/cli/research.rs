@@ -179,24 +179,7 @@ async fn stream(client: &super::chat::Client, body: &Value) -> Result<(), Failur
         Some(id) => format!("/research/{id}/follow-up"),
         None => "/research/stream".to_string(),
     };
-    let response = client
-        .request(reqwest::Method::POST, &path)
-        .json(body)
-        .send()
-        .await
-        .map_err(|e| Failure::other(format!("cannot reach the server: {e}")))?;
-    let status = response.status();
-    if !status.is_success() {
-        let body: Value = response.json().await.unwrap_or(Value::Null);
-        let message = body["error"]["message"]
-            .as_str()
-            .unwrap_or("request failed");
-        return Err(if status.is_client_error() {
-            Failure::usage(message)
-        } else {
-            Failure::other(format!("{status}: {message}"))
-        });
-    }
+    let response = send(client.request(reqwest::Method::POST, &path).json(body)).await?;
     let mut out = std::io::stdout();
     let mut events = response.bytes_stream().eventsource();
     let mut outcome = None;
@@ -269,26 +252,11 @@ async fn export(
     let (bytes, name) = match route(&settings, target)? {
         Route::Remote { .. } => {
             let (client, _) = connect(settings, target).await?;
-            let response = client
-                .request(
-                    reqwest::Method::GET,
-                    &format!("/research/{id}/export?format={}", format.extension()),
-                )
-                .send()
-                .await
-                .map_err(|e| Failure::other(format!("cannot reach the server: {e}")))?;
-            let status = response.status();
-            if !status.is_success() {
-                let body: Value = response.json().await.unwrap_or(Value::Null);
-                let message = body["error"]["message"]
-                    .as_str()
-                    .unwrap_or("request failed");
-                return Err(if status.is_client_error() {
-                    Failure::usage(message)
-                } else {
-                    Failure::other(format!("{status}: {message}"))
-                });
-            }
+            let response = send(client.request(
+                reqwest::Method::GET,
+                &format!("/research/{id}/export?format={}", format.extension()),
+            ))
+            .await?;
             let name = response
                 .headers()
                 .get(reqwest::header::CONTENT_DISPOSITION)
@@ -328,4 +296,26 @@ async fn export(
         .map_err(|e| Failure::other(format!("cannot write {}: {e}", path.display())))?;
     eprintln!("wrote {} ({} bytes)", path.display(), bytes.len());
     Ok(())
+}
+
+/// Sends a request to the server; an error status becomes a failure with the server's message
+/// (a usage error for the client's mistakes).
+async fn send(request: reqwest::RequestBuilder) -> Result<reqwest::Response, Failure> {
+    let response = request
+        .send()
+        .await
+        .map_err(|e| Failure::other(format!("cannot reach the server: {e}")))?;
+    let status = response.status();
+    if status.is_success() {
+        return Ok(response);
+    }
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    let message = body["error"]["message"]
+        .as_str()
+        .unwrap_or("request failed");
+    Err(if status.is_client_error() {
+        Failure::usage(message)
+    } else {
+        Failure::other(format!("{status}: {message}"))
+    })
 }
