@@ -26,7 +26,8 @@
 //!   a call per element, and written so that it vectorises: sums in 16 lanes, no saturating
 //!   float-to-integer casts; layer norms run on the pool's threads.
 //!
-//! The weights come from a Hugging Face `model.safetensors` (read with candle), so every
+//! The weights come from a Hugging Face `model.safetensors` (read with the `safetensors`
+//! crate; f32, f16 or bf16 tensors), so every
 //! BERT-family checkpoint with absolute positions works: all-MiniLM-L6-v2, bge-small, e5 in
 //! fp32. mnemo's `llm::embed` tests check the `f32` result against candle-transformers' BERT
 //! and the integer one against the `f32` one. Or
@@ -85,9 +86,7 @@ pub mod int8;
 mod math;
 pub mod packed;
 
-use std::collections::HashMap;
-
-use candle_core::{DType, Device, Tensor};
+use safetensors::{Dtype, SafeTensors};
 use serde::Deserialize;
 
 /// A model the encoder cannot load or input it cannot encode.
@@ -268,29 +267,53 @@ pub struct Tokens<'a> {
 }
 
 /// Reads tensors by name from a safetensors file, with or without a `bert.` prefix.
-struct Weights {
-    tensors: HashMap<String, Tensor>,
+struct Weights<'a> {
+    tensors: SafeTensors<'a>,
     prefix: &'static str,
 }
 
-impl Weights {
+impl Weights<'_> {
+    /// The tensor `name` as f32 values in row-major order, checked against `shape`.
     fn get(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, EncoderError> {
         let full = format!("{}{name}", self.prefix);
         let tensor = self
             .tensors
-            .get(&full)
-            .ok_or_else(|| EncoderError(format!("model.safetensors lacks {full}")))?;
-        if tensor.dims() != shape {
+            .tensor(&full)
+            .map_err(|_| EncoderError(format!("model.safetensors lacks {full}")))?;
+        if tensor.shape() != shape {
             return Err(EncoderError(format!(
                 "{full} has shape {:?}, the config says {shape:?}",
-                tensor.dims()
+                tensor.shape()
             )));
         }
-        tensor
-            .to_dtype(DType::F32)
-            .and_then(|t| t.flatten_all())
-            .and_then(|t| t.to_vec1::<f32>())
-            .map_err(|e| EncoderError(format!("read {full}: {e}")))
+        let bytes = tensor.data();
+        // Little-endian, as the format prescribes.
+        let values: Vec<f32> = match tensor.dtype() {
+            Dtype::F32 => bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+            Dtype::F16 => bytes
+                .chunks_exact(2)
+                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            Dtype::BF16 => bytes
+                .chunks_exact(2)
+                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            other => {
+                return Err(EncoderError(format!(
+                    "{full} is {other:?}; only F32, F16 and BF16 weights are read"
+                )));
+            }
+        };
+        if values.len() != shape.iter().product::<usize>() {
+            return Err(EncoderError(format!(
+                "{full} holds {} values for shape {shape:?}",
+                values.len()
+            )));
+        }
+        Ok(values)
     }
 
     /// A PyTorch linear layer (`weight` is `outputs × inputs`), transposed for `x · w`.
@@ -372,11 +395,14 @@ impl BertEncoder {
                 "hidden_size {hidden} is not a multiple of num_attention_heads {heads}"
             )));
         }
-        let tensors = candle_core::safetensors::load_buffer(safetensors, &Device::Cpu)
+        let tensors = SafeTensors::deserialize(safetensors)
             .map_err(|e| EncoderError(format!("read model.safetensors: {e}")))?;
         // Checkpoints exported from BertForX carry a `bert.` prefix; sentence-transformers
         // checkpoints do not.
-        let prefix = if tensors.contains_key("bert.embeddings.word_embeddings.weight") {
+        let prefix = if tensors
+            .tensor("bert.embeddings.word_embeddings.weight")
+            .is_ok()
+        {
             "bert."
         } else {
             ""
