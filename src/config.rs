@@ -92,7 +92,7 @@ choice! {
 choice! {
     /// Where embeddings come from.
     EmbedderProvider("embedder provider", "lowercase") {
-        /// candle BERT from `embedder.model_dir`.
+        /// the local BERT encoder (`crates/encoder`) on `embedder.model_dir`.
         Local,
         /// An OpenAI-compatible `/embeddings` endpoint.
         Openai,
@@ -503,7 +503,7 @@ pub enum Pooling {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EmbedderSettings {
-    /// `local` (candle BERT from `model_dir`) or `openai` (an OpenAI-compatible `/embeddings`).
+    /// `local` (our BERT encoder on `model_dir`) or `openai` (an OpenAI-compatible `/embeddings`).
     pub provider: EmbedderProvider,
     /// A BERT-family model directory in Hugging Face layout.
     pub model_dir: PathBuf,
@@ -605,6 +605,11 @@ pub struct FusionSettings {
     pub bm25_weight: f64,
     pub context_vector_weight: f64,
     pub context_bm25_weight: f64,
+    /// A BM25 hit holding none of the query's informative words (it matched only words most
+    /// of the user's texts share) adds nothing to the fused score: min-max scaling would
+    /// otherwise give the best of such weak hits a BM25 list's full weight, above a memory
+    /// that says the same in other words. Applies where coverage is worked out (hybrid).
+    pub bm25_needs_coverage: bool,
     /// A raw-cosine query gate, for ablations (the product's gate is calibrated relevance,
     /// `memory.relevance`): a recall returns nothing unless some candidate is at least
     /// `gate_cosine` similar to the query in a vector view, or covers at least
@@ -639,6 +644,7 @@ impl Default for FusionSettings {
             bm25_weight: 1.0,
             context_vector_weight: 1.0,
             context_bm25_weight: 1.0,
+            bm25_needs_coverage: true,
             // Off: the calibrated relevance (`memory.relevance`) gates and cuts instead.
             gate_cosine: None,
             gate_coverage: 0.0,
@@ -740,6 +746,11 @@ pub struct MemorySettings {
     /// a question is after.
     pub length_prior: f64,
     pub length_prior_words: usize,
+    /// Two turns in one recall's results this similar to each other (a z-score against the
+    /// model's background: on the same topic) — the later one ranks first, and the earlier is
+    /// marked (`signals.later`): a later message usually updates what an earlier one said.
+    /// 0 = off.
+    pub later_first_z: f64,
     /// A document whose text makes more chunks than this is refused with 413 (each chunk is
     /// a memory to embed and index).
     pub max_document_chunks: usize,
@@ -764,6 +775,7 @@ impl Default for MemorySettings {
             profile_interval_secs: 600,
             fusion: FusionSettings::default(),
             relevance: RelevanceSettings::default(),
+            later_first_z: 0.0,
             // The priors as chosen on the LoCoMo dev split (each held up when chosen on four
             // conversations and scored on the fifth; `eval/README.md`).
             assistant_weight: 0.9,

@@ -8,7 +8,7 @@
 //! - `http`      router, `ApiError`, extractors, SSE, one file per resource, OpenAPI and /docs
 //! - `auth`      API keys, JWT, the `AuthUser` extractor that alone yields a `UserId`
 //! - `index`     derived indexes: vector (Qdrant Edge / server), keyword (tantivy), indexer, RRF
-//! - `llm`       embedders (local candle BERT, OpenAI-compatible)
+//! - `llm`       embedders (local BERT on our encoder, OpenAI-compatible)
 //! - `memory`    episodic memory: writes, hybrid recall (RRF + decay), export/import, decay job
 //! - `research`  deep research: the request, the workflow (brief → supervisor → researchers → report)
 //! - `search`    search providers (one file each), the SSRF-safe fetcher

@@ -435,10 +435,11 @@ impl AppState {
         self.close_backends().await;
     }
 
-    /// Waits for the background tasks (they stop on the cancelled shutdown token), then
-    /// closes the pool.
+    /// Waits for the background tasks (they stop on the cancelled shutdown token), closes
+    /// the indexes (flushed, watermarks recorded), then the pool, and lets the data directory
+    /// go last.
     pub(crate) async fn close_backends(&self) {
-        self.memory.join_background(self.grace()).await;
+        self.memory.close(self.grace()).await;
         self.store.close().await;
         self.data_lock.release();
     }

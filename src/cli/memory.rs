@@ -205,7 +205,7 @@ impl Backend {
                     Ok(user) => user,
                     Err(failure) => {
                         shutdown.cancel();
-                        engine.join_background(Duration::from_secs(10)).await;
+                        engine.close(Duration::from_secs(10)).await;
                         store.close().await;
                         return Err(failure);
                     }
@@ -282,9 +282,8 @@ impl Backend {
             if let Err(error) = engine.indexer().catch_up().await {
                 tracing::warn!(%error, "indexing before exit failed");
             }
-            let _ = engine.indexer().vector().flush().await;
             shutdown.cancel();
-            engine.join_background(Duration::from_secs(10)).await;
+            engine.close(Duration::from_secs(10)).await;
             store.close().await;
             drop(engine);
             lock.release();
@@ -745,7 +744,7 @@ pub async fn reindex(settings: &Settings) -> Result<(), Failure> {
         .await;
     bar.finish_and_clear();
     shutdown.cancel();
-    engine.join_background(Duration::from_secs(10)).await;
+    engine.close(Duration::from_secs(10)).await;
     store.close().await;
     let count = result.map_err(|error| Failure::other(error.to_string()))?;
     eprintln!(
@@ -760,7 +759,7 @@ pub async fn check(settings: &Settings) -> Result<(), Failure> {
     let (engine, store, shutdown, _lock) = open_embedded(settings).await?;
     let result = engine.indexer().verify().await;
     shutdown.cancel();
-    engine.join_background(Duration::from_secs(10)).await;
+    engine.close(Duration::from_secs(10)).await;
     store.close().await;
     let report = result.map_err(|error| Failure::other(error.to_string()))?;
     println!(

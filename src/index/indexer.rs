@@ -92,6 +92,8 @@ pub struct Indexer {
     /// Which users have memories with a context view of their own (turns): recall skips the
     /// context view's searches for the others, where it is the own view again.
     context_users: ContextUsers,
+    /// Background optimisations, waited for by [`Indexer::close`].
+    tasks: tokio_util::task::TaskTracker,
 }
 
 impl Indexer {
@@ -120,6 +122,7 @@ impl Indexer {
             optimize_after,
             step_lock: tokio::sync::Mutex::new(()),
             context_users: ContextUsers::default(),
+            tasks: tokio_util::task::TaskTracker::new(),
         }))
     }
 
@@ -314,6 +317,17 @@ impl Indexer {
         self.last_persist.lock().elapsed() >= PERSIST_EVERY
     }
 
+    /// Ends the indexer's part of a shutdown, after its follower has stopped: waits for a
+    /// running optimisation, makes the vector index durable with its watermark recorded, and
+    /// closes it (no write after this). The keyword index commits every batch it applies.
+    pub async fn close(&self) -> Result<(), IndexerError> {
+        self.tasks.close();
+        self.tasks.wait().await;
+        self.persist_vector_waiting().await?;
+        self.vector.close().await?;
+        Ok(())
+    }
+
     /// `persist_vector`, waiting for a running optimisation if need be (at shutdown).
     async fn persist_vector_waiting(&self) -> Result<(), IndexerError> {
         let _step = self.step_lock.lock().await;
@@ -410,7 +424,7 @@ impl Indexer {
         self.pending_optimize.store(0, Ordering::Relaxed);
         let vector = self.vector.clone();
         // Off the request path and off the follower loop: searches keep working meanwhile.
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let started = std::time::Instant::now();
             match vector.optimize().await {
                 Ok(()) => tracing::info!(elapsed = ?started.elapsed(), "vector index optimised"),

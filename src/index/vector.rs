@@ -203,6 +203,12 @@ pub trait VectorIndex: Send + Sync {
     async fn optimize(&self) -> Result<(), IndexError>;
     /// Makes every acknowledged write durable.
     async fn flush(&self) -> Result<(), IndexError>;
+    /// Makes every acknowledged write durable and refuses writes from then on (after a
+    /// running optimisation ends); searches may still answer. Called once, at shutdown,
+    /// before the data directory is let go.
+    async fn close(&self) -> Result<(), IndexError> {
+        self.flush().await
+    }
     /// Flushes unless that would wait for a running optimisation; true when it flushed.
     async fn flush_if_idle(&self) -> Result<bool, IndexError> {
         self.flush().await.map(|()| true)

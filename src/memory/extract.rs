@@ -504,9 +504,79 @@ pub fn chinese_slot_changed(old: &str, new: &str) -> bool {
     )
 }
 
-/// Same statement: equal token sequences (case, spacing and punctuation aside).
+/// Same statement: equal token sequences (case, spacing and punctuation aside), the speaker
+/// named either way — "I am vegetarian", "I'm vegetarian" and "The user is vegetarian" are
+/// one statement (the rules write the first person, models often the third).
 pub fn same_statement(a: &str, b: &str) -> bool {
-    tokens(a) == tokens(b)
+    first_person(tokens(a)) == first_person(tokens(b))
+}
+
+/// `tokens` with the user named in the first person and its contractions spelt out: "the
+/// user is" → "i am", "the user's" → "my", "the user has" → "i have", "i'm" → "i am".
+fn first_person(mut tokens: Vec<String>) -> Vec<String> {
+    // "User watches films" is a model's note about the user, as "The user watches films".
+    if tokens.first().map(String::as_str) == Some("user") {
+        tokens.insert(0, "the".to_string());
+    }
+    const REWRITES: &[(&[&str], &[&str])] = &[
+        (&["the", "user", "is"], &["i", "am"]),
+        (&["the", "user", "was"], &["i", "was"]),
+        (&["the", "user", "has"], &["i", "have"]),
+        (&["the", "user", "does"], &["i", "do"]),
+        (&["the", "user", "s"], &["my"]),
+        (&["the", "user"], &["i"]),
+        (&["i", "m"], &["i", "am"]),
+        (&["i", "ve"], &["i", "have"]),
+        (&["i", "d"], &["i", "would"]),
+        (&["i", "ll"], &["i", "will"]),
+        (&["their"], &["my"]),
+        (&["them"], &["me"]),
+    ];
+    let mut out = Vec::with_capacity(tokens.len());
+    let mut rest = tokens.as_slice();
+    while !rest.is_empty() {
+        let rewrite = REWRITES.iter().find(|(from, _)| {
+            rest.len() >= from.len() && rest.iter().zip(from.iter()).all(|(t, f)| t == f)
+        });
+        match rewrite {
+            Some((from, to)) => {
+                out.extend(to.iter().map(ToString::to_string));
+                rest = &rest[from.len()..];
+            }
+            None => {
+                out.push(rest[0].clone());
+                rest = &rest[1..];
+            }
+        }
+        // Third-person verbs after the rewritten subject ("the user likes" → "i like").
+        if out.last().map(String::as_str) == Some("i")
+            && let Some(stem) = rest.first().and_then(|verb| third_person_stem(verb))
+        {
+            out.push(stem);
+            rest = &rest[1..];
+        }
+    }
+    out
+}
+
+/// "likes" → "like", "watches" → "watch", "studies" → "study"; `None` for a word that is not
+/// a regular third-person verb form (or could be a noun: only after a rewritten subject).
+fn third_person_stem(word: &str) -> Option<String> {
+    const KEEP: &[&str] = &[
+        "is", "was", "has", "does", "s", "as", "us", "this", "always",
+    ];
+    if KEEP.contains(&word) || word.len() < 3 || !word.ends_with('s') || word.ends_with("ss") {
+        return None;
+    }
+    if let Some(stem) = word.strip_suffix("ies") {
+        return Some(format!("{stem}y"));
+    }
+    for ending in ["ches", "shes", "xes", "zes", "oes", "sses"] {
+        if word.ends_with(ending) {
+            return Some(word[..word.len() - 2].to_string());
+        }
+    }
+    word.strip_suffix('s').map(str::to_string)
 }
 
 /// Same subject with a new value: most words shared, but not all — e.g. "I use PostgreSQL 16
@@ -867,6 +937,35 @@ mod tests {
             "I use PostgreSQL 16 at work",
             "I use PostgreSQL 17 at work"
         ));
+        // The speaker named either way (a model's "the user", the rules' "I") is one
+        // statement; a different value or another person is not.
+        for (a, b) in [
+            ("The user is vegetarian.", "I am vegetarian"),
+            ("The user is vegetarian.", "I'm vegetarian!"),
+            (
+                "The user's sister lives in Graz.",
+                "My sister lives in Graz",
+            ),
+            (
+                "The user likes hiking in the Alps.",
+                "I like hiking in the Alps.",
+            ),
+            ("The user has two cats.", "I have two cats"),
+            ("User watches films on Fridays", "I watch films on Fridays"),
+        ] {
+            assert!(same_statement(a, b), "{a} / {b}");
+        }
+        for (a, b) in [
+            ("The user is vegetarian.", "I am vegan"),
+            (
+                "The user's sister lives in Graz.",
+                "My brother lives in Graz",
+            ),
+            ("The user has two cats.", "I have three cats"),
+            ("Anna is vegetarian.", "I am vegetarian"),
+        ] {
+            assert!(!same_statement(a, b), "{a} / {b}");
+        }
         let cases = [
             (
                 "I use PostgreSQL 16 at work",

@@ -159,6 +159,16 @@ impl MemoryEngine {
         }
     }
 
+    /// The engine's part of a shutdown whose token was cancelled: its background tasks end
+    /// (aborted past `grace`), then the indexes are made durable and closed. Nothing is
+    /// written to them after this; the caller closes the store and lets the data directory go.
+    pub async fn close(&self, grace: Duration) {
+        self.join_background(grace).await;
+        if let Err(error) = self.indexer.close().await {
+            tracing::warn!(%error, "closing the indexes failed; the memory log replays on the next start");
+        }
+    }
+
     pub fn indexer(&self) -> &Arc<Indexer> {
         &self.indexer
     }

@@ -246,14 +246,21 @@ pub fn fuse_lists(lists: &Lists<'_>, fusion: &FusionSettings, rrf_k: f64) -> Vec
                 _ => &mut candidate.keyword_context,
             };
             *slot = Some((rank, *score));
-            if let Some(covered) = coverage.get(index) {
-                candidate.coverage = candidate.coverage.max(*covered);
+            let covered = coverage.get(index).copied();
+            if let Some(covered) = covered {
+                candidate.coverage = candidate.coverage.max(covered);
             }
             if weight <= 0.0 {
                 continue;
             }
             candidate.found = true;
+            // A BM25 hit on none of the query's informative words is no evidence.
+            let share = match covered {
+                Some(covered) if fusion.bm25_needs_coverage && covered <= 0.0 => 0.0,
+                _ => 1.0,
+            };
             candidate.rrf += weight
+                * share
                 * match fusion.method {
                     FusionMethod::Rrf => 1.0 / (rrf_k.max(0.0) + rank as f64),
                     FusionMethod::Score if best > 0.0 => score64.max(0.0) / best,
@@ -416,6 +423,7 @@ pub fn select(
                     coverage: candidate.coverage,
                     z: None,
                     relevance: None,
+                    later: None,
                 },
             });
         }
@@ -631,6 +639,56 @@ mod tests {
         );
         let weak_hit = fused.iter().find(|c| c.id == weak).unwrap();
         assert!((weak_hit.rrf - 1.0 / 3.0).abs() < 1e-6, "{weak_hit:?}");
+    }
+
+    /// "Which antibiotic do I react badly to?" shares no informative word with "I'm allergic to
+    /// penicillin" but a common one with another memory: that BM25 hit (coverage 0) must not
+    /// outrank the memory the query means.
+    #[test]
+    fn a_bm25_hit_on_no_informative_word_adds_nothing() {
+        let (meant, worded, other) = (MemoryId::new(), MemoryId::new(), MemoryId::new());
+        let vector = [(meant, 0.86), (worded, 0.84), (other, 0.70)];
+        let keyword = [(worded, 2.5)];
+        let coverage = [0.0];
+        // A user without turns: the context view's BM25 list is the own one again.
+        let lists = Lists {
+            vector: &vector,
+            keyword: &keyword,
+            keyword_context: &keyword,
+            keyword_coverage: &coverage,
+            keyword_context_coverage: &coverage,
+            requested: 50,
+            ..Lists::default()
+        };
+        let shipped = FusionSettings::default();
+        assert!(shipped.bm25_needs_coverage);
+        let fused = fuse_lists(&lists, &shipped, 10.0);
+        assert_eq!(fused.first().map(|c| c.id), Some(meant), "{fused:?}");
+        let worded_hit = fused
+            .iter()
+            .find(|c| c.id == worded)
+            .expect("still a candidate");
+        assert_eq!(worded_hit.keyword.map(|(rank, _)| rank), Some(1));
+        // Before: the weak hit took the BM25 list's full weight and ranked first.
+        let before = FusionSettings {
+            bm25_needs_coverage: false,
+            ..FusionSettings::default()
+        };
+        assert_eq!(
+            fuse_lists(&lists, &before, 10.0).first().map(|c| c.id),
+            Some(worded)
+        );
+        // A hit on an informative word keeps its full weight.
+        let coverage = [0.4];
+        let lists = Lists {
+            keyword_coverage: &coverage,
+            keyword_context_coverage: &coverage,
+            ..lists
+        };
+        assert_eq!(
+            fuse_lists(&lists, &shipped, 10.0).first().map(|c| c.id),
+            Some(worded)
+        );
     }
 
     /// Only turns have context vectors; a fact is its own context, so its own cosine counts

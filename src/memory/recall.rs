@@ -63,6 +63,86 @@ pub struct RecallResponse {
     pub timings: RecallTimings,
 }
 
+/// What a recall will search and read: worked out from the request before any search.
+struct Plan {
+    k: usize,
+    /// Candidates per signal.
+    candidates: usize,
+    /// Rows read in the first round after fusion.
+    first_chunk: usize,
+    /// The indexes' filter and SQL's (the truth) for the same request.
+    filter: VectorFilter,
+    sql_filter: MemoryFilter,
+    /// The ablation's raw-cosine gate and floor apply (`memory.fusion`).
+    gated: bool,
+}
+
+impl Plan {
+    fn new(request: &RecallRequest, settings: &MemorySettings, k: usize) -> Self {
+        let candidates = request
+            .candidates
+            .unwrap_or(settings.candidates)
+            .max(k)
+            .min(1000);
+        // No kinds asked for means the ordinary ones but the profile: document chunks and the
+        // profile only when asked.
+        let kinds = request.kinds.clone().unwrap_or_else(MemoryKind::recalled);
+        let filter = VectorFilter {
+            kinds: Some(kinds.iter().map(|kind| kind.as_str().to_string()).collect()),
+            since_ms: request.since.map(|time| time.timestamp_millis()),
+            // The index filter's upper bound is exclusive; ours is inclusive.
+            until_ms: request.until.map(|time| time.timestamp_millis() + 1),
+            include_archived: request.include_archived,
+            include_invalid: false,
+        };
+        let sql_filter = MemoryFilter {
+            kinds: Some(kinds),
+            since: request.since,
+            until: request.until,
+            include_archived: request.include_archived,
+            include_invalid: false,
+            trusts: None,
+            thread: None,
+        };
+        // The product's recall (hybrid) decides relevance: it needs the keyword coverage, and
+        // answers content-free queries with nothing. The raw-cosine gate and floor of
+        // `memory.fusion` apply only when set (ablations).
+        let fusion = &settings.fusion;
+        let gated = request.mode == RecallMode::Hybrid
+            && [
+                fusion.gate_cosine.unwrap_or(0.0),
+                fusion.gate_coverage,
+                fusion.floor_cosine.unwrap_or(0.0),
+                fusion.floor_coverage,
+            ]
+            .iter()
+            .any(|threshold| *threshold > 0.0);
+        Self {
+            k,
+            candidates,
+            first_chunk: (2 * k).max(HYDRATE_CHUNK_MIN),
+            filter,
+            sql_filter,
+            gated,
+        }
+    }
+}
+
+/// Every signal's list, with the rows read ahead and the time each search took.
+struct Found {
+    vector: Vec<(MemoryId, f32)>,
+    vector_context: Vec<(MemoryId, f32)>,
+    keyword: ViewHits,
+    keyword_context: ViewHits,
+    /// Rows of the best keyword hits, read while the vector search ran.
+    prefetched: Vec<Memory>,
+    embed_ms: f64,
+    vector_ms: f64,
+    keyword_ms: f64,
+    /// The query's vector (none in a keyword-only recall).
+    query_vector: Option<Vec<f32>>,
+}
+
 impl MemoryEngine {
     pub async fn recall(
         &self,
@@ -87,6 +167,10 @@ impl MemoryEngine {
         self.recall_with(user, request, settings, now, false).await
     }
 
+    /// The product's recall in named steps: check the request; answer a content-free query
+    /// with nothing; [`search`](Self::search) every signal's list; fuse the lists (`rank`);
+    /// [`read_in_order`](Self::read_in_order) the rows from SQL as far as they can reach the
+    /// top k; [`judge`](Self::judge) each result's relevance, reorder and gate; record access.
     async fn recall_with(
         &self,
         user: UserId,
@@ -107,40 +191,10 @@ impl MemoryEngine {
                 settings.max_k
             )));
         }
-        let candidates = request
-            .candidates
-            .unwrap_or(settings.candidates)
-            .max(k)
-            .min(1000);
-        // No kinds asked for means the ordinary ones but the profile: document chunks and the
-        // profile only when asked.
-        let kinds = request.kinds.clone().unwrap_or_else(MemoryKind::recalled);
-        let filter = VectorFilter {
-            kinds: Some(kinds.iter().map(|kind| kind.as_str().to_string()).collect()),
-            since_ms: request.since.map(|time| time.timestamp_millis()),
-            // The index filter's upper bound is exclusive; ours is inclusive.
-            until_ms: request.until.map(|time| time.timestamp_millis() + 1),
-            include_archived: request.include_archived,
-            include_invalid: false,
-        };
-        let first_chunk = (2 * k).max(HYDRATE_CHUNK_MIN);
-        let fusion = &settings.fusion;
-        // The product's recall (hybrid) decides relevance: it needs the keyword coverage,
-        // and answers content-free queries with nothing. The raw-cosine gate and floor of
-        // `memory.fusion` apply only when set (ablations).
-        let hybrid = request.mode == RecallMode::Hybrid;
-        let gated = hybrid
-            && [
-                fusion.gate_cosine.unwrap_or(0.0),
-                fusion.gate_coverage,
-                fusion.floor_cosine.unwrap_or(0.0),
-                fusion.floor_coverage,
-            ]
-            .iter()
-            .any(|threshold| *threshold > 0.0);
         // A greeting or thanks ("hello", "你好", "thanks!") is about nothing: the gate answers
         // it before any search, whatever the model's cosines (e5 puts a short Chinese greeting
         // at 0.85 from a short Chinese statement, above its gate).
+        let hybrid = request.mode == RecallMode::Hybrid;
         if hybrid && !request.keep_irrelevant && super::extract::content_free(query) {
             let total_ms = elapsed_ms(started);
             return Ok(RecallResponse {
@@ -156,148 +210,19 @@ impl MemoryEngine {
                 },
             });
         }
-        let (
-            vector_hits,
-            context_vector_hits,
-            keyword_hits,
-            context_keyword_hits,
-            prefetched,
-            embed_ms,
-            vector_ms,
-            keyword_ms,
-            query_vector,
-        ) = {
-            let use_vector = request.mode != RecallMode::Keyword;
-            let use_keyword = request.mode != RecallMode::Vector;
-            // A user without turns has no context views: their context view is the own view
-            // again, so its keyword hits are the own view's and its vector view is empty.
-            let context_views = self.indexer.has_context_views(user).await?;
-            let wants_context_keyword = use_keyword && fusion.context_bm25_weight > 0.0;
-            let use_context_keyword = wants_context_keyword && context_views;
-            // Coverage feeds relevance (and the legacy gate and floor); a search by one signal
-            // alone (an ablation, a diagnostic) keeps what it finds.
-            let covered = hybrid;
-            // Both views' coverage counts the same informative words: worked out once.
-            let informative = covered.then(InformativeWords::default);
-            let keyword = self.indexer.keyword().clone();
-            let context_keyword = keyword.clone();
-            let context_keyword_search = async {
-                if !use_context_keyword {
-                    return Ok::<_, MemoryError>(ViewHits::default());
-                }
-                Ok(context_keyword
-                    .search_view_sharing_async(
-                        user,
-                        query.to_string(),
-                        View::Context,
-                        filter.clone(),
-                        candidates,
-                        informative.clone(),
-                    )
-                    .await?)
-            };
-            let keyword_search = async {
-                if !use_keyword {
-                    return Ok((ViewHits::default(), 0.0, Vec::new()));
-                }
-                let started = Instant::now();
-                let hits = keyword
-                    .search_view_sharing_async(
-                        user,
-                        query.to_string(),
-                        View::Own,
-                        filter.clone(),
-                        candidates,
-                        informative.clone(),
-                    )
-                    .await?;
-                let keyword_ms = elapsed_ms(started);
-                // The vector side (embedding the query, then searching) takes longer: read
-                // the rows of the best keyword hits meanwhile, as the first reading round
-                // after fusion will want most of them.
-                let prefetched = if use_vector && !hits.hits.is_empty() {
-                    let ids: Vec<MemoryId> = hits
-                        .hits
-                        .iter()
-                        .take(first_chunk)
-                        .map(|(id, _)| *id)
-                        .collect();
-                    self.store.user(user).memories_by_ids(&ids).await?
-                } else {
-                    Vec::new()
-                };
-                Ok::<_, MemoryError>((hits, keyword_ms, prefetched))
-            };
-            let vector_search = async {
-                if !use_vector {
-                    return Ok::<_, MemoryError>((Vec::new(), Vec::new(), 0.0, 0.0, None));
-                }
-                let embed_started = Instant::now();
-                let vector = self.embedder.embed_query(query).await?;
-                let embed_ms = elapsed_ms(embed_started);
-                let search_started = Instant::now();
-                let index = self.indexer.vector();
-                let context_search = async {
-                    if fusion.context_vector_weight <= 0.0 || !context_views {
-                        return Ok(Vec::new());
-                    }
-                    index
-                        .search_view(user, View::Context, &vector, &filter, candidates)
-                        .await
-                };
-                let (own, context) = tokio::join!(
-                    index.search(user, &vector, &filter, candidates),
-                    context_search
-                );
-                Ok((
-                    own?,
-                    context?,
-                    embed_ms,
-                    elapsed_ms(search_started),
-                    Some(vector),
-                ))
-            };
-            let (keyword_result, context_keyword_result, vector_result) =
-                tokio::join!(keyword_search, context_keyword_search, vector_search);
-            let (vector_hits, context_vector_hits, embed_ms, vector_ms, query_vector) =
-                vector_result?;
-            let (keyword_hits, keyword_ms, prefetched) = keyword_result?;
-            let mut context_keyword_hits = context_keyword_result?;
-            if wants_context_keyword && !context_views {
-                context_keyword_hits = keyword_hits.clone();
-            }
-            (
-                vector_hits,
-                context_vector_hits,
-                keyword_hits,
-                context_keyword_hits,
-                prefetched,
-                embed_ms,
-                vector_ms,
-                keyword_ms,
-                query_vector,
-            )
-        };
-        let sql_filter = MemoryFilter {
-            kinds: Some(kinds),
-            since: request.since,
-            until: request.until,
-            include_archived: request.include_archived,
-            include_invalid: false,
-            trusts: None,
-            thread: None,
-        };
+        let plan = Plan::new(&request, settings, k);
+        let found = self.search(user, query, &request, settings, &plan).await?;
         let lists = rank::Lists {
-            vector: &vector_hits,
-            keyword: &keyword_hits.hits,
-            vector_context: &context_vector_hits,
-            keyword_context: &context_keyword_hits.hits,
-            keyword_coverage: &keyword_hits.coverage,
-            keyword_context_coverage: &context_keyword_hits.coverage,
-            requested: candidates,
-            gated,
+            vector: &found.vector,
+            keyword: &found.keyword.hits,
+            vector_context: &found.vector_context,
+            keyword_context: &found.keyword_context.hits,
+            keyword_coverage: &found.keyword.coverage,
+            keyword_context_coverage: &found.keyword_context.coverage,
+            requested: plan.candidates,
+            gated: plan.gated,
         };
-        let fused = rank::fuse_lists(&lists, fusion, settings.rrf_k);
+        let fused = rank::fuse_lists(&lists, &settings.fusion, settings.rrf_k);
         let hints = rank::QueryHints {
             span: super::when::span(query, now),
             speaker: if settings.speaker_boost != 1.0 {
@@ -306,22 +231,195 @@ impl MemoryEngine {
                 None
             },
         };
-        // SQL is the truth: hits are re-read for this user and re-checked against the filter,
-        // in fused order and only as far as they can still change the top k.
         let select_started = Instant::now();
+        let (mut results, hydrate_ms) = self
+            .read_in_order(
+                user,
+                &plan,
+                &fused,
+                found.prefetched,
+                settings,
+                request.decay,
+                now,
+                &hints,
+            )
+            .await?;
+        if let Some(vector) = found.query_vector {
+            self.judge(query, vector, &request, settings, &mut results);
+        }
+        let rank_ms = elapsed_ms(select_started) - hydrate_ms;
+        let recalled: Vec<MemoryId> = results.iter().map(|r| r.memory.id).collect();
+        if record_access && !recalled.is_empty() {
+            let _ = self.access.send((user, recalled, crate::store::now()));
+        }
+        let total_ms = elapsed_ms(started);
+        metrics::histogram!("mnemo_recall_duration_seconds").record(total_ms / 1000.0);
+        Ok(RecallResponse {
+            results,
+            timings: RecallTimings {
+                embed_ms: found.embed_ms,
+                vector_ms: found.vector_ms,
+                keyword_ms: found.keyword_ms,
+                hydrate_ms,
+                rank_ms,
+                search_ms: total_ms - found.embed_ms,
+                total_ms,
+            },
+        })
+    }
+
+    /// The searches of a recall, run together: the query embedded, then the vector search of
+    /// both views; the BM25 search of both views (their coverage of the query's informative
+    /// words worked out once), then the rows of the best keyword hits read from SQL while the
+    /// vector side still runs.
+    async fn search(
+        &self,
+        user: UserId,
+        query: &str,
+        request: &RecallRequest,
+        settings: &MemorySettings,
+        plan: &Plan,
+    ) -> MemoryResult<Found> {
+        let fusion = &settings.fusion;
+        let filter = &plan.filter;
+        let candidates = plan.candidates;
+        let use_vector = request.mode != RecallMode::Keyword;
+        let use_keyword = request.mode != RecallMode::Vector;
+        // A user without turns has no context views: their context view is the own view
+        // again, so its keyword hits are the own view's and its vector view is empty.
+        let context_views = self.indexer.has_context_views(user).await?;
+        let wants_context_keyword = use_keyword && fusion.context_bm25_weight > 0.0;
+        let use_context_keyword = wants_context_keyword && context_views;
+        // Coverage feeds relevance (and the legacy gate and floor); a search by one signal
+        // alone (an ablation, a diagnostic) keeps what it finds.
+        let informative = (request.mode == RecallMode::Hybrid).then(InformativeWords::default);
+        let keyword = self.indexer.keyword();
+        let context_keyword_search = async {
+            if !use_context_keyword {
+                return Ok::<_, MemoryError>(ViewHits::default());
+            }
+            Ok(keyword
+                .search_view_sharing_async(
+                    user,
+                    query.to_string(),
+                    View::Context,
+                    filter.clone(),
+                    candidates,
+                    informative.clone(),
+                )
+                .await?)
+        };
+        let keyword_search = async {
+            if !use_keyword {
+                return Ok((ViewHits::default(), 0.0, Vec::new()));
+            }
+            let started = Instant::now();
+            let hits = keyword
+                .search_view_sharing_async(
+                    user,
+                    query.to_string(),
+                    View::Own,
+                    filter.clone(),
+                    candidates,
+                    informative.clone(),
+                )
+                .await?;
+            let keyword_ms = elapsed_ms(started);
+            // The vector side (embedding the query, then searching) takes longer: read the
+            // rows of the best keyword hits meanwhile, as the first reading round after
+            // fusion will want most of them.
+            let prefetched = if use_vector && !hits.hits.is_empty() {
+                let ids: Vec<MemoryId> = hits
+                    .hits
+                    .iter()
+                    .take(plan.first_chunk)
+                    .map(|(id, _)| *id)
+                    .collect();
+                self.store.user(user).memories_by_ids(&ids).await?
+            } else {
+                Vec::new()
+            };
+            Ok::<_, MemoryError>((hits, keyword_ms, prefetched))
+        };
+        let vector_search = async {
+            if !use_vector {
+                return Ok::<_, MemoryError>((Vec::new(), Vec::new(), 0.0, 0.0, None));
+            }
+            let embed_started = Instant::now();
+            let vector = self.embedder.embed_query(query).await?;
+            let embed_ms = elapsed_ms(embed_started);
+            let search_started = Instant::now();
+            let index = self.indexer.vector();
+            let context_search = async {
+                if fusion.context_vector_weight <= 0.0 || !context_views {
+                    return Ok(Vec::new());
+                }
+                index
+                    .search_view(user, View::Context, &vector, filter, candidates)
+                    .await
+            };
+            let (own, context) = tokio::join!(
+                index.search(user, &vector, filter, candidates),
+                context_search
+            );
+            Ok((
+                own?,
+                context?,
+                embed_ms,
+                elapsed_ms(search_started),
+                Some(vector),
+            ))
+        };
+        let (keyword_result, context_keyword_result, vector_result) =
+            tokio::join!(keyword_search, context_keyword_search, vector_search);
+        let (vector, vector_context, embed_ms, vector_ms, query_vector) = vector_result?;
+        let (keyword, keyword_ms, prefetched) = keyword_result?;
+        let mut keyword_context = context_keyword_result?;
+        if wants_context_keyword && !context_views {
+            keyword_context = keyword.clone();
+        }
+        Ok(Found {
+            vector,
+            vector_context,
+            keyword,
+            keyword_context,
+            prefetched,
+            embed_ms,
+            vector_ms,
+            keyword_ms,
+            query_vector,
+        })
+    }
+
+    /// The fused candidates' rows, re-read for this user and re-checked against the filter
+    /// (SQL is the truth), in fused order and only as far as they can still change the top
+    /// k; scored with decay and the query's hints. Returns the results and the time spent
+    /// reading rows (ms).
+    #[allow(clippy::too_many_arguments)]
+    async fn read_in_order(
+        &self,
+        user: UserId,
+        plan: &Plan,
+        fused: &[rank::Candidate],
+        prefetched: Vec<Memory>,
+        settings: &MemorySettings,
+        decay: bool,
+        now: DateTime<Utc>,
+        hints: &rank::QueryHints,
+    ) -> MemoryResult<(Vec<Recalled>, f64)> {
         let hydrate_ns = AtomicU64::new(0);
         let mut prefetched: std::collections::HashMap<MemoryId, Memory> = prefetched
             .into_iter()
             .map(|memory| (memory.id, memory))
             .collect();
-        let (mut results, _) = rank::select_reading(
-            &fused,
+        let (results, _) = rank::select_reading(
+            fused,
             settings,
-            request.decay,
+            decay,
             now,
-            &hints,
-            k,
-            first_chunk,
+            hints,
+            plan.k,
+            plan.first_chunk,
             |ids| {
                 let started = Instant::now();
                 let mut rows = Vec::with_capacity(ids.len());
@@ -333,7 +431,7 @@ impl MemoryEngine {
                     }
                 }
                 let store = &self.store;
-                let sql_filter = &sql_filter;
+                let sql_filter = &plan.sql_filter;
                 let hydrate_ns = &hydrate_ns;
                 async move {
                     if !missing.is_empty() {
@@ -349,77 +447,108 @@ impl MemoryEngine {
             },
         )
         .await?;
-        // Every result says how likely it is about the query; in the product's recall
-        // (hybrid) nothing is returned unless one is likely enough, and the list stops where
-        // relevance drops (`memory.relevance`).
-        if let Some(vector) = query_vector {
-            let profile = self.relevance.profile(query, vector);
-            for result in &mut results {
-                let closest = [
-                    Some(super::relevance::cosine(
-                        profile.vector(),
-                        &result.memory.embedding,
-                    )),
-                    result.signals.context_vector_score,
-                ]
-                .into_iter()
-                .flatten()
-                .fold(f32::MIN, f32::max);
-                let turn = result.memory.kind == MemoryKind::Turn;
-                let coverage = f64::from(result.signals.coverage);
-                result.signals.z = Some(profile.z(closest));
-                result.signals.relevance =
-                    Some(self.relevance.score(&profile, closest, coverage, turn));
+        Ok((results, hydrate_ns.into_inner() as f64 / 1e6))
+    }
+
+    /// Lifts a later turn right above an earlier turn on the same topic (their vectors at
+    /// least `same_topic_z` apart from the model's background), and marks the earlier one:
+    /// a later message usually updates what an earlier one said. Only the order changes.
+    fn later_first(&self, results: &mut [Recalled], same_topic_z: f64) {
+        let mut i = 0;
+        while i < results.len() {
+            let older = &results[i].memory;
+            if older.kind != MemoryKind::Turn {
+                i += 1;
+                continue;
             }
-            // Relevance ranks too: each score is weighed by its probability.
-            let weight = settings.relevance.rank_weight;
-            if request.mode == RecallMode::Hybrid && weight > 0.0 {
-                for result in &mut results {
-                    let p = result.signals.relevance.unwrap_or(0.0).max(1e-6);
-                    result.score *= p.powf(weight);
+            let profile = self
+                .relevance
+                .profile(&older.content, older.embedding.clone());
+            let later = (i + 1..results.len()).find(|&j| {
+                let newer = &results[j].memory;
+                newer.kind == MemoryKind::Turn
+                    && newer.created_at > older.created_at
+                    && newer.embedding.len() == older.embedding.len()
+                    && profile.z(super::relevance::cosine(&older.embedding, &newer.embedding))
+                        >= same_topic_z
+            });
+            match later {
+                Some(j) => {
+                    let newer_id = results[j].memory.id;
+                    let score = results[i].score;
+                    results[i].signals.later = Some(newer_id);
+                    // Each move puts a strictly later turn at `i`: the loop ends.
+                    results[i..=j].rotate_right(1);
+                    results[i].score = results[i].score.max(score);
                 }
-                results.sort_by(|a, b| {
-                    b.score
-                        .total_cmp(&a.score)
-                        .then_with(|| b.memory.id.cmp(&a.memory.id))
-                });
-            }
-            if request.mode == RecallMode::Hybrid && !request.keep_irrelevant {
-                let points = &settings.relevance;
-                let best = results
-                    .iter()
-                    .filter_map(|result| result.signals.relevance)
-                    .fold(0.0, f64::max);
-                if best < points.gate {
-                    results.clear();
-                }
-                results.retain(|result| {
-                    result
-                        .signals
-                        .relevance
-                        .is_some_and(|relevance| relevance >= points.tail)
-                });
+                None => i += 1,
             }
         }
-        let hydrate_ms = hydrate_ns.into_inner() as f64 / 1e6;
-        let rank_ms = elapsed_ms(select_started) - hydrate_ms;
-        let recalled: Vec<MemoryId> = results.iter().map(|r| r.memory.id).collect();
-        if record_access && !recalled.is_empty() {
-            let _ = self.access.send((user, recalled, crate::store::now()));
+    }
+
+    /// Every result says how likely it is about the query; in the product's recall (hybrid)
+    /// relevance also reorders the results, nothing is returned unless one is likely enough,
+    /// and the list stops where relevance drops (`memory.relevance`).
+    fn judge(
+        &self,
+        query: &str,
+        vector: Vec<f32>,
+        request: &RecallRequest,
+        settings: &MemorySettings,
+        results: &mut Vec<Recalled>,
+    ) {
+        let profile = self.relevance.profile(query, vector);
+        for result in results.iter_mut() {
+            let closest = [
+                Some(super::relevance::cosine(
+                    profile.vector(),
+                    &result.memory.embedding,
+                )),
+                result.signals.context_vector_score,
+            ]
+            .into_iter()
+            .flatten()
+            .fold(f32::MIN, f32::max);
+            let turn = result.memory.kind == MemoryKind::Turn;
+            let coverage = f64::from(result.signals.coverage);
+            result.signals.z = Some(profile.z(closest));
+            result.signals.relevance =
+                Some(self.relevance.score(&profile, closest, coverage, turn));
         }
-        let total_ms = elapsed_ms(started);
-        metrics::histogram!("mnemo_recall_duration_seconds").record(total_ms / 1000.0);
-        Ok(RecallResponse {
-            results,
-            timings: RecallTimings {
-                embed_ms,
-                vector_ms,
-                keyword_ms,
-                hydrate_ms,
-                rank_ms,
-                search_ms: total_ms - embed_ms,
-                total_ms,
-            },
-        })
+        if request.mode != RecallMode::Hybrid {
+            return;
+        }
+        // Relevance ranks too: each score is weighed by its probability.
+        let weight = settings.relevance.rank_weight;
+        if weight > 0.0 {
+            for result in results.iter_mut() {
+                let p = result.signals.relevance.unwrap_or(0.0).max(1e-6);
+                result.score *= p.powf(weight);
+            }
+            results.sort_by(|a, b| {
+                b.score
+                    .total_cmp(&a.score)
+                    .then_with(|| b.memory.id.cmp(&a.memory.id))
+            });
+        }
+        if settings.later_first_z > 0.0 {
+            self.later_first(results, settings.later_first_z);
+        }
+        if !request.keep_irrelevant {
+            let points = &settings.relevance;
+            let best = results
+                .iter()
+                .filter_map(|result| result.signals.relevance)
+                .fold(0.0, f64::max);
+            if best < points.gate {
+                results.clear();
+            }
+            results.retain(|result| {
+                result
+                    .signals
+                    .relevance
+                    .is_some_and(|relevance| relevance >= points.tail)
+            });
+        }
     }
 }

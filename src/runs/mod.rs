@@ -1791,6 +1791,7 @@ mod wire_tests {
                             coverage: 0.0,
                             z: None,
                             relevance: None,
+                            later: None,
                         }),
                     }],
                 }),

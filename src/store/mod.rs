@@ -54,6 +54,11 @@ pub struct Signals {
     /// embedded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub relevance: Option<f64>,
+    /// A later turn on the same topic, ranked above this one in the same recall
+    /// (`memory.later_first_z`): what this turn says may have changed since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub later: Option<MemoryId>,
 }
 
 fn is_zero(value: &f32) -> bool {

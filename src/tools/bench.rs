@@ -1239,14 +1239,11 @@ impl Bench<'_> {
     }
 }
 
-/// Stops the engine's background tasks and waits (bounded) until its follower has flushed and
-/// let go of the indexes, so their files can be removed afterwards.
+/// Stops the engine's background tasks and closes its indexes (flushed, no writes after),
+/// so their files can be removed afterwards.
 async fn stop_engine(engine: &Arc<MemoryEngine>, token: &CancellationToken) {
     token.cancel();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Arc::strong_count(engine.indexer()) > 1 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    engine.close(Duration::from_secs(30)).await;
 }
 
 /// One recall; returns the latency without query embedding, and the number of results.

@@ -44,19 +44,11 @@ pub fn scratch_settings(
 }
 
 /// Ends the runs and background tasks of a state whose shutdown token was cancelled, and
-/// waits (bounded) until the indexes are let go: the vector shard flushes when its last owner
-/// goes, which must happen inside the runtime.
+/// closes its indexes and pool.
 pub async fn release(state: AppState) {
     state.runs.shutdown(Duration::from_secs(5)).await;
-    state.memory.join_background(Duration::from_secs(10)).await;
-    let indexer = std::sync::Arc::downgrade(state.memory.indexer());
-    drop(state);
-    for _ in 0..200 {
-        if indexer.strong_count() == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    state.memory.close(Duration::from_secs(10)).await;
+    state.store.close().await;
 }
 
 /// A new key user named `name` in `store`; their API key.

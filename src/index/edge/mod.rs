@@ -134,6 +134,8 @@ struct Shard {
     path: PathBuf,
     write_gate: Mutex<()>,
     optimize_gate: Mutex<()>,
+    /// Set by [`VectorIndex::close`]: the shard is flushed and takes no more writes.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for EdgeVectorIndex {
@@ -469,6 +471,16 @@ impl VectorIndex for EdgeVectorIndex {
         .await
     }
 
+    async fn close(&self) -> Result<(), IndexError> {
+        self.blocking(|tiers| {
+            // After a promotion in progress, so no shard is made after this.
+            let _promote = gate(&tiers.promote_gate);
+            tiers.shards().iter().for_each(|shard| shard.close());
+            Ok(())
+        })
+        .await
+    }
+
     async fn flush_if_idle(&self) -> Result<bool, IndexError> {
         self.blocking(|tiers| {
             // Every shard gets its chance; true only when all of them flushed.
@@ -572,6 +584,34 @@ mod tests {
             .await
             .expect_err("dimension mismatch");
         assert!(matches!(err, IndexError::BadInput(_)), "{err}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn close_flushes_then_refuses_writes_and_reopens_with_everything() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let user = UserId::for_tests();
+        let index = EdgeVectorIndex::open(dir.path(), DIM).await.expect("open");
+        let points: Vec<VectorPoint> = (0..20).map(|seed| point(user, seed)).collect();
+        index.upsert(points.clone()).await.expect("upsert");
+        index.close().await.expect("close");
+        // Searches still answer; writes are refused with a clear error, not lost silently.
+        assert_eq!(index.count(user).await.expect("count"), 20);
+        let refused = index
+            .upsert(vec![point(user, 99)])
+            .await
+            .expect_err("a closed index takes no writes");
+        assert!(refused.to_string().contains("closed"), "{refused}");
+        assert!(index.close().await.is_ok(), "closing twice is harmless");
+        drop(index);
+        let reopened = EdgeVectorIndex::open(dir.path(), DIM)
+            .await
+            .expect("reopen");
+        assert_eq!(reopened.count(user).await.expect("count"), 20);
+        let hits = reopened
+            .search(user, &points[3].vector, &VectorFilter::default(), 1)
+            .await
+            .expect("search");
+        assert_eq!(hits.first().map(|(id, _)| *id), Some(points[3].id));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -173,6 +173,7 @@ impl Shard {
             path: path.to_path_buf(),
             write_gate: Mutex::new(()),
             optimize_gate: Mutex::new(()),
+            closed: std::sync::atomic::AtomicBool::new(false),
         };
         shard.ensure_indexes()?;
         Ok(shard)
@@ -180,7 +181,27 @@ impl Shard {
 
     pub(super) fn update(&self, op: UpdateOperation, context: &str) -> Result<(), IndexError> {
         let _gate = gate(&self.write_gate);
+        if self.is_closed() {
+            return Err(IndexError::Unavailable(format!(
+                "{context}: the vector index is closed"
+            )));
+        }
         self.shard.update(op).map_err(|e| engine_err(context, e))
+    }
+
+    pub(super) fn is_closed(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Waits for a running optimisation, flushes, and refuses writes from then on (searches
+    /// still answer). The engine itself goes with the last owner of the shard; by then it has
+    /// nothing left to write.
+    pub(super) fn close(&self) {
+        let _optimize = gate(&self.optimize_gate);
+        let _write = gate(&self.write_gate);
+        if !self.closed.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            self.shard.flush();
+        }
     }
 
     pub(super) fn upsert(&self, points: Vec<PointStructPersisted>) -> Result<(), IndexError> {
@@ -290,6 +311,9 @@ impl Shard {
 
     pub(super) fn optimize(&self) -> Result<(), IndexError> {
         let _gate = gate(&self.optimize_gate);
+        if self.is_closed() {
+            return Ok(());
+        }
         self.shard
             .optimize()
             .map(|_| ())

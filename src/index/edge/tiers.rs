@@ -97,6 +97,9 @@ impl Tiers {
             return Ok(Vec::new());
         }
         let _one_pass = gate(&self.promote_gate);
+        if self.shared.is_closed() {
+            return Ok(Vec::new());
+        }
         // Approximate counts from the tenant index (deleted points may still be counted);
         // a candidate is checked exactly before it moves.
         let largest = self

@@ -91,6 +91,11 @@ pub(super) struct Accumulator {
     pub(super) abstain_asked: usize,
     pub(super) abstain_nothing: usize,
     pub(super) abstain_returned: usize,
+    /// Questions naming an earlier statement and the later one changing it: how many, how
+    /// often the later ranked first (or alone), and how often both were found.
+    pub(super) order_asked: usize,
+    pub(super) order_newer_first: usize,
+    pub(super) order_both: usize,
 }
 
 impl Accumulator {
@@ -110,6 +115,9 @@ impl Accumulator {
             abstain_asked: 0,
             abstain_nothing: 0,
             abstain_returned: 0,
+            order_asked: 0,
+            order_newer_first: 0,
+            order_both: 0,
         }
     }
 
@@ -145,6 +153,11 @@ impl Accumulator {
                 asked: self.abstain_asked,
                 nothing: self.abstain_nothing as f64 / self.abstain_asked as f64,
                 returned: self.abstain_returned as f64 / self.abstain_asked as f64,
+            }),
+            newest_first: (self.order_asked > 0).then(|| NewestFirst {
+                asked: self.order_asked,
+                newer_first: self.order_newer_first as f64 / self.order_asked as f64,
+                both_found: self.order_both as f64 / self.order_asked as f64,
             }),
         }
     }

@@ -19,7 +19,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{Conversation, Dataset, Question, Reference, Session, Turn};
+use super::{Conversation, Dataset, Order, Question, Reference, Session, Turn};
 use mnemo::store::Role;
 
 #[derive(Debug, Deserialize)]
@@ -49,6 +49,34 @@ struct RawQuestion {
     answer: Value,
     #[serde(default)]
     evidence: Vec<Value>,
+    /// Knowledge update: `original_info` / `updated_info`; contradiction resolution:
+    /// `first_statement` / `second_statement` (message ids).
+    /// (Other abilities give a list or nothing here.)
+    #[serde(default)]
+    evidence_detail: Option<Value>,
+}
+
+/// The earlier and the later statement's message ids of a knowledge update or a
+/// contradiction, when the question names both.
+fn order_of(detail: Option<&Value>) -> Option<Order> {
+    let detail = detail?.as_object()?;
+    let ids = |key: &str| -> Vec<String> {
+        match detail.get(key) {
+            Some(Value::Array(items)) => items.iter().filter_map(id_text).collect(),
+            Some(other) => id_text(other).into_iter().collect(),
+            None => Vec::new(),
+        }
+    };
+    [
+        ("original_info", "updated_info"),
+        ("first_statement", "second_statement"),
+    ]
+    .into_iter()
+    .map(|(older, newer)| Order {
+        older: ids(older),
+        newer: ids(newer),
+    })
+    .find(|order| !order.older.is_empty() && !order.newer.is_empty())
 }
 
 /// The abilities in the order the report shows them.
@@ -237,6 +265,13 @@ fn convert(
         if !missing.is_empty() {
             notes.push(format!("{qid}: evidence {missing:?} names no message"));
         }
+        let order = order_of(question.evidence_detail.as_ref()).filter(|order| {
+            order
+                .older
+                .iter()
+                .chain(&order.newer)
+                .all(|id| ids.contains(id))
+        });
         let answer = match &question.answer {
             Value::String(text) => text.clone(),
             Value::Null => String::new(),
@@ -254,6 +289,7 @@ fn convert(
                 .collect(),
             answer,
             abstain,
+            order,
         });
     }
     Ok(Conversation {
@@ -297,7 +333,7 @@ mod tests {
                 {"id": 3, "role": "assistant", "content": "  "}
             ],
             "questions": [
-                {"qid": 1, "category": "knowledge_update", "question": "Where do I live?", "answer": "Linz", "evidence": [2, 0]},
+                {"qid": 1, "category": "knowledge_update", "question": "Where do I live?", "answer": "Linz", "evidence": [2, 0], "evidence_detail": {"original_info": [0], "updated_info": [2]}},
                 {"qid": 2, "category": "abstention", "question": "What is my cat called?", "answer": "not said", "evidence": []}
             ]
         }]"#;
@@ -312,6 +348,31 @@ mod tests {
         assert_eq!(conversation.questions.len(), 2);
         assert_eq!(conversation.questions[0].evidence, vec!["0", "2"]);
         assert!(conversation.questions[1].abstain && !conversation.questions[0].abstain);
+        let order = conversation.questions[0]
+            .order
+            .clone()
+            .expect("an update names both");
+        assert_eq!(
+            (order.older.clone(), order.newer.clone()),
+            (vec!["0".to_string()], vec!["2".to_string()])
+        );
+        let refs = |ids: &[&str]| -> Vec<Vec<String>> {
+            ids.iter().map(|id| vec![id.to_string()]).collect()
+        };
+        assert_eq!(
+            order.ranks(&refs(&["1", "2", "0"])),
+            Some((Some(2), Some(1)))
+        );
+        assert_eq!(order.ranks(&refs(&["0"])), Some((Some(0), None)));
+        let same = Order {
+            older: vec!["5".into()],
+            newer: vec!["5".into()],
+        };
+        assert_eq!(
+            same.ranks(&refs(&["5"])),
+            None,
+            "one turn on both sides orders nothing"
+        );
         assert_eq!(beam.categories(), vec!["knowledge_update"]);
         assert!(
             beam.notes()

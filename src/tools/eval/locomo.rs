@@ -307,6 +307,7 @@ fn parse_sample(id: &str, sample: &Value, notes: &mut Vec<String>) -> anyhow::Re
             evidence: evidence.into_iter().collect(),
             answer,
             abstain: false,
+            order: None,
         });
     }
     Ok(Conversation {

@@ -191,6 +191,7 @@ fn convert(item: Item, notes: &mut Vec<String>) -> anyhow::Result<Conversation> 
             evidence: evidence.into_iter().collect(),
             answer,
             abstain: false,
+            order: None,
         }],
     })
 }

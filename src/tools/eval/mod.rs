@@ -61,7 +61,7 @@ use mnemo::memory::rank::RecallMode;
 use mnemo::store::Role;
 
 use accumulate::*;
-pub use report::{Foreign, Report, RunResult};
+pub use report::{Foreign, NewestFirst, Report, RunResult};
 use scratch::*;
 
 // --- the dataset model ----------------------------------------------------------------------
@@ -105,6 +105,33 @@ pub struct Question {
     /// the right answer is that recall returns nothing.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub abstain: bool,
+    /// A statement and the later one that updates or contradicts it (BEAM's knowledge update
+    /// and contradiction resolution): recall should rank the later first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<Order>,
+}
+
+/// The turns of an earlier statement and of the later one that changes it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Order {
+    pub older: Vec<String>,
+    pub newer: Vec<String>,
+}
+
+impl Order {
+    /// Where the first result holding a turn of each side stands in `refs` (one list of turn
+    /// ids per result): `(older, newer)`. `None` when the two sides share a turn (nothing to
+    /// order).
+    pub fn ranks(&self, refs: &[Vec<String>]) -> Option<(Option<usize>, Option<usize>)> {
+        if self.older.iter().any(|id| self.newer.contains(id)) {
+            return None;
+        }
+        let first = |side: &[String]| {
+            refs.iter()
+                .position(|turns| turns.iter().any(|id| side.contains(id)))
+        };
+        Some((first(&self.older), first(&self.newer)))
+    }
 }
 
 /// A published result on the same data, shown beside ours (percent).

@@ -525,15 +525,7 @@ impl Scratch {
 
     async fn close(self) {
         self.shutdown.cancel();
-        self.engine.join_background(Duration::from_secs(10)).await;
-        let indexer = Arc::downgrade(self.engine.indexer());
-        drop(self.engine);
-        for _ in 0..100 {
-            if indexer.strong_count() == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        self.engine.close(Duration::from_secs(10)).await;
         self.store.close().await;
     }
 }

@@ -61,6 +61,20 @@ pub struct RunResult {
     /// The dataset's questions that nothing in the history answers (BEAM's abstention): the
     /// share that recalled nothing.
     pub abstention: Option<Foreign>,
+    /// Questions naming an earlier statement and the later one that updates or contradicts
+    /// it (BEAM): how often recall ranks the later first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub newest_first: Option<NewestFirst>,
+}
+
+/// Does recall put the later of two statements first?
+#[derive(Debug, Clone, Serialize)]
+pub struct NewestFirst {
+    pub asked: usize,
+    /// Share where the later statement ranked above the earlier one, or was found alone.
+    pub newer_first: f64,
+    /// Share where both were found.
+    pub both_found: f64,
 }
 
 /// Questions asked of a conversation that knows nothing about them.
@@ -622,6 +636,36 @@ pub fn markdown(report: &Report) -> String {
         }
     }
 
+    let ordering: Vec<&RunResult> = report
+        .runs
+        .iter()
+        .filter(|run| run.newest_first.is_some() && !run.sweep)
+        .collect();
+    if !ordering.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n## Newest first: an earlier statement and the later one changing it\n\n\
+             Knowledge-update and contradiction questions that name both statements' turns. \
+             `later first` is the share where the later statement's turn ranked above the \
+             earlier one's (or was found alone); `both found` where both were recalled.\n"
+        );
+        out.push_str("| memory unit | retrieval | questions | later first | both found |\n");
+        out.push_str("|---|---|---:|---:|---:|\n");
+        for run in ordering {
+            if let Some(order) = &run.newest_first {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {:.1} % | {:.1} % |",
+                    run.unit,
+                    retrieval_label(run),
+                    order.asked,
+                    order.newer_first * 100.0,
+                    order.both_found * 100.0,
+                );
+            }
+        }
+    }
+
     if let Some(answers) = &report.answers {
         let _ = writeln!(
             out,
@@ -1005,6 +1049,7 @@ mod tests {
             wordpieces_at_tokens_k: Some(260.0),
             foreign: None,
             abstention: None,
+            newest_first: None,
         }
     }
 

@@ -76,9 +76,7 @@ impl Scratch {
 
     pub(super) async fn close(self) {
         self.shutdown.cancel();
-        // Let the idle indexer follower see the cancellation and flush before the pool goes.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        drop(self.engine);
+        self.engine.close(Duration::from_secs(10)).await;
         self.store.close().await;
     }
 }
@@ -419,6 +417,15 @@ pub(super) async fn query(
                     .accumulators
                     .entry(key)
                     .or_insert_with(|| Accumulator::new(&plan.ks, probe, &plan.memory));
+                if let Some((older, newer)) = question.order.as_ref().and_then(|o| o.ranks(&refs)) {
+                    accumulator.order_asked += 1;
+                    accumulator.order_both += usize::from(older.is_some() && newer.is_some());
+                    accumulator.order_newer_first += usize::from(match (older, newer) {
+                        (Some(older), Some(newer)) => newer < older,
+                        (None, Some(_)) => true,
+                        _ => false,
+                    });
+                }
                 accumulator.aggregate.add(&question.category, &score);
                 accumulator.latencies_ms.push(elapsed_ms);
                 accumulator.returned += top.len();

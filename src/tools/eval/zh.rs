@@ -592,18 +592,10 @@ impl ProductScratch {
         })
     }
 
-    /// Stops the indexer and lets the vector shard flush before the pool goes.
+    /// Stops the indexer and closes the indexes before the pool goes.
     async fn close(self) {
         self.shutdown.cancel();
-        self.engine.join_background(Duration::from_secs(10)).await;
-        let indexer = Arc::downgrade(self.engine.indexer());
-        drop(self.engine);
-        for _ in 0..100 {
-            if indexer.strong_count() == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        self.engine.close(Duration::from_secs(10)).await;
         self.store.close().await;
     }
 }
