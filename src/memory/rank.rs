@@ -660,16 +660,19 @@ mod tests {
             requested: 50,
             ..Lists::default()
         };
-        let shipped = FusionSettings::default();
-        assert!(shipped.bm25_needs_coverage);
-        let fused = fuse_lists(&lists, &shipped, 10.0);
+        let needs_coverage = FusionSettings {
+            bm25_needs_coverage: true,
+            ..FusionSettings::default()
+        };
+        let fused = fuse_lists(&lists, &needs_coverage, 10.0);
         assert_eq!(fused.first().map(|c| c.id), Some(meant), "{fused:?}");
         let worded_hit = fused
             .iter()
             .find(|c| c.id == worded)
             .expect("still a candidate");
         assert_eq!(worded_hit.keyword.map(|(rank, _)| rank), Some(1));
-        // Before: the weak hit took the BM25 list's full weight and ranked first.
+        // Without (the default, for BEAM's sake): the weak hit takes the BM25 list's full
+        // weight and ranks first.
         let before = FusionSettings {
             bm25_needs_coverage: false,
             ..FusionSettings::default()
@@ -686,7 +689,9 @@ mod tests {
             ..lists
         };
         assert_eq!(
-            fuse_lists(&lists, &shipped, 10.0).first().map(|c| c.id),
+            fuse_lists(&lists, &needs_coverage, 10.0)
+                .first()
+                .map(|c| c.id),
             Some(worded)
         );
     }

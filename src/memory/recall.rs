@@ -20,6 +20,10 @@ use crate::store::{Memory, MemoryFilter, MemoryId, MemoryKind, UserId};
 /// in the common case, where the best fused hits are the final ones.
 const HYDRATE_CHUNK_MIN: usize = 16;
 
+/// `memory.later_first_z` reorders two turns only when the later one scores at least this
+/// share of the earlier one's score.
+const LATER_FIRST_TIE: f64 = 0.8;
+
 /// A recall request (`recall_memory(query, k, kinds?, since?, until?)`).
 #[derive(Debug, Clone, Default)]
 pub struct RecallRequest {
@@ -464,9 +468,13 @@ impl MemoryEngine {
             let profile = self
                 .relevance
                 .profile(&older.content, older.embedding.clone());
+            // Only a near tie is reordered: a later turn far down the list is about something
+            // else, however alike the two turns read.
+            let floor = results[i].score * LATER_FIRST_TIE;
             let later = (i + 1..results.len()).find(|&j| {
                 let newer = &results[j].memory;
-                newer.kind == MemoryKind::Turn
+                results[j].score >= floor
+                    && newer.kind == MemoryKind::Turn
                     && newer.created_at > older.created_at
                     && newer.embedding.len() == older.embedding.len()
                     && profile.z(super::relevance::cosine(&older.embedding, &newer.embedding))
