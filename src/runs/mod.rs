@@ -198,6 +198,22 @@ struct RunInput {
     receiver: tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<Value>>,
 }
 
+/// A run expecting its user's input ([`RunContext::expect_input`]).
+pub struct InputWait<'a> {
+    context: &'a RunContext,
+    receiver: tokio::sync::MutexGuard<'a, tokio::sync::mpsc::UnboundedReceiver<Value>>,
+}
+
+impl InputWait<'_> {
+    /// The input, once sent (`None`: the run ends first).
+    pub async fn recv(mut self) -> Option<Value> {
+        let value = self.receiver.recv().await;
+        self.context.input.awaiting.store(false, Ordering::SeqCst);
+        self.context.set_awaiting(false).await;
+        value
+    }
+}
+
 /// Why input could not be delivered to a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InputRefused {
@@ -341,19 +357,26 @@ pub struct RunContext {
 }
 
 impl RunContext {
-    /// Waits for the user's input (`POST /v1/runs/{id}/input`). The caller emits the event
-    /// that asks for it first; cancellation ends the wait with the run.
-    pub async fn wait_input(&self) -> Option<Value> {
+    /// Starts expecting the user's input (`POST /v1/runs/{id}/input`): from now on input is
+    /// accepted. Call it *before* emitting the event that asks for the input, so a client that
+    /// answers as soon as it sees the event is not refused; then [`InputWait::recv`].
+    pub async fn expect_input(&self) -> InputWait<'_> {
         let mut receiver = self.input.receiver.lock().await;
         // Input sent while nobody waited is stale.
         while receiver.try_recv().is_ok() {}
         self.input.awaiting.store(true, Ordering::SeqCst);
         // Other replicas read it from the run's row to accept input for this run.
         self.set_awaiting(true).await;
-        let value = receiver.recv().await;
-        self.input.awaiting.store(false, Ordering::SeqCst);
-        self.set_awaiting(false).await;
-        value
+        InputWait {
+            context: self,
+            receiver,
+        }
+    }
+
+    /// Waits for the user's input, expected from now on ([`Self::expect_input`]);
+    /// cancellation ends the wait with the run.
+    pub async fn wait_input(&self) -> Option<Value> {
+        self.expect_input().await.recv().await
     }
 
     async fn set_awaiting(&self, awaiting: bool) {

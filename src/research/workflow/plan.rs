@@ -57,6 +57,8 @@ impl Research {
         if question.is_empty() {
             return Ok(None);
         }
+        // Expected before it is asked for: a client may answer as soon as it sees the event.
+        let wait = self.progress.context.expect_input().await;
         self.progress
             .emit(RunEvent::StageUpdate(Stage {
                 stage: "clarification".into(),
@@ -67,10 +69,10 @@ impl Research {
                 })),
             }))
             .await?;
-        let answer =
-            self.progress.context.wait_input().await.ok_or_else(|| {
-                failure(RunErrorType::Internal, "the run stopped waiting for input")
-            })?;
+        let answer = wait
+            .recv()
+            .await
+            .ok_or_else(|| failure(RunErrorType::Internal, "the run stopped waiting for input"))?;
         let answer = answer["content"]
             .as_str()
             .unwrap_or_default()
@@ -151,6 +153,7 @@ impl Research {
             .map(|(index, topic)| format!("{}. {topic}", index + 1))
             .collect::<Vec<_>>()
             .join("\n");
+        let wait = self.progress.context.expect_input().await;
         self.progress
             .emit(RunEvent::PlanReview(Stage {
                 stage: "research_execution".into(),
@@ -158,10 +161,10 @@ impl Research {
                 metadata: Some(json!({ "topics": topics, "awaiting_input": true })),
             }))
             .await?;
-        let input =
-            self.progress.context.wait_input().await.ok_or_else(|| {
-                failure(RunErrorType::Internal, "the run stopped waiting for input")
-            })?;
+        let input = wait
+            .recv()
+            .await
+            .ok_or_else(|| failure(RunErrorType::Internal, "the run stopped waiting for input"))?;
         if let Some(edited) = input["topics"].as_array() {
             let edited: Vec<String> = edited
                 .iter()
