@@ -27,7 +27,7 @@ use crate::memory::{MemoryEngine, RecallRequest};
 use crate::research::ResearchService;
 use crate::research::request::ResearchRequest;
 use crate::runs::events::{
-    Delta, ErrorEvent, MemoryRecalled, MessageComplete, RecalledMemory, SessionStart,
+    Delta, ErrorEvent, MemoryRecalled, MessageComplete, RecalledMemory, SessionStart, StepMeta,
     ToolCall as ToolCallEvent, ToolResult, UsageStep,
 };
 use crate::runs::stream::DeltaKind;
@@ -467,7 +467,10 @@ pub async fn run_chat_turn(
                                 arguments: Value::String(call.arguments.clone()),
                                 stage: None,
                                 content: None,
-                                metadata: Some(json!({ "client": true })),
+                                metadata: Some(StepMeta {
+                                    client: Some(true),
+                                    ..Default::default()
+                                }),
                             }))
                             .await?;
                     }

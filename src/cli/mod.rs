@@ -101,6 +101,9 @@ enum Command {
     /// Compare both indexes with SQL (after applying the memory log, as a start does): every
     /// memory indexed, nothing else. Exits 1 on a difference. Stop the server first.
     Check,
+    /// Print the OpenAPI document of the HTTP API (what `/openapi.json` serves), for client
+    /// generators; the web app's types are generated from it.
+    Openapi,
 }
 
 #[derive(Debug, Subcommand)]
@@ -603,6 +606,12 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Reindex => {
             let settings = load_quiet(&overrides)?;
             memory::reindex(&settings).await
+        }
+        Command::Openapi => {
+            let document = serde_json::to_string_pretty(&mnemo::http::openapi())
+                .map_err(|error| Failure::other(format!("the OpenAPI document: {error}")))?;
+            println!("{document}");
+            Ok(())
         }
         Command::Check => {
             let settings = load_quiet(&overrides)?;

@@ -31,35 +31,27 @@ use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::get;
 use serde::Serialize;
 use serde_json::{Value, json};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
 use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::error::ErrorKind;
 use error::ApiError;
 
+/// The document's frame: title, tags, the schemas no operation names (the run events, read
+/// from SSE). The paths come from [`api_routes`], the one route table.
 #[derive(OpenApi)]
 #[openapi(
     info(title = "mnemo", description = "A research assistant that remembers. Authenticate with `Authorization: Bearer <api key or JWT>`."),
-    paths(
-        root, health, models,
-        threads::create_thread, threads::list_threads, threads::get_thread,
-        threads::rename_thread, threads::delete_thread, threads::post_message, threads::import_conversation,
-        threads::job_state,
-        runs::get_run, runs::run_events, runs::cancel_run,
-        memories::search, memories::list, memories::add, memories::get, memories::patch,
-        memories::delete, memories::delete_all, memories::export, memories::import,
-        memories::forget, memories::forgotten, memories::restore, memories::import_status,
-        research::stream, research::follow_up, research::export, research::models, research::history, research::get, research::delete,
-        research::comparison, research::compare, research::test, research::input,
-        documents::ingest, documents::list, documents::get, documents::delete,
-        openai::completions, openai::list_models, openai::get_model,
-    ),
-    components(schemas(error::ErrorBody, error::ErrorDetail, crate::research::export::Format)),
-    modifiers(&BearerAuth, &CommonErrors, &CompareSchema),
+    components(schemas(
+        error::ErrorBody, error::ErrorDetail, crate::research::export::Format,
+        crate::runs::events::RunEvent, crate::runs::events::Envelope,
+    )),
     tags(
         (name = "service", description = "Status and documentation"),
         (name = "threads", description = "Conversations (working memory)"),
@@ -71,6 +63,105 @@ use error::ApiError;
     )
 )]
 struct ApiDoc;
+
+/// Every documented operation, routed and described from the same `#[utoipa::path]`: a route
+/// cannot be served without being in the document, nor documented without being served.
+fn api_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(root))
+        .routes(routes!(health))
+        .routes(routes!(models))
+        .routes(routes!(threads::create_thread, threads::list_threads))
+        .routes(routes!(
+            threads::get_thread,
+            threads::rename_thread,
+            threads::delete_thread
+        ))
+        .routes(routes!(threads::post_message))
+        .routes(routes!(threads::import_conversation))
+        .routes(routes!(threads::job_state))
+        .routes(routes!(runs::get_run))
+        .routes(routes!(runs::run_events))
+        .routes(routes!(runs::cancel_run))
+        .routes(routes!(research::input))
+        .routes(routes!(memories::search))
+        .routes(routes!(memories::list, memories::add, memories::delete_all))
+        .routes(routes!(memories::export))
+        .routes(routes!(memories::forget))
+        .routes(routes!(memories::forgotten))
+        .routes(routes!(memories::restore))
+        .routes(routes!(memories::import))
+        .routes(routes!(memories::import_status))
+        .routes(routes!(memories::get, memories::patch, memories::delete))
+        .routes(routes!(research::models))
+        .routes(routes!(research::stream))
+        .routes(routes!(research::history))
+        .routes(routes!(research::delete))
+        .routes(routes!(research::comparison))
+        .routes(routes!(research::compare))
+        .routes(routes!(research::test))
+        .routes(routes!(research::get))
+        .routes(routes!(research::follow_up))
+        .routes(routes!(research::export))
+        .routes(routes!(documents::ingest, documents::list))
+        .routes(routes!(documents::get, documents::delete))
+        .routes(routes!(openai::completions))
+        .routes(routes!(openai::list_models))
+        .routes(routes!(openai::get_model))
+}
+
+/// The modifiers run on the whole document, after the route table has added its paths.
+fn finish_document(mut openapi: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
+    use utoipa::Modify;
+    BearerAuth.modify(&mut openapi);
+    CommonErrors.modify(&mut openapi);
+    CompareSchema.modify(&mut openapi);
+    unique_operation_ids(&mut openapi);
+    openapi
+}
+
+/// An operation's id is its handler's name, which several resources share (`get`, `list`,
+/// `delete`, …); OpenAPI wants them unique (client generators name functions by them), so
+/// a shared name gets its tag in front (`memories_get`, `research_get`).
+fn unique_operation_ids(openapi: &mut utoipa::openapi::OpenApi) {
+    let operations = || {
+        openapi.paths.paths.values().flat_map(|item| {
+            [&item.get, &item.put, &item.post, &item.delete, &item.patch]
+                .into_iter()
+                .flatten()
+        })
+    };
+    let mut seen: std::collections::HashMap<String, usize> = Default::default();
+    for operation in operations() {
+        if let Some(id) = &operation.operation_id {
+            *seen.entry(id.clone()).or_default() += 1;
+        }
+    }
+    for item in openapi.paths.paths.values_mut() {
+        for operation in [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let Some(id) = operation.operation_id.as_mut() else {
+                continue;
+            };
+            if seen.get(id.as_str()).is_some_and(|count| *count > 1) {
+                let tag = operation
+                    .tags
+                    .as_ref()
+                    .and_then(|tags| tags.first())
+                    .map_or("api", String::as_str);
+                *id = format!("{tag}_{id}");
+            }
+        }
+    }
+}
 
 struct BearerAuth;
 
@@ -277,84 +368,17 @@ async fn serve_connections(
 
 /// The OpenAPI document of the whole HTTP surface.
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    ApiDoc::openapi()
+    finish_document(api_routes().into_openapi())
 }
 
 pub fn router(state: AppState) -> Router {
     let max_body = state.settings.server.max_body_bytes;
-    Router::new()
-        .route("/", get(root))
-        .route("/assets/{*path}", get(web::asset))
+    let (api, _) = api_routes().split_for_parts();
+    api.route("/assets/{*path}", get(web::asset))
         .route("/favicon.svg", get(web::favicon))
-        .route("/health", get(health))
         .route("/metrics", get(metrics_text))
         .route("/openapi.json", get(openapi_json))
         .route("/docs", get(docs_page))
-        .route(
-            "/v1/threads",
-            post(threads::create_thread).get(threads::list_threads),
-        )
-        .route(
-            "/v1/threads/{id}",
-            get(threads::get_thread)
-                .patch(threads::rename_thread)
-                .delete(threads::delete_thread),
-        )
-        .route("/v1/threads/{id}/messages", post(threads::post_message))
-        .route(
-            "/v1/threads/{id}/import",
-            post(threads::import_conversation),
-        )
-        .route("/v1/jobs/{job}", get(threads::job_state))
-        .route("/v1/runs/{id}", get(runs::get_run))
-        .route("/v1/runs/{id}/events", get(runs::run_events))
-        .route("/v1/runs/{id}/cancel", post(runs::cancel_run))
-        .route("/v1/runs/{id}/input", post(research::input))
-        .route("/v1/roles", get(models))
-        .route("/v1/models", get(openai::list_models))
-        .route("/v1/models/{id}", get(openai::get_model))
-        .route("/v1/chat/completions", post(openai::completions))
-        .route("/v1/memories/search", post(memories::search))
-        .route(
-            "/v1/memories",
-            get(memories::list)
-                .post(memories::add)
-                .delete(memories::delete_all),
-        )
-        .route("/v1/memories/export", get(memories::export))
-        .route("/v1/memories/forget", post(memories::forget))
-        .route("/v1/memories/forgotten", get(memories::forgotten))
-        .route(
-            "/v1/memories/forgotten/{id}/restore",
-            post(memories::restore),
-        )
-        .route("/v1/memories/import", post(memories::import))
-        .route("/v1/memories/import/{id}", get(memories::import_status))
-        .route(
-            "/v1/memories/{id}",
-            get(memories::get)
-                .patch(memories::patch)
-                .delete(memories::delete),
-        )
-        .route("/models", get(research::models))
-        .route("/research/stream", post(research::stream))
-        .route("/research/history", get(research::history))
-        .route("/research/history/{id}", delete(research::delete))
-        .route("/research/comparison", get(research::comparison))
-        .route("/research/compare", post(research::compare))
-        .route("/research/test", post(research::test))
-        .route("/research/{id}", get(research::get))
-        .route("/research/{id}/follow-up", post(research::follow_up))
-        .route("/research/{id}/export", get(research::export))
-        // Documents for local research.
-        .route(
-            "/v1/documents",
-            post(documents::ingest).get(documents::list),
-        )
-        .route(
-            "/v1/documents/{id}",
-            get(documents::get).delete(documents::delete),
-        )
         .merge(mcp::routes(&state))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -594,7 +618,9 @@ async fn metrics_text(State(state): State<AppState>) -> Response {
 }
 
 async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
-    Json(openapi())
+    static DOCUMENT: std::sync::LazyLock<utoipa::openapi::OpenApi> =
+        std::sync::LazyLock::new(openapi);
+    Json(DOCUMENT.clone())
 }
 
 async fn docs_page() -> Html<&'static str> {

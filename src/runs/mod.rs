@@ -31,7 +31,7 @@ pub mod events;
 pub mod resume;
 pub mod stream;
 
-pub use events::{ErrorEvent, RunErrorType, RunEvent};
+pub use events::{Envelope, ErrorEvent, RunErrorType, RunEvent};
 pub use resume::{Checkpoint, Resume, ResumedBody};
 pub use stream::stream_to_events;
 
@@ -310,14 +310,14 @@ fn event_data(
             event.event_type().as_str()
         )));
     };
-    data.insert("run_id".into(), json!(run));
-    data.insert("seq".into(), json!(seq));
-    data.insert(
-        "timestamp".into(),
-        json!(chrono::Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)),
-    );
-    if let Some(research_id) = research_id {
-        data.insert("research_id".into(), json!(research_id));
+    let envelope = Envelope {
+        run_id: run,
+        seq,
+        timestamp: chrono::Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true),
+        research_id,
+    };
+    if let Ok(Value::Object(fields)) = serde_json::to_value(&envelope) {
+        data.extend(fields);
     }
     if let Some(model) = model
         && data.get("model").is_none_or(Value::is_null)
@@ -1693,7 +1693,9 @@ mod wire_tests {
                     user_message_id: None,
                     query: Some("tides".into()),
                     content: Some("tides".into()),
-                    metadata: Some(json!({ "config": { "max_sources": 12 } })),
+                    metadata: Some(SessionMeta {
+                        config: json!({ "max_sources": 12 }),
+                    }),
                 }),
                 Some(Some("writer")),
                 envelope(
@@ -1713,7 +1715,14 @@ mod wire_tests {
                 ),
             ),
             (
-                RunEvent::thinking("research_execution", "Level 1", Some(json!({ "level": 1 }))),
+                RunEvent::thinking(
+                    "research_execution",
+                    "Level 1",
+                    Some(StepMeta {
+                        level: Some(1),
+                        ..Default::default()
+                    }),
+                ),
                 Some(Some("m")),
                 envelope(
                     json!({ "type": "thinking", "stage": "research_execution", "content": "Level 1",
@@ -1725,7 +1734,11 @@ mod wire_tests {
                 RunEvent::PlanReview(Stage {
                     stage: "research_execution".into(),
                     content: "1. tides".into(),
-                    metadata: Some(json!({ "topics": ["tides"], "awaiting_input": true })),
+                    metadata: Some(StepMeta {
+                        topics: Some(vec!["tides".into()]),
+                        awaiting_input: Some(true),
+                        ..Default::default()
+                    }),
                 }),
                 Some(Some("m")),
                 envelope(
@@ -1759,7 +1772,7 @@ mod wire_tests {
                     arguments: json!({ "query": "tides" }),
                     stage: Some("research_execution".into()),
                     content: Some("web_search {\"query\":\"tides\"}".into()),
-                    metadata: Some(json!({ "researcher": 1, "topic": "tides" })),
+                    metadata: Some(StepMeta::researcher(1, "tides")),
                 }),
                 Some(Some("m")),
                 envelope(
@@ -1835,8 +1848,11 @@ mod wire_tests {
                 RunEvent::SourcesFound(SourcesFound {
                     stage: "research_execution".into(),
                     content: "1 results for \"tides\"".into(),
-                    sources: json!([{ "url": "https://example.org", "title": "Tides" }]),
-                    metadata: json!({ "researcher": 1 }),
+                    sources: vec![FoundSource::new("https://example.org", "Tides")],
+                    metadata: StepMeta {
+                        researcher: Some(1),
+                        ..Default::default()
+                    },
                 }),
                 Some(Some("m")),
                 envelope(
@@ -1910,12 +1926,51 @@ mod wire_tests {
             (
                 RunEvent::ResearchComplete(ResearchComplete {
                     content: "# Tides".into(),
-                    metadata: json!({ "word_count": 2 }),
+                    metadata: ResearchStats {
+                        outcome: RunStatus::Completed,
+                        duration_seconds: 1.5,
+                        sources: vec![CitedSource {
+                            n: 1,
+                            url: "https://example.org".into(),
+                            title: "Tides".into(),
+                            relevance: 0.9,
+                            credibility: 0.5,
+                            score: 0.7,
+                            provider: None,
+                            excerpt: None,
+                        }],
+                        word_count: 2,
+                        usage: ResearchUsage::default(),
+                        stage_timings: [("research_brief".to_string(), 0.25)].into(),
+                        waiting_ms: Waiting {
+                            model: 3,
+                            search: 2,
+                            fetch: 1,
+                        },
+                        peak_concurrent_researchers: 1,
+                        memories_written: 0,
+                        citations: CitationCheck::default(),
+                        gaps: vec![],
+                    },
                 }),
                 Some(Some("m")),
                 envelope(
                     json!({ "type": "research_complete", "content": "# Tides",
-                            "metadata": { "word_count": 2 }, "model": "m" }),
+                            "metadata": {
+                                "outcome": "completed", "duration_seconds": 1.5,
+                                "sources": [{ "n": 1, "url": "https://example.org", "title": "Tides",
+                                              "relevance": 0.9, "credibility": 0.5, "score": 0.7 }],
+                                "word_count": 2,
+                                "usage": { "total": { "prompt_tokens": 0, "completion_tokens": 0,
+                                                      "total_tokens": 0, "cost_usd": null },
+                                           "steps": [] },
+                                "stage_timings": { "research_brief": 0.25 },
+                                "waiting_ms": { "model": 3, "search": 2, "fetch": 1 },
+                                "peak_concurrent_researchers": 1, "memories_written": 0,
+                                "citations": { "checked": 0, "supported": 0, "unchecked": 0,
+                                               "unsupported": [] },
+                                "gaps": [] },
+                            "model": "m" }),
                     true,
                 ),
             ),
@@ -1973,7 +2028,10 @@ mod wire_tests {
                     message: "search failed".into(),
                     retryable: false,
                     content: Some("search failed".into()),
-                    metadata: Some(json!({ "researcher": 2 })),
+                    metadata: Some(StepMeta {
+                        researcher: Some(2),
+                        ..Default::default()
+                    }),
                 }),
                 Some(Some("m")),
                 envelope(

@@ -927,6 +927,30 @@ async fn service_endpoints_report_health_metrics_and_docs() {
         );
     }
     assert!(spec["paths"]["/health"]["get"]["responses"]["401"].is_null());
+    // Operation ids are unique (handlers of several resources share a name: `get`, `list`),
+    // and the run events, read from SSE, are in the document with their envelope.
+    let mut ids: Vec<&str> = spec["paths"]
+        .as_object()
+        .into_iter()
+        .flat_map(|paths| paths.values())
+        .filter_map(|item| item.as_object())
+        .flat_map(|item| item.values())
+        .filter_map(|operation| operation["operationId"].as_str())
+        .collect();
+    let count = ids.len();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), count, "duplicate operation ids: {ids:?}");
+    assert!(
+        ids.contains(&"memories_get") && ids.contains(&"research_get"),
+        "{ids:?}"
+    );
+    let variants = spec["components"]["schemas"]["RunEvent"]["oneOf"]
+        .as_array()
+        .map_or(0, Vec::len);
+    assert_eq!(variants, 17, "one schema per event type");
+    assert!(spec["components"]["schemas"]["Envelope"]["properties"]["seq"].is_object());
+    assert!(spec["components"]["schemas"]["StepMeta"]["properties"]["researcher"].is_object());
     // The schema states the bounds the server enforces (schemathesis sent schema-valid
     // requests the server refused: empty content, importance 0 or 8192).
     let schemas = &spec["components"]["schemas"];

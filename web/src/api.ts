@@ -2,51 +2,28 @@
 // handlers in src/http/*.rs serialise them) and one function per endpoint. Every call sends the
 // signed-in credential as `Authorization: Bearer …`; a 401 anywhere signs the user out.
 
+import type { components } from './generated/api'
 import { credential } from './session'
 
 // ---- shapes -------------------------------------------------------------------------------
+// The server's own types, generated from its OpenAPI document (web/scripts/gen-api), under
+// the names the views use; only request shapes the document names otherwise are written here.
 
-export interface Thread {
-  id: string
-  title: string
-  created_at: string
-  updated_at: string
-}
+type Schemas = components['schemas']
 
-export type Role = 'user' | 'assistant' | 'system' | 'tool'
+export type Thread = Schemas['Thread']
 
-export interface Message {
-  id: string
-  thread_id: string
-  role: Role
-  content: string
-  run_id: string | null
-  created_at: string
-}
+export type Role = Schemas['Role']
 
-export interface ThreadList {
-  threads: Thread[]
-  next_before?: string | null
-}
+export type Message = Schemas['Message']
 
-export interface ThreadWithMessages {
-  thread: Thread
-  messages: Message[]
-}
+export type ThreadList = Schemas['ThreadList']
 
-export type RunStatus = 'running' | 'completed' | 'failed' | 'cancelled' | 'interrupted'
+export type ThreadWithMessages = Schemas['ThreadWithMessages']
 
-export interface Run {
-  id: string
-  thread_id: string | null
-  kind: 'chat' | 'research'
-  status: RunStatus
-  error: string | null
-  last_seq: number
-  created_at: string
-  updated_at: string
-  finished_at: string | null
-}
+export type RunStatus = Schemas['RunStatus']
+
+export type Run = Schemas['Run']
 
 export const MEMORY_KINDS = [
   'turn',
@@ -56,84 +33,29 @@ export const MEMORY_KINDS = [
   'conclusion',
   'profile',
   'document',
-] as const
-export type MemoryKind = (typeof MEMORY_KINDS)[number]
-export const TRUSTS = ['user', 'assistant', 'document', 'tool', 'web'] as const
-export type Trust = (typeof TRUSTS)[number]
-export type MemorySource = 'user' | 'assistant' | 'research' | 'import'
+] as const satisfies readonly Schemas['MemoryKind'][]
+export type MemoryKind = Schemas['MemoryKind']
+export const TRUSTS = ['user', 'assistant', 'document', 'tool', 'web'] as const satisfies readonly Schemas['Trust'][]
+export type Trust = Schemas['Trust']
+export type MemorySource = Schemas['MemorySource']
 
-export interface Memory {
-  id: string
-  kind: MemoryKind
-  content: string
-  source: MemorySource
-  trust: Trust
-  importance: number
-  thread_id: string | null
-  source_refs: string[]
-  valid_from: string
-  invalid_at: string | null
-  supersedes: string | null
-  /** The newer memory that replaced this one (on lists and single reads). */
-  superseded_by?: string | null
-  created_at: string
-  updated_at: string
-  last_accessed_at: string | null
-  access_count: number
-  archived_at: string | null
-  version: number
-  embedding_model: string
-}
+export type Memory = Schemas['Memory']
 
-export interface MemoryVersion {
-  version: number
-  /** created, updated, archived, restored, invalidated, superseded, reembedded, decayed */
-  change: string
-  snapshot: Partial<Memory> & Record<string, unknown>
-  changed_at: string
-}
+export type MemoryVersion = Schemas['MemoryVersion']
 
-export interface MemoryWithHistory {
-  memory: Memory
-  versions: MemoryVersion[]
-}
+export type MemoryWithHistory = Schemas['MemoryWithHistory']
 
-export interface MemoryList {
-  memories: Memory[]
-  next_before?: string | null
-}
+export type MemoryList = Schemas['MemoryList']
 
-export interface Signals {
-  vector_rank: number | null
-  vector_score: number | null
-  bm25_rank: number | null
-  bm25_score: number | null
-  rrf: number
-  decay: number
-}
+export type Signals = Schemas['Signals']
 
-export interface Recalled {
-  memory: Memory
-  score: number
-  signals: Signals
-}
+export type Recalled = Schemas['Recalled']
 
-export interface RecallTimings {
-  embed_ms: number
-  vector_ms: number
-  keyword_ms: number
-  hydrate_ms: number
-  rank_ms: number
-  search_ms: number
-  total_ms: number
-}
+export type RecallTimings = Schemas['RecallTimings']
 
-export interface RecallResponse {
-  results: Recalled[]
-  timings: RecallTimings
-}
+export type RecallResponse = Schemas['RecallResponse']
 
-export type RecallMode = 'hybrid' | 'vector' | 'keyword'
+export type RecallMode = Schemas['RecallMode']
 
 export interface SearchRequest {
   query: string
@@ -172,152 +94,40 @@ export interface NewMemoryBody {
   source_refs?: string[]
 }
 
-export interface ImportReport {
-  imported: number
-  skipped: number
-  errors: { line: number; message: string }[]
-}
+export type ImportReport = Schemas['ImportReport']
 
-export interface DocumentInfo {
-  id: string
-  title: string
-  source: string | null
-  content_type: string
-  chars: number
-  chunks: number
-  created_at: string
-}
+export type DocumentInfo = Schemas['Document']
 
-export interface DocumentChunk {
-  n: number
-  memory_id: string
-  content: string
-}
+export type DocumentChunk = Schemas['DocumentChunk']
 
-export interface DocumentWithChunks {
-  document: DocumentInfo
-  chunks: DocumentChunk[]
-}
+export type DocumentWithChunks = Schemas['DocumentWithChunks']
 
-export interface DocumentList {
-  documents: DocumentInfo[]
-  next_before?: string | null
-}
+export type DocumentList = Schemas['DocumentList']
 
-export interface ModelInfo {
-  role: string
-  model: string
-  max_tokens: number
-  /** The model's context window in tokens (prompt and answer). */
-  context_tokens: number
-  /** Where it is served: host and port. */
-  provider: string
-}
+export type ModelInfo = Schemas['ModelInfo']
 
-export interface ResearchModels {
-  llm_configured: boolean
-  default_model: string | null
-  models: ModelInfo[]
-  search_providers: string[]
-  /** Whether each provider can run on this server (a web provider needs its key or URL). */
-  search_provider_status?: { name: string; configured: boolean; reason?: string }[]
-  default_search_api: string
-  /** The largest request body the server accepts, in bytes. */
-  max_body_bytes?: number
-}
+export type ResearchModels = Schemas['ResearchModels']
 
-export interface ReportOptions {
-  type?: 'detailed' | 'summary' | 'outline' | 'resources'
-  tone?: string
-  words?: number
-  language?: string
-}
+export type ReportOptions = Schemas['ReportOptions']
 
 export type ExportFormat = 'markdown' | 'docx' | 'pdf'
 
-export interface ResearchRequest {
-  query: string
-  model?: string
-  /** One provider, or several searched together (e.g. your documents and the web). */
-  search_api?: string | string[]
-  include_domains?: string[]
-  exclude_domains?: string[]
-  report?: ReportOptions
-  budget?: { tokens?: number; cost_usd?: number; research_share?: number }
-  follow_up_of?: string
-  allow_clarification?: boolean
-  max_researcher_iterations?: number
-  max_react_tool_calls?: number
-  max_concurrent_research_units?: number
-  max_sources?: number
-  plan_review?: boolean
-  mode?: 'supervisor' | 'recursive'
-  breadth?: number
-  depth?: number
-  concurrency?: number
-  thread_id?: string
-  remember?: boolean
+export type ResearchRequest = Schemas['ResearchRequest']
+
+export type HistoryItem = Schemas['HistoryItem']
+
+export type CitedSource = Schemas['CitedSource']
+
+/**
+ * A stored research. The store keeps its configuration and sources as the JSON snapshots the
+ * research wrote (a `ResolvedConfig`, numbered `CitedSource`s), which the document leaves open.
+ */
+export type ResearchRecord = Omit<Schemas['ResearchRecord'], 'config' | 'sources'> & {
+  config: Schemas['ResolvedConfig']
+  sources: CitedSource[]
 }
 
-export interface HistoryItem {
-  id: string
-  run_id: string
-  query: string
-  model: string | null
-  status: string
-  word_count: number
-  source_count: number
-  duration_ms: number | null
-  created_at: string
-  /** The research this one follows up, and those that follow it up. */
-  follow_up_of?: string | null
-  follow_ups?: string[]
-}
-
-export interface CitedSource {
-  n: number
-  url: string
-  title: string
-  relevance?: number
-  credibility?: number
-  score?: number
-  /** The provider that found it, when several were searched (`local`: your documents). */
-  provider?: string
-  /** The start of the text read from it. */
-  excerpt?: string
-}
-
-export interface ResearchRecord {
-  id: string
-  run_id: string
-  thread_id: string | null
-  query: string
-  model: string | null
-  status: string
-  config: Record<string, unknown>
-  report: string | null
-  sources: CitedSource[] | null
-  usage: unknown
-  stage_timings: Record<string, number> | null
-  word_count: number
-  source_count: number
-  duration_ms: number | null
-  error: string | null
-  created_at: string
-  finished_at: string | null
-}
-
-export interface ModelStats {
-  model: string
-  runs: number
-  completed: number
-  partial?: number
-  success_rate: number
-  mean_duration_seconds: number | null
-  mean_sources: number | null
-  mean_words: number | null
-  mean_stage_seconds: Record<string, number>
-}
+export type ModelStats = Schemas['ModelStats']
 
 export interface CompareResults {
   query: string
@@ -475,26 +285,11 @@ export const runs = {
 
 // ---- memories -----------------------------------------------------------------------------
 
-export interface ForgetMatch {
-  memory: Memory
-  /** How likely the memory is about what was named (0–1). */
-  relevance: number
-}
+export type ForgetMatch = Schemas['ForgetMatch']
 
-export interface ForgetResponse {
-  dry_run: boolean
-  matches: ForgetMatch[]
-  forgotten: Memory[]
-  restorable_until: string | null
-}
+export type ForgetResponse = Schemas['ForgetResponse']
 
-export interface ForgottenMemory {
-  memory: Memory
-  request: string | null
-  via: 'api' | 'mcp' | 'chat' | 'cli'
-  forgotten_at: string
-  purge_after: string
-}
+export type ForgottenMemory = Schemas['ForgottenMemory']
 
 export const memories = {
   search: (request: SearchRequest) => json<RecallResponse>('POST', '/v1/memories/search', { json: request }),
@@ -570,7 +365,7 @@ export const research = {
   export: (researchId: string, format: ExportFormat) =>
     send('GET', `/research/${id(researchId)}/export`, { query: { format } }),
   remove: (researchId: string) => json<void>('DELETE', `/research/history/${id(researchId)}`),
-  comparison: () => json<{ models: ModelStats[] }>('GET', '/research/comparison'),
+  comparison: () => json<Schemas['Comparison']>('GET', '/research/comparison'),
   compare: (models: string[], request: ResearchRequest) =>
     json<CompareResults>('POST', '/research/compare', { json: { ...request, models } }),
 }

@@ -9,7 +9,12 @@
 // from the kept events up to `superseded_after` and goes on with the new attempt's events.
 
 import type { CitedSource } from './api'
+import type { components } from './generated/api'
 import type { RunEvent } from './runstream'
+
+type StepMeta = components['schemas']['StepMeta']
+type ResearchStats = components['schemas']['ResearchStats']
+type Usage = components['schemas']['Usage']
 
 export const STAGES = [
   { name: 'clarification', label: 'Clarification' },
@@ -67,7 +72,7 @@ export interface ResearchState {
   recalled: { id: string; kind: string; content: string; score?: number }[]
   planReview: { topics: string[]; content: string } | null
   clarification: string | null
-  complete: Record<string, unknown> | null
+  complete: ResearchStats | null
   /** The budget (`usage` events) and what the research has spent of it. */
   budget: { tokens: number | null; costUsd: number | null; spentTokens: number; spentUsd: number | null } | null
   status: 'starting' | 'running' | 'reconnecting' | 'completed' | 'failed' | 'cancelled' | 'interrupted' | 'stopped'
@@ -182,9 +187,9 @@ function numbered(value: unknown): CitedSource[] | null {
       n,
       url: text(source.url),
       title: text(source.title) || text(source.url),
-      relevance: typeof source.relevance === 'number' ? source.relevance : undefined,
-      credibility: typeof source.credibility === 'number' ? source.credibility : undefined,
-      score: typeof source.score === 'number' ? source.score : undefined,
+      relevance: typeof source.relevance === 'number' ? source.relevance : 0,
+      credibility: typeof source.credibility === 'number' ? source.credibility : 0,
+      score: typeof source.score === 'number' ? source.score : 0,
     })
   }
   return out.sort((a, b) => a.n - b.n)
@@ -218,30 +223,50 @@ function record(state: ResearchState, event: RunEvent): void {
 /** Events of a research going on: a plan shown for review before them was answered. */
 const PROGRESS = new Set(['stage_update', 'thinking', 'tool_call', 'sources_found', 'report_delta'])
 
+/** What a research event says about its step (`metadata`); empty for the events without one. */
+function stepOf(event: RunEvent): StepMeta {
+  switch (event.type) {
+    case 'stage_update':
+    case 'thinking':
+    case 'plan_review':
+    case 'tool_call':
+    case 'stage_fallback':
+    case 'error':
+      return event.data.metadata ?? {}
+    case 'sources_found':
+      return event.data.metadata ?? {}
+    default:
+      return {}
+  }
+}
+
 function reduce(state: ResearchState, event: RunEvent): void {
   // The page clears the plan when the user answers it; a rebuild or a replay clears it here.
   if (state.planReview && PROGRESS.has(event.type)) state.planReview = null
-  const data = event.data
-  const meta = (data.metadata && typeof data.metadata === 'object' ? data.metadata : {}) as Record<string, unknown>
+  const meta = stepOf(event)
   const number = typeof meta.researcher === 'number' ? meta.researcher : null
+  // Each case sees its type's fields (RunEvent is a union over `type`); the fallbacks keep
+  // the page usable when an older server left a field out.
   switch (event.type) {
-    case 'session_start':
+    case 'session_start': {
+      const data = event.data
       state.runId = text(data.research_id ?? data.run_id) || state.runId
       if (typeof data.query === 'string') state.query = data.query
       state.status = 'running'
       break
+    }
     case 'stage_update': {
-      const stage = text(data.stage)
+      const stage = text(event.data.stage)
       state.stage = stage
-      if (data.content) state.stageNotes[stage] = text(data.content)
+      if (event.data.content) state.stageNotes[stage] = text(event.data.content)
       // A clarifying question waits for `POST /v1/runs/{id}/input {"content"}`.
-      state.clarification = stage === 'clarification' && meta.awaiting_input === true ? text(data.content) : null
-      state.log.push({ seq: event.seq, text: `${stage}: ${text(data.content)}` })
+      state.clarification = stage === 'clarification' && meta.awaiting_input === true ? text(event.data.content) : null
+      state.log.push({ seq: event.seq, text: `${stage}: ${text(event.data.content)}` })
       break
     }
     case 'thinking': {
-      const content = text(data.content)
-      if (data.stage === 'research_brief') state.brief = content
+      const content = text(event.data.content)
+      if (event.data.stage === 'research_brief') state.brief = content
       if (number !== null) {
         const item = researcher(state, number, text(meta.topic))
         if (!content.startsWith(`Researcher ${number} started`)) item.activity.push(content)
@@ -250,38 +275,41 @@ function reduce(state: ResearchState, event: RunEvent): void {
       break
     }
     case 'tool_call': {
+      const data = event.data
       const line = text(data.content) || `${text(data.tool ?? data.name)} ${text(data.arguments)}`
       if (number !== null) researcher(state, number, text(meta.topic)).activity.push(line)
       state.log.push({ seq: event.seq, text: line })
       break
     }
     case 'sources_found': {
-      const curated = numbered(data.sources)
+      const sources: unknown = event.data.sources
+      const curated = numbered(sources)
       if (meta.curated === true && curated) {
         state.numbered = curated
-      } else if (Array.isArray(data.sources)) {
-        for (const item of data.sources as Record<string, unknown>[]) {
+      } else if (Array.isArray(sources)) {
+        for (const item of sources as Record<string, unknown>[]) {
           const url = text(item?.url)
           if (url && !state.found.some((source) => source.url === url)) {
             state.found.push({ url, title: text(item.title) || url, snippet: text(item.snippet) })
           }
         }
-        if (number !== null) researcher(state, number).sources += (data.sources as unknown[]).length
+        if (number !== null) researcher(state, number).sources += sources.length
       }
-      state.log.push({ seq: event.seq, text: text(data.content) })
+      state.log.push({ seq: event.seq, text: text(event.data.content) })
       break
     }
     case 'plan_review':
       state.planReview = {
-        topics: Array.isArray(meta.topics) ? (meta.topics as unknown[]).map(text) : [],
-        content: text(data.content),
+        topics: Array.isArray(meta.topics) ? meta.topics.map(text) : [],
+        content: text(event.data.content),
       }
       break
     case 'report_delta':
-      state.report += text(data.content)
+      state.report += text(event.data.content)
       break
     case 'usage': {
-      const usage = (data.usage ?? {}) as Record<string, unknown>
+      const data = event.data
+      const usage: Partial<Usage> = data.usage ?? {}
       state.usage.push({
         step: text(data.step),
         model: text(data.model),
@@ -291,8 +319,8 @@ function reduce(state: ResearchState, event: RunEvent): void {
       })
       if (typeof data.model === 'string' && data.model) state.model = data.model
       // The research's budget, when it has one, and what it has used so far.
-      const cap = (data.budget ?? null) as { tokens?: number; cost_usd?: number } | null
-      const total = (data.total ?? null) as { total_tokens?: number; cost_usd?: number | null } | null
+      const cap = data.budget ?? null
+      const total = data.total ?? null
       if (cap && total) {
         state.budget = {
           tokens: typeof cap.tokens === 'number' ? cap.tokens : null,
@@ -303,9 +331,10 @@ function reduce(state: ResearchState, event: RunEvent): void {
       }
       break
     }
-    case 'memory_recalled':
-      if (Array.isArray(data.memories)) {
-        state.recalled = (data.memories as Record<string, unknown>[]).map((memory) => ({
+    case 'memory_recalled': {
+      const memories: unknown = event.data.memories
+      if (Array.isArray(memories)) {
+        state.recalled = (memories as Record<string, unknown>[]).map((memory) => ({
           id: text(memory.id),
           kind: text(memory.kind),
           content: text(memory.content),
@@ -313,27 +342,34 @@ function reduce(state: ResearchState, event: RunEvent): void {
         }))
       }
       break
+    }
     case 'stage_fallback':
       // A step whose model reply could not be used, done the extractive way instead.
-      state.log.push({ seq: event.seq, text: `${text(data.step)}: ${text(data.content)} (${text(data.reason)})` })
+      state.log.push({
+        seq: event.seq,
+        text: `${text(event.data.step)}: ${text(event.data.content)} (${text(event.data.reason)})`,
+      })
       break
     case 'error': {
+      const data = event.data
       const message = text(data.message ?? data.content)
       state.errors.push({ error_type: text(data.error_type) || 'internal', message, retryable: data.retryable === true })
       if (number !== null) researcher(state, number).failed = message
       break
     }
     case 'research_complete': {
-      state.complete = meta
-      const cited = numbered(meta.sources)
+      const stats: ResearchStats | undefined = event.data.metadata
+      state.complete = stats ?? null
+      const cited = numbered(stats?.sources)
       if (cited && cited.length) state.numbered = cited
       // The stored report replaces what streamed: citations its check could not find in
       // their sources are marked there ("[2: not found in the source]").
-      if (typeof data.content === 'string' && data.content) state.report = data.content
+      if (typeof event.data.content === 'string' && event.data.content) state.report = event.data.content
       state.planReview = null
       break
     }
     case 'run_resumed': {
+      const data = event.data
       const notice: ResumedNotice = {
         seq: event.seq,
         attempt: typeof data.attempt === 'number' ? data.attempt : 2,
@@ -346,7 +382,7 @@ function reduce(state: ResearchState, event: RunEvent): void {
       break
     }
     case 'done': {
-      const status = text(data.status)
+      const status = text(event.data.status)
       state.status = (['completed', 'failed', 'cancelled', 'interrupted'].includes(status) ? status : 'completed') as ResearchState['status']
       state.planReview = null
       state.clarification = null

@@ -12,15 +12,27 @@
 // (src/turn.ts, src/research.ts) apply.
 
 import { ApiError, runs } from './api'
+import type { components } from './generated/api'
 import { readSse, type SseMessage } from './sse'
 
-/** One event of a run: its sequence number, its type (`event:`) and its JSON payload. */
-export interface RunEvent {
-  seq: number
-  type: string
-  // The payload is JSON whose fields depend on the type; views read what they need.
-  data: Record<string, any>
-}
+type Schemas = components['schemas']
+
+/** The name of an event (`event:`), one per `RunEvent` variant of the server. */
+export type EventType = Schemas['RunEvent']['type']
+
+/**
+ * An event's JSON (`data:`): the payload of its type, with the envelope (`run_id`, `seq`,
+ * `timestamp`, a research's `research_id`; research events also name the `model`).
+ */
+export type EventData<K extends EventType = EventType> = Extract<Schemas['RunEvent'], { type: K }> &
+  Partial<Schemas['Envelope']> & { model?: string | null }
+
+/**
+ * One event of a run: its sequence number, its type and its payload, as a union over the
+ * types, so that `switch (event.type)` narrows `event.data` to that type's fields. The types
+ * are generated from the server's OpenAPI document (src/generated/api.ts).
+ */
+export type RunEvent = { [K in EventType]: { seq: number; type: K; data: EventData<K> } }[EventType]
 
 export type ConnectionState = 'connecting' | 'open' | 'reconnecting' | 'closed'
 
@@ -169,7 +181,9 @@ export class RunFollower {
     this.lastSeq = seq
     if (this.runId === null && typeof data.run_id === 'string') this.runId = data.run_id
     const type = message.event !== 'message' ? message.event : String(data.type ?? 'message')
-    this.options.onEvent({ seq, type, data })
+    // The server's JSON, trusted to be what its OpenAPI document says (the reducers ignore
+    // an event of a type they do not know).
+    this.options.onEvent({ seq, type, data: { ...data, type } } as RunEvent)
     if (this.runId) this.options.onProgress?.(this.runId, seq)
     if (type === 'done') this.done = true
   }

@@ -149,7 +149,8 @@ function resetTurn(turn: Turn): void {
 
 /** `superseded_after` of a `run_resumed` event; null when it is not a usable number. */
 export function supersededAfter(event: RunEvent): number | null {
-  const value = event.data.superseded_after
+  if (event.type !== 'run_resumed') return null
+  const value: unknown = event.data.superseded_after
   return typeof value === 'number' && Number.isFinite(value) ? value : null
 }
 
@@ -198,18 +199,27 @@ function record(turn: Turn, event: RunEvent): void {
 }
 
 function reduce(turn: Turn, event: RunEvent): void {
-  const data = event.data
+  // Each case sees its type's fields (RunEvent is a union over `type`); the `??` fallbacks
+  // keep a turn usable when an older server left a field out.
   switch (event.type) {
-    case 'session_start':
+    case 'session_start': {
+      const data = event.data
       turn.runId = String(data.run_id ?? turn.runId ?? '')
       if (typeof data.user_message_id === 'string') turn.userMessageId = data.user_message_id
       if (typeof data.model === 'string') turn.model = data.model
       turn.status = 'streaming'
       break
+    }
     case 'memory_recalled':
-      turn.items.push({ kind: 'recalled', seq: event.seq, query: String(data.query ?? ''), memories: recalled(data.memories) })
+      turn.items.push({
+        kind: 'recalled',
+        seq: event.seq,
+        query: event.data.query ?? '',
+        memories: recalled(event.data.memories),
+      })
       break
-    case 'tool_call':
+    case 'tool_call': {
+      const data = event.data
       turn.items.push({
         kind: 'tool',
         seq: event.seq,
@@ -218,7 +228,9 @@ function reduce(turn: Turn, event: RunEvent): void {
         arguments: data.arguments,
       })
       break
+    }
     case 'tool_result': {
+      const data = event.data
       const call = [...turn.items]
         .reverse()
         .find((item) => item.kind === 'tool' && item.id === String(data.id ?? '') && item.result === undefined)
@@ -240,34 +252,36 @@ function reduce(turn: Turn, event: RunEvent): void {
     }
     case 'message_delta':
       turn.status = 'streaming'
-      turn.text += typeof data.content === 'string' ? data.content : ''
+      turn.text += typeof event.data.content === 'string' ? event.data.content : ''
       break
     case 'usage':
-      turn.usage = (data.total ?? data.usage ?? null) as TurnUsage | null
-      if (typeof data.model === 'string') turn.model = data.model
+      turn.usage = event.data.total ?? event.data.usage ?? null
+      if (typeof event.data.model === 'string') turn.model = event.data.model
       break
     case 'message_complete':
-      if (typeof data.message_id === 'string') turn.messageId = data.message_id
-      if (data.usage && typeof data.usage === 'object') turn.usage = data.usage as TurnUsage
+      if (typeof event.data.message_id === 'string') turn.messageId = event.data.message_id
+      if (event.data.usage && typeof event.data.usage === 'object') turn.usage = event.data.usage
       break
-    case 'error':
+    case 'error': {
+      const data = event.data
       turn.errors.push({
         error_type: String(data.error_type ?? 'internal'),
         message: String(data.message ?? data.content ?? 'error'),
         retryable: data.retryable === true,
       })
       break
+    }
     case 'run_resumed':
       turn.items.push({
         kind: 'notice',
         seq: event.seq,
-        attempt: typeof data.attempt === 'number' ? data.attempt : 2,
-        content: String(data.content ?? 'The run was continued by a new attempt.'),
+        attempt: typeof event.data.attempt === 'number' ? event.data.attempt : 2,
+        content: String(event.data.content ?? 'The run was continued by a new attempt.'),
       })
       if (turn.status === 'starting') turn.status = 'streaming'
       break
     case 'done': {
-      const status = String(data.status ?? 'completed')
+      const status = String(event.data.status ?? 'completed')
       turn.status = (['completed', 'failed', 'cancelled', 'interrupted'].includes(status) ? status : 'completed') as TurnStatus
       turn.connection = ''
       break

@@ -40,7 +40,7 @@ impl Research {
             self.sources
                 .seed(&source.url, &source.title, excerpt, source.provider.clone());
             urls.push(source.url.clone());
-            listed.push(json!({ "url": source.url, "title": source.title }));
+            listed.push(FoundSource::new(&source.url, &source.title));
         }
         self.progress
             .emit(RunEvent::SourcesFound(SourcesFound {
@@ -50,8 +50,11 @@ impl Research {
                     urls.len(),
                     record.query
                 ),
-                sources: json!(listed),
-                metadata: json!({ "follow_up_of": id }),
+                sources: listed,
+                metadata: StepMeta {
+                    follow_up_of: Some(id),
+                    ..Default::default()
+                },
             }))
             .await?;
         let report = record.report.unwrap_or_default();

@@ -22,13 +22,13 @@ mod supervisor;
 mod text;
 mod verify;
 
+pub use crate::runs::events::{CitationCheck, CitedSource, UnsupportedCitation};
 use citations::*;
 pub use citations::{check_citations, citations};
 use follow::Earlier;
 use progress::*;
 use sources::*;
 use text::*;
-pub use verify::{CitationCheck, UnsupportedCitation};
 
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -50,7 +50,8 @@ use crate::llm::prompts::quote;
 use crate::llm::roles::Models;
 use crate::memory::{MemoryEngine, RecallRequest};
 use crate::runs::events::{
-    MemoryRecalled, RecalledMemory, ResearchComplete, SessionStart, SpendCap, UsageStep,
+    DroppedSource, FoundSource, MemoryRecalled, RecalledMemory, ResearchComplete, ResearchStats,
+    ResearchUsage, SessionMeta, SessionStart, SpendCap, StepMeta, UsageStep, Waiting,
 };
 use crate::runs::{ResearchEnvelope, RunContext, RunErrorType, RunEvent, RunFailure};
 use crate::search::SearchProvider;
@@ -103,25 +104,6 @@ impl ResearchSummary {
     }
 }
 
-/// A source the report may cite, as numbered in the report.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct CitedSource {
-    pub n: usize,
-    pub url: String,
-    pub title: String,
-    pub relevance: f64,
-    pub credibility: f64,
-    pub score: f64,
-    /// The provider that found it, when the research searched several (`local` is the
-    /// user's own documents).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub provider: Option<String>,
-    /// The start of the text read from it: what the report's claims were checked against,
-    /// and what a follow-up starts from.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub excerpt: Option<String>,
-}
-
 /// Passages and compressed findings are cut to these sizes in prompts.
 const SOURCE_EXCERPT_CHARS: usize = 3_000;
 const CURATE_EXCERPT_CHARS: usize = 400;
@@ -155,11 +137,11 @@ pub struct Journal {
     steps: BTreeMap<String, Value>,
     sources: Vec<Source>,
     usage: Usage,
-    usage_steps: Vec<Value>,
+    usage_steps: Vec<UsageStep>,
     /// The stages announced (`stage_update`), not announced again.
     stages: Vec<String>,
     /// Seconds spent in each stage by earlier attempts.
-    timings: serde_json::Map<String, Value>,
+    timings: BTreeMap<String, f64>,
     /// Time the earlier attempts took.
     elapsed_ms: u64,
 }
@@ -219,16 +201,16 @@ pub async fn run_research(
             status: summary.status,
             report: Some(summary.report.clone()),
             sources: serde_json::to_value(&summary.sources).unwrap_or(Value::Null),
-            usage: research.usage_json(),
-            stage_timings: research.progress.timings(),
+            usage: json!(research.usage_record()),
+            stage_timings: json!(research.progress.timings()),
             word_count: summary.word_count as i64,
             source_count: summary.sources.len() as i64,
             duration_ms: Some(summary.duration_ms as i64),
             error: None,
         },
         Err(RunFailure::Failed { message, .. }) => ResearchOutcome {
-            usage: research.usage_json(),
-            stage_timings: research.progress.timings(),
+            usage: json!(research.usage_record()),
+            stage_timings: json!(research.progress.timings()),
             duration_ms: Some(research.started.elapsed().as_millis() as i64),
             error: Some(message.clone()),
             sources: json!([]),
@@ -287,7 +269,7 @@ struct Research {
     progress: Progress,
     meter: Meter,
     usage: Mutex<Usage>,
-    steps: Mutex<Vec<Value>>,
+    steps: Mutex<Vec<UsageStep>>,
     sources: Sources,
     started: Instant,
     user: UserId,
@@ -400,10 +382,7 @@ impl Research {
             journal.usage = *self.usage.lock();
             journal.usage_steps = self.steps.lock().clone();
             journal.stages = self.progress.announced();
-            journal.timings = match self.progress.timings() {
-                Value::Object(map) => map,
-                _ => serde_json::Map::new(),
-            };
+            journal.timings = self.progress.timings();
             journal.elapsed_ms = self.started.elapsed().as_millis() as u64;
             serde_json::to_value(SavedResearch {
                 research: SavedState {
@@ -429,10 +408,11 @@ impl Research {
         }
     }
 
-    fn usage_json(&self) -> Value {
-        let total = *self.usage.lock();
-        let steps = self.steps.lock().clone();
-        json!({ "total": total, "steps": steps })
+    fn usage_record(&self) -> ResearchUsage {
+        ResearchUsage {
+            total: *self.usage.lock(),
+            steps: self.steps.lock().clone(),
+        }
     }
 
     fn role(&self, role: ModelRole) -> Option<&RoleModel> {
@@ -450,7 +430,9 @@ impl Research {
                     user_message_id: None,
                     query: Some(config.query.clone()),
                     content: Some(config.query.clone()),
-                    metadata: Some(json!({ "config": config })),
+                    metadata: Some(SessionMeta {
+                        config: serde_json::to_value(config).unwrap_or(Value::Null),
+                    }),
                 }))
                 .await?;
             if let Some(durable) = &self.durable {
@@ -577,22 +559,23 @@ impl Research {
         self.progress
             .emit(RunEvent::ResearchComplete(ResearchComplete {
                 content: summary.report.clone(),
-                metadata: json!({
-                        "outcome": summary.status,
-                        "duration_seconds": summary.duration_ms as f64 / 1000.0,
-                        "sources": summary.listed_sources(),
-                        "word_count": summary.word_count,
-                        "usage": self.usage_json(),
-                        "stage_timings": self.progress.timings(),
-                        "waiting_ms": {
-                            "model": summary.model_ms, "search": summary.search_ms,
-                            "fetch": summary.fetch_ms,
-                        },
-                        "peak_concurrent_researchers": self.peak.load(Ordering::Relaxed),
-                        "memories_written": summary.memories_written,
-                        "citations": checked,
-                        "gaps": summary.gaps,
-                }),
+                metadata: ResearchStats {
+                    outcome: summary.status,
+                    duration_seconds: summary.duration_ms as f64 / 1000.0,
+                    sources: summary.listed_sources(),
+                    word_count: summary.word_count,
+                    usage: self.usage_record(),
+                    stage_timings: self.progress.timings(),
+                    waiting_ms: Waiting {
+                        model: summary.model_ms,
+                        search: summary.search_ms,
+                        fetch: summary.fetch_ms,
+                    },
+                    peak_concurrent_researchers: self.peak.load(Ordering::Relaxed),
+                    memories_written: summary.memories_written,
+                    citations: checked,
+                    gaps: summary.gaps.clone(),
+                },
             }))
             .await?;
         Ok(summary)
@@ -616,7 +599,7 @@ impl Research {
                 cost_usd: budget.cost_usd,
             }),
         };
-        self.steps.lock().push(json!(entry));
+        self.steps.lock().push(entry.clone());
         self.progress.emit(RunEvent::Usage(entry)).await
     }
 
@@ -702,7 +685,7 @@ impl Research {
                         share * 100.0
                     ),
                     false,
-                    json!({ "spent": total, "budget": budget }),
+                    StepMeta { spent: Some(total), budget: Some(SpendCap { tokens: budget.tokens, cost_usd: budget.cost_usd }), ..Default::default() },
                 )
                 .await;
         }
@@ -736,7 +719,7 @@ impl Research {
                             crate::error::public_message(&error)
                         ),
                         true,
-                        json!({ "stage": "research_brief" }),
+                        StepMeta::stage("research_brief"),
                     )
                     .await?;
                 Vec::new()

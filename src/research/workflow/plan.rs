@@ -63,10 +63,11 @@ impl Research {
             .emit(RunEvent::StageUpdate(Stage {
                 stage: "clarification".into(),
                 content: question.clone(),
-                metadata: Some(json!({
-                    "awaiting_input": true,
-                    "input": "POST /v1/runs/{id}/input {\"content\": \"…\"}",
-                })),
+                metadata: Some(StepMeta {
+                    awaiting_input: Some(true),
+                    input: Some("POST /v1/runs/{id}/input {\"content\": \"…\"}".into()),
+                    ..Default::default()
+                }),
             }))
             .await?;
         let answer = wait
@@ -158,7 +159,11 @@ impl Research {
             .emit(RunEvent::PlanReview(Stage {
                 stage: "research_execution".into(),
                 content: plan,
-                metadata: Some(json!({ "topics": topics, "awaiting_input": true })),
+                metadata: Some(StepMeta {
+                    topics: Some(topics.clone()),
+                    awaiting_input: Some(true),
+                    ..Default::default()
+                }),
             }))
             .await?;
         let input = wait
@@ -178,7 +183,10 @@ impl Research {
                     .emit(RunEvent::thinking(
                         "research_execution",
                         "The user edited the plan",
-                        Some(json!({ "topics": edited })),
+                        Some(StepMeta {
+                            topics: Some(edited.clone()),
+                            ..Default::default()
+                        }),
                     ))
                     .await?;
                 return Ok(edited);

@@ -15,7 +15,7 @@ pub(super) struct Progress {
     /// Stages an earlier attempt announced: timed again, not announced again.
     pub(super) announced: Vec<String>,
     /// Seconds per stage spent by earlier attempts.
-    pub(super) earlier: serde_json::Map<String, Value>,
+    pub(super) earlier: BTreeMap<String, f64>,
 }
 
 impl Progress {
@@ -45,7 +45,7 @@ impl Progress {
     }
 
     /// Seconds per stage (a stage lasts until the next one starts).
-    pub(super) fn timings(&self) -> Value {
+    pub(super) fn timings(&self) -> BTreeMap<String, f64> {
         let stages = self.stages.lock();
         let mut out = self.earlier.clone();
         for (index, (name, started)) in stages.iter().enumerate() {
@@ -54,10 +54,10 @@ impl Progress {
                 .map(|(_, at)| *at)
                 .unwrap_or_else(Instant::now);
             let seconds = ended.saturating_duration_since(*started).as_secs_f64();
-            let total = out.get(name).and_then(Value::as_f64).unwrap_or(0.0) + seconds;
-            out.insert(name.clone(), json!((total * 1000.0).round() / 1000.0));
+            let total = out.get(name).copied().unwrap_or(0.0) + seconds;
+            out.insert(name.clone(), (total * 1000.0).round() / 1000.0);
         }
-        Value::Object(out)
+        out
     }
 
     /// Says that `step` was done without the model's reply (`stage_fallback`), what was done
@@ -68,7 +68,7 @@ impl Progress {
         step: &str,
         instead: &str,
         reason: &str,
-        metadata: Option<Value>,
+        metadata: Option<StepMeta>,
     ) -> Result<(), RunFailure> {
         tracing::info!(
             stage,
@@ -91,7 +91,7 @@ impl Progress {
         error_type: RunErrorType,
         message: &str,
         retryable: bool,
-        metadata: Value,
+        metadata: StepMeta,
     ) -> Result<(), RunFailure> {
         self.emit(RunEvent::Error(ErrorEvent {
             error_type,

@@ -74,7 +74,11 @@ impl Research {
                     .emit(RunEvent::thinking(
                         "research_execution",
                         format!("Level {level}: {} queries", queries.len()),
-                        Some(json!({ "level": level, "queries": queries })),
+                        Some(StepMeta {
+                            level: Some(level),
+                            queries: Some(queries.clone()),
+                            ..Default::default()
+                        }),
                     ))
                     .await?;
                 Ok(queries)
@@ -112,7 +116,11 @@ impl Research {
                         RunErrorType::Tool,
                         &format!("could not research {:?}: {why}", findings.topic),
                         false,
-                        json!({ "topic": findings.topic, "level": level }),
+                        StepMeta {
+                            topic: Some(findings.topic.clone()),
+                            level: Some(level),
+                            ..Default::default()
+                        },
                     )
                     .await;
             }
@@ -165,7 +173,10 @@ impl Research {
                         "plan_queries",
                         &format!("One search for {plain:?}"),
                         &error.message,
-                        Some(json!({ "question": truncate(question, 200) })),
+                        Some(StepMeta {
+                            question: Some(truncate(question, 200)),
+                            ..Default::default()
+                        }),
                     )
                     .await?;
                 Ok(vec![plain.to_string()])
@@ -234,7 +245,7 @@ impl Research {
                     "learnings",
                     "The learnings are the passages most similar to the query, without follow-up questions",
                     &error.message,
-                    Some(json!({ "query": query })),
+                    Some(StepMeta { query: Some(query.to_string()), ..Default::default() }),
                 )
                 .await;
         }

@@ -130,7 +130,7 @@ impl Research {
                         invalid.iter().map(|n| format!("[{n}]")).collect::<Vec<_>>().join(", ")
                     ),
                     false,
-                    json!({ "invalid_citations": invalid }),
+                    StepMeta { invalid_citations: Some(invalid.clone()), ..Default::default() },
                 )
                 .await?;
         }
@@ -257,7 +257,7 @@ impl Research {
                                     error.message
                                 ),
                                 error.retryable(),
-                                json!({ "stage": "completed" }),
+                                StepMeta::stage("completed"),
                             )
                             .await?;
                         Vec::new()
@@ -298,7 +298,7 @@ impl Research {
                             crate::error::public_message(&error)
                         ),
                         true,
-                        json!({ "stage": "completed" }),
+                        StepMeta::stage("completed"),
                     )
                     .await?;
                 Ok(0)

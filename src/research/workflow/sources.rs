@@ -280,7 +280,7 @@ impl Research {
                         RunErrorType::Internal,
                         &format!("scoring sources by similarity failed: {error}"),
                         true,
-                        json!({ "stage": "final_report_generation" }),
+                        StepMeta::stage("final_report_generation"),
                     )
                     .await?;
             }
@@ -318,7 +318,7 @@ impl Research {
                             error.message
                         ),
                         error.retryable(),
-                        json!({ "stage": "final_report_generation" }),
+                        StepMeta::stage("final_report_generation"),
                     )
                     .await?;
             }
@@ -350,19 +350,22 @@ impl Research {
             .enumerate()
             .map(|(index, source)| (index + 1, source))
             .collect();
-        let listed: Vec<Value> = numbered
+        let listed: Vec<FoundSource> = numbered
             .iter()
-            .map(|(n, source)| {
-                json!({
-                    "n": n, "url": source.url, "title": source.title,
-                    "relevance": round3(source.relevance), "credibility": round3(source.credibility),
-                    "score": round3(source.score),
-                })
+            .map(|(n, source)| FoundSource {
+                n: Some(*n),
+                relevance: Some(round3(source.relevance)),
+                credibility: Some(round3(source.credibility)),
+                score: Some(round3(source.score)),
+                ..FoundSource::new(&source.url, &source.title)
             })
             .collect();
-        let dropped: Vec<Value> = dropped
+        let dropped: Vec<DroppedSource> = dropped
             .iter()
-            .map(|source| json!({ "url": source.url, "score": round3(source.score) }))
+            .map(|source| DroppedSource {
+                url: source.url.clone(),
+                score: round3(source.score),
+            })
             .collect();
         self.progress
             .emit(RunEvent::SourcesFound(SourcesFound {
@@ -372,8 +375,12 @@ impl Research {
                     listed.len(),
                     dropped.len()
                 ),
-                sources: json!(listed),
-                metadata: json!({ "curated": true, "dropped": dropped }),
+                sources: listed,
+                metadata: StepMeta {
+                    curated: Some(true),
+                    dropped: Some(dropped),
+                    ..Default::default()
+                },
             }))
             .await?;
         Ok(numbered)

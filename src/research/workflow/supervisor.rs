@@ -59,7 +59,10 @@ impl Research {
                             .emit(RunEvent::thinking(
                                 "research_execution",
                                 reflection,
-                                Some(json!({ "round": round + 1 })),
+                                Some(StepMeta {
+                                    round: Some(round + 1),
+                                    ..Default::default()
+                                }),
                             ))
                             .await?;
                     }
@@ -228,7 +231,7 @@ impl Research {
                     RunErrorType::Tool,
                     &format!("researcher {number} could not research {topic:?}: {why}"),
                     false,
-                    json!({ "researcher": number, "topic": topic }),
+                    StepMeta::researcher(number, &topic),
                 )
                 .await;
         }
@@ -245,7 +248,7 @@ impl Research {
         topic: &str,
         role: &RoleModel,
     ) -> Result<Findings, String> {
-        let meta = json!({ "researcher": number, "topic": topic });
+        let meta = StepMeta::researcher(number, topic);
         let _ = self
             .progress
             .emit(RunEvent::thinking(
@@ -308,7 +311,7 @@ impl Research {
                         "Researcher {number} searches the topic and keeps the passages most similar to it"
                     ),
                     "the research model made no usable web_search or fetch_url call",
-                    Some(json!({ "researcher": number, "topic": topic })),
+                    Some(StepMeta::researcher(number, topic)),
                 )
                 .await;
             return self.gather(number, topic).await;
@@ -344,7 +347,7 @@ impl Research {
                 arguments: arguments.clone(),
                 stage: Some("research_execution".into()),
                 content: Some(format!("{} {}", call.name, arguments)),
-                metadata: Some(json!({ "researcher": number, "topic": topic })),
+                metadata: Some(StepMeta::researcher(number, topic)),
             }))
             .await;
         match call.name.as_str() {
@@ -395,7 +398,10 @@ impl Research {
                     .emit(RunEvent::thinking(
                         "research_execution",
                         reflection,
-                        Some(json!({ "researcher": number })),
+                        Some(StepMeta {
+                            researcher: Some(number),
+                            ..Default::default()
+                        }),
                     ))
                     .await;
                 "Reflection recorded.".into()
@@ -424,23 +430,26 @@ impl Research {
                     .into_iter()
                     .partition(|hit| self.config.allows(&hit.url));
                 self.sources.add_hits(&hits);
-                let listed: Vec<Value> = hits
+                let listed: Vec<FoundSource> = hits
                     .iter()
-                    .map(
-                        |hit| json!({ "url": hit.url, "title": hit.title, "snippet": hit.snippet }),
-                    )
+                    .map(|hit| FoundSource {
+                        snippet: Some(hit.snippet.clone()),
+                        ..FoundSource::new(&hit.url, &hit.title)
+                    })
                     .collect();
                 let _ = self
                     .progress
                     .emit(RunEvent::SourcesFound(SourcesFound {
                         stage: "research_execution".into(),
                         content: format!("{} results for {query:?}", hits.len()),
-                        sources: json!(listed),
-                        metadata: json!({
-                            "researcher": number, "query": query,
-                            "provider": self.deps.search.name(),
-                            "excluded_by_domain": excluded.len(),
-                        }),
+                        sources: listed,
+                        metadata: StepMeta {
+                            researcher: Some(number),
+                            query: Some(query.to_string()),
+                            provider: Some(self.deps.search.name().to_string()),
+                            excluded_by_domain: Some(excluded.len()),
+                            ..Default::default()
+                        },
                     }))
                     .await;
                 Ok(hits)
@@ -453,7 +462,11 @@ impl Research {
                         RunErrorType::Search,
                         &message,
                         error.retryable(),
-                        json!({ "researcher": number, "query": query }),
+                        StepMeta {
+                            researcher: Some(number),
+                            query: Some(query.to_string()),
+                            ..Default::default()
+                        },
                     )
                     .await;
                 Err(message)
@@ -500,7 +513,11 @@ impl Research {
                             RunErrorType::Network,
                             message,
                             true,
-                            json!({ "researcher": number, "url": url }),
+                            StepMeta {
+                                researcher: Some(number),
+                                url: Some(url.to_string()),
+                                ..Default::default()
+                            },
                         )
                         .await;
                 }
@@ -647,7 +664,10 @@ impl Research {
                             "compression",
                             "The findings are the passages most similar to the topic",
                             "the compression model answered with nothing",
-                            Some(json!({ "topic": topic })),
+                            Some(StepMeta {
+                                topic: Some(topic.to_string()),
+                                ..Default::default()
+                            }),
                         )
                         .await;
                 }
@@ -658,7 +678,7 @@ impl Research {
                             RunErrorType::Llm,
                             &format!("compressing the findings on {topic:?} failed: {}; keeping the most similar passages", error.message),
                             error.retryable(),
-                            json!({ "topic": topic }),
+                            StepMeta { topic: Some(topic.to_string()), ..Default::default() },
                         )
                         .await;
                 }

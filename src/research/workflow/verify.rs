@@ -14,9 +14,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use serde::{Deserialize, Serialize};
-
 use super::citations::{rewrite_brackets, strip_citations};
+use super::{CitationCheck, UnsupportedCitation};
 use crate::memory::relevance::{Terms, query_words};
 use crate::text::split::sentences;
 
@@ -33,26 +32,6 @@ const MIN_WORDS: usize = 2;
 const MAX_SOURCE_CHARS: usize = 60_000;
 /// Sentences per passage.
 const PASSAGE_SENTENCES: usize = 2;
-
-/// What the check found, as `research_complete` reports it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct CitationCheck {
-    /// Citations (claim and source) checked.
-    pub checked: usize,
-    /// Those whose claim was found in the source.
-    pub supported: usize,
-    /// Citations left unchecked: their claim says too little, or the source's text is gone.
-    pub unchecked: usize,
-    pub unsupported: Vec<UnsupportedCitation>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct UnsupportedCitation {
-    pub n: usize,
-    pub claim: String,
-    /// The best share of the claim's weighted words one passage of the source held.
-    pub support: f64,
-}
 
 /// The passages of every source of one report, and how rare each word is among them.
 pub(crate) struct Checker {
@@ -241,6 +220,7 @@ pub(crate) fn supported_only(report: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde::Deserialize;
 
     #[test]
     fn a_claim_cited_to_the_wrong_source_is_marked_and_the_right_one_kept() {
