@@ -33,7 +33,7 @@ use crate::index::vector::{IndexError, VectorIndex};
 use crate::llm::embed::{EmbedError, Embedder};
 use crate::store::{
     Embedded, Memory, MemoryFilter, MemoryId, MemoryKind, MemoryPatch, MemoryVersion, NewMemory,
-    Store, StoreError, ThreadId, UserId,
+    Store, StoreError, UserId,
 };
 use relevance::{QueryProfile, Relevance};
 
@@ -567,18 +567,6 @@ impl MemoryEngine {
             self.indexer.notify();
         }
         Ok(done)
-    }
-
-    /// Adds a memory on behalf of the user from a thread (used by the chat agent and writer).
-    pub fn new_user_memory(
-        kind: MemoryKind,
-        content: String,
-        importance: u8,
-        thread: Option<ThreadId>,
-    ) -> NewMemory {
-        let mut memory = NewMemory::from_user(kind, content, importance);
-        memory.thread_id = thread;
-        memory
     }
 }
 

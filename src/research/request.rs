@@ -11,7 +11,6 @@ use crate::config::ModelRole;
 use crate::config::{LlmSettings, ResearchSettings};
 use crate::llm::roles::{ModelInfo, Models};
 use crate::store::{RunId, ThreadId};
-use strum::VariantArray;
 
 /// Longest accepted query, in characters.
 pub const MAX_QUERY_CHARS: usize = 4_000;
@@ -586,14 +585,6 @@ fn request_llm(llm: &LlmSettings, request: &ResearchRequest) -> LlmSettings {
         llm.api_key = Some(key.clone());
     }
     llm
-}
-
-/// Every role name with its default completion-token cap (for `/research/test` output).
-pub fn role_defaults() -> Vec<(&'static str, u32)> {
-    ModelRole::VARIANTS
-        .iter()
-        .map(|role| (role.as_str(), role.default_max_tokens()))
-        .collect()
 }
 
 #[cfg(test)]

@@ -112,12 +112,6 @@ impl RunContext {
         }
     }
 
-    /// Waits for the user's input, expected from now on ([`Self::expect_input`]);
-    /// cancellation ends the wait with the run.
-    pub async fn wait_input(&self) -> Option<Value> {
-        self.expect_input().await.recv().await
-    }
-
     pub(super) async fn set_awaiting(&self, awaiting: bool) {
         if let Err(error) = self
             .store

@@ -297,7 +297,6 @@ pub struct KeywordIndex {
 }
 
 struct Inner {
-    index: Index,
     reader: IndexReader,
     writer: Mutex<IndexWriter>,
     analyzer: TextAnalyzer,
@@ -389,7 +388,6 @@ impl KeywordIndex {
         let applied = parse_seq(metas.payload.as_deref())?;
         Ok(Self {
             inner: Arc::new(Inner {
-                index,
                 reader,
                 writer: Mutex::new(writer),
                 analyzer,
@@ -891,19 +889,6 @@ impl KeywordIndex {
         .await
     }
 
-    /// [`Self::search_view`] on the blocking pool.
-    pub async fn search_view_async(
-        &self,
-        user: UserId,
-        query: String,
-        view: View,
-        filter: KeywordFilter,
-        limit: usize,
-    ) -> Result<Vec<(MemoryId, f32)>, IndexError> {
-        self.blocking(move |k| k.search_view(user, &query, view, &filter, limit))
-            .await
-    }
-
     /// [`Self::count`] on the blocking pool.
     pub async fn count_async(&self, user: UserId) -> Result<u64, IndexError> {
         self.blocking(move |k| k.count(user)).await
@@ -1056,11 +1041,6 @@ impl KeywordIndex {
         let columns = (column(ID_HI)?, column(ID_LO)?);
         cache.insert(segment.segment_id(), columns.clone());
         Ok(columns)
-    }
-
-    /// The underlying tantivy index (schema inspection, diagnostics).
-    pub fn tantivy_index(&self) -> &Index {
-        &self.inner.index
     }
 }
 

@@ -165,11 +165,6 @@ fn html_within(html: &str, budget: &Budget) -> Result<Extracted, ExtractError> {
     })
 }
 
-/// Extracts the text of a PDF document.
-pub fn pdf_to_text(bytes: &[u8]) -> Result<String, ExtractError> {
-    pdf_within(bytes, &Budget::default())
-}
-
 fn pdf_within(bytes: &[u8], budget: &Budget) -> Result<String, ExtractError> {
     // pdf-extract panics on some malformed files; a bad upload must not take a worker down.
     let result = std::panic::catch_unwind(|| -> Result<String, ExtractError> {
