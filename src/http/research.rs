@@ -148,6 +148,9 @@ pub struct ResearchModels {
     pub default_search_api: String,
     /// The largest request body the server accepts (uploads included), in bytes.
     pub max_body_bytes: usize,
+    /// The longest chat message the server accepts, in characters (a client checks before
+    /// sending, so that nothing the user typed is lost to a refusal).
+    pub max_message_chars: usize,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -178,6 +181,7 @@ pub async fn models(State(state): State<AppState>, _user: AuthUser) -> Json<Rese
             .collect(),
         default_search_api: state.research.default_search_api().to_string(),
         max_body_bytes: state.settings.server.max_body_bytes,
+        max_message_chars: crate::store::MAX_MESSAGE_CHARS,
     })
 }
 

@@ -1364,6 +1364,11 @@ export interface components {
             llm_configured: boolean;
             /** @description The largest request body the server accepts (uploads included), in bytes. */
             max_body_bytes: number;
+            /**
+             * @description The longest chat message the server accepts, in characters (a client checks before
+             *     sending, so that nothing the user typed is lost to a refusal).
+             */
+            max_message_chars: number;
             models: components["schemas"]["ModelInfo"][];
             /**
              * @description Each provider and whether it can run on this server (a web provider needs its key or

@@ -430,6 +430,66 @@ test('xss: markup in a memory, a model answer and a document shows as text', asy
   assertClean()
 })
 
+test('chat: a message too long keeps its text, says why, and leaves no thread', async () => {
+  const threadCount = async () => (await stack.api('GET', '/v1/threads?limit=200')).body.threads.length
+  const huge = 'paste '.repeat(166_667).trim() // 1,000,001 characters: over the server's limit
+  // With the server's limits known (GET /models), the composer refuses before sending.
+  let page = await signedInPage(stack)
+  await newThread(page)
+  await page.locator('form.composer[data-max-chars]').waitFor()
+  const threadsBefore = await threadCount()
+  let posted = 0
+  page.on('request', (request) => {
+    if (request.method() === 'POST' && /\/v1\/threads/.test(request.url())) posted++
+  })
+  await page.getByTestId('composer-input').fill(huge)
+  await page.getByTestId('send').click()
+  const error = page.getByTestId('composer-error')
+  await error.waitFor()
+  assert.match(await error.innerText(), /1,000,001 characters.*at most 1,000,000/)
+  assert.equal((await page.getByTestId('composer-input').inputValue()).length, huge.length)
+  assert.equal(posted, 0, 'nothing was sent')
+  assert.equal(await page.getByTestId('message-user').count(), 0)
+  await screenshot(page, 'chat-too-long', { fullPage: false })
+  await page.close()
+
+  // Without them (GET /models failed), the server's refusal does the same: the text comes
+  // back to the composer, the reason beside it, and the thread made for it is gone again.
+  page = await signedInPage(stack, '#/memory')
+  await page.route('**/models', (route) => route.abort())
+  await page.getByTestId('nav-chat').click()
+  await page.getByTestId('composer-input').fill(huge)
+  await page.getByTestId('send').click()
+  await page.getByTestId('composer-error').waitFor()
+  assert.match(await page.getByTestId('composer-error').innerText(), /Not sent: .*longer than 1000000 characters/)
+  assert.equal((await page.getByTestId('composer-input').inputValue()).length, huge.length)
+  assert.equal(await page.getByTestId('message-user').count(), 0)
+  await page.waitForURL((url) => url.href.endsWith('#/chat'))
+  assert.equal(await threadCount(), threadsBefore, 'the thread made for the refused message was deleted')
+  // Typing again clears the reason.
+  await page.getByTestId('composer-input').fill('A short one')
+  assert.equal(await page.getByTestId('composer-error').count(), 0)
+  await page.close()
+  assertClean()
+})
+
+test('chat: a long message shows its start until expanded', async () => {
+  const page = await signedInPage(stack)
+  await newThread(page)
+  const long = `Start of a long note. ${'Every line of it matters. '.repeat(120)}The end.`
+  const before = await sendMessage(page, long)
+  await finishedAnswer(page, before)
+  const message = page.getByTestId('message-user').last()
+  const text = message.getByTestId('message-text')
+  assert.ok((await text.innerText()).length < 1300, 'collapsed')
+  assert.doesNotMatch(await text.innerText(), /The end\./)
+  await message.getByTestId('message-expand').click()
+  assert.match(await text.innerText(), /The end\.$/)
+  assert.equal(await message.getByTestId('message-expand').getAttribute('aria-expanded'), 'true')
+  await page.close()
+  assertClean()
+})
+
 test('threads: rename, delete', async () => {
   const page = await signedInPage(stack)
   const before = await sendMessage(page, 'A thread to rename')
