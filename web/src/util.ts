@@ -2,6 +2,7 @@
 // provenance refers to.
 
 import { href } from './router'
+import { madeOn, quoted, type Titles } from './titles'
 
 export function formatDate(value: string | null | undefined): string {
   if (!value) return ''
@@ -56,24 +57,40 @@ export interface RefLink {
 }
 
 /**
- * Where one of a memory's `source_refs` points: `doc:<id>[#n]` → the document, `research:<id>`
- * → the research, an http(s) URL → the page, a bare UUID → the thread message it came from
- * (when the memory has a thread) or another memory (a profile's sources).
+ * Where one of a memory's `source_refs` points, in words: `doc:<id>[#n]` → the document by its
+ * title, `research:<id>` → the research by its question, an http(s) URL → the page, a bare
+ * UUID → the message of the memory's thread it came from (when it has a thread) or another
+ * memory (a profile's sources), by date. Titles come from `titles` when known.
  */
-export function refLink(ref: string, threadId: string | null): RefLink {
+export function refLink(ref: string, threadId: string | null, titles?: Titles): RefLink {
   const doc = /^doc:([0-9a-f-]{36})(?:#(\d+))?$/i.exec(ref)
   if (doc) {
-    const label = doc[2] !== undefined ? `document ${shortId(doc[1])}, chunk ${doc[2]}` : `document ${shortId(doc[1])}`
+    const title = titles?.documents.get(doc[1])
+    const name = title ? `document ${quoted(title)}` : `a document of ${madeOn(doc[1]) || shortId(doc[1])}`
+    const label = doc[2] !== undefined ? `${name}, part ${Number(doc[2]) + 1}` : name
     return { label, href: href('documents', doc[1]) }
   }
   const research = /^research:([0-9a-f-]{36})$/i.exec(ref)
-  if (research) return { label: `research ${shortId(research[1])}`, href: href('research', research[1]) }
+  if (research) {
+    const query = titles?.research.get(research[1])
+    return {
+      label: query ? `research ${quoted(query)}` : `a research of ${madeOn(research[1]) || shortId(research[1])}`,
+      href: href('research', research[1]),
+    }
+  }
   if (/^https?:\/\//i.test(ref)) return { label: ref, href: ref, external: true }
   if (UUID.test(ref)) {
-    if (threadId) return { label: `message ${shortId(ref)}`, href: href('chat', threadId, ref) }
-    return { label: `memory ${shortId(ref)}`, href: href('memory', ref) }
+    const on = madeOn(ref) || shortId(ref)
+    if (threadId) return { label: `your message of ${on}`, href: href('chat', threadId, ref) }
+    return { label: `a memory of ${on}`, href: href('memory', ref) }
   }
   return { label: ref }
+}
+
+/** A thread in words: its title when known, else when it was started. */
+export function threadLabel(id: string, titles?: Titles): string {
+  const title = titles?.threads.get(id)
+  return title ? `conversation ${quoted(title)}` : `a conversation of ${madeOn(id) || shortId(id)}`
 }
 
 /** A source URL of a research: documents of `local` search link into the app. */

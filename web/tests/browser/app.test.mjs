@@ -226,9 +226,11 @@ test('memory: a remembered fact appears after the turn; editing it makes a versi
     await page.getByTestId('memory-refresh').click()
     await page.waitForTimeout(400)
   }
-  // Provenance: the thread and the message it came from.
+  // Provenance in words: the conversation by its title, the message by its date (no id prefixes).
   await fact.getByTestId('memory-thread').waitFor()
+  assert.match(await fact.getByTestId('memory-thread').innerText(), /^conversation “Please remember that my cat is called Miso”$/)
   assert.ok((await fact.getByTestId('memory-ref').count()) >= 1)
+  assert.match(await fact.getByTestId('memory-ref').first().innerText(), /^your message of \S.*\d{4}$/)
   const memoryId = await fact.getAttribute('data-memory-id')
   const card = page.getByTestId('memory-list').locator(`[data-memory-id="${memoryId}"]`)
   await card.getByTestId('memory-edit').click()
