@@ -362,7 +362,7 @@ pub fn select(
     query: &QueryHints,
     k: usize,
 ) -> Vec<Recalled> {
-    let mut scored: Vec<(f64, f64, &Candidate, &Memory)> = candidates
+    let mut scored: Vec<(f64, [f64; 3], &Candidate, &Memory)> = candidates
         .iter()
         .filter_map(|candidate| {
             let memory = memories.get(&candidate.id)?;
@@ -385,7 +385,7 @@ pub fn select(
             let prior = query.factor(memory, settings);
             Some((
                 candidate.fused(memory) * factor * trust * prior,
-                factor,
+                [factor, trust, prior],
                 candidate,
                 memory,
             ))
@@ -396,7 +396,7 @@ pub fn select(
     // The normalised text of each kept memory, computed once (every candidate is compared
     // with every kept one).
     let mut kept_texts: Vec<String> = Vec::with_capacity(k);
-    for (score, factor, candidate, memory) in scored {
+    for (score, [factor, trust, prior], candidate, memory) in scored {
         if kept.len() == k {
             break;
         }
@@ -420,6 +420,8 @@ pub fn select(
                     context_bm25_score: candidate.keyword_context.map(|(_, score)| score),
                     rrf: candidate.fused(memory),
                     decay: factor,
+                    trust,
+                    prior,
                     coverage: candidate.coverage,
                     z: None,
                     relevance: None,
@@ -805,6 +807,45 @@ mod tests {
         assert_eq!(keyword.signals.bm25_rank, Some(1));
         assert_eq!(keyword.signals.vector_rank, None);
         assert!((keyword.signals.rrf - 1.0 / 11.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn signals_name_every_factor_of_the_score() {
+        let settings = MemorySettings::default();
+        let mine = memory("I keep bees", 3, vec![1.0, 0.0], 0);
+        let mut theirs = memory("Bees keep you", 3, vec![0.0, 1.0], 0);
+        theirs.trust = Trust::Assistant;
+        let hits = vec![(theirs.id, 0.9), (mine.id, 0.8)];
+        let ranked = rank(
+            &hits,
+            &[],
+            vec![mine.clone(), theirs.clone()],
+            &settings,
+            true,
+            Utc::now(),
+            10,
+        );
+        for result in &ranked {
+            let s = &result.signals;
+            assert!(
+                (result.score - s.rrf * s.decay * s.trust * s.prior).abs() < 1e-12,
+                "{s:?}"
+            );
+        }
+        let assistant = ranked.iter().find(|r| r.memory.id == theirs.id).unwrap();
+        assert_eq!(assistant.signals.trust, settings.assistant_weight);
+        let user = ranked.iter().find(|r| r.memory.id == mine.id).unwrap();
+        assert_eq!((user.signals.trust, user.signals.prior), (1.0, 1.0));
+        // A factor of 1 is left out of the JSON, another is shown.
+        let json = serde_json::to_value(&user.signals).unwrap();
+        assert!(
+            json.get("trust").is_none() && json.get("prior").is_none(),
+            "{json}"
+        );
+        if settings.assistant_weight != 1.0 {
+            let json = serde_json::to_value(&assistant.signals).unwrap();
+            assert_eq!(json["trust"], settings.assistant_weight);
+        }
     }
 
     #[test]

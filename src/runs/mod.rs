@@ -727,6 +727,8 @@ mod wire_tests {
                             context_bm25_score: Some(1.5),
                             rrf: 0.5,
                             decay: 1.0,
+                            trust: 1.0,
+                            prior: 1.0,
                             coverage: 0.0,
                             z: None,
                             relevance: None,

@@ -42,6 +42,16 @@ pub struct Signals {
     pub rrf: f64,
     /// The decay multiplier applied to `rrf` (1.0 = no decay).
     pub decay: f64,
+    /// The trust weight applied to `rrf`: 1 for the user's own words, `memory.assistant_weight`
+    /// for what others said (left out when 1).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub trust: f64,
+    /// The query's priors applied to `rrf`: a time span or a speaker it names matched, a
+    /// question turn, a short turn (left out when 1). Ranking scores `rrf × decay × trust ×
+    /// prior`; recall then weighs that by `relevance` (to the power
+    /// `memory.relevance.rank_weight`).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub prior: f64,
     /// The idf-weighted share of the query's informative words the memory holds (its BM25
     /// hits' coverage; 0 when no keyword list had it).
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -63,6 +73,14 @@ pub struct Signals {
 
 fn is_zero(value: &f32) -> bool {
     *value == 0.0
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+fn is_one(value: &f64) -> bool {
+    *value == 1.0
 }
 
 #[cfg(test)]

@@ -1748,6 +1748,14 @@ export interface components {
             later?: string | null;
             /**
              * Format: double
+             * @description The query's priors applied to `rrf`: a time span or a speaker it names matched, a
+             *     question turn, a short turn (left out when 1). Ranking scores `rrf × decay × trust ×
+             *     prior`; recall then weighs that by `relevance` (to the power
+             *     `memory.relevance.rank_weight`).
+             */
+            prior?: number;
+            /**
+             * Format: double
              * @description How likely the memory is about the query (`memory::relevance`), when the query was
              *     embedded.
              */
@@ -1757,6 +1765,12 @@ export interface components {
              * @description The fused score (`memory.fusion`) before decay and the other factors.
              */
             rrf: number;
+            /**
+             * Format: double
+             * @description The trust weight applied to `rrf`: 1 for the user's own words, `memory.assistant_weight`
+             *     for what others said (left out when 1).
+             */
+            trust?: number;
             vector_rank?: number | null;
             /** Format: float */
             vector_score?: number | null;

@@ -218,6 +218,11 @@ test('memory: a remembered fact appears after the turn; editing it makes a versi
   await newThread(page)
   const before = await sendMessage(page, 'Please remember that my cat is called Miso')
   await finishedAnswer(page, before)
+  // The chat says what the turn stored, once the background writer has stored it.
+  const notice = page.getByTestId('message-assistant').nth(before).getByTestId('memory-notice')
+  await notice.waitFor({ timeout: 25_000 })
+  assert.match(await notice.innerText(), /Memory updated:[\s\S]*Miso/)
+  assert.match(await notice.getByTestId('memory-notice-item').first().getAttribute('href'), /^#\/memory\/[0-9a-f-]{36}$/)
   await page.getByTestId('nav-memory').click()
   const fact = page.getByTestId('memory-list').getByTestId('memory-item').filter({ hasText: "The user's cat is called Miso." })
   const deadline = Date.now() + 20_000
@@ -252,8 +257,14 @@ test('memory: a remembered fact appears after the turn; editing it makes a versi
   await page.getByTestId('memory-search-submit').click()
   const result = page.getByTestId('memory-search-result').filter({ hasText: 'Miso the Brave' }).first()
   await result.waitFor()
-  await result.getByTestId('memory-signals').locator('summary').click()
-  assert.match(await result.getByTestId('memory-signals').innerText(), /Vector \(meaning\)[\s\S]*BM25 \(words\)[\s\S]*Fused/)
+  // First in words (rank, how likely it is about the question, how it was found), the
+  // numbers behind a second disclosure.
+  const signals = result.getByTestId('memory-signals')
+  assert.match(await signals.locator('summary').first().innerText(), /^Why this result: #1/)
+  await signals.locator('summary').first().click()
+  assert.match(await signals.getByTestId('signals-words').innerText(), /Found by meaning \(#\d+\) and by its words \(#\d+\)/)
+  await signals.getByText('The numbers').click()
+  assert.match(await signals.innerText(), /Vector \(meaning\)[\s\S]*BM25 \(words\)[\s\S]*Fused[\s\S]*Trust ×/)
   await screenshot(page, 'memory')
   await screenshot(page, 'memory-viewport', { fullPage: false })
 
@@ -285,9 +296,11 @@ test('memory: a remembered fact appears after the turn; editing it makes a versi
   const asked = await sendMessage(page, 'What is my cat called?')
   await finishedAnswer(page, asked)
   const recalled = page.getByTestId('message-assistant').nth(asked).getByTestId('turn-recalled')
-  await recalled.locator('summary').click()
+  await recalled.locator('summary').first().click()
   const why = recalled.getByTestId('turn-recalled-memory').filter({ hasText: 'Miso the Brave' })
   await why.waitFor()
+  assert.match(await why.getByTestId('signals-words').innerText(), /^Found by meaning/)
+  await why.getByText('The numbers').click()
   assert.match(await why.locator('table.signals').innerText(), /Vector \(meaning\)\s+#\d/)
   await page.close()
   assertClean()
@@ -610,6 +623,11 @@ test('sign in with a JWT: another user, who sees none of alice\'s threads; an ex
   await page.getByTestId('signin-token').fill(signJwt('bob'))
   await page.getByTestId('signin-submit').click()
   await page.getByTestId('nav-chat').waitFor()
+  // A new user's memory page says how to tell mnemo something, not "no match".
+  await page.getByTestId('nav-memory').click()
+  await page.getByTestId('memory-empty').waitFor()
+  assert.match(await page.getByTestId('memory-empty').innerText(), /does not know anything about you yet[\s\S]*Remember that/)
+  await page.getByTestId('nav-chat').click()
   const before = await sendMessage(page, 'Hello, I am bob')
   await finishedAnswer(page, before)
   await page.getByTestId('thread-item').filter({ hasText: 'Hello, I am bob' }).waitFor()
