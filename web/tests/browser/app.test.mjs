@@ -505,6 +505,35 @@ test('chat: a long message shows its start until expanded', async () => {
   assertClean()
 })
 
+test('threads: grouped by day, searched by title; a message copied', async () => {
+  const page = await signedInPage(stack)
+  await newThread(page)
+  const before = await sendMessage(page, 'Planning a walk along the Mur')
+  await finishedAnswer(page, before)
+  // Today's threads are under "Today"; the search keeps only matching titles.
+  const today = page.getByTestId('thread-list').locator('section', { hasText: 'Today' })
+  await today.getByTestId('thread-item').filter({ hasText: 'Planning a walk along the Mur' }).waitFor()
+  assert.match(await page.getByTestId('thread-group').first().innerText(), /^today$/i)
+  await page.getByTestId('thread-search').fill('walk along')
+  await page.getByTestId('thread-item').filter({ hasText: 'Planning a walk along the Mur' }).waitFor()
+  for (const title of await page.getByTestId('thread-item').allInnerTexts()) {
+    assert.match(title.toLowerCase(), /walk along/)
+  }
+  await page.getByTestId('thread-search').fill('no such title anywhere')
+  await page.getByTestId('thread-search-empty').waitFor()
+  await page.getByTestId('thread-search').fill('')
+  // Copy: the answer's text reaches the clipboard.
+  await stack.context.grantPermissions(['clipboard-read', 'clipboard-write'])
+  const answer = page.getByTestId('message-assistant').nth(before)
+  await answer.getByTestId('message-copy').click()
+  await answer.getByTestId('message-copy').filter({ hasText: 'Copied' }).waitFor()
+  const clipboard = await page.evaluate(() => navigator.clipboard.readText())
+  // The markdown as written, as other chat apps copy it.
+  assert.match(clipboard, /This is the \*\*fake\*\* model answering/)
+  await page.close()
+  assertClean()
+})
+
 test('threads: rename, delete', async () => {
   const page = await signedInPage(stack)
   const before = await sendMessage(page, 'A thread to rename')
