@@ -7,6 +7,21 @@
 
 import MarkdownIt, { type StateCore, type Token } from 'markdown-it'
 import DOMPurify from 'dompurify'
+import hljs from 'highlight.js/lib/core'
+import bash from 'highlight.js/lib/languages/bash'
+import c from 'highlight.js/lib/languages/c'
+import cpp from 'highlight.js/lib/languages/cpp'
+import css from 'highlight.js/lib/languages/css'
+import go from 'highlight.js/lib/languages/go'
+import java from 'highlight.js/lib/languages/java'
+import javascript from 'highlight.js/lib/languages/javascript'
+import json from 'highlight.js/lib/languages/json'
+import python from 'highlight.js/lib/languages/python'
+import rust from 'highlight.js/lib/languages/rust'
+import sql from 'highlight.js/lib/languages/sql'
+import typescript from 'highlight.js/lib/languages/typescript'
+import xml from 'highlight.js/lib/languages/xml'
+import yaml from 'highlight.js/lib/languages/yaml'
 
 export interface RenderOptions {
   /** Source numbers that exist: `[n]` for these becomes a link to `#<citePrefix><n>`. */
@@ -14,7 +29,23 @@ export interface RenderOptions {
   citePrefix?: string
 }
 
-const md = new MarkdownIt({ html: false, linkify: true, typographer: false, breaks: false })
+// Code blocks with a language are highlighted (highlight.js escapes the code and wraps tokens
+// in `<span class="hljs-…">`, which the sanitiser keeps); others stay plain text.
+for (const [name, language] of Object.entries({ bash, c, cpp, css, go, java, javascript, json, python, rust, sql, typescript, xml, yaml })) {
+  hljs.registerLanguage(name, language)
+}
+
+function highlight(code: string, language: string): string {
+  const name = language.trim().toLowerCase()
+  if (!name || !hljs.getLanguage(name)) return ''
+  try {
+    return hljs.highlight(code, { language: name, ignoreIllegals: true }).value
+  } catch {
+    return ''
+  }
+}
+
+const md = new MarkdownIt({ html: false, linkify: true, typographer: false, breaks: false, highlight })
 
 // Images become plain links with the alt text.
 md.renderer.rules.image = (tokens, index, _options, _env, self) => {

@@ -7,7 +7,8 @@
 //
 // Chat markers: `[slow]` streams 40 numbered words ("w01 … w40") one per chunk, 120 ms apart
 // (time to press Stop or to cut the connection); `[xss]` answers with HTML and script tags;
-// `[tool]` first calls `recall_memory`, then answers. Anything else gets a short reply.
+// `[tool]` first calls `recall_memory`, then answers; `[code]` answers with a Rust code block.
+// Anything else gets a short reply.
 //
 // Use: `node tests/fake-openai.mjs` prints `fake-openai listening on http://127.0.0.1:PORT`;
 // or import { startFakeOpenAi } and call it. FAKE_OPENAI_LOG=FILE appends every request and
@@ -17,6 +18,7 @@ import { appendFileSync } from 'node:fs'
 import http from 'node:http'
 
 export const SLOW_WORDS = Array.from({ length: 40 }, (_, i) => `w${String(i + 1).padStart(2, '0')}`)
+export const CODE_REPLY = 'Here it is:\n\n```rust\nfn main() {\n    let answer = 42; // the answer\n    println!("{answer}");\n}\n```\n'
 export const XSS_REPLY =
   'Here it is: <img src=x onerror=alert(1)> and <script>alert(2)</script> and [click](javascript:alert(3)) — done.'
 export const REPORT_TEXT =
@@ -64,6 +66,7 @@ export function chooseReply(request) {
     const message = lastUser(request)
     if (message.includes('[slow]')) return text(SLOW_WORDS.join(' '), { words: true, delayMs: 120 })
     if (message.includes('[xss]')) return text(XSS_REPLY)
+    if (message.includes('[code]')) return text(CODE_REPLY)
     if (message.includes('[tool]')) {
       if (toolResults(request).length === 0) return tools([['recall_memory', { query: 'cat' }]])
       return text('I looked in your memories: your cat is called Miso.')

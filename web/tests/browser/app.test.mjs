@@ -522,8 +522,18 @@ test('threads: grouped by day, searched by title; a message copied', async () =>
   await page.getByTestId('thread-search').fill('no such title anywhere')
   await page.getByTestId('thread-search-empty').waitFor()
   await page.getByTestId('thread-search').fill('')
-  // Copy: the answer's text reaches the clipboard.
+  // A code block is highlighted and has its own Copy button.
+  const coded = await sendMessage(page, '[code] show me some Rust')
+  await finishedAnswer(page, coded)
+  const block = page.getByTestId('message-assistant').nth(coded).locator('.code-block')
+  await block.locator('.hljs-keyword', { hasText: 'fn' }).first().waitFor()
+  assert.ok((await block.locator('.hljs-comment').count()) >= 1, 'the comment is marked')
   await stack.context.grantPermissions(['clipboard-read', 'clipboard-write'])
+  await block.getByTestId('code-copy').click()
+  await block.getByTestId('code-copy').filter({ hasText: 'Copied' }).waitFor()
+  assert.match(await page.evaluate(() => navigator.clipboard.readText()), /^fn main\(\) \{\n {4}let answer = 42;/)
+  await screenshot(page, 'chat-code', { fullPage: false })
+  // Copy: the answer's text reaches the clipboard.
   const answer = page.getByTestId('message-assistant').nth(before)
   await answer.getByTestId('message-copy').click()
   await answer.getByTestId('message-copy').filter({ hasText: 'Copied' }).waitFor()
