@@ -71,6 +71,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(root))
         .routes(routes!(health))
         .routes(routes!(models))
+        .routes(routes!(me))
         .routes(routes!(threads::create_thread, threads::list_threads))
         .routes(routes!(
             threads::get_thread,
@@ -589,6 +590,24 @@ struct ModelsInfo {
     models: Vec<crate::llm::roles::ModelInfo>,
     embedder: String,
     embedding_dimension: usize,
+}
+
+/// Who the credential of a request belongs to.
+#[derive(Serialize, utoipa::ToSchema)]
+struct Me {
+    #[schema(value_type = String, format = Uuid)]
+    id: crate::store::UserId,
+    name: String,
+}
+
+/// The signed-in user: what the web app shows as "signed in as".
+#[utoipa::path(get, path = "/v1/me", tag = "service",
+    responses((status = 200, body = Me)), security(("bearer" = [])))]
+async fn me(user: crate::auth::AuthUser) -> Json<Me> {
+    Json(Me {
+        id: user.user_id,
+        name: user.name,
+    })
 }
 
 #[utoipa::path(get, path = "/v1/roles", tag = "service",

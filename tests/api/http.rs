@@ -1627,6 +1627,22 @@ async fn the_web_app_is_served_to_browsers_under_a_strict_policy() {
 /// `PATCH /v1/threads/{id}` renames a thread of the caller; an empty or too long title is a
 /// 400, another user's thread a 404.
 #[tokio::test]
+async fn me_names_the_user_of_the_credential() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let alice = app.user_key("alice").await;
+    let bob = app.user_key("bob").await;
+    let (status, me) = app.get("/v1/me", Some(&alice)).await;
+    assert_eq!(status, StatusCode::OK, "{me}");
+    assert_eq!(me["name"], "alice");
+    let (_, other) = app.get("/v1/me", Some(&bob)).await;
+    assert_eq!(other["name"], "bob");
+    assert_ne!(me["id"], other["id"]);
+    let (status, _) = app.get("/v1/me", None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
 async fn a_thread_is_renamed_by_its_owner_only() {
     let home = Home::new(Backend::Sqlite).await;
     let app = TestApp::spawn(&home).await;

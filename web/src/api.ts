@@ -243,6 +243,11 @@ const id = encodeURIComponent
 // ---- service ------------------------------------------------------------------------------
 
 /** Checks a credential without signing in with it (the sign-in form). */
+/** The signed-in user (`GET /v1/me`). */
+export function whoAmI(): Promise<Schemas['Me']> {
+  return json<Schemas['Me']>('GET', '/v1/me')
+}
+
 export function checkCredential(token: string): Promise<ResearchModels> {
   return json('GET', '/models', { token })
 }

@@ -126,6 +126,7 @@ test('sign in: a wrong key is refused, the right one opens the app, a 401 sends 
 
 test('chat: a streamed answer as sanitised markdown, with recalled memories, tool calls and usage', async () => {
   const page = await signedInPage(stack)
+  assert.match(await page.getByTestId('signed-in-as').innerText(), /alice/)
   let before = await sendMessage(page, 'Hello there')
   const text = await finishedAnswer(page, before)
   assert.match(text, /This is the fake model answering/)
@@ -662,6 +663,8 @@ test('sign in with a JWT: another user, who sees none of alice\'s threads; an ex
   await page.getByTestId('signin-token').fill(signJwt('bob'))
   await page.getByTestId('signin-submit').click()
   await page.getByTestId('nav-chat').waitFor()
+  // Who is signed in is always shown.
+  await page.getByTestId('signed-in-as').filter({ hasText: 'bob' }).waitFor()
   // A new user's memory page says how to tell mnemo something, not "no match".
   await page.getByTestId('nav-memory').click()
   await page.getByTestId('memory-empty').waitFor()
