@@ -125,21 +125,33 @@ fn finish_document(mut openapi: utoipa::openapi::OpenApi) -> utoipa::openapi::Op
 /// `delete`, …); OpenAPI wants them unique (client generators name functions by them), so
 /// a shared name gets its tag in front (`memories_get`, `research_get`).
 fn unique_operation_ids(openapi: &mut utoipa::openapi::OpenApi) {
-    let operations = || {
-        openapi.paths.paths.values().flat_map(|item| {
-            [&item.get, &item.put, &item.post, &item.delete, &item.patch]
-                .into_iter()
-                .flatten()
-        })
-    };
     let mut seen: std::collections::HashMap<String, usize> = Default::default();
-    for operation in operations() {
+    for operation in operations(openapi) {
         if let Some(id) = &operation.operation_id {
             *seen.entry(id.clone()).or_default() += 1;
         }
     }
-    for item in openapi.paths.paths.values_mut() {
-        for operation in [
+    for operation in operations(openapi) {
+        let Some(id) = operation.operation_id.as_mut() else {
+            continue;
+        };
+        if seen.get(id.as_str()).is_some_and(|count| *count > 1) {
+            let tag = operation
+                .tags
+                .as_ref()
+                .and_then(|tags| tags.first())
+                .map_or("api", String::as_str);
+            *id = format!("{tag}_{id}");
+        }
+    }
+}
+
+/// Every operation of the document, whatever its method.
+fn operations(
+    openapi: &mut utoipa::openapi::OpenApi,
+) -> impl Iterator<Item = &mut utoipa::openapi::path::Operation> {
+    openapi.paths.paths.values_mut().flat_map(|item| {
+        [
             &mut item.get,
             &mut item.put,
             &mut item.post,
@@ -148,20 +160,7 @@ fn unique_operation_ids(openapi: &mut utoipa::openapi::OpenApi) {
         ]
         .into_iter()
         .flatten()
-        {
-            let Some(id) = operation.operation_id.as_mut() else {
-                continue;
-            };
-            if seen.get(id.as_str()).is_some_and(|count| *count > 1) {
-                let tag = operation
-                    .tags
-                    .as_ref()
-                    .and_then(|tags| tags.first())
-                    .map_or("api", String::as_str);
-                *id = format!("{tag}_{id}");
-            }
-        }
-    }
+    })
 }
 
 struct BearerAuth;
@@ -227,41 +226,30 @@ impl utoipa::Modify for CommonErrors {
                 .build()
                 .into()
         };
-        for item in openapi.paths.paths.values_mut() {
-            for operation in [
-                &mut item.get,
-                &mut item.put,
-                &mut item.post,
-                &mut item.delete,
-                &mut item.patch,
-            ]
-            .into_iter()
-            .flatten()
-            {
-                let responses = &mut operation.responses.responses;
-                if operation.security.as_ref().is_some_and(|s| !s.is_empty()) {
-                    responses
-                        .entry("401".into())
-                        .or_insert_with(|| error("Missing or invalid credentials"));
-                    responses.entry("429".into()).or_insert_with(|| {
-                        error("Too many requests or running runs for this user (see `Retry-After`)")
-                    });
-                }
-                let has_parameters = operation.parameters.as_ref().is_some_and(|p| !p.is_empty());
-                if has_parameters || operation.request_body.is_some() {
-                    responses.entry("400".into()).or_insert_with(|| {
+        for operation in operations(openapi) {
+            let responses = &mut operation.responses.responses;
+            if operation.security.as_ref().is_some_and(|s| !s.is_empty()) {
+                responses
+                    .entry("401".into())
+                    .or_insert_with(|| error("Missing or invalid credentials"));
+                responses.entry("429".into()).or_insert_with(|| {
+                    error("Too many requests or running runs for this user (see `Retry-After`)")
+                });
+            }
+            let has_parameters = operation.parameters.as_ref().is_some_and(|p| !p.is_empty());
+            if has_parameters || operation.request_body.is_some() {
+                responses.entry("400".into()).or_insert_with(|| {
                         error("The request is malformed: a path id that is not a UUID, a query parameter or body out of its bounds, a NUL character")
                     });
-                }
-                if operation.request_body.is_some() {
-                    responses.entry("413".into()).or_insert_with(|| {
-                        error("The body is larger than `server.max_body_bytes`")
-                    });
-                }
-                responses
-                    .entry("503".into())
-                    .or_insert_with(|| error("A backend is unavailable; try again later"));
             }
+            if operation.request_body.is_some() {
+                responses
+                    .entry("413".into())
+                    .or_insert_with(|| error("The body is larger than `server.max_body_bytes`"));
+            }
+            responses
+                .entry("503".into())
+                .or_insert_with(|| error("A backend is unavailable; try again later"));
         }
     }
 }

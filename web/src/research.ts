@@ -232,7 +232,6 @@ function stepOf(event: RunEvent): StepMeta {
     case 'tool_call':
     case 'stage_fallback':
     case 'error':
-      return event.data.metadata ?? {}
     case 'sources_found':
       return event.data.metadata ?? {}
     default:

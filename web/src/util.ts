@@ -25,6 +25,28 @@ export function money(value: number | null | undefined): string {
   return `$${value < 0.01 ? value.toFixed(5) : value.toFixed(4)}`
 }
 
+/**
+ * Puts `text` on the clipboard: the clipboard API, else a selection the browser copies (a page
+ * without the clipboard permission). False when the browser allowed neither.
+ */
+export async function copyToClipboard(text: string): Promise<boolean> {
+  try {
+    await navigator.clipboard.writeText(text)
+    return true
+  } catch {
+    const area = document.createElement('textarea')
+    area.value = text
+    area.setAttribute('readonly', '')
+    area.style.position = 'fixed'
+    area.style.opacity = '0'
+    document.body.appendChild(area)
+    area.select()
+    const done = document.execCommand('copy')
+    area.remove()
+    return done
+  }
+}
+
 /** Offers `text` as a file download (a Blob URL with a `download` link). */
 export function download(filename: string, text: string, type: string): void {
   const url = URL.createObjectURL(new Blob([text], { type }))
