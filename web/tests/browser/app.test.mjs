@@ -234,7 +234,8 @@ test('memory: a remembered fact appears after the turn; editing it makes a versi
   }
   // Provenance in words: the conversation by its title, the message by its date (no id prefixes).
   await fact.getByTestId('memory-thread').waitFor()
-  assert.match(await fact.getByTestId('memory-thread').innerText(), /^conversation “Please remember that my cat is called Miso”$/)
+  // The titles are read in the background: the card shows the date until they arrive.
+  await fact.getByTestId('memory-thread').filter({ hasText: /^conversation “Please remember that my cat is called Miso”$/ }).waitFor()
   assert.ok((await fact.getByTestId('memory-ref').count()) >= 1)
   assert.match(await fact.getByTestId('memory-ref').first().innerText(), /^your message of \S.*\d{4}$/)
   const memoryId = await fact.getAttribute('data-memory-id')
