@@ -176,6 +176,7 @@ pub async fn build_state(
             writer: writer.clone(),
             settings: settings.chat.clone(),
             research: Some(research.clone()),
+            memory_on: true,
         },
         runs.clone(),
     );

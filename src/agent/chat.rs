@@ -48,6 +48,10 @@ pub struct ChatDeps {
     pub settings: ChatSettings,
     /// Deep research, offered to the model as the `deep_research` tool when present.
     pub research: Option<Arc<ResearchService>>,
+    /// Whether the turn may use memory: true in the service; each turn sets its own from its
+    /// thread (a temporary chat) and the user's memory switch. Off, the turn recalls nothing,
+    /// shows the model no profile and no memory tools, and its writer job stores nothing.
+    pub memory_on: bool,
 }
 
 pub use crate::store::MAX_MESSAGE_CHARS;
@@ -390,17 +394,24 @@ pub async fn run_chat_turn(
         return Ok(());
     }
     context.emit(session_start).await?;
-    let recalled = recall(&deps, user, &message.content, deps.settings.auto_recall).await?;
-    context
-        .emit(RunEvent::MemoryRecalled(MemoryRecalled {
-            query: message.content.clone(),
-            memories: recalled_events(&recalled),
-        }))
-        .await?;
+    let mut deps = deps;
+    deps.memory_on = crate::memory::memory_on(deps.store.as_ref(), user, thread).await?;
+    let recalled = if deps.memory_on {
+        let recalled = recall(&deps, user, &message.content, deps.settings.auto_recall).await?;
+        context
+            .emit(RunEvent::MemoryRecalled(MemoryRecalled {
+                query: message.content.clone(),
+                memories: recalled_events(&recalled),
+            }))
+            .await?;
+        recalled
+    } else {
+        Vec::new()
+    };
     // The reply rests on what its turn read: it is never above the assistant's own word.
     let (reply, usage, read) = match chat_model {
         None => (
-            reply_without_model(&context, &recalled, NO_MODEL).await?,
+            reply_without_model(&context, &recalled, NO_MODEL, deps.memory_on).await?,
             Usage::default(),
             least_trusted(&recalled, Trust::User),
         ),
@@ -450,7 +461,8 @@ pub async fn run_chat_turn(
                         }))
                         .await?;
                     (
-                        reply_without_model(&context, &recalled, MODEL_EMPTY).await?,
+                        reply_without_model(&context, &recalled, MODEL_EMPTY, deps.memory_on)
+                            .await?,
                         usage,
                         least_trusted(&recalled, Trust::User),
                     )
@@ -493,7 +505,8 @@ pub async fn run_chat_turn(
                         }))
                         .await?;
                     (
-                        reply_without_model(&context, &recalled, MODEL_UNREACHABLE).await?,
+                        reply_without_model(&context, &recalled, MODEL_UNREACHABLE, deps.memory_on)
+                            .await?,
                         Usage::default(),
                         least_trusted(&recalled, Trust::User),
                     )
@@ -589,9 +602,12 @@ async fn reply_without_model(
     context: &RunContext,
     recalled: &[Recalled],
     preface: &str,
+    memory_on: bool,
 ) -> Result<String, RunFailure> {
     let mut reply = String::from(preface);
-    if recalled.is_empty() {
+    if !memory_on {
+        reply.push_str("Memory is off for this chat: I recall nothing and keep nothing from it.");
+    } else if recalled.is_empty() {
         reply.push_str("I have nothing remembered that matches your message.");
     } else {
         reply.push_str("Here is what I remember that may be relevant:\n");
@@ -682,15 +698,20 @@ async fn system_prompt(
     summary: Option<String>,
     recalled: &[Recalled],
 ) -> Result<String, RunFailure> {
-    let profile = match deps.memory.profile(user).await {
-        Ok(Some(profile)) => format!(
-            "=== What you know about the user (profile, data) ===\n{}",
-            quote(&profile.content)
-        ),
-        Ok(None) => "(no profile yet)".to_string(),
-        Err(error) => {
-            tracing::warn!(%error, "loading the user profile failed");
-            "(no profile yet)".to_string()
+    let profile = if !deps.memory_on {
+        "(memory is off for this chat: you know nothing about the user beyond this conversation)"
+            .to_string()
+    } else {
+        match deps.memory.profile(user).await {
+            Ok(Some(profile)) => format!(
+                "=== What you know about the user (profile, data) ===\n{}",
+                quote(&profile.content)
+            ),
+            Ok(None) => "(no profile yet)".to_string(),
+            Err(error) => {
+                tracing::warn!(%error, "loading the user profile failed");
+                "(no profile yet)".to_string()
+            }
         }
     };
     Ok(Prompt::ChatSystem.render(&[
@@ -756,9 +777,14 @@ async fn summarize_older(
     }
 }
 
-fn tool_specs(research: bool) -> Vec<ToolSpec> {
+/// The server's tools offered to the model: the memory tools unless memory is off for the
+/// turn, `deep_research` when research is available.
+fn tool_specs(research: bool, memory_on: bool) -> Vec<ToolSpec> {
     let kinds: Vec<&str> = MemoryKind::ALL.iter().map(|kind| kind.as_str()).collect();
-    let mut tools = vec![
+    let mut tools = if !memory_on {
+        Vec::new()
+    } else {
+        vec![
         ToolSpec {
             name: "recall_memory".into(),
             description: "Search what you remember about this user across all sessions.".into(),
@@ -794,7 +820,8 @@ fn tool_specs(research: bool) -> Vec<ToolSpec> {
                 "required": ["query"],
             }),
         },
-    ];
+    ]
+    };
     if research {
         tools.push(ToolSpec {
             name: "deep_research".into(),
@@ -870,7 +897,7 @@ async fn tool_loop(
     let mut first = true;
     loop {
         let mut request = ChatRequest::new(messages.clone());
-        request.tools = tool_specs(deps.research.is_some());
+        request.tools = tool_specs(deps.research.is_some(), deps.memory_on);
         request.tools.extend(turn.client_tools.iter().cloned());
         request.max_tokens = Some(model.max_tokens);
         let response = match stream_with_deltas(context, deps, model, &request).await? {
@@ -1018,6 +1045,12 @@ async fn run_tool(
     let user = context.user;
     let arguments: Value = serde_json::from_str(&call.arguments)
         .map_err(|error| format!("arguments are not valid JSON: {error}"))?;
+    if !deps.memory_on && matches!(call.name.as_str(), "recall_memory" | "remember" | "forget") {
+        return Err(format!(
+            "{} is not available: memory is off for this chat",
+            call.name
+        ));
+    }
     match call.name.as_str() {
         "recall_memory" => recall_tool(&deps.memory, user, &arguments).await,
         "remember" => {

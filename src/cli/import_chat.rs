@@ -169,7 +169,10 @@ async fn import_all(
                 let models = mnemo::llm::roles::Models::from_settings(&settings.llm);
                 let writer =
                     mnemo::memory::writer::MemoryWriter::new(store.clone(), engine.clone(), models);
-                let thread = store.user(*user).create_thread(&conversation.title).await?;
+                let thread = store
+                    .user(*user)
+                    .create_thread(&conversation.title, false)
+                    .await?;
                 writer
                     .import_conversation(*user, thread.id, conversation.messages)
                     .await

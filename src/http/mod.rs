@@ -71,7 +71,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(root))
         .routes(routes!(health))
         .routes(routes!(models))
-        .routes(routes!(me))
+        .routes(routes!(me, update_me))
         .routes(routes!(threads::create_thread, threads::list_threads))
         .routes(routes!(
             threads::get_thread,
@@ -580,22 +580,63 @@ struct ModelsInfo {
     embedding_dimension: usize,
 }
 
-/// Who the credential of a request belongs to.
+/// Who the credential of a request belongs to, and their settings.
 #[derive(Serialize, utoipa::ToSchema)]
 struct Me {
     #[schema(value_type = String, format = Uuid)]
     id: crate::store::UserId,
     name: String,
+    /// The memory switch: off, chats neither recall nor store memories (what is remembered
+    /// stays, and can still be read, searched and edited).
+    memory_enabled: bool,
 }
 
-/// The signed-in user: what the web app shows as "signed in as".
+impl Me {
+    async fn of(state: &AppState, user: crate::auth::AuthUser) -> error::ApiResult<Self> {
+        let memory_enabled = state.store.user(user.user_id).memory_enabled().await?;
+        Ok(Self {
+            id: user.user_id,
+            name: user.name,
+            memory_enabled,
+        })
+    }
+}
+
+/// The signed-in user: what the web app shows as "signed in as", and their settings.
 #[utoipa::path(get, path = "/v1/me", tag = "service",
     responses((status = 200, body = Me)), security(("bearer" = [])))]
-async fn me(user: crate::auth::AuthUser) -> Json<Me> {
-    Json(Me {
-        id: user.user_id,
-        name: user.name,
-    })
+async fn me(
+    State(state): State<AppState>,
+    user: crate::auth::AuthUser,
+) -> error::ApiResult<Json<Me>> {
+    Ok(Json(Me::of(&state, user).await?))
+}
+
+/// The settings a user changes for themselves.
+#[derive(serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+struct UpdateMe {
+    /// Turns the memory switch on or off.
+    memory_enabled: Option<bool>,
+}
+
+/// Changes the signed-in user's settings.
+#[utoipa::path(patch, path = "/v1/me", tag = "service", request_body = UpdateMe,
+    responses((status = 200, body = Me), (status = 400, body = error::ErrorBody)),
+    security(("bearer" = [])))]
+async fn update_me(
+    State(state): State<AppState>,
+    user: crate::auth::AuthUser,
+    extract::ApiJson(body): extract::ApiJson<UpdateMe>,
+) -> error::ApiResult<Json<Me>> {
+    if let Some(enabled) = body.memory_enabled {
+        state
+            .store
+            .user(user.user_id)
+            .set_memory_enabled(enabled)
+            .await?;
+    }
+    Ok(Json(Me::of(&state, user).await?))
 }
 
 #[utoipa::path(get, path = "/v1/roles", tag = "service",

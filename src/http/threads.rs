@@ -24,6 +24,9 @@ pub struct CreateThread {
     #[serde(default)]
     #[schema(max_length = 200)]
     pub title: Option<String>,
+    /// A temporary chat: its turns neither recall nor store memories (default false).
+    #[serde(default)]
+    pub temporary: bool,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -67,7 +70,10 @@ pub async fn create_thread(
 ) -> ApiResult<(StatusCode, Json<Thread>)> {
     super::extract::reject_nul(&body)?;
     let body: CreateThread = if body.iter().all(u8::is_ascii_whitespace) {
-        CreateThread { title: None }
+        CreateThread {
+            title: None,
+            temporary: false,
+        }
     } else {
         serde_json::from_slice(&body)
             .map_err(|error| ApiError::bad_request(format!("invalid JSON body: {error}")))?
@@ -76,7 +82,11 @@ pub async fn create_thread(
         None | Some("") => "New thread".to_string(),
         Some(title) => checked_title(title)?,
     };
-    let thread = state.store.user(user.user_id).create_thread(&title).await?;
+    let thread = state
+        .store
+        .user(user.user_id)
+        .create_thread(&title, body.temporary)
+        .await?;
     Ok((StatusCode::CREATED, Json(thread)))
 }
 

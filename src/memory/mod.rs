@@ -660,3 +660,14 @@ async fn write_accesses(store: &dyn Store, batch: Vec<Access>) {
         }
     }
 }
+
+/// Whether a chat turn in `thread` may recall and store memories: not in a temporary chat,
+/// and not while the user's memory switch is off.
+pub async fn memory_on(
+    store: &dyn crate::store::Store,
+    user: crate::store::UserId,
+    thread: crate::store::ThreadId,
+) -> Result<bool, crate::store::StoreError> {
+    let scope = store.user(user);
+    Ok(!scope.get_thread(thread).await?.temporary && scope.memory_enabled().await?)
+}

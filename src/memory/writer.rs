@@ -672,6 +672,12 @@ impl MemoryWriter {
     }
 
     async fn process_turn(&self, user: UserId, job: &TurnJob) -> Result<Vec<Outcome>, WriterError> {
+        // A temporary chat, or a user whose memory switch is off: the turn is not remembered.
+        match super::memory_on(self.store.as_ref(), user, job.thread_id).await {
+            Ok(true) => {}
+            Ok(false) | Err(StoreError::NotFound(_)) => return Ok(Vec::new()),
+            Err(error) => return Err(error.into()),
+        }
         let messages = match self.store.user(user).list_messages(job.thread_id).await {
             Ok(messages) => messages,
             // The thread was deleted since: nothing to remember.

@@ -168,6 +168,8 @@ pub struct User {
     pub kind: UserKind,
     pub created_at: DateTime<Utc>,
     pub active_keys: i64,
+    /// The user's memory switch: off, their chats neither recall nor store memories.
+    pub memory_enabled: bool,
 }
 
 /// One API key of a user, as listed (the key itself is never stored, only its hash).
@@ -184,6 +186,8 @@ pub struct Thread {
     #[schema(value_type = String, format = Uuid)]
     pub id: ThreadId,
     pub title: String,
+    /// A temporary chat: its turns neither recall nor store memories.
+    pub temporary: bool,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -714,6 +718,9 @@ pub(in crate::store) trait StoreCore: Send + Sync + 'static {
     async fn ensure_user(&self, name: &str, kind: UserKind) -> StoreResult<User>;
     async fn user_by_name(&self, name: &str) -> StoreResult<Option<User>>;
     async fn list_users(&self) -> StoreResult<Vec<User>>;
+    /// Turns the user's memory switch on or off.
+    async fn set_memory_enabled(&self, user: UserId, enabled: bool) -> StoreResult<()>;
+    async fn memory_enabled(&self, user: UserId) -> StoreResult<bool>;
     async fn add_api_key(&self, user: UserId, key_hash: &str, prefix: &str) -> StoreResult<()>;
     /// The user owning an unrevoked key with this hash.
     async fn user_by_key_hash(&self, key_hash: &str) -> StoreResult<Option<User>>;
@@ -732,7 +739,12 @@ pub(in crate::store) trait StoreCore: Send + Sync + 'static {
     async fn api_keys(&self, name: &str) -> StoreResult<Vec<ApiKeyInfo>>;
 
     // --- threads and messages (working memory) --------------------------------------------
-    async fn create_thread(&self, user: UserId, title: &str) -> StoreResult<Thread>;
+    async fn create_thread(
+        &self,
+        user: UserId,
+        title: &str,
+        temporary: bool,
+    ) -> StoreResult<Thread>;
     async fn list_threads(
         &self,
         user: UserId,

@@ -153,8 +153,12 @@ impl UserScope<'_> {
         fn list_research(&self, limit: i64) -> StoreResult<Vec<ResearchRecord>>;
         fn delete_research(&self, id: RunId) -> StoreResult<()>;
 
-        fn create_thread(&self, title: &str) -> StoreResult<Thread>;
+        fn create_thread(&self, title: &str, temporary: bool) -> StoreResult<Thread>;
         fn list_threads(&self, limit: i64, before: Option<ThreadId>) -> StoreResult<Vec<Thread>>;
+        /// Turns the user's memory switch on or off.
+        fn set_memory_enabled(&self, enabled: bool) -> StoreResult<()>;
+        /// Whether the user's chats recall and store memories.
+        fn memory_enabled(&self) -> StoreResult<bool>;
         fn get_thread(&self, id: ThreadId) -> StoreResult<Thread>;
         /// The thread an outside client's conversation maps to, made on first use.
         fn conversation_thread(&self, conversation_key: &str, title: &str) -> StoreResult<Thread>;

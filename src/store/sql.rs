@@ -24,6 +24,7 @@ macro_rules! sql_store {
                     kind: text_enum::decode("users.kind", row.try_get::<&str, _>("kind")?)?,
                     created_at: row.try_get("created_at")?,
                     active_keys: row.try_get("active_keys")?,
+                    memory_enabled: row.try_get("memory_enabled")?,
                 })
             }
 
@@ -31,6 +32,7 @@ macro_rules! sql_store {
                 Ok(Thread {
                     id: ThreadId::from_uuid(row.try_get("id")?),
                     title: row.try_get("title")?,
+                    temporary: row.try_get("temporary")?,
                     created_at: row.try_get("created_at")?,
                     updated_at: row.try_get("updated_at")?,
                 })
@@ -107,7 +109,7 @@ macro_rules! sql_store {
             Ok(())
         }
 
-        const USER_COLUMNS: &str = "u.id, u.name, u.kind, u.created_at, \
+        const USER_COLUMNS: &str = "u.id, u.name, u.kind, u.created_at, u.memory_enabled, \
              (SELECT COUNT(*) FROM api_keys k WHERE k.user_id = u.id AND k.revoked_at IS NULL) AS active_keys";
         const RUN_COLUMNS: &str =
             "id, thread_id, kind, status, error, last_seq, created_at, updated_at, finished_at";
@@ -269,6 +271,27 @@ macro_rules! sql_store {
                 Ok(row.as_ref().map(rows::user).transpose()?)
             }
 
+            async fn set_memory_enabled(&self, user: UserId, enabled: bool) -> StoreResult<()> {
+                let done = sqlx::query("UPDATE users SET memory_enabled = $1 WHERE id = $2")
+                    .bind(enabled)
+                    .bind(user.as_uuid())
+                    .execute(&self.pool)
+                    .await?;
+                if done.rows_affected() == 0 {
+                    return Err(StoreError::NotFound("user"));
+                }
+                Ok(())
+            }
+
+            async fn memory_enabled(&self, user: UserId) -> StoreResult<bool> {
+                let found: Option<(bool,)> =
+                    sqlx::query_as("SELECT memory_enabled FROM users WHERE id = $1")
+                        .bind(user.as_uuid())
+                        .fetch_optional(&self.pool)
+                        .await?;
+                found.map(|(enabled,)| enabled).ok_or(StoreError::NotFound("user"))
+            }
+
             async fn list_users(&self) -> StoreResult<Vec<User>> {
                 let sql = format!("SELECT {USER_COLUMNS} FROM users u ORDER BY u.name");
                 let found = sqlx::query(&sql).fetch_all(&self.pool).await?;
@@ -376,20 +399,27 @@ macro_rules! sql_store {
                     .map_err(Into::into)
             }
 
-            async fn create_thread(&self, user: UserId, title: &str) -> StoreResult<Thread> {
+            async fn create_thread(
+                &self,
+                user: UserId,
+                title: &str,
+                temporary: bool,
+            ) -> StoreResult<Thread> {
                 let thread = Thread {
                     id: ThreadId::new(),
                     title: title.to_string(),
+                    temporary,
                     created_at: now(),
                     updated_at: now(),
                 };
                 sqlx::query(
-                    "INSERT INTO threads (id, user_id, title, created_at, updated_at) \
-                     VALUES ($1, $2, $3, $4, $5)",
+                    "INSERT INTO threads (id, user_id, title, temporary, created_at, updated_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6)",
                 )
                 .bind(thread.id.as_uuid())
                 .bind(user.as_uuid())
                 .bind(&thread.title)
+                .bind(thread.temporary)
                 .bind(thread.created_at)
                 .bind(thread.updated_at)
                 .execute(&self.pool)
@@ -406,7 +436,7 @@ macro_rules! sql_store {
                 let found = match before {
                     Some(cursor) => {
                         sqlx::query(
-                            "SELECT id, title, created_at, updated_at FROM threads \
+                            "SELECT id, title, temporary, created_at, updated_at FROM threads \
                              WHERE user_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
                         )
                         .bind(user.as_uuid())
@@ -417,7 +447,7 @@ macro_rules! sql_store {
                     }
                     None => {
                         sqlx::query(
-                            "SELECT id, title, created_at, updated_at FROM threads \
+                            "SELECT id, title, temporary, created_at, updated_at FROM threads \
                              WHERE user_id = $1 ORDER BY id DESC LIMIT $2",
                         )
                         .bind(user.as_uuid())
@@ -431,7 +461,7 @@ macro_rules! sql_store {
 
             async fn get_thread(&self, user: UserId, id: ThreadId) -> StoreResult<Thread> {
                 let row = sqlx::query(
-                    "SELECT id, title, created_at, updated_at FROM threads \
+                    "SELECT id, title, temporary, created_at, updated_at FROM threads \
                      WHERE id = $1 AND user_id = $2",
                 )
                 .bind(id.as_uuid())
@@ -450,7 +480,7 @@ macro_rules! sql_store {
                 conversation_key: &str,
                 title: &str,
             ) -> StoreResult<Thread> {
-                let select = "SELECT id, title, created_at, updated_at FROM threads \
+                let select = "SELECT id, title, temporary, created_at, updated_at FROM threads \
                               WHERE user_id = $1 AND conversation_key = $2";
                 let found = sqlx::query(select)
                     .bind(user.as_uuid())
@@ -491,7 +521,7 @@ macro_rules! sql_store {
                 let row = sqlx::query(
                     "UPDATE threads SET title = $1, updated_at = $2 \
                      WHERE id = $3 AND user_id = $4 \
-                     RETURNING id, title, created_at, updated_at",
+                     RETURNING id, title, temporary, created_at, updated_at",
                 )
                 .bind(title)
                 .bind(now())

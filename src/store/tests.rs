@@ -35,6 +35,7 @@ conformance!(
     jobs_whose_worker_keeps_dying_fail_for_good,
     users_and_keys,
     threads_are_private_and_paginated,
+    temporary_threads_and_the_memory_switch,
     a_conversation_key_names_one_thread_per_user,
     messages_keep_order_and_owner,
     deleting_a_thread_removes_its_messages_and_runs,
@@ -153,18 +154,52 @@ async fn users_and_keys(store: Arc<dyn Store>) {
     assert_eq!(names, ["alice", "bob", "jwt|iss|sub"]);
 }
 
+async fn temporary_threads_and_the_memory_switch(store: Arc<dyn Store>) {
+    let (alice, bob) = two_users(&store).await;
+    let scope = store.user(alice.id);
+    let temporary = scope.create_thread("off the record", true).await.unwrap();
+    let kept = scope.create_thread("on the record", false).await.unwrap();
+    assert!(scope.get_thread(temporary.id).await.unwrap().temporary);
+    assert!(!scope.get_thread(kept.id).await.unwrap().temporary);
+    let listed = scope.list_threads(10, None).await.unwrap();
+    assert_eq!(
+        listed
+            .iter()
+            .map(|t| (t.title.as_str(), t.temporary))
+            .collect::<Vec<_>>(),
+        [("on the record", false), ("off the record", true)]
+    );
+    assert!(scope.memory_enabled().await.unwrap(), "on by default");
+    scope.set_memory_enabled(false).await.unwrap();
+    assert!(!scope.memory_enabled().await.unwrap());
+    assert!(
+        store.user(bob.id).memory_enabled().await.unwrap(),
+        "one user's switch"
+    );
+    let listed = store.list_users().await.unwrap();
+    assert_eq!(
+        listed
+            .iter()
+            .map(|u| (u.name.as_str(), u.memory_enabled))
+            .collect::<Vec<_>>(),
+        [("alice", false), ("bob", true)]
+    );
+    scope.set_memory_enabled(true).await.unwrap();
+    assert!(scope.memory_enabled().await.unwrap());
+}
+
 async fn threads_are_private_and_paginated(store: Arc<dyn Store>) {
     let (alice, bob) = two_users(&store).await;
     let mut created = Vec::new();
     for index in 0..5 {
         created.push(
             store
-                .create_thread(alice.id, &format!("thread {index}"))
+                .create_thread(alice.id, &format!("thread {index}"), false)
                 .await
                 .unwrap(),
         );
     }
-    let bobs = store.create_thread(bob.id, "bob's").await.unwrap();
+    let bobs = store.create_thread(bob.id, "bob's", false).await.unwrap();
     let first = store.list_threads(alice.id, 2, None).await.unwrap();
     assert_eq!(
         first.iter().map(|t| t.title.as_str()).collect::<Vec<_>>(),
@@ -227,7 +262,7 @@ async fn a_conversation_key_names_one_thread_per_user(store: Arc<dyn Store>) {
 
 async fn messages_keep_order_and_owner(store: Arc<dyn Store>) {
     let (alice, bob) = two_users(&store).await;
-    let thread = store.create_thread(alice.id, "t").await.unwrap();
+    let thread = store.create_thread(alice.id, "t", false).await.unwrap();
     for index in 0..20 {
         let role = if index % 2 == 0 {
             Role::User
@@ -280,7 +315,7 @@ async fn messages_keep_order_and_owner(store: Arc<dyn Store>) {
 
 async fn deleting_a_thread_removes_its_messages_and_runs(store: Arc<dyn Store>) {
     let (alice, _) = two_users(&store).await;
-    let thread = store.create_thread(alice.id, "t").await.unwrap();
+    let thread = store.create_thread(alice.id, "t", false).await.unwrap();
     store
         .append_message(alice.id, thread.id, Role::User, "hello", None, Trust::User)
         .await
@@ -946,7 +981,7 @@ async fn research_records_are_private_and_finish_once(store: Arc<dyn Store>) {
 
 async fn timestamps_round_trip_exactly(store: Arc<dyn Store>) {
     let (alice, _) = two_users(&store).await;
-    let thread = store.create_thread(alice.id, "t").await.unwrap();
+    let thread = store.create_thread(alice.id, "t", false).await.unwrap();
     let read = store.get_thread(alice.id, thread.id).await.unwrap();
     assert_eq!(read.created_at, thread.created_at);
     assert_eq!(read.id, thread.id);
@@ -1181,7 +1216,7 @@ async fn forgotten_memories_come_back_whole_until_purged(store: Arc<dyn Store>) 
 /// each id once however often it is asked for; nothing of another user's or unknown.
 async fn memories_read_by_id_carry_every_field(store: Arc<dyn Store>) {
     let (alice, bob) = two_users(&store).await;
-    let thread = store.create_thread(alice.id, "t").await.unwrap();
+    let thread = store.create_thread(alice.id, "t", false).await.unwrap();
     let mut turn = NewMemory::from_user(MemoryKind::Turn, "我们周六去爬山 — hiking on Saturday", 2);
     turn.thread_id = Some(thread.id);
     turn.created_at = Some("2024-05-01T10:00:00.123456Z".parse().unwrap());

@@ -619,7 +619,7 @@ impl Bench<'_> {
             for index in 0..self.options.user_memories.div_ceil(TURNS_PER_THREAD) {
                 threads.push(
                     scope
-                        .create_thread(&format!("bench thread {index}"))
+                        .create_thread(&format!("bench thread {index}"), false)
                         .await?
                         .id,
                 );

@@ -47,7 +47,11 @@ pub async fn run_write_bench(
         .accounts()
         .create_user("bench", UserKind::Key)
         .await?;
-    let thread = state.store.user(user.id).create_thread("bench").await?;
+    let thread = state
+        .store
+        .user(user.id)
+        .create_thread("bench", false)
+        .await?;
 
     // End of turn → recallable.
     let mut latencies = Vec::with_capacity(options.turns);

@@ -15,6 +15,7 @@ mod engine;
 mod eval;
 mod http;
 mod memory;
+mod memory_switch;
 mod quickstart;
 mod quirks;
 mod real_model;

@@ -317,7 +317,7 @@ async fn replicas_share_runs_through_leases_and_commands() {
     );
 
     // Deleting a thread through B first stops the thread's run executing on A.
-    let thread = a.store.user(user).create_thread("t").await.unwrap();
+    let thread = a.store.user(user).create_thread("t", false).await.unwrap();
     let threaded = a
         .hub
         .start(user, Some(thread.id), RunKind::Chat, |context| async move {

@@ -200,6 +200,8 @@ pub struct LanguageResult {
     pub distinct: Counts,
     /// The statements judged wrongly: (id, the memory it repeats, the memory found).
     pub duplicate_errors: Vec<(String, Option<String>, Option<String>)>,
+    /// The queries judged wrongly: (id, what recall returned in its first three).
+    pub recall_errors: Vec<(String, Vec<String>)>,
     /// Sources: passages kept that are relevant / all kept for finding queries; passages
     /// kept for foreign queries.
     pub sources_kept: usize,
@@ -379,15 +381,18 @@ async fn measure_user(
             .collect();
         let relevant: BTreeSet<&str> = query.relevant.iter().map(String::as_str).collect();
         let counts = result.recall.entry(query.query_type.clone()).or_default();
-        if EMPTY.contains(&query.query_type.as_str()) {
-            counts.add(recalled.is_empty());
+        let right = if EMPTY.contains(&query.query_type.as_str()) {
+            recalled.is_empty()
         } else {
-            counts.add(
-                recalled
-                    .iter()
-                    .take(HITS_AT)
-                    .any(|id| relevant.contains(id.as_str())),
-            );
+            recalled
+                .iter()
+                .take(HITS_AT)
+                .any(|id| relevant.contains(id.as_str()))
+        };
+        counts.add(right);
+        if !right {
+            let first = recalled.iter().take(HITS_AT).cloned().collect();
+            result.recall_errors.push((query.id.clone(), first));
         }
         // Sources and features: every memory read as a passage for the query.
         let profile = engine.query_profile(&query.query).await?;

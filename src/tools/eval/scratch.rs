@@ -138,7 +138,7 @@ pub(super) async fn ingest(
             session.id,
             session.date.format("%-d %B %Y")
         );
-        let thread = store.user(user.id).create_thread(&title).await?;
+        let thread = store.user(user.id).create_thread(&title, false).await?;
         for turn in session.turns.iter().filter(|t| !t.text.trim().is_empty()) {
             store
                 .user(user.id)
@@ -258,7 +258,11 @@ async fn ingest_as_the_product(
             session.id,
             session.date.format("%-d %B %Y")
         );
-        let thread = scratch.store.user(user).create_thread(&title).await?;
+        let thread = scratch
+            .store
+            .user(user)
+            .create_thread(&title, false)
+            .await?;
         let turns: Vec<&Turn> = session
             .turns
             .iter()

@@ -270,14 +270,15 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The signed-in user: what the web app shows as "signed in as". */
+        /** The signed-in user: what the web app shows as "signed in as", and their settings. */
         get: operations["me"];
         put?: never;
         post?: never;
         delete?: never;
         options?: never;
         head?: never;
-        patch?: never;
+        /** Changes the signed-in user's settings. */
+        patch: operations["update_me"];
         trace?: never;
     };
     "/v1/memories": {
@@ -762,6 +763,8 @@ export interface components {
             tools?: Record<string, never>[];
         };
         CreateThread: {
+            /** @description A temporary chat: its turns neither recall nor store memories (default false). */
+            temporary?: boolean;
             /** @description Optional title; defaults to "New thread". */
             title?: string | null;
         };
@@ -1050,10 +1053,15 @@ export interface components {
          * @enum {string}
          */
         JobStatus: "queued" | "running" | "done" | "failed";
-        /** @description Who the credential of a request belongs to. */
+        /** @description Who the credential of a request belongs to, and their settings. */
         Me: {
             /** Format: uuid */
             id: string;
+            /**
+             * @description The memory switch: off, chats neither recall nor store memories (what is remembered
+             *     stays, and can still be read, searched and edited).
+             */
+            memory_enabled: boolean;
             name: string;
         };
         /** @description A stored memory. `embedding` is loaded with the row but never serialised to clients. */
@@ -1918,6 +1926,8 @@ export interface components {
             created_at: string;
             /** Format: uuid */
             id: string;
+            /** @description A temporary chat: its turns neither recall nor store memories. */
+            temporary: boolean;
             title: string;
             /** Format: date-time */
             updated_at: string;
@@ -1977,6 +1987,11 @@ export interface components {
              * @description The best share of the claim's weighted words one passage of the source held.
              */
             support: number;
+        };
+        /** @description The settings a user changes for themselves. */
+        UpdateMe: {
+            /** @description Turns the memory switch on or off. */
+            memory_enabled?: boolean | null;
         };
         Usage: {
             /** Format: int64 */
@@ -3195,6 +3210,73 @@ export interface operations {
             };
             /** @description Missing or invalid credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests or running runs for this user (see `Retry-After`) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A backend is unavailable; try again later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    update_me: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UpdateMe"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Me"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is larger than `server.max_body_bytes` */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };
