@@ -259,8 +259,7 @@ export const threads = {
   create: (title?: string) => json<Thread>('POST', '/v1/threads', { json: title ? { title } : {} }),
   get: (threadId: string) => json<ThreadWithMessages>('GET', `/v1/threads/${id(threadId)}`),
   /** `PATCH /v1/threads/{id}` `{"title"}` → Thread. */
-  rename: (threadId: string, title: string) =>
-    json<Thread>('PATCH', `/v1/threads/${id(threadId)}`, { json: { title } }),
+  rename: (threadId: string, title: string) => json<Thread>('PATCH', `/v1/threads/${id(threadId)}`, { json: { title } }),
   remove: (threadId: string, forgetMemories = false) =>
     json<void>('DELETE', `/v1/threads/${id(threadId)}`, {
       query: { forget_memories: forgetMemories ? true : undefined },
@@ -322,8 +321,7 @@ export const memories = {
   import: (jsonLines: string) =>
     json<ImportReport>('POST', '/v1/memories/import', { body: jsonLines, contentType: 'application/x-ndjson' }),
   /** What `forget` would remove for a description, most relevant first (nothing is removed). */
-  forgetPreview: (query: string) =>
-    json<ForgetResponse>('POST', '/v1/memories/forget', { json: { query, dry_run: true } }),
+  forgetPreview: (query: string) => json<ForgetResponse>('POST', '/v1/memories/forget', { json: { query, dry_run: true } }),
   /** Forgets exactly these memories (restorable until `restorable_until`). */
   forget: (ids: string[], query: string) =>
     json<ForgetResponse>('POST', '/v1/memories/forget', { json: { ids, query: query || undefined } }),
@@ -367,8 +365,7 @@ export const research = {
   followUp: (researchId: string, request: ResearchRequest, signal?: AbortSignal) =>
     send('POST', `/research/${id(researchId)}/follow-up`, { json: request, headers: { accept: 'text/event-stream' }, signal }),
   /** The research as a file (Markdown, DOCX or PDF). */
-  export: (researchId: string, format: ExportFormat) =>
-    send('GET', `/research/${id(researchId)}/export`, { query: { format } }),
+  export: (researchId: string, format: ExportFormat) => send('GET', `/research/${id(researchId)}/export`, { query: { format } }),
   remove: (researchId: string) => json<void>('DELETE', `/research/history/${id(researchId)}`),
   comparison: () => json<Schemas['Comparison']>('GET', '/research/comparison'),
   compare: (models: string[], request: ResearchRequest) =>

@@ -31,7 +31,22 @@ export interface RenderOptions {
 
 // Code blocks with a language are highlighted (highlight.js escapes the code and wraps tokens
 // in `<span class="hljs-…">`, which the sanitiser keeps); others stay plain text.
-for (const [name, language] of Object.entries({ bash, c, cpp, css, go, java, javascript, json, python, rust, sql, typescript, xml, yaml })) {
+for (const [name, language] of Object.entries({
+  bash,
+  c,
+  cpp,
+  css,
+  go,
+  java,
+  javascript,
+  json,
+  python,
+  rust,
+  sql,
+  typescript,
+  xml,
+  yaml,
+})) {
   hljs.registerLanguage(name, language)
 }
 

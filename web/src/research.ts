@@ -382,7 +382,9 @@ function reduce(state: ResearchState, event: RunEvent): void {
     }
     case 'done': {
       const status = text(event.data.status)
-      state.status = (['completed', 'failed', 'cancelled', 'interrupted'].includes(status) ? status : 'completed') as ResearchState['status']
+      state.status = (
+        ['completed', 'failed', 'cancelled', 'interrupted'].includes(status) ? status : 'completed'
+      ) as ResearchState['status']
       state.planReview = null
       state.clarification = null
       state.connection = ''

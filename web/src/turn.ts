@@ -48,15 +48,7 @@ export interface TurnError {
   retryable: boolean
 }
 
-export type TurnStatus =
-  | 'starting'
-  | 'streaming'
-  | 'reconnecting'
-  | 'completed'
-  | 'failed'
-  | 'cancelled'
-  | 'interrupted'
-  | 'stopped'
+export type TurnStatus = 'starting' | 'streaming' | 'reconnecting' | 'completed' | 'failed' | 'cancelled' | 'interrupted' | 'stopped'
 
 export interface Turn {
   runId: string | null
@@ -170,8 +162,7 @@ function recalled(value: unknown): RecalledMemory[] {
       trust: item.trust === undefined ? undefined : String(item.trust),
       created_at: item.created_at === undefined ? undefined : String(item.created_at),
       score: typeof item.score === 'number' ? item.score : undefined,
-      signals:
-        item.signals && typeof item.signals === 'object' ? (item.signals as Record<string, number | null>) : undefined,
+      signals: item.signals && typeof item.signals === 'object' ? (item.signals as Record<string, number | null>) : undefined,
     }))
 }
 

@@ -19,16 +19,13 @@ import http from 'node:http'
 
 export const SLOW_WORDS = Array.from({ length: 40 }, (_, i) => `w${String(i + 1).padStart(2, '0')}`)
 export const CODE_REPLY = 'Here it is:\n\n```rust\nfn main() {\n    let answer = 42; // the answer\n    println!("{answer}");\n}\n```\n'
-export const XSS_REPLY =
-  'Here it is: <img src=x onerror=alert(1)> and <script>alert(2)</script> and [click](javascript:alert(3)) — done.'
+export const XSS_REPLY = 'Here it is: <img src=x onerror=alert(1)> and <script>alert(2)</script> and [click](javascript:alert(3)) — done.'
 export const REPORT_TEXT =
   '# Otters\n\nSea otters hold hands while they sleep so they do not drift apart [1]. ' +
   'A group of resting otters is called a raft [1].\n\n## Uncertain\n\nHow long a raft stays together varies.'
 
 function promptText(request) {
-  return (request.messages ?? [])
-    .map((message) => (typeof message.content === 'string' ? message.content : ''))
-    .join('\n')
+  return (request.messages ?? []).map((message) => (typeof message.content === 'string' ? message.content : '')).join('\n')
 }
 
 function lastUser(request) {
@@ -137,14 +134,15 @@ async function answer(request, response, state) {
   if (process.env.FAKE_OPENAI_LOG) {
     appendFileSync(process.env.FAKE_OPENAI_LOG, `${JSON.stringify({ reply, request })}\n`)
   }
-  const toolCalls = reply.kind === 'tools'
-    ? reply.calls.map(([name, args], index) => ({
-        index,
-        id: `call_${index}_${name}`,
-        type: 'function',
-        function: { name, arguments: JSON.stringify(args) },
-      }))
-    : []
+  const toolCalls =
+    reply.kind === 'tools'
+      ? reply.calls.map(([name, args], index) => ({
+          index,
+          id: `call_${index}_${name}`,
+          type: 'function',
+          function: { name, arguments: JSON.stringify(args) },
+        }))
+      : []
   if (!request.stream) {
     const message =
       reply.kind === 'tools'

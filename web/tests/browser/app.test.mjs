@@ -25,8 +25,7 @@ after(async () => {
 /** Problems that always fail a test: CSP violations, script errors, dialogs (an XSS fired). */
 function seriousProblems() {
   return stack.problems.filter(
-    (problem) =>
-      /Content Security Policy|Refused to/i.test(problem) || problem.startsWith('pageerror') || problem.startsWith('dialog'),
+    (problem) => /Content Security Policy|Refused to/i.test(problem) || problem.startsWith('pageerror') || problem.startsWith('dialog'),
   )
 }
 
@@ -235,7 +234,10 @@ test('memory: a remembered fact appears after the turn; editing it makes a versi
   // Provenance in words: the conversation by its title, the message by its date (no id prefixes).
   await fact.getByTestId('memory-thread').waitFor()
   // The titles are read in the background: the card shows the date until they arrive.
-  await fact.getByTestId('memory-thread').filter({ hasText: /^conversation “Please remember that my cat is called Miso”$/ }).waitFor()
+  await fact
+    .getByTestId('memory-thread')
+    .filter({ hasText: /^conversation “Please remember that my cat is called Miso”$/ })
+    .waitFor()
   assert.ok((await fact.getByTestId('memory-ref').count()) >= 1)
   assert.match(await fact.getByTestId('memory-ref').first().innerText(), /^your message of \S.*\d{4}$/)
   const memoryId = await fact.getAttribute('data-memory-id')
@@ -375,10 +377,20 @@ test('documents and research: ingest, research with local search, follow a citat
   // The stored research downloads as DOCX and PDF, read back.
   const [docx] = await Promise.all([page.waitForEvent('download'), page.getByTestId('export-docx').click()])
   assert.match(docx.suggestedFilename(), /\.docx$/)
-  assert.equal(readFileSync(await docx.path()).subarray(0, 2).toString(), 'PK')
+  assert.equal(
+    readFileSync(await docx.path())
+      .subarray(0, 2)
+      .toString(),
+    'PK',
+  )
   const [pdf] = await Promise.all([page.waitForEvent('download'), page.getByTestId('export-pdf').click()])
   assert.match(pdf.suggestedFilename(), /\.pdf$/)
-  assert.equal(readFileSync(await pdf.path()).subarray(0, 5).toString(), '%PDF-')
+  assert.equal(
+    readFileSync(await pdf.path())
+      .subarray(0, 5)
+      .toString(),
+    '%PDF-',
+  )
   // A follow-up starts from it, and history links the two.
   await page.getByTestId('research-plan-review').uncheck()
   await page.getByTestId('follow-up-query').fill('Do otters use tools?')
@@ -407,7 +419,10 @@ test('xss: markup in a memory, a model answer and a document shows as text', asy
   assert.equal(await answer.locator('img, script').count(), 0)
   // The javascript: link lost its href.
   const links = await answer.locator('a').evaluateAll((nodes) => nodes.map((node) => node.getAttribute('href')))
-  assert.ok(links.every((href) => href === null || /^(https?:|mailto:|#)/.test(href)), JSON.stringify(links))
+  assert.ok(
+    links.every((href) => href === null || /^(https?:|mailto:|#)/.test(href)),
+    JSON.stringify(links),
+  )
   assert.ok(XSS_REPLY.includes('javascript:'))
 
   // A memory.
@@ -422,7 +437,10 @@ test('xss: markup in a memory, a model answer and a document shows as text', asy
   await page.getByTestId('document-paste-type').selectOption('text/markdown')
   await page.getByTestId('document-paste-content').fill(`Dangerous document text ${XSS} about ferrets.`)
   await page.getByTestId('document-paste-submit').click()
-  await page.getByTestId('document-title').filter({ hasText: `Doc ${XSS}` }).waitFor()
+  await page
+    .getByTestId('document-title')
+    .filter({ hasText: `Doc ${XSS}` })
+    .waitFor()
   await page.getByTestId('nav-memory').click()
   await page.getByTestId('memory-search-input').fill('dangerous document ferrets')
   await page.getByTestId('memory-search-kind-document').check()
@@ -437,7 +455,10 @@ test('xss: markup in a memory, a model answer and a document shows as text', asy
   await page.getByTestId('research-start').click()
   await page.locator('[data-testid="research-live"][data-status="completed"]').waitFor({ timeout: 60_000 })
   const sources = page.getByTestId('research-live').getByTestId('report').getByTestId('report-source')
-  await sources.filter({ hasText: `Doc ${XSS}` }).first().waitFor()
+  await sources
+    .filter({ hasText: `Doc ${XSS}` })
+    .first()
+    .waitFor()
 
   await page.waitForTimeout(500)
   assert.equal(await page.locator('img[src="x"]').count(), 0)
@@ -558,7 +579,10 @@ test('threads: rename, delete', async () => {
   await renamed.waitFor()
   // The server kept the new title.
   const threads = (await stack.api('GET', '/v1/threads')).body.threads
-  assert.ok(threads.some((thread) => thread.title === 'Renamed thread'), JSON.stringify(threads))
+  assert.ok(
+    threads.some((thread) => thread.title === 'Renamed thread'),
+    JSON.stringify(threads),
+  )
   await renamed.getByTestId('thread-delete').click()
   await renamed.getByTestId('thread-delete-confirm').click()
   await renamed.waitFor({ state: 'detached' })
@@ -623,7 +647,10 @@ test('memory: forget shows what would go, forgets only what is chosen, and can b
   await page.getByTestId('memory-forgotten').waitFor()
   listed = (await stack.api('GET', '/v1/memories?kinds=fact')).body.memories.map((m) => m.content)
   assert.ok(!listed.includes('My passport number is X1234567.'), listed.join(' | '))
-  assert.ok(listed.includes('My sister lives in Lisbon.') && listed.includes('I play the cello in a community orchestra.'), listed.join(' | '))
+  assert.ok(
+    listed.includes('My sister lives in Lisbon.') && listed.includes('I play the cello in a community orchestra.'),
+    listed.join(' | '),
+  )
   await page.getByTestId('memory-restorable').getByText('X1234567').waitFor()
   // Undo brings it back.
   await page.getByTestId('memory-forget-undo').click()
@@ -654,7 +681,7 @@ test('research: compare two models side by side', async () => {
   assertClean()
 })
 
-test('sign in with a JWT: another user, who sees none of alice\'s threads; an expired token is refused', async () => {
+test("sign in with a JWT: another user, who sees none of alice's threads; an expired token is refused", async () => {
   const page = await stack.context.newPage()
   await page.goto('/')
   await page.getByTestId('signin-kind-jwt').check()

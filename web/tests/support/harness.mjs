@@ -126,8 +126,11 @@ async function waitHealthy(url, timeoutMs) {
   }
 }
 
-/** Starts everything. Resolves the stack; call `stop()` at the end. */
-export async function startStack() {
+/**
+ * Starts everything. Resolves the stack; call `stop()` at the end. `contextOptions` are added to
+ * the browser context's (playwright-core's `launchPersistentContext` options).
+ */
+export async function startStack({ contextOptions = {} } = {}) {
   const bin = process.env.MNEMO_BIN
   if (!bin || !existsSync(bin)) throw new Error(`set MNEMO_BIN to the mnemo binary (got ${bin ?? 'nothing'})`)
   mkdirSync(RESULTS_DIR, { recursive: true })
@@ -170,6 +173,7 @@ export async function startStack() {
     args: CHROMIUM_ARGS,
     viewport: { width: 1280, height: 900 },
     baseURL: front.url,
+    ...contextOptions,
   })
 
   const problems = []

@@ -1,18 +1,19 @@
-// Unit tests of the chat turn and research reducers (src/turn.ts, src/research.ts, compiled to
-// .unit-build/ by `npm run test:unit`): repeats ignored, `run_resumed` dropping what the attempt
-// cut short showed, rebuilding from a saved snapshot.
-import { test } from 'node:test'
-import assert from 'node:assert/strict'
-import { applyChatEvent, newTurn, restoreSnapshot, snapshotOf } from '../../.unit-build/turn.js'
-import { applyResearchEvent, newResearch, researchSnapshot, restoreResearch } from '../../.unit-build/research.js'
+// Unit tests of the chat turn and research reducers (src/turn.ts, src/research.ts): repeats
+// ignored, `run_resumed` dropping what the attempt cut short showed, rebuilding from a saved
+// snapshot.
+import { assert, expect, test } from 'vitest'
+import { applyResearchEvent, newResearch, researchSnapshot, restoreResearch } from '../../src/research'
+import type { RunEvent } from '../../src/runstream'
+import { applyChatEvent, newTurn, restoreSnapshot, snapshotOf } from '../../src/turn'
 
 /** Events numbered from 1 in order, with the envelope the server adds. */
-function numbered(runId, list, research = false) {
+function numbered(runId: string, list: [type: string, data: Record<string, unknown>][], research = false): RunEvent[] {
+  // Fixtures written as the server sends them; the reducers trust that shape as the page does.
   return list.map(([type, data], index) => ({
     seq: index + 1,
     type,
     data: { run_id: runId, seq: index + 1, timestamp: '2025-01-01T00:00:00Z', type, ...(research ? { research_id: runId } : {}), ...data },
-  }))
+  })) as RunEvent[]
 }
 
 const RESUMED_CHAT = numbered('run-1', [
@@ -41,40 +42,36 @@ const RESUMED_CHAT = numbered('run-1', [
 test('chat: run_resumed with superseded_after 0 keeps only the second attempt', () => {
   const turn = newTurn('t1', 'local-1')
   for (const event of RESUMED_CHAT) applyChatEvent(turn, event)
-  assert.equal(turn.text, 'It is Miso.')
-  assert.equal(turn.status, 'completed')
-  assert.equal(turn.messageId, 'a1')
-  assert.equal(turn.userMessageId, 'u1')
-  assert.equal(turn.runId, 'run-1')
-  assert.deepEqual(
-    turn.items.map((item) => [item.kind, item.seq]),
-    [
-      ['notice', 6],
-      ['recalled', 8],
-    ],
-  )
-  assert.equal(turn.items[0].attempt, 2)
-  assert.match(turn.items[0].content, /attempt 2/)
-  assert.deepEqual(
-    turn.events.map((event) => event.seq),
-    [6, 7, 8, 9, 10, 11, 12],
-  )
-  assert.equal(turn.lastSeq, 12)
+  expect(turn.text).toBe('It is Miso.')
+  expect(turn.status).toBe('completed')
+  expect(turn.messageId).toBe('a1')
+  expect(turn.userMessageId).toBe('u1')
+  expect(turn.runId).toBe('run-1')
+  expect(turn.items.map((item) => [item.kind, item.seq])).toStrictEqual([
+    ['notice', 6],
+    ['recalled', 8],
+  ])
+  const notice = turn.items[0]
+  assert(notice.kind === 'notice')
+  expect(notice.attempt).toBe(2)
+  expect(notice.content).toMatch(/attempt 2/)
+  expect(turn.events.map((event) => event.seq)).toStrictEqual([6, 7, 8, 9, 10, 11, 12])
+  expect(turn.lastSeq).toBe(12)
 })
 
 test('chat: an event at or below the last applied one is ignored', () => {
   const turn = newTurn('t1', 'local-1')
   for (const event of RESUMED_CHAT.slice(0, 5)) applyChatEvent(turn, event)
-  assert.equal(turn.text, 'Your cat is called Mis')
+  expect(turn.text).toBe('Your cat is called Mis')
   // A replay overlapping what is shown (after a reconnect) changes nothing.
   for (const event of RESUMED_CHAT.slice(2, 5)) applyChatEvent(turn, event)
-  assert.equal(turn.text, 'Your cat is called Mis')
-  assert.equal(turn.items.length, 1)
+  expect(turn.text).toBe('Your cat is called Mis')
+  expect(turn.items.length).toBe(1)
   // Nor does the superseded part of the log read again after the resume.
   for (const event of RESUMED_CHAT) applyChatEvent(turn, event)
   for (const event of RESUMED_CHAT) applyChatEvent(turn, event)
-  assert.equal(turn.text, 'It is Miso.')
-  assert.equal(turn.items.length, 2)
+  expect(turn.text).toBe('It is Miso.')
+  expect(turn.items.length).toBe(2)
 })
 
 test('chat: events up to superseded_after stand, later ones of the cut attempt go', () => {
@@ -92,16 +89,13 @@ test('chat: events up to superseded_after stand, later ones of the cut attempt g
   ])
   const turn = newTurn('t1', null)
   for (const event of events) applyChatEvent(turn, event)
-  assert.equal(turn.text, 'whole')
-  assert.deepEqual(
-    turn.items.map((item) => [item.kind, item.seq, item.kind === 'tool' ? item.result : undefined]),
-    [
-      ['tool', 2, 'found'],
-      ['notice', 6, undefined],
-      ['tool', 7, 'found too'],
-    ],
-  )
-  assert.equal(turn.model, 'm1', 'the session_start that stands still names the model')
+  expect(turn.text).toBe('whole')
+  expect(turn.items.map((item) => [item.kind, item.seq, item.kind === 'tool' ? item.result : undefined])).toStrictEqual([
+    ['tool', 2, 'found'],
+    ['notice', 6, undefined],
+    ['tool', 7, 'found too'],
+  ])
+  expect(turn.model, 'the session_start that stands still names the model').toBe('m1')
 })
 
 test('chat: a reload rebuilds the turn from its saved events, and a later resume still drops the cut attempt', () => {
@@ -110,18 +104,18 @@ test('chat: a reload rebuilds the turn from its saved events, and a later resume
   const saved = JSON.parse(JSON.stringify(snapshotOf(live)))
 
   const turn = newTurn('t1', 'u1', 'run-1')
-  assert.equal(restoreSnapshot(turn, saved), true)
-  assert.equal(turn.text, 'Your cat is called Mis')
-  assert.equal(turn.lastSeq, 5)
+  expect(restoreSnapshot(turn, saved)).toBe(true)
+  expect(turn.text).toBe('Your cat is called Mis')
+  expect(turn.lastSeq).toBe(5)
   for (const event of RESUMED_CHAT) applyChatEvent(turn, event)
-  assert.equal(turn.text, 'It is Miso.')
-  assert.equal(turn.items.filter((item) => item.kind === 'notice').length, 1)
+  expect(turn.text).toBe('It is Miso.')
+  expect(turn.items.filter((item) => item.kind === 'notice').length).toBe(1)
 
   // An older page's snapshot (what was shown, not the events) is not used: the run is replayed.
   const old = newTurn('t1', 'u1', 'run-1')
-  assert.equal(restoreSnapshot(old, { text: 'Your cat', items: [], errors: [] }), false)
-  assert.equal(old.text, '')
-  assert.equal(old.lastSeq, 0)
+  expect(restoreSnapshot(old, { text: 'Your cat', items: [], errors: [] })).toBe(false)
+  expect(old.text).toBe('')
+  expect(old.lastSeq).toBe(0)
 })
 
 const RESUMED_RESEARCH = numbered(
@@ -153,7 +147,13 @@ const RESUMED_RESEARCH = numbered(
     ['stage_update', { stage: 'final_report_generation', content: 'Writing the report again' }],
     ['report_delta', { content: '# Purring\nThe larynx [1].' }],
     // The event carries the report as stored (what streamed, with its checks applied).
-    ['research_complete', { content: '# Purring\nThe larynx [1].', metadata: { word_count: 3, sources: [{ n: 1, url: 'https://example.org/purr', title: 'Purring' }] } }],
+    [
+      'research_complete',
+      {
+        content: '# Purring\nThe larynx [1].',
+        metadata: { word_count: 3, sources: [{ n: 1, url: 'https://example.org/purr', title: 'Purring' }] },
+      },
+    ],
     ['done', { status: 'completed' }],
   ],
   true,
@@ -178,35 +178,29 @@ test('research: the stored report of research_complete replaces the streamed one
     true,
   )
   for (const event of events) applyResearchEvent(state, event)
-  assert.equal(state.report, 'Cats purr [1]. Dogs bark [2: not found in the source].')
-  assert.equal(state.complete.citations.checked, 2)
+  expect(state.report).toBe('Cats purr [1]. Dogs bark [2: not found in the source].')
+  expect(state.complete?.citations.checked).toBe(2)
 })
 
 test('research: run_resumed drops the superseded report deltas and keeps the events up to superseded_after', () => {
   const state = newResearch('How do cats purr?')
   for (const event of RESUMED_RESEARCH) applyResearchEvent(state, event)
-  assert.equal(state.report, '# Purring\nThe larynx [1].')
-  assert.equal(state.status, 'completed')
-  assert.equal(state.runId, 'res-1')
+  expect(state.report).toBe('# Purring\nThe larynx [1].')
+  expect(state.status).toBe('completed')
+  expect(state.runId).toBe('res-1')
   // Kept: the brief, the researcher and its sources (counted once).
-  assert.equal(state.brief, 'Purring: the mechanism in the larynx.')
-  assert.deepEqual(state.found.map((source) => source.url), ['https://example.org/purr'])
-  assert.equal(state.researchers.length, 1)
-  assert.equal(state.researchers[0].sources, 1)
-  assert.equal(state.stage, 'final_report_generation')
-  assert.equal(state.stageNotes.final_report_generation, 'Writing the report again')
-  assert.deepEqual(state.numbered.map((source) => source.n), [1])
-  assert.equal(state.notices.length, 1)
-  assert.equal(state.notices[0].attempt, 2)
-  assert.equal(state.notices[0].resumedFrom, 'researcher.1')
-  assert.deepEqual(
-    state.log.map((line) => line.seq),
-    [2, 3, 4, 8, 9],
-  )
-  assert.deepEqual(
-    state.events.map((event) => event.seq),
-    [1, 2, 3, 4, 8, 9, 10, 11, 12],
-  )
+  expect(state.brief).toBe('Purring: the mechanism in the larynx.')
+  expect(state.found.map((source) => source.url)).toStrictEqual(['https://example.org/purr'])
+  expect(state.researchers.length).toBe(1)
+  expect(state.researchers[0].sources).toBe(1)
+  expect(state.stage).toBe('final_report_generation')
+  expect(state.stageNotes.final_report_generation).toBe('Writing the report again')
+  expect(state.numbered.map((source) => source.n)).toStrictEqual([1])
+  expect(state.notices.length).toBe(1)
+  expect(state.notices[0].attempt).toBe(2)
+  expect(state.notices[0].resumedFrom).toBe('researcher.1')
+  expect(state.log.map((line) => line.seq)).toStrictEqual([2, 3, 4, 8, 9])
+  expect(state.events.map((event) => event.seq)).toStrictEqual([1, 2, 3, 4, 8, 9, 10, 11, 12])
 })
 
 test('research: a second resume keeps the first one when it stands', () => {
@@ -220,14 +214,11 @@ test('research: a second resume keeps the first one when it stands', () => {
     { seq: 12, type: 'run_resumed', data: { attempt: 3, superseded_after: 10, resumed_from: 'report.part', content: 'attempt 3' } },
     { seq: 13, type: 'report_delta', data: { content: ' More.' } },
     { seq: 14, type: 'done', data: { status: 'completed' } },
-  ]
+  ] as RunEvent[]
   const state = newResearch('How do cats purr?')
   for (const event of more) applyResearchEvent(state, event)
-  assert.equal(state.report, '# Purring\nThe larynx [1]. More.')
-  assert.deepEqual(
-    state.notices.map((notice) => notice.attempt),
-    [2, 3],
-  )
+  expect(state.report).toBe('# Purring\nThe larynx [1]. More.')
+  expect(state.notices.map((notice) => notice.attempt)).toStrictEqual([2, 3])
 })
 
 test('research: a reload rebuilds from the saved events; a plan answered before is not asked again', () => {
@@ -244,16 +235,16 @@ test('research: a reload rebuilds from the saved events; a plan answered before 
   )
   const live = newResearch('Q')
   for (const event of events.slice(0, 4)) applyResearchEvent(live, event)
-  assert.equal(live.planReview, null)
+  expect(live.planReview).toBe(null)
   const saved = JSON.parse(JSON.stringify(researchSnapshot(live)))
   const state = newResearch('', 'res-2')
-  assert.equal(restoreResearch(state, saved), true)
-  assert.equal(state.query, 'Q')
-  assert.equal(state.report, 'cut')
-  assert.equal(state.lastSeq, 4)
+  expect(restoreResearch(state, saved)).toBe(true)
+  expect(state.query).toBe('Q')
+  expect(state.report).toBe('cut')
+  expect(state.lastSeq).toBe(4)
   applyResearchEvent(state, events[4])
-  assert.equal(state.report, '')
-  assert.equal(state.planReview, null)
-  assert.equal(state.researchers.length, 1)
-  assert.equal(restoreResearch(newResearch('', 'res-2'), { report: 'old', stage: 'x' }), false)
+  expect(state.report).toBe('')
+  expect(state.planReview).toBe(null)
+  expect(state.researchers.length).toBe(1)
+  expect(restoreResearch(newResearch('', 'res-2'), { report: 'old', stage: 'x' })).toBe(false)
 })
