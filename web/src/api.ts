@@ -248,6 +248,11 @@ export function whoAmI(): Promise<Schemas['Me']> {
   return json<Schemas['Me']>('GET', '/v1/me')
 }
 
+/** Changes the signed-in user's settings (`PATCH /v1/me`). */
+export function updateMe(patch: Schemas['UpdateMe']): Promise<Schemas['Me']> {
+  return json<Schemas['Me']>('PATCH', '/v1/me', { json: patch })
+}
+
 export function checkCredential(token: string): Promise<ResearchModels> {
   return json('GET', '/models', { token })
 }
@@ -256,7 +261,9 @@ export function checkCredential(token: string): Promise<ResearchModels> {
 
 export const threads = {
   list: (before?: string, limit = 50) => json<ThreadList>('GET', '/v1/threads', { query: { limit, before } }),
-  create: (title?: string) => json<Thread>('POST', '/v1/threads', { json: title ? { title } : {} }),
+  /** A temporary thread's turns neither recall nor store memories. */
+  create: (title?: string, temporary = false) =>
+    json<Thread>('POST', '/v1/threads', { json: { ...(title ? { title } : {}), ...(temporary ? { temporary } : {}) } }),
   get: (threadId: string) => json<ThreadWithMessages>('GET', `/v1/threads/${id(threadId)}`),
   /** `PATCH /v1/threads/{id}` `{"title"}` → Thread. */
   rename: (threadId: string, title: string) => json<Thread>('PATCH', `/v1/threads/${id(threadId)}`, { json: { title } }),

@@ -28,6 +28,13 @@ export function signIn(token: string, kind: CredentialKind): void {
   auth.notice = ''
 }
 
+/** Who is signed in and their settings, read from `GET /v1/me` at each sign-in. */
+export const account = reactive({
+  name: '',
+  /** The memory switch: off, chats neither recall nor store memories. */
+  memoryEnabled: true,
+})
+
 /** Forgets the credential and every live-run record of this tab. */
 export function signOut(notice = ''): void {
   const keys: string[] = []

@@ -567,6 +567,75 @@ test('threads: grouped by day, searched by title; a message copied', async () =>
   assertClean()
 })
 
+/** Watches the user's memories for a while (the writer takes about a second for a turn): the
+ * text never shows up. (tests/api/memory_switch.rs proves the same with the writer drained.) */
+async function neverRemembered(pattern) {
+  const until = Date.now() + 6_000
+  while (Date.now() < until) {
+    assert.doesNotMatch(await allMemoryText(), pattern)
+    await new Promise((resolve) => setTimeout(resolve, 500))
+  }
+}
+
+async function allMemoryText() {
+  const { status, body } = await stack.api('GET', '/v1/memories?limit=500')
+  assert.equal(status, 200)
+  return JSON.stringify(body)
+}
+
+test('memory switch and temporary chat: nothing recalled, nothing remembered', async () => {
+  const page = await signedInPage(stack)
+  // A temporary chat says so before and after its first message, and keeps nothing.
+  await page.getByTestId('thread-new-temporary').click()
+  await page.getByTestId('memory-off').filter({ hasText: 'Temporary chat' }).waitFor()
+  const first = await sendMessage(page, 'Please remember that my dog is called Rexford')
+  await finishedAnswer(page, first)
+  await page
+    .getByTestId('thread-item')
+    .filter({ hasText: 'Please remember that my dog is called Rexford' })
+    .getByTestId('thread-temporary')
+    .waitFor()
+  await page.getByTestId('memory-off').filter({ hasText: 'Temporary chat' }).waitFor()
+  await neverRemembered(/Rexford/)
+  // An ordinary chat is not temporary.
+  await newThread(page)
+  assert.equal(await page.getByTestId('memory-off').count(), 0)
+
+  // The memory switch: off on the Memory page, for every chat, and it stays off.
+  await page.getByTestId('nav-memory').click()
+  await page.getByTestId('memory-switch-input').uncheck()
+  await page.getByTestId('memory-switch').filter({ hasText: 'Off:' }).waitFor()
+  assert.equal((await stack.api('GET', '/v1/me')).body.memory_enabled, false)
+  await page.reload()
+  await page.getByTestId('memory-switch').filter({ hasText: 'Off:' }).waitFor()
+  assert.equal(await page.getByTestId('memory-switch-input').isChecked(), false)
+  await page.getByTestId('nav-chat').click()
+  await newThread(page)
+  await page.getByTestId('memory-off').filter({ hasText: 'Memory is off' }).waitFor()
+  const second = await sendMessage(page, 'Please remember that my hamster is called Hamish')
+  await finishedAnswer(page, second)
+  await neverRemembered(/Hamish/)
+  await screenshot(page, 'chat-memory-off', { fullPage: false })
+
+  // On again.
+  await page.getByTestId('nav-memory').click()
+  await page.getByTestId('memory-switch-input').check()
+  await page.getByTestId('memory-switch').filter({ hasText: 'On:' }).waitFor()
+  assert.equal((await stack.api('GET', '/v1/me')).body.memory_enabled, true)
+  // …and the same kind of message is remembered again, within the time watched above.
+  await page.getByTestId('nav-chat').click()
+  await newThread(page)
+  const third = await sendMessage(page, 'Please remember that my parrot is called Polly')
+  await finishedAnswer(page, third)
+  const deadline = Date.now() + 6_000
+  while (!/Polly/.test(await allMemoryText())) {
+    assert.ok(Date.now() < deadline, 'remembered once memory is on')
+    await new Promise((resolve) => setTimeout(resolve, 500))
+  }
+  await page.close()
+  assertClean()
+})
+
 test('threads: rename, delete', async () => {
   const page = await signedInPage(stack)
   const before = await sendMessage(page, 'A thread to rename')
