@@ -66,6 +66,8 @@ pub enum ChatError {
     NotAdmitted(#[from] crate::runs::NotAdmitted),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Memory(#[from] crate::memory::MemoryError),
 }
 
 impl HasKind for ChatError {
@@ -74,6 +76,7 @@ impl HasKind for ChatError {
             ChatError::BadRequest(_) => ErrorKind::BadRequest,
             ChatError::NotAdmitted(error) => error.kind(),
             ChatError::Store(error) => error.kind(),
+            ChatError::Memory(error) => error.kind(),
         }
     }
 
@@ -188,6 +191,52 @@ impl ChatService {
         };
         self.deps.writer.enqueue_turn(user, &job).await?;
         Ok(run)
+    }
+
+    /// Edit-and-resend (`content`) or regenerate (`None`): the user's message `message` of
+    /// `thread` and everything after it are removed — live turns of the thread stopped first —
+    /// with what those messages alone taught ([`crate::memory::MemoryEngine::unlearn_messages`]),
+    /// and the message, with its new text or the same, starts a new turn in the same thread.
+    /// Refused (nothing removed) when the message is not the user's, the text is not
+    /// acceptable, or the user may not start a run now.
+    pub async fn retry(
+        &self,
+        user: UserId,
+        thread: ThreadId,
+        message: MessageId,
+        content: Option<&str>,
+    ) -> Result<Run, ChatError> {
+        let scope = self.deps.store.user(user);
+        let original = scope
+            .list_messages(thread)
+            .await?
+            .into_iter()
+            .find(|stored| stored.id == message)
+            .ok_or(StoreError::NotFound("message"))?;
+        if original.role != Role::User {
+            return Err(ChatError::BadRequest(
+                "only a message of the user's can be edited or answered again".into(),
+            ));
+        }
+        let content = content.unwrap_or(&original.content).trim().to_string();
+        if content.is_empty() {
+            return Err(ChatError::BadRequest("content must not be empty".into()));
+        }
+        if content.chars().count() > MAX_MESSAGE_CHARS {
+            return Err(ChatError::BadRequest(format!(
+                "content is longer than {MAX_MESSAGE_CHARS} characters"
+            )));
+        }
+        self.runs.admit(user).await?;
+        self.runs
+            .cancel_thread(user, thread, std::time::Duration::from_secs(5))
+            .await;
+        let removed = scope.truncate_messages(thread, message).await?;
+        self.deps
+            .memory
+            .unlearn_messages(user, thread, &removed)
+            .await?;
+        self.begin(user, thread, &content, None, None).await
     }
 
     /// The body retrying a turn of a thread taken over from a replica that stopped: the turn

@@ -79,6 +79,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
             threads::delete_thread
         ))
         .routes(routes!(threads::post_message))
+        .routes(routes!(threads::retry_message))
         .routes(routes!(threads::import_conversation))
         .routes(routes!(threads::job_state))
         .routes(routes!(runs::get_run))

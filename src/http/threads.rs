@@ -13,7 +13,7 @@ use super::extract::{ApiBytes, ApiJson, ApiPath, ApiQuery, Page};
 use super::sse::run_event_response;
 use crate::auth::AuthUser;
 use crate::memory::writer::ImportedConversation;
-use crate::store::{JobStatus, Message, NewMessage, Run, Thread, ThreadId};
+use crate::store::{JobStatus, Message, MessageId, NewMessage, Run, Thread, ThreadId};
 
 const MAX_TITLE_CHARS: usize = 200;
 
@@ -234,6 +234,53 @@ pub async fn post_message(
     let run = state
         .chat
         .send_keyed(user_id, thread, &body.content, key)
+        .await
+        .map_err(ApiError::from_error)?;
+    if body.stream {
+        Ok(run_event_response(&state, user_id, run.id, 0))
+    } else {
+        state.runs.run_in_background(run.id);
+        Ok((StatusCode::ACCEPTED, Json(run)).into_response())
+    }
+}
+
+/// Edit-and-resend or regenerate.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetryMessage {
+    /// The message's new text (edit and resend); absent: the same text answered again
+    /// (regenerate).
+    #[serde(default)]
+    #[schema(min_length = 1, max_length = 1000000, pattern = r"\S")]
+    pub content: Option<String>,
+    /// As for `POST /v1/threads/{id}/messages`.
+    #[serde(default = "default_true")]
+    pub stream: bool,
+}
+
+#[utoipa::path(post, path = "/v1/threads/{id}/messages/{message_id}/retry", tag = "threads",
+    description = "Edit-and-resend (with `content`) or regenerate (without): the user's message \
+        and everything after it in the thread are removed, with the memories made from those \
+        messages alone (what such a memory had superseded is valid again), and the message \
+        starts a new turn in the same thread.",
+    params(("id" = String, Path, format = Uuid), ("message_id" = String, Path, format = Uuid)),
+    request_body = RetryMessage,
+    responses(
+        (status = 200, description = "Server-sent events of the new run", content_type = "text/event-stream"),
+        (status = 202, body = Run, description = "With `stream: false`"),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 429, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn retry_message(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiPath((thread, message)): ApiPath<(ThreadId, MessageId)>,
+    ApiJson(body): ApiJson<RetryMessage>,
+) -> ApiResult<Response> {
+    let user_id = user.user_id;
+    let run = state
+        .chat
+        .retry(user_id, thread, message, body.content.as_deref())
         .await
         .map_err(ApiError::from_error)?;
     if body.stream {

@@ -98,6 +98,75 @@ impl MemoryEngine {
         Ok(forgotten)
     }
 
+    /// Takes back what some of a thread's messages taught, when they are edited or answered
+    /// again: deletes the memories made from those messages alone (their turns, and facts
+    /// whose every source is one of them), makes valid again what such a fact had superseded,
+    /// and drops a profile distilled from them (the writer rebuilds it). Memories that also
+    /// rest on other messages stay. Returns the deleted memories.
+    pub async fn unlearn_messages(
+        &self,
+        user: UserId,
+        thread: crate::store::ThreadId,
+        messages: &[crate::store::MessageId],
+    ) -> MemoryResult<Vec<Memory>> {
+        if messages.is_empty() {
+            return Ok(Vec::new());
+        }
+        let removed: std::collections::HashSet<String> =
+            messages.iter().map(ToString::to_string).collect();
+        let scope = self.store.user(user);
+        let made = scope
+            .all_memories(&crate::store::MemoryFilter {
+                thread: Some(thread),
+                include_archived: true,
+                include_invalid: true,
+                ..Default::default()
+            })
+            .await?;
+        let taken: Vec<Memory> = made
+            .into_iter()
+            .filter(|memory| {
+                !memory.source_refs.is_empty()
+                    && memory.source_refs.iter().all(|r| removed.contains(r))
+            })
+            .collect();
+        let taken_ids: std::collections::HashSet<MemoryId> =
+            taken.iter().map(|memory| memory.id).collect();
+        for memory in &taken {
+            self.delete(user, memory.id).await?;
+        }
+        for memory in &taken {
+            let Some(old) = memory.supersedes.filter(|old| !taken_ids.contains(old)) else {
+                continue;
+            };
+            match scope.get_memory(old).await {
+                Ok(previous) if previous.invalid_at.is_some() => {
+                    scope
+                        .update_memory(
+                            old,
+                            crate::store::MemoryPatch {
+                                invalid_at: Some(None),
+                                ..Default::default()
+                            },
+                        )
+                        .await?;
+                }
+                Ok(_) | Err(crate::store::StoreError::NotFound(_)) => {}
+                Err(error) => return Err(error.into()),
+            }
+        }
+        if let Some(profile) = self.profile(user).await?
+            && profile
+                .source_refs
+                .iter()
+                .any(|r| taken.iter().any(|m| m.id.to_string() == *r))
+        {
+            self.delete(user, profile.id).await?;
+        }
+        self.indexer.notify();
+        Ok(taken)
+    }
+
     /// The user's forgotten memories that can still be restored, newest first.
     pub async fn forgotten(&self, user: UserId, limit: i64) -> MemoryResult<Vec<ForgottenMemory>> {
         Ok(self.store.user(user).forgotten_memories(limit).await?)

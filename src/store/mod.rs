@@ -745,6 +745,14 @@ pub(in crate::store) trait StoreCore: Send + Sync + 'static {
         title: &str,
         temporary: bool,
     ) -> StoreResult<Thread>;
+    /// Deletes the thread's messages from `from` on (it included), and a rolling summary that
+    /// covers any of them; returns the ids removed.
+    async fn truncate_messages(
+        &self,
+        user: UserId,
+        thread: ThreadId,
+        from: MessageId,
+    ) -> StoreResult<Vec<MessageId>>;
     async fn list_threads(
         &self,
         user: UserId,

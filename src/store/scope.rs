@@ -164,6 +164,8 @@ impl UserScope<'_> {
         fn conversation_thread(&self, conversation_key: &str, title: &str) -> StoreResult<Thread>;
         fn rename_thread(&self, id: ThreadId, title: &str) -> StoreResult<Thread>;
         fn delete_thread(&self, id: ThreadId) -> StoreResult<()>;
+        /// Deletes the thread's messages from `from` on, and a summary covering them.
+        fn truncate_messages(&self, thread: ThreadId, from: MessageId) -> StoreResult<Vec<MessageId>>;
         fn append_message(&self, thread: ThreadId, role: Role, content: &str, run: Option<RunId>, trust: Trust) -> StoreResult<Message>;
         /// Appends a past conversation's messages in order, in one transaction.
         fn import_messages(&self, thread: ThreadId, messages: Vec<NewMessage>) -> StoreResult<Vec<Message>>;

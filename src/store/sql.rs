@@ -659,6 +659,48 @@ macro_rules! sql_store {
                 Ok(stored)
             }
 
+            async fn truncate_messages(
+                &self,
+                user: UserId,
+                thread: ThreadId,
+                from: MessageId,
+            ) -> StoreResult<Vec<MessageId>> {
+                use sqlx::Row as _;
+                self.get_thread(user, thread).await?;
+                let mut tx = self.pool.begin().await?;
+                let removed = sqlx::query(
+                    "DELETE FROM messages WHERE thread_id = $1 AND user_id = $2 AND id >= $3 \
+                     RETURNING id",
+                )
+                .bind(thread.as_uuid())
+                .bind(user.as_uuid())
+                .bind(from.as_uuid())
+                .fetch_all(&mut *tx)
+                .await?
+                .iter()
+                .map(|row| row.try_get("id").map(MessageId::from_uuid))
+                .collect::<Result<Vec<_>, _>>()?;
+                // A rolling summary that covers a removed message quotes it: it goes too (the
+                // next turn summarises again).
+                sqlx::query(
+                    "DELETE FROM thread_summaries WHERE thread_id = $1 AND user_id = $2 \
+                     AND covered_until >= $3",
+                )
+                .bind(thread.as_uuid())
+                .bind(user.as_uuid())
+                .bind(from.as_uuid())
+                .execute(&mut *tx)
+                .await?;
+                sqlx::query("UPDATE threads SET updated_at = $1 WHERE id = $2 AND user_id = $3")
+                    .bind(now())
+                    .bind(thread.as_uuid())
+                    .bind(user.as_uuid())
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(removed)
+            }
+
             async fn list_messages(
                 &self,
                 user: UserId,

@@ -23,6 +23,7 @@ mod relevance;
 mod replicas;
 mod research;
 mod research_more;
+mod retry;
 mod ssrf;
 mod takeover;
 mod trust;

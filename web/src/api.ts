@@ -278,6 +278,14 @@ export const threads = {
       headers: { accept: 'text/event-stream' },
       signal,
     }),
+  /** Edit-and-resend (`content`) or regenerate (no content): the user's message and what
+   * follows it are replaced by a new turn; the response is its event stream (SSE). */
+  retry: (threadId: string, messageId: string, content?: string, signal?: AbortSignal) =>
+    send('POST', `/v1/threads/${id(threadId)}/messages/${id(messageId)}/retry`, {
+      json: content === undefined ? {} : { content },
+      headers: { accept: 'text/event-stream' },
+      signal,
+    }),
 }
 
 // ---- runs ---------------------------------------------------------------------------------

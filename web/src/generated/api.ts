@@ -601,6 +601,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/threads/{id}/messages/{message_id}/retry": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Edit-and-resend (with `content`) or regenerate (without): the user's message and everything after it in the thread are removed, with the memories made from those messages alone (what such a memory had superseded is valid again), and the message starts a new turn in the same thread. */
+        post: operations["retry_message"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1565,6 +1582,16 @@ export interface components {
             search_api: components["schemas"]["SearchApiChoice"];
             search_results: number;
             thread_id?: string | null;
+        };
+        /** @description Edit-and-resend or regenerate. */
+        RetryMessage: {
+            /**
+             * @description The message's new text (edit and resend); absent: the same text answered again
+             *     (regenerate).
+             */
+            content?: string | null;
+            /** @description As for `POST /v1/threads/{id}/messages`. */
+            stream?: boolean;
         };
         /**
          * @description Who wrote a message.
@@ -5092,6 +5119,93 @@ export interface operations {
                 };
             };
             /** @description Too many requests or running runs for this user (see `Retry-After`) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A backend is unavailable; try again later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    retry_message: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+                message_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RetryMessage"];
+            };
+        };
+        responses: {
+            /** @description Server-sent events of the new run */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": unknown;
+                };
+            };
+            /** @description With `stream: false` */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Run"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is larger than `server.max_body_bytes` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             429: {
                 headers: {
                     [name: string]: unknown;

@@ -636,6 +636,51 @@ test('memory switch and temporary chat: nothing recalled, nothing remembered', a
   assertClean()
 })
 
+test('chat: edit a message and resend it; regenerate the last answer', async () => {
+  const page = await signedInPage(stack)
+  await newThread(page)
+  const first = await sendMessage(page, 'What is the tallest tree in Graz?')
+  await finishedAnswer(page, first)
+  const second = await sendMessage(page, 'And the oldest bridge?')
+  await finishedAnswer(page, second)
+  const userMessages = page.getByTestId('message-user')
+  assert.equal(await userMessages.count(), 2)
+  // Edit the first message: it and everything after it are replaced by one new turn.
+  await userMessages.first().getByTestId('message-edit').click()
+  await page.getByTestId('message-edit-input').fill('What is the tallest tree in Vienna?')
+  await page.getByTestId('message-edit-send').click()
+  await page.getByTestId('message-user').filter({ hasText: 'tallest tree in Vienna' }).waitFor()
+  await finishedAnswer(page, 0)
+  assert.equal(await page.getByTestId('message-user').count(), 1)
+  assert.equal(await page.getByTestId('message-assistant').count(), 1)
+  assert.equal(await page.getByTestId('messages').getByText('And the oldest bridge?').count(), 0)
+  // The server has the same: one message pair, the edited text.
+  const threadId = new URL(page.url()).hash.split('/').pop()
+  const thread = (await stack.api('GET', `/v1/threads/${threadId}`)).body
+  assert.deepEqual(
+    thread.messages.map((m) => [m.role, m.role === 'user' ? m.content : '…']),
+    [
+      ['user', 'What is the tallest tree in Vienna?'],
+      ['assistant', '…'],
+    ],
+  )
+  // Regenerate: the same question answered by a new run.
+  const answer = page.getByTestId('message-assistant').first()
+  const oldRun = await answer.getAttribute('data-run-id')
+  await answer.getByTestId('message-regenerate').click()
+  await page.waitForFunction(
+    (old) => {
+      const replies = document.querySelectorAll('[data-testid="message-assistant"]')
+      return replies.length === 1 && replies[0].getAttribute('data-run-id') && replies[0].getAttribute('data-run-id') !== old
+    },
+    oldRun,
+    { timeout: 30_000 },
+  )
+  assert.equal(await page.getByTestId('message-user').count(), 1)
+  await page.close()
+  assertClean()
+})
+
 test('threads: rename, delete', async () => {
   const page = await signedInPage(stack)
   const before = await sendMessage(page, 'A thread to rename')
