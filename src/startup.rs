@@ -412,7 +412,10 @@ pub fn describe(state: &AppState) -> Vec<(&'static str, String)> {
                 "not built into this binary (scripts/build-web, then rebuild)".into()
             },
         ),
-        ("docs", "/docs (API reference), /health, /metrics".into()),
+        (
+            "docs",
+            "/docs (try the API), /redoc (API reference), /health, /metrics".into(),
+        ),
     ]
 }
 

@@ -369,6 +369,9 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics_text))
         .route("/openapi.json", get(openapi_json))
         .route("/docs", get(docs_page))
+        .route("/redoc", get(web::reference_page))
+        .route("/redoc/reference.js", get(web::reference_script))
+        .route("/redoc/reference.css", get(web::reference_style))
         .merge(mcp::routes(&state))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -423,6 +426,8 @@ struct RootInfo {
     name: &'static str,
     version: &'static str,
     docs: &'static str,
+    /// The read-only API reference.
+    reference: &'static str,
     openapi: &'static str,
     health: &'static str,
     /// Where the web app is served (`/` for a browser), or "not built" when this binary was
@@ -442,6 +447,7 @@ async fn root(headers: axum::http::HeaderMap) -> Response {
         name: "mnemo",
         version: env!("CARGO_PKG_VERSION"),
         docs: "/docs",
+        reference: "/redoc",
         openapi: "/openapi.json",
         health: "/health",
         app: if web::app_built() { "/" } else { "not built" },

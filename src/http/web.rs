@@ -144,7 +144,7 @@ fn etag_of(hash: &[u8; 32]) -> String {
     format!("\"{}\"", hex::encode(&hash[..16]))
 }
 
-fn with_security_headers(mut response: Response) -> Response {
+pub(super) fn with_security_headers(mut response: Response) -> Response {
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
@@ -175,6 +175,38 @@ fn content_type(path: &str) -> &'static str {
         Some("txt") => "text/plain; charset=utf-8",
         _ => "application/octet-stream",
     }
+}
+
+/// The API reference (`/redoc`): a read-only page over `/openapi.json`, its script and style
+/// files served from the binary under the web app's policy (no inline script or style).
+pub async fn reference_page() -> Response {
+    with_security_headers(
+        (
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            include_str!("reference/index.html"),
+        )
+            .into_response(),
+    )
+}
+
+pub async fn reference_script() -> Response {
+    with_security_headers(
+        (
+            [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+            include_str!("reference/reference.js"),
+        )
+            .into_response(),
+    )
+}
+
+pub async fn reference_style() -> Response {
+    with_security_headers(
+        (
+            [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+            include_str!("reference/reference.css"),
+        )
+            .into_response(),
+    )
 }
 
 #[cfg(test)]

@@ -1529,6 +1529,43 @@ async fn an_exhausted_pool_answers_busy_and_stores_nothing() {
 /// says how to build it) and any other client with JSON; the page and its files carry the
 /// strict Content-Security-Policy, and content-hashed files are cached for good.
 #[tokio::test]
+async fn the_api_reference_is_served_from_the_binary_under_the_strict_policy() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let (_, root) = app.get("/", None).await;
+    assert_eq!(root["reference"], "/redoc");
+    for (path, content_type, holds) in [
+        ("/redoc", "text/html; charset=utf-8", "/redoc/reference.js"),
+        (
+            "/redoc/reference.js",
+            "text/javascript; charset=utf-8",
+            "/openapi.json",
+        ),
+        (
+            "/redoc/reference.css",
+            "text/css; charset=utf-8",
+            "prefers-color-scheme",
+        ),
+    ] {
+        let response = app.client.get(app.url(path)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+        let headers = response.headers().clone();
+        assert_eq!(headers["content-type"], content_type, "{path}");
+        let policy = headers["content-security-policy"].to_str().unwrap();
+        assert!(policy.contains("script-src 'self'"), "{policy}");
+        assert!(!policy.contains("unsafe-inline"), "{policy}");
+        let text = response.text().await.unwrap();
+        assert!(text.contains(holds), "{path}");
+        // Nothing inline for the policy to refuse.
+        assert!(
+            !text.contains("<script>") && !text.contains("<style"),
+            "{path}"
+        );
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn the_web_app_is_served_to_browsers_under_a_strict_policy() {
     let home = Home::new(Backend::Sqlite).await;
     let app = TestApp::spawn(&home).await;

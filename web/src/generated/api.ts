@@ -1608,6 +1608,8 @@ export interface components {
             health: string;
             name: string;
             openapi: string;
+            /** @description The read-only API reference. */
+            reference: string;
             version: string;
         };
         Run: {

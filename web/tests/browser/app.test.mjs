@@ -681,6 +681,29 @@ test('chat: edit a message and resend it; regenerate the last answer', async () 
   assertClean()
 })
 
+test('api reference: /redoc renders the OpenAPI document under the strict policy, and finds operations', async () => {
+  const page = await stack.context.newPage()
+  await page.goto(`${stack.mnemoUrl}/redoc`)
+  const retry = page.locator('article.operation', { hasText: '/v1/threads/{id}/messages/{message_id}/retry' })
+  await retry.waitFor()
+  assert.match(await retry.innerText(), /POST[\s\S]*Edit-and-resend[\s\S]*Request body[\s\S]*content[\s\S]*202/)
+  // The schemas are unfolded: the thread's fields are listed under its creation.
+  const create = page.locator('article.operation', { hasText: 'POST /v1/threads' }).first()
+  assert.match(await create.innerText(), /temporary/)
+  const operations = await page.locator('article.operation').count()
+  assert.ok(operations > 40, `${operations} operations`)
+  await screenshot(page, 'api-reference', { fullPage: false })
+  // The filter keeps what matches.
+  await page.getByLabel('Find an operation').fill('forgotten')
+  await page.waitForFunction(() => [...document.querySelectorAll('article.operation')].filter((a) => !a.hidden).length <= 3)
+  for (const text of await page.locator('article.operation:not([hidden]) h3').allInnerTexts()) {
+    assert.match(text, /forgotten/)
+  }
+  await page.close()
+  // No script refused by the policy, no console error.
+  assertClean()
+})
+
 test('threads: rename, delete', async () => {
   const page = await signedInPage(stack)
   const before = await sendMessage(page, 'A thread to rename')
