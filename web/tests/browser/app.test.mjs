@@ -443,6 +443,7 @@ test('xss: markup in a memory, a model answer and a document shows as text', asy
     .waitFor()
   await page.getByTestId('nav-memory').click()
   await page.getByTestId('memory-search-input').fill('dangerous document ferrets')
+  await page.getByTestId('memory-search-options').click()
   await page.getByTestId('memory-search-kind-document').check()
   await page.getByTestId('memory-search-submit').click()
   await page.getByTestId('memory-search-results').getByText('Dangerous document text').first().waitFor()
