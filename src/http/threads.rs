@@ -236,11 +236,17 @@ pub async fn post_message(
         .send_keyed(user_id, thread, &body.content, key)
         .await
         .map_err(ApiError::from_error)?;
-    if body.stream {
-        Ok(run_event_response(&state, user_id, run.id, 0))
+    Ok(turn_response(&state, user_id, run, body.stream))
+}
+
+/// A started turn's answer: its event stream, or (`stream: false`) 202 with the run, which
+/// then runs on without a reader.
+fn turn_response(state: &AppState, user: crate::store::UserId, run: Run, stream: bool) -> Response {
+    if stream {
+        run_event_response(state, user, run.id, 0)
     } else {
         state.runs.run_in_background(run.id);
-        Ok((StatusCode::ACCEPTED, Json(run)).into_response())
+        (StatusCode::ACCEPTED, Json(run)).into_response()
     }
 }
 
@@ -283,12 +289,7 @@ pub async fn retry_message(
         .retry(user_id, thread, message, body.content.as_deref())
         .await
         .map_err(ApiError::from_error)?;
-    if body.stream {
-        Ok(run_event_response(&state, user_id, run.id, 0))
-    } else {
-        state.runs.run_in_background(run.id);
-        Ok((StatusCode::ACCEPTED, Json(run)).into_response())
-    }
+    Ok(turn_response(&state, user_id, run, body.stream))
 }
 
 /// A past conversation to import into a thread.

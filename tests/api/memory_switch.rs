@@ -8,16 +8,8 @@ use serde_json::{Value, json};
 use support::fake_llm::{FakeLlm, Reply};
 use support::{Backend, Home, ReceivedEvent, TestApp};
 
-/// Says `content` in `thread`, reads the turn to its end and waits for its memory job.
 async fn say(app: &TestApp, key: &str, thread: &str, content: &str) -> Vec<ReceivedEvent> {
-    let run = app.post_message(key, thread, content).await;
-    let events = app
-        .events(key, run["id"].as_str().unwrap(), None)
-        .await
-        .collect()
-        .await;
-    app.wait_for_jobs().await;
-    events
+    app.say(key, thread, content).await
 }
 
 async fn new_thread(app: &TestApp, key: &str, temporary: bool) -> String {

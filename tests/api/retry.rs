@@ -8,12 +8,7 @@ use serde_json::{Value, json};
 use support::{Backend, Home, TestApp};
 
 async fn say(app: &TestApp, key: &str, thread: &str, content: &str) {
-    let run = app.post_message(key, thread, content).await;
-    app.events(key, run["id"].as_str().unwrap(), None)
-        .await
-        .collect()
-        .await;
-    app.wait_for_jobs().await;
+    app.say(key, thread, content).await;
 }
 
 async fn retry(app: &TestApp, key: &str, thread: &str, message: &str, body: Value) -> Value {
@@ -144,6 +139,13 @@ async fn edit_and_regenerate_replace_the_turn_and_take_back_what_it_taught() {
     assert_eq!(facts, ["My bike is a Brompton", "My locker code is 4471"]);
     assert!(turns.iter().all(|t| !t.contains("4472")), "{turns:?}");
     assert!(turns.iter().any(|t| t.contains("Brompton")), "{turns:?}");
+    // The bystander: the first message's own turn stays.
+    assert!(
+        turns
+            .iter()
+            .any(|t| t == "User: Remember that my locker code is 4471."),
+        "{turns:?}"
+    );
 
     // Regenerate: the same text answered again, in a new turn; nothing learned twice.
     let run = retry(&app, &key, &thread, &after[2].0, json!({ "stream": false })).await;

@@ -12,10 +12,7 @@ use support::{Backend, Home, TestApp};
 
 /// Posts a message and waits until its turn's memory job has run.
 async fn say(app: &TestApp, key: &str, thread: &str, content: &str) {
-    let run = app.post_message(key, thread, content).await;
-    let run_id = run["id"].as_str().unwrap();
-    app.events(key, run_id, None).await.collect().await;
-    wait_for_jobs(app).await;
+    app.say(key, thread, content).await;
 }
 
 async fn wait_for_jobs(app: &TestApp) {

@@ -421,6 +421,16 @@ impl TestApp {
         body
     }
 
+    /// Says `content` in `thread`, reads the turn's events to its end and waits until the
+    /// memory writer is idle; returns the events.
+    pub async fn say(&self, token: &str, thread: &str, content: &str) -> Vec<ReceivedEvent> {
+        let run = self.post_message(token, thread, content).await;
+        let run = run["id"].as_str().expect("run id");
+        let events = self.events(token, run, None).await.collect().await;
+        self.wait_for_jobs().await;
+        events
+    }
+
     /// Says `content` in a new thread and reads the turn's events to its end; returns the
     /// thread's id and the events.
     pub async fn say_in_new_thread(
