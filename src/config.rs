@@ -216,6 +216,10 @@ pub struct SearchSettings {
     /// The base URL of a SearXNG instance with the JSON format enabled; unset = not available.
     pub searxng_url: Option<String>,
     pub duckduckgo_base_url: String,
+    /// Extra attempts of a failed search request (rate limits, server errors, network
+    /// trouble), after jittered waits doubling from `retry_backoff_ms`.
+    pub max_retries: u32,
+    pub retry_backoff_ms: u64,
 }
 
 impl Default for SearchSettings {
@@ -231,6 +235,8 @@ impl Default for SearchSettings {
             brave_base_url: "https://api.search.brave.com".into(),
             searxng_url: None,
             duckduckgo_base_url: "https://html.duckduckgo.com".into(),
+            max_retries: 2,
+            retry_backoff_ms: 500,
         }
     }
 }
@@ -528,6 +534,10 @@ pub struct EmbedderSettings {
     pub passage_prefix: Option<String>,
     /// `mean` or `cls`; unset: what the model declares.
     pub pooling: Option<Pooling>,
+    /// `openai`: extra attempts of a failed `/embeddings` call (rate limits, server errors,
+    /// network trouble), after jittered waits doubling from `retry_backoff_ms`.
+    pub max_retries: u32,
+    pub retry_backoff_ms: u64,
 }
 
 impl Default for EmbedderSettings {
@@ -547,6 +557,8 @@ impl Default for EmbedderSettings {
             query_prefix: None,
             passage_prefix: None,
             pooling: None,
+            max_retries: 3,
+            retry_backoff_ms: 500,
         }
     }
 }

@@ -11,6 +11,7 @@
 //! - `llm`       embedders (local BERT on our encoder, OpenAI-compatible)
 //! - `memory`    episodic memory: writes, hybrid recall (RRF + decay), export/import, decay job
 //! - `research`  deep research: the request, the workflow (brief → supervisor → researchers → report)
+//! - `retry`     the one retry policy of outside calls (models, embedders, search, run logs)
 //! - `search`    search providers (one file each), the SSRF-safe fetcher
 //! - `text`      shared text helpers: scripts, sentences, splitting, truncation, HTML/PDF → text
 //! - `documents` the user's own documents: extract → paragraph chunks → `document` memories
@@ -30,6 +31,7 @@ pub mod llm;
 pub mod mcp;
 pub mod memory;
 pub mod research;
+pub mod retry;
 pub mod runs;
 pub mod search;
 pub mod startup;

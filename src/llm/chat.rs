@@ -10,6 +10,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::retry::{Attempt, RetryPolicy};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ChatRole {
@@ -247,44 +249,24 @@ pub fn cost(prices: &HashMap<String, Price>, model: &str, usage: &Usage) -> Opti
     })
 }
 
-/// The longest wait a server's `Retry-After` may impose on one retry; a longer request is
-/// cut to this.
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
-
-/// The wait before retry number `attempt` (from 0): what the server asked for (at most
-/// [`MAX_RETRY_AFTER`]), else `base` doubled per attempt with full jitter over its upper half,
-/// so that many clients refused together do not come back together.
-pub fn retry_delay(error: &LlmError, base: Duration, attempt: u32) -> Duration {
-    if let Some(asked) = error.retry_after {
-        return asked.min(MAX_RETRY_AFTER);
-    }
-    let ceiling = base.saturating_mul(2u32.saturating_pow(attempt));
-    ceiling.mul_f64(rand::random_range(0.5..=1.0))
-}
-
-/// Retries `call` on retryable errors with jittered exponential backoff (`base`, doubling, at
-/// most `retries` extra attempts), or after the `Retry-After` the server sent.
-pub async fn with_retries<T, F, Fut>(
-    retries: u32,
-    base: Duration,
-    mut call: F,
-) -> Result<T, LlmError>
+/// Retries `call` on retryable errors under `policy` (the server's `Retry-After` when it sent
+/// one): the one retry policy of every outside call, [`crate::retry::RetryPolicy`].
+pub async fn with_retries<T, F, Fut>(policy: RetryPolicy, call: F) -> Result<T, LlmError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, LlmError>>,
 {
-    let mut attempt = 0;
-    loop {
-        match call().await {
-            Err(error) if error.retryable() && attempt < retries => {
-                let delay = retry_delay(&error, base, attempt);
-                tracing::warn!(attempt, ?delay, error = %error.message, "model call failed; retrying");
-                tokio::time::sleep(delay).await;
-                attempt += 1;
+    policy
+        .run("model call", call, |error: &LlmError| {
+            if error.retryable() {
+                Attempt::Again {
+                    after: error.retry_after,
+                }
+            } else {
+                Attempt::Final
             }
-            other => return other,
-        }
-    }
+        })
+        .await
 }
 
 /// Asks for a JSON object and validates it with `parse` (which also checks the schema's
@@ -464,7 +446,8 @@ mod tests {
     #[tokio::test]
     async fn retries_stop_at_the_limit_and_only_for_retryable_errors() {
         let calls = std::sync::atomic::AtomicU32::new(0);
-        let result: Result<(), LlmError> = with_retries(2, Duration::from_millis(1), || async {
+        let policy = RetryPolicy::new(2, Duration::from_millis(1));
+        let result: Result<(), LlmError> = with_retries(policy, || async {
             calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             Err(LlmError::new(LlmErrorKind::RateLimited, "slow down"))
         })
@@ -472,7 +455,7 @@ mod tests {
         assert!(result.is_err());
         assert_eq!(calls.load(std::sync::atomic::Ordering::Relaxed), 3);
         calls.store(0, std::sync::atomic::Ordering::Relaxed);
-        let _ = with_retries(2, Duration::from_millis(1), || async {
+        let _ = with_retries(policy, || async {
             calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             Err::<(), _>(LlmError::new(LlmErrorKind::Auth, "bad key"))
         })

@@ -16,6 +16,8 @@ use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStr
 
 use mnemo_encoder::{BertEncoder, BertSettings, Tokens};
 
+use crate::retry::{Attempt, RetryPolicy};
+
 /// Texts per forward pass of the local model.
 const LOCAL_BATCH: usize = 32;
 /// Inputs per request to a remote embeddings API.
@@ -592,6 +594,28 @@ pub struct OpenAiEmbedder {
     dimension: usize,
     query_prefix: String,
     passage_prefix: String,
+    retry: RetryPolicy,
+}
+
+/// A failed `/embeddings` call, and whether trying again may help.
+struct CallFailed {
+    error: EmbedError,
+    again: Attempt,
+}
+
+impl CallFailed {
+    fn fatal(error: EmbedError) -> Self {
+        Self {
+            error,
+            again: Attempt::Final,
+        }
+    }
+}
+
+impl std::fmt::Display for CallFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
 }
 
 impl std::fmt::Debug for OpenAiEmbedder {
@@ -661,7 +685,16 @@ impl OpenAiEmbedder {
             dimension,
             query_prefix: String::new(),
             passage_prefix: String::new(),
+            retry: RetryPolicy::never(),
         })
+    }
+
+    /// Tries failed calls again under `retry` (rate limits, server errors, network trouble;
+    /// never a refused key or request).
+    #[must_use]
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
     }
 
     /// Puts `query` before every search query and `passage` before every stored text (for a
@@ -699,6 +732,17 @@ impl OpenAiEmbedder {
     }
 
     async fn embed_chunk(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.retry
+            .run(
+                "embeddings call",
+                || self.embed_chunk_once(texts),
+                |failed: &CallFailed| failed.again,
+            )
+            .await
+            .map_err(|failed| failed.error)
+    }
+
+    async fn embed_chunk_once(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, CallFailed> {
         let url = format!("{}/embeddings", self.base_url);
         let mut request = self.client.post(&url).json(&EmbeddingsRequest {
             model: &self.model,
@@ -707,44 +751,64 @@ impl OpenAiEmbedder {
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
         }
-        let response = request.send().await.map_err(|e| {
+        let response = request.send().await.map_err(|e| CallFailed {
             // reqwest errors carry the URL, never headers.
-            EmbedError::Unavailable(format!("embeddings request to {url} failed: {e}"))
+            error: EmbedError::Unavailable(format!("embeddings request to {url} failed: {e}")),
+            again: Attempt::passing(!e.is_builder()),
         })?;
         let status = response.status();
         if !status.is_success() {
+            let asked = crate::retry::retry_after(response.headers());
             let body = response.text().await.unwrap_or_default();
             let code = status.as_u16();
+            let passing = Attempt::Again { after: asked };
             return Err(match code {
-                401 | 403 => EmbedError::Unavailable(format!(
+                401 | 403 => CallFailed::fatal(EmbedError::Unavailable(format!(
                     "embeddings API rejected the credentials (HTTP {code})"
-                )),
-                429 => EmbedError::Unavailable(format!(
-                    "embeddings API rate limit exceeded (HTTP 429): {}",
-                    self.redact(&body)
-                )),
-                400..=499 => EmbedError::BadInput(format!(
+                ))),
+                408 | 429 => CallFailed {
+                    error: EmbedError::Unavailable(format!(
+                        "embeddings API rate limit exceeded (HTTP {code}): {}",
+                        self.redact(&body)
+                    )),
+                    again: passing,
+                },
+                400..=499 => CallFailed::fatal(EmbedError::BadInput(format!(
                     "embeddings API refused the request (HTTP {code}): {}",
                     self.redact(&body)
-                )),
-                _ => EmbedError::Unavailable(format!(
-                    "embeddings API error (HTTP {code}): {}",
-                    self.redact(&body)
-                )),
+                ))),
+                _ => CallFailed {
+                    error: EmbedError::Unavailable(format!(
+                        "embeddings API error (HTTP {code}): {}",
+                        self.redact(&body)
+                    )),
+                    again: passing,
+                },
             });
         }
+        self.read_vectors(response, texts.len())
+            .await
+            .map_err(CallFailed::fatal)
+    }
+
+    /// The vectors of a successful answer, checked against the inputs and the dimension.
+    async fn read_vectors(
+        &self,
+        response: reqwest::Response,
+        inputs: usize,
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
         let parsed: EmbeddingsResponse = response
             .json()
             .await
             .map_err(|e| EmbedError::Internal(format!("malformed embeddings response: {e}")))?;
-        if parsed.data.len() != texts.len() {
+        if parsed.data.len() != inputs {
             return Err(EmbedError::Internal(format!(
                 "embeddings API returned {} vectors for {} inputs",
                 parsed.data.len(),
-                texts.len()
+                inputs
             )));
         }
-        let mut slots: Vec<Option<Vec<f32>>> = vec![None; texts.len()];
+        let mut slots: Vec<Option<Vec<f32>>> = vec![None; inputs];
         for item in parsed.data {
             if item.embedding.len() != self.dimension {
                 return Err(EmbedError::Internal(format!(
@@ -830,10 +894,15 @@ pub async fn from_settings(
             .api_key
             .as_ref()
             .map(|key| key.expose_secret().to_string());
-        let embedder = OpenAiEmbedder::new(base_url, key, model, dimension)?.with_prefixes(
-            config.query_prefix.clone().unwrap_or_default(),
-            config.passage_prefix.clone().unwrap_or_default(),
-        );
+        let embedder = OpenAiEmbedder::new(base_url, key, model, dimension)?
+            .with_prefixes(
+                config.query_prefix.clone().unwrap_or_default(),
+                config.passage_prefix.clone().unwrap_or_default(),
+            )
+            .with_retry(RetryPolicy::new(
+                config.max_retries,
+                Duration::from_millis(config.retry_backoff_ms),
+            ));
         return Ok(Arc::new(embedder));
     }
     let dir = config.model_dir.clone();
@@ -1295,6 +1364,37 @@ mod tests {
             "the prefixes differ, so do the vectors"
         );
         assert_ne!(as_passage, plain);
+    }
+
+    #[tokio::test]
+    async fn a_rate_limited_embedding_call_is_tried_again_and_a_refused_key_is_not() {
+        let ok = r#"{"data":[{"index":0,"embedding":[1.0,0.0,0.0]}]}"#.to_string();
+        let (url, server) = fake_server(vec![
+            (429, r#"{"error":"slow down"}"#.to_string()),
+            (503, r#"{"error":"overloaded"}"#.to_string()),
+            (200, ok),
+        ])
+        .await;
+        let retry = RetryPolicy::new(3, Duration::from_millis(1));
+        let e = OpenAiEmbedder::new(url, None, "m", 3)
+            .expect("new")
+            .with_retry(retry);
+        let vectors = e.embed(&strings(&["x"])).await.expect("third call answers");
+        assert_eq!(vectors, vec![vec![1.0, 0.0, 0.0]]);
+        assert_eq!(server.await.expect("server").len(), 3);
+        let (url, server) = fake_server(vec![(401, r#"{"error":"bad key"}"#.to_string())]).await;
+        let e = OpenAiEmbedder::new(url, None, "m", 3)
+            .expect("new")
+            .with_retry(retry);
+        assert_eq!(
+            e.embed(&strings(&["x"]))
+                .await
+                .expect_err("refused")
+                .label(),
+            "unavailable"
+        );
+        // The fake answers once: a second call would find nobody listening, not hang.
+        assert_eq!(server.await.expect("server").len(), 1);
     }
 
     #[tokio::test]

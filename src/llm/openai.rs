@@ -22,13 +22,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
-use reqwest::header::{CONTENT_TYPE, HeaderMap, RETRY_AFTER};
+use reqwest::header::{CONTENT_TYPE, HeaderMap};
 use serde_json::{Value, json};
 
 use super::chat::{
     ChatModel, ChatRequest, ChatResponse, ChatRole, DeltaSink, LlmError, LlmErrorKind, Price,
     ToolCall, Usage, cost, with_retries,
 };
+use crate::retry::{RetryPolicy, retry_after};
 
 /// The most an error body is read, to quote it.
 const ERROR_BODY_LIMIT: usize = 16 * 1024;
@@ -41,8 +42,7 @@ pub struct OpenAiChat {
     api_key: Option<String>,
     timeout: Duration,
     idle_timeout: Duration,
-    retries: u32,
-    backoff: Duration,
+    retry: RetryPolicy,
     prices: HashMap<String, Price>,
     /// How structured answers are asked of this server, learnt from its refusals: see
     /// [`Format`].
@@ -79,8 +79,8 @@ pub struct Endpoint {
     pub base_url: String,
     pub api_key: Option<String>,
     pub timeout: Duration,
-    pub retries: u32,
-    pub backoff: Duration,
+    /// How failed calls are tried again.
+    pub retry: RetryPolicy,
     pub prices: HashMap<String, Price>,
 }
 
@@ -140,8 +140,7 @@ impl OpenAiChat {
             api_key: endpoint.api_key.clone().filter(|key| !key.is_empty()),
             timeout: endpoint.timeout,
             idle_timeout: endpoint.timeout.min(Duration::from_secs(90)),
-            retries: endpoint.retries,
-            backoff: endpoint.backoff,
+            retry: endpoint.retry,
             prices: endpoint.prices.clone(),
             format: std::sync::atomic::AtomicU8::new(Format::Schema as u8),
         }
@@ -466,12 +465,6 @@ fn refuses_format(error: &LlmError) -> bool {
 }
 
 /// `Retry-After` in seconds (the form model providers send).
-fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
-    let seconds: f64 = value.parse().ok()?;
-    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds.min(3600.0)))
-}
-
 /// Up to `limit` bytes of a response body, as text.
 async fn read_capped(response: reqwest::Response, limit: usize) -> String {
     let mut body = Vec::new();
@@ -712,7 +705,7 @@ impl ChatModel for OpenAiChat {
             emitted.store(true, std::sync::atomic::Ordering::Relaxed);
             on_delta(text);
         };
-        with_retries(self.retries, self.backoff, || async {
+        with_retries(self.retry, || async {
             self.stream_once(request, &sink).await.map_err(|mut error| {
                 if emitted.load(std::sync::atomic::Ordering::Relaxed) {
                     error.final_attempt = true;
@@ -724,7 +717,7 @@ impl ChatModel for OpenAiChat {
     }
 
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
-        with_retries(self.retries, self.backoff, || self.complete_once(request)).await
+        with_retries(self.retry, || self.complete_once(request)).await
     }
 }
 
@@ -779,8 +772,7 @@ mod tests {
             base_url: "https://x.openai.azure.com/openai/v1/?api-version=preview".into(),
             api_key: Some("k".into()),
             timeout: Duration::from_secs(1),
-            retries: 0,
-            backoff: Duration::ZERO,
+            retry: RetryPolicy::never(),
             prices: HashMap::new(),
         };
         assert_eq!(

@@ -130,8 +130,10 @@ impl Models {
                         .as_ref()
                         .map(|key| key.expose_secret().to_string()),
                     timeout: Duration::from_secs(settings.timeout_secs.max(1)),
-                    retries: settings.max_retries,
-                    backoff: Duration::from_millis(settings.retry_backoff_ms),
+                    retry: crate::retry::RetryPolicy::new(
+                        settings.max_retries,
+                        Duration::from_millis(settings.retry_backoff_ms),
+                    ),
                     prices: settings.prices.clone(),
                 };
                 let probe = match probes

@@ -3,29 +3,24 @@
 //! cancels a run nobody reads.
 
 use super::*;
+use crate::retry::{Attempt, RetryPolicy};
 
-/// Attempts at reading a run's log before a follower gives up.
-pub(super) const FOLLOW_READ_ATTEMPTS: u32 = 5;
+/// How a follower reads a run's log again while the store is unavailable (a pool timeout
+/// under load): four more attempts after jittered waits from 100 ms.
+const FOLLOW_READ_RETRY: RetryPolicy = RetryPolicy::new(4, Duration::from_millis(100));
 
-/// `read` retried with a short backoff while the store is unavailable (a pool timeout under
-/// load); `None` when every attempt failed or the failure is not passing.
+/// `read` retried under [`FOLLOW_READ_RETRY`] while the store's failure is passing; `None`
+/// when every attempt failed or the failure is not passing.
 pub(super) async fn read_with_retries<T>(
-    mut read: impl FnMut() -> futures::future::BoxFuture<'static, StoreResult<T>>,
+    read: impl FnMut() -> futures::future::BoxFuture<'static, StoreResult<T>>,
 ) -> Option<T> {
-    for attempt in 1..=FOLLOW_READ_ATTEMPTS {
-        match read().await {
-            Ok(value) => return Some(value),
-            Err(error) => {
-                let passing = crate::error::HasKind::kind(&error).retryable();
-                tracing::warn!(%error, attempt, "reading a run's events failed");
-                if !passing || attempt == FOLLOW_READ_ATTEMPTS {
-                    return None;
-                }
-                tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
-            }
-        }
-    }
-    None
+    FOLLOW_READ_RETRY
+        .run("reading a run's events", read, |error: &StoreError| {
+            Attempt::passing(crate::error::HasKind::kind(error).retryable())
+        })
+        .await
+        .inspect_err(|error| tracing::warn!(%error, "reading a run's events failed"))
+        .ok()
 }
 
 /// What a follower ends with when the run's log cannot be read: `done` (cancelled) when the

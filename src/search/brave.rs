@@ -5,17 +5,27 @@ use super::*;
 /// Brave Search (`GET {base}/res/v1/web/search?q=&count=`, `X-Subscription-Token: <key>`).
 pub struct Brave {
     http: reqwest::Client,
+    retry: RetryPolicy,
     base: String,
     key: SecretString,
 }
 
 impl Brave {
+    /// Tries a failed search again under `retry` (rate limits, server errors, network
+    /// trouble).
+    #[must_use]
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
     pub fn new(base: &str, key: SecretString, timeout: Duration) -> Result<Self, SearchError> {
         if key.expose_secret().trim().is_empty() {
             return Err(SearchError::Config("the brave api key is empty".into()));
         }
         Ok(Self {
             http: client(timeout)?,
+            retry: RetryPolicy::never(),
             base: base_url(base, "brave")?,
             key,
         })
@@ -67,7 +77,7 @@ impl SearchProvider for Brave {
             .query(&[("q", query), ("count", &count.to_string())])
             .header("Accept", "application/json")
             .header("X-Subscription-Token", self.key.expose_secret());
-        let (_, body) = send("brave", request, Some(&self.key)).await?;
+        let (_, body) = send("brave", request, Some(&self.key), self.retry).await?;
         let parsed: BraveResponse = parse_json("brave", &body)?;
         Ok(parsed
             .web

@@ -8,13 +8,23 @@ use super::*;
 /// unwrapped to their target; ads are skipped.
 pub struct DuckDuckGo {
     http: reqwest::Client,
+    retry: RetryPolicy,
     base: String,
 }
 
 impl DuckDuckGo {
+    /// Tries a failed search again under `retry` (rate limits, server errors, network
+    /// trouble).
+    #[must_use]
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
     pub fn new(base: &str, timeout: Duration) -> Result<Self, SearchError> {
         Ok(Self {
             http: client(timeout)?,
+            retry: RetryPolicy::never(),
             base: base_url(base, "duckduckgo")?,
         })
     }
@@ -123,7 +133,7 @@ impl SearchProvider for DuckDuckGo {
             .http
             .post(format!("{}/html/", self.base))
             .form(&[("q", query)]);
-        let (status, body) = send("duckduckgo", request, None).await?;
+        let (status, body) = send("duckduckgo", request, None, self.retry).await?;
         if status == 202 {
             // DuckDuckGo answers 202 with a challenge page when it rate-limits a client.
             return Err(SearchError::Http {

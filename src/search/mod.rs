@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{SearchApi, SearchSettings};
 use crate::error::{ErrorKind, HasKind};
+use crate::retry::{Attempt, RetryPolicy};
 use crate::store::UserId;
 use strum::VariantArray;
 
@@ -144,6 +145,10 @@ pub fn web_provider(
     settings: &SearchSettings,
 ) -> Result<Arc<dyn SearchProvider>, SearchError> {
     let timeout = Duration::from_secs(settings.timeout_secs.max(1));
+    let retry = RetryPolicy::new(
+        settings.max_retries,
+        Duration::from_millis(settings.retry_backoff_ms),
+    );
     let Ok(api) = name.parse::<SearchApi>() else {
         return Err(SearchError::Config(format!(
             "unknown search provider {name:?}; expected one of {}",
@@ -158,12 +163,15 @@ pub fn web_provider(
                         .into(),
                 )
             })?;
-            Ok(Arc::new(Tavily::new(
-                &settings.tavily_base_url,
-                key,
-                settings.tavily_search_depth.into(),
-                timeout,
-            )?))
+            Ok(Arc::new(
+                Tavily::new(
+                    &settings.tavily_base_url,
+                    key,
+                    settings.tavily_search_depth.into(),
+                    timeout,
+                )?
+                .with_retry(retry),
+            ))
         }
         SearchApi::Brave => {
             let key = settings.brave_api_key.clone().ok_or_else(|| {
@@ -172,11 +180,9 @@ pub fn web_provider(
                         .into(),
                 )
             })?;
-            Ok(Arc::new(Brave::new(
-                &settings.brave_base_url,
-                key,
-                timeout,
-            )?))
+            Ok(Arc::new(
+                Brave::new(&settings.brave_base_url, key, timeout)?.with_retry(retry),
+            ))
         }
         SearchApi::Searxng => {
             let url = settings
@@ -189,12 +195,11 @@ pub fn web_provider(
                             .into(),
                     )
                 })?;
-            Ok(Arc::new(SearXng::new(url, timeout)?))
+            Ok(Arc::new(SearXng::new(url, timeout)?.with_retry(retry)))
         }
-        SearchApi::Duckduckgo => Ok(Arc::new(DuckDuckGo::new(
-            &settings.duckduckgo_base_url,
-            timeout,
-        )?)),
+        SearchApi::Duckduckgo => Ok(Arc::new(
+            DuckDuckGo::new(&settings.duckduckgo_base_url, timeout)?.with_retry(retry),
+        )),
         SearchApi::Local => Err(SearchError::Config(
             "the local provider searches the memory engine; build it with provider()".into(),
         )),
@@ -295,22 +300,69 @@ pub fn endpoint(url: &url::Url) -> String {
     shown.to_string()
 }
 
-/// Sends a request; a non-success status becomes `Http` with the body's start as message,
-/// with `secret` (the key, when there is one) blanked out in case the provider echoes it.
+/// Sends a request, again under `retry` while the provider fails in a passing way (rate
+/// limits, server errors, network trouble; its `Retry-After` is honoured); a non-success
+/// status becomes `Http` with the body's start as message, with `secret` (the key, when there
+/// is one) blanked out in case the provider echoes it.
 async fn send(
     provider: &str,
     request: reqwest::RequestBuilder,
     secret: Option<&SecretString>,
+    retry: RetryPolicy,
 ) -> Result<(u16, String), SearchError> {
+    retry
+        .run(
+            "search request",
+            || async {
+                // Our requests have small in-memory bodies, which clone.
+                let request = request.try_clone().ok_or_else(|| SentFailed {
+                    error: SearchError::Config("the search request cannot be repeated".into()),
+                    after: None,
+                })?;
+                send_once(provider, request, secret).await
+            },
+            |failed: &SentFailed| {
+                if failed.error.retryable() {
+                    Attempt::Again {
+                        after: failed.after,
+                    }
+                } else {
+                    Attempt::Final
+                }
+            },
+        )
+        .await
+        .map_err(|failed| failed.error)
+}
+
+/// A failed search request, with the wait the provider asked for.
+struct SentFailed {
+    error: SearchError,
+    after: Option<Duration>,
+}
+
+impl std::fmt::Display for SentFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+async fn send_once(
+    provider: &str,
+    request: reqwest::RequestBuilder,
+    secret: Option<&SecretString>,
+) -> Result<(u16, String), SentFailed> {
+    let failed = |error| SentFailed { error, after: None };
     let response = request
         .send()
         .await
-        .map_err(|error| network(provider, error))?;
+        .map_err(|error| failed(network(provider, error)))?;
     let status = response.status().as_u16();
+    let after = crate::retry::retry_after(response.headers());
     let body = response
         .text()
         .await
-        .map_err(|error| network(provider, error))?;
+        .map_err(|error| failed(network(provider, error)))?;
     if !(200..300).contains(&status) {
         let mut message = crate::text::prefix(body.trim(), MAX_ERROR_CHARS).to_string();
         if let Some(secret) = secret {
@@ -322,7 +374,10 @@ async fn send(
         if message.is_empty() {
             message = format!("{provider} returned no error text");
         }
-        return Err(SearchError::Http { status, message });
+        return Err(SentFailed {
+            error: SearchError::Http { status, message },
+            after,
+        });
     }
     Ok((status, body))
 }
@@ -731,6 +786,62 @@ mod tests {
             searxng.search(user(), "   ", 5).await,
             Err(SearchError::Config(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn passing_failures_are_tried_again_with_the_providers_wait_and_refusals_are_not() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        // A provider that is overloaded once (asking for 200 ms), then answers.
+        let calls = Arc::new(AtomicU32::new(0));
+        let counted = calls.clone();
+        let base = serve(Router::new().route(
+            "/search",
+            get(move || {
+                let n = counted.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    if n == 0 {
+                        (
+                            StatusCode::TOO_MANY_REQUESTS,
+                            [("retry-after", "0.2")],
+                            "slow down",
+                        )
+                            .into_response()
+                    } else {
+                        axum::Json(json!({"results": [{"title": "t", "url": "https://a.example/", "content": "c"}]}))
+                            .into_response()
+                    }
+                }
+            }),
+        ))
+        .await;
+        let retry = RetryPolicy::new(2, Duration::from_millis(1));
+        let searxng = SearXng::new(&base, TIMEOUT).unwrap().with_retry(retry);
+        let start = std::time::Instant::now();
+        let hits = searxng.search(user(), "q", 5).await.unwrap();
+        assert_eq!(hits.len(), 1);
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert!(
+            start.elapsed() >= Duration::from_millis(200),
+            "{:?}",
+            start.elapsed()
+        );
+        // A refused key is not asked again.
+        let calls = Arc::new(AtomicU32::new(0));
+        let counted = calls.clone();
+        let base = serve(Router::new().route(
+            "/search",
+            get(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async { (StatusCode::UNAUTHORIZED, "bad key") }
+            }),
+        ))
+        .await;
+        let searxng = SearXng::new(&base, TIMEOUT).unwrap().with_retry(retry);
+        assert!(matches!(
+            searxng.search(user(), "q", 5).await,
+            Err(SearchError::Http { status: 401, .. })
+        ));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
 
     #[test]

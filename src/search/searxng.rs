@@ -6,13 +6,23 @@ use super::*;
 /// format).
 pub struct SearXng {
     http: reqwest::Client,
+    retry: RetryPolicy,
     base: String,
 }
 
 impl SearXng {
+    /// Tries a failed search again under `retry` (rate limits, server errors, network
+    /// trouble).
+    #[must_use]
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
     pub fn new(base: &str, timeout: Duration) -> Result<Self, SearchError> {
         Ok(Self {
             http: client(timeout)?,
+            retry: RetryPolicy::never(),
             base: base_url(base, "searxng")?,
         })
     }
@@ -57,7 +67,7 @@ impl SearchProvider for SearXng {
             .get(format!("{}/search", self.base))
             .query(&[("q", query), ("format", "json")])
             .header("Accept", "application/json");
-        let (_, body) = send("searxng", request, None).await?;
+        let (_, body) = send("searxng", request, None, self.retry).await?;
         let parsed: SearXngResponse = parse_json("searxng", &body)?;
         Ok(parsed
             .results

@@ -7,12 +7,21 @@ use super::*;
 /// content so research can skip fetching it.
 pub struct Tavily {
     http: reqwest::Client,
+    retry: RetryPolicy,
     base: String,
     key: SecretString,
     depth: String,
 }
 
 impl Tavily {
+    /// Tries a failed search again under `retry` (rate limits, server errors, network
+    /// trouble).
+    #[must_use]
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
     pub fn new(
         base: &str,
         key: SecretString,
@@ -24,6 +33,7 @@ impl Tavily {
         }
         Ok(Self {
             http: client(timeout)?,
+            retry: RetryPolicy::never(),
             base: base_url(base, "tavily")?,
             key,
             depth: search_depth.to_string(),
@@ -78,7 +88,7 @@ impl SearchProvider for Tavily {
                 "search_depth": self.depth,
                 "include_raw_content": true,
             }));
-        let (_, body) = send("tavily", request, Some(&self.key)).await?;
+        let (_, body) = send("tavily", request, Some(&self.key), self.retry).await?;
         let parsed: TavilyResponse = parse_json("tavily", &body)?;
         Ok(parsed
             .results

@@ -443,8 +443,7 @@ async fn malformed_json_is_repaired_or_asked_for_again() {
         base_url: llm.base_url.clone(),
         api_key: Some("sk-test".into()),
         timeout: Duration::from_secs(10),
-        retries: 1,
-        backoff: Duration::from_millis(10),
+        retry: mnemo::retry::RetryPolicy::new(1, Duration::from_millis(10)),
         prices: Default::default(),
     };
     let model = OpenAiChat::new(&endpoint, "fake-model");
