@@ -413,258 +413,308 @@ pub async fn run(
 }
 
 async fn execute(backend: &Backend, command: MemoryCommand) -> Result<(), Failure> {
-    use reqwest::Method;
     match command {
         MemoryCommand::Add {
             content,
             kind,
             importance,
-        } => {
-            let kind = parse_kind(&kind)?;
-            let memory = match backend {
-                Backend::Remote { .. } => parse_json(
-                    &backend
-                        .remote(
-                            Method::POST,
-                            "/v1/memories",
-                            Some(RemoteBody::Json(
-                                json!({ "content": content, "kind": kind, "importance": importance }),
-                            )),
-                        )
-                        .await?,
-                )?,
-                Backend::Embedded { engine, user, .. } => {
-                    if !(1..=5).contains(&importance) {
-                        return Err(Failure::usage("--importance must be between 1 and 5"));
-                    }
-                    let written = engine
-                        .add(*user, vec![NewMemory::from_user(kind, content, importance)])
-                        .await
-                        .map_err(memory_failure)?;
-                    to_json(&written.first())?
-                }
-            };
-            println!("{}", memory["id"].as_str().unwrap_or("-"));
-        }
+        } => add(backend, content, kind, importance).await,
         MemoryCommand::Search {
             query,
             k,
             mode,
             include_archived,
             json,
-        } => {
-            let mode = parse_mode(&mode)?;
-            let response = match backend {
-                Backend::Remote { .. } => parse_json(
-                    &backend
-                        .remote(
-                            Method::POST,
-                            "/v1/memories/search",
-                            Some(RemoteBody::Json(json!({
-                                "query": query, "k": k, "mode": mode_name(mode),
-                                "include_archived": include_archived,
-                            }))),
-                        )
-                        .await?,
-                )?,
-                Backend::Embedded { engine, user, .. } => {
-                    let request = RecallRequest {
-                        query,
-                        k: Some(k),
-                        include_archived,
-                        mode,
-                        decay: true,
-                        ..RecallRequest::default()
-                    };
-                    to_json(
-                        &engine
-                            .recall(*user, request)
-                            .await
-                            .map_err(memory_failure)?,
-                    )?
-                }
-            };
-            if json {
-                println!("{response}");
-            } else {
-                for result in response["results"].as_array().into_iter().flatten() {
-                    let memory = &result["memory"];
-                    println!(
-                        "{:.4}  {:<10} {}",
-                        result["score"].as_f64().unwrap_or(0.0),
-                        memory["kind"].as_str().unwrap_or("-"),
-                        memory["content"].as_str().unwrap_or("").replace('\n', " ")
-                    );
-                }
-            }
-        }
-        MemoryCommand::Forget { query, yes } => forget(backend, &query, yes).await?,
-        MemoryCommand::Forgotten => {
-            let forgotten = match backend {
-                Backend::Remote { .. } => parse_json(
-                    &backend
-                        .remote(Method::GET, "/v1/memories/forgotten", None)
-                        .await?,
-                )?["forgotten"]
-                    .clone(),
-                Backend::Embedded { engine, user, .. } => {
-                    to_json(&engine.forgotten(*user, 500).await.map_err(memory_failure)?)?
-                }
-            };
-            for item in forgotten.as_array().into_iter().flatten() {
-                let memory = &item["memory"];
-                println!(
-                    "{}  forgotten {}  restorable until {}  {}",
-                    memory["id"].as_str().unwrap_or("-"),
-                    item["forgotten_at"].as_str().unwrap_or("-"),
-                    item["purge_after"].as_str().unwrap_or("-"),
-                    memory["content"].as_str().unwrap_or("").replace('\n', " ")
-                );
-            }
-        }
-        MemoryCommand::Restore { id } => {
-            let id: mnemo::store::MemoryId = id
-                .parse()
-                .map_err(|_| Failure::usage(format!("{id:?} is not a memory id")))?;
-            let memory = match backend {
-                Backend::Remote { .. } => parse_json(
-                    &backend
-                        .remote(
-                            Method::POST,
-                            &format!("/v1/memories/forgotten/{id}/restore"),
-                            None,
-                        )
-                        .await?,
-                )?,
-                Backend::Embedded { engine, user, .. } => to_json(
-                    &engine
-                        .restore_forgotten(*user, id)
-                        .await
-                        .map_err(memory_failure)?,
-                )?,
-            };
-            print_memories(std::slice::from_ref(&memory));
-        }
+        } => search(backend, query, k, mode, include_archived, json).await,
+        MemoryCommand::Forget { query, yes } => forget(backend, &query, yes).await,
+        MemoryCommand::Forgotten => forgotten(backend).await,
+        MemoryCommand::Restore { id } => restore(backend, id).await,
         MemoryCommand::List {
             limit,
             kinds,
             include_archived,
             json,
-        } => {
-            let memories = match backend {
-                Backend::Remote { .. } => {
-                    let mut path =
-                        format!("/v1/memories?limit={limit}&include_archived={include_archived}");
-                    if let Some(kinds) = &kinds {
-                        path.push_str(&format!("&kinds={kinds}"));
-                    }
-                    parse_json(&backend.remote(Method::GET, &path, None).await?)?["memories"]
-                        .clone()
-                }
-                Backend::Embedded { engine, user, .. } => {
-                    let kinds = kinds
-                        .as_deref()
-                        .map(|text| {
-                            text.split(',')
-                                .map(|kind| parse_kind(kind.trim()))
-                                .collect()
-                        })
-                        .transpose()?;
-                    let filter = MemoryFilter {
-                        kinds,
-                        include_archived,
-                        ..MemoryFilter::default()
-                    };
-                    to_json(
-                        &engine
-                            .list(*user, &filter, limit.clamp(1, 10_000), None)
-                            .await
-                            .map_err(memory_failure)?,
-                    )?
-                }
-            };
-            if json {
-                println!("{memories}");
-            } else {
-                print_memories(memories.as_array().map(Vec::as_slice).unwrap_or_default());
-            }
-        }
-        MemoryCommand::Export { output } => {
-            let lines = match backend {
-                Backend::Remote { .. } => {
-                    backend
-                        .remote(Method::GET, "/v1/memories/export", None)
-                        .await?
-                }
-                Backend::Embedded { engine, user, .. } => {
-                    let mut text = String::new();
-                    for memory in engine.export(*user).await.map_err(memory_failure)? {
-                        let line = serde_json::to_string(&PortableMemory::from(&memory))
-                            .map_err(|e| Failure::other(e.to_string()))?;
-                        text.push_str(&line);
-                        text.push('\n');
-                    }
-                    text
-                }
-            };
-            match output {
-                Some(path) => std::fs::write(&path, lines)
-                    .map_err(|e| Failure::other(format!("writing {}: {e}", path.display())))?,
-                None => std::io::stdout()
-                    .write_all(lines.as_bytes())
-                    .map_err(|e| Failure::other(e.to_string()))?,
-            }
-        }
-        MemoryCommand::Import { path } => {
-            let mut text = String::new();
-            if path.as_os_str() == "-" {
-                std::io::stdin()
-                    .read_to_string(&mut text)
-                    .map_err(|e| Failure::usage(format!("reading stdin: {e}")))?;
-            } else {
-                text = std::fs::read_to_string(&path)
-                    .map_err(|e| Failure::usage(format!("reading {}: {e}", path.display())))?;
-            }
-            // In pieces, with a progress bar: a big file neither meets the server's body limit
-            // nor sits silent.
-            let pieces = import_pieces(&text);
-            let bar = indicatif::ProgressBar::new(text.lines().count() as u64);
-            bar.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "importing {bar:40} {pos}/{len} lines ({per_sec}, eta {eta})",
+        } => list(backend, limit, kinds, include_archived, json).await,
+        MemoryCommand::Export { output } => export(backend, output).await,
+        MemoryCommand::Import { path } => import(backend, path).await,
+    }
+}
+
+/// Stores one memory and prints its id.
+async fn add(
+    backend: &Backend,
+    content: String,
+    kind: String,
+    importance: u8,
+) -> Result<(), Failure> {
+    use reqwest::Method;
+    let kind = parse_kind(&kind)?;
+    let memory = match backend {
+        Backend::Remote { .. } => parse_json(
+            &backend
+                .remote(
+                    Method::POST,
+                    "/v1/memories",
+                    Some(RemoteBody::Json(
+                        json!({ "content": content, "kind": kind, "importance": importance }),
+                    )),
                 )
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-            );
-            let mut report = json!({ "imported": 0, "skipped": 0, "errors": [] });
-            for (first_line, piece) in pieces {
-                let part = match backend {
-                    Backend::Remote { .. } => parse_json(
-                        &backend
-                            .remote(
-                                Method::POST,
-                                "/v1/memories/import",
-                                Some(RemoteBody::Text(piece.to_string())),
-                            )
-                            .await?,
-                    )?,
-                    Backend::Embedded { engine, user, .. } => {
-                        to_json(&engine.import(*user, piece).await.map_err(memory_failure)?)?
-                    }
-                };
-                merge_import_report(&mut report, &part, first_line);
-                bar.inc(piece.lines().count() as u64);
+                .await?,
+        )?,
+        Backend::Embedded { engine, user, .. } => {
+            if !(1..=5).contains(&importance) {
+                return Err(Failure::usage("--importance must be between 1 and 5"));
             }
-            bar.finish_and_clear();
-            println!("{report}");
-            if report["errors"]
-                .as_array()
-                .is_some_and(|errors| !errors.is_empty())
-            {
-                return Err(Failure::usage(
-                    "some lines could not be imported (see errors above)",
-                ));
-            }
+            let written = engine
+                .add(*user, vec![NewMemory::from_user(kind, content, importance)])
+                .await
+                .map_err(memory_failure)?;
+            to_json(&written.first())?
         }
+    };
+    println!("{}", memory["id"].as_str().unwrap_or("-"));
+    Ok(())
+}
+
+/// Recalls memories for a query, as lines or as the API's JSON.
+async fn search(
+    backend: &Backend,
+    query: String,
+    k: usize,
+    mode: String,
+    include_archived: bool,
+    json: bool,
+) -> Result<(), Failure> {
+    use reqwest::Method;
+    let mode = parse_mode(&mode)?;
+    let response = match backend {
+        Backend::Remote { .. } => parse_json(
+            &backend
+                .remote(
+                    Method::POST,
+                    "/v1/memories/search",
+                    Some(RemoteBody::Json(json!({
+                        "query": query, "k": k, "mode": mode_name(mode),
+                        "include_archived": include_archived,
+                    }))),
+                )
+                .await?,
+        )?,
+        Backend::Embedded { engine, user, .. } => {
+            let request = RecallRequest {
+                query,
+                k: Some(k),
+                include_archived,
+                mode,
+                decay: true,
+                ..RecallRequest::default()
+            };
+            to_json(
+                &engine
+                    .recall(*user, request)
+                    .await
+                    .map_err(memory_failure)?,
+            )?
+        }
+    };
+    if json {
+        println!("{response}");
+    } else {
+        for result in response["results"].as_array().into_iter().flatten() {
+            let memory = &result["memory"];
+            println!(
+                "{:.4}  {:<10} {}",
+                result["score"].as_f64().unwrap_or(0.0),
+                memory["kind"].as_str().unwrap_or("-"),
+                memory["content"].as_str().unwrap_or("").replace('\n', " ")
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Lists the forgotten memories that can still be restored.
+async fn forgotten(backend: &Backend) -> Result<(), Failure> {
+    use reqwest::Method;
+    let forgotten = match backend {
+        Backend::Remote { .. } => parse_json(
+            &backend
+                .remote(Method::GET, "/v1/memories/forgotten", None)
+                .await?,
+        )?["forgotten"]
+            .clone(),
+        Backend::Embedded { engine, user, .. } => {
+            to_json(&engine.forgotten(*user, 500).await.map_err(memory_failure)?)?
+        }
+    };
+    for item in forgotten.as_array().into_iter().flatten() {
+        let memory = &item["memory"];
+        println!(
+            "{}  forgotten {}  restorable until {}  {}",
+            memory["id"].as_str().unwrap_or("-"),
+            item["forgotten_at"].as_str().unwrap_or("-"),
+            item["purge_after"].as_str().unwrap_or("-"),
+            memory["content"].as_str().unwrap_or("").replace('\n', " ")
+        );
+    }
+    Ok(())
+}
+
+/// Brings a forgotten memory back.
+async fn restore(backend: &Backend, id: String) -> Result<(), Failure> {
+    use reqwest::Method;
+    let id: mnemo::store::MemoryId = id
+        .parse()
+        .map_err(|_| Failure::usage(format!("{id:?} is not a memory id")))?;
+    let memory = match backend {
+        Backend::Remote { .. } => parse_json(
+            &backend
+                .remote(
+                    Method::POST,
+                    &format!("/v1/memories/forgotten/{id}/restore"),
+                    None,
+                )
+                .await?,
+        )?,
+        Backend::Embedded { engine, user, .. } => to_json(
+            &engine
+                .restore_forgotten(*user, id)
+                .await
+                .map_err(memory_failure)?,
+        )?,
+    };
+    print_memories(std::slice::from_ref(&memory));
+    Ok(())
+}
+
+/// Lists memories, newest first.
+async fn list(
+    backend: &Backend,
+    limit: i64,
+    kinds: Option<String>,
+    include_archived: bool,
+    json: bool,
+) -> Result<(), Failure> {
+    use reqwest::Method;
+    let memories = match backend {
+        Backend::Remote { .. } => {
+            let mut path =
+                format!("/v1/memories?limit={limit}&include_archived={include_archived}");
+            if let Some(kinds) = &kinds {
+                path.push_str(&format!("&kinds={kinds}"));
+            }
+            parse_json(&backend.remote(Method::GET, &path, None).await?)?["memories"].clone()
+        }
+        Backend::Embedded { engine, user, .. } => {
+            let kinds = kinds
+                .as_deref()
+                .map(|text| {
+                    text.split(',')
+                        .map(|kind| parse_kind(kind.trim()))
+                        .collect()
+                })
+                .transpose()?;
+            let filter = MemoryFilter {
+                kinds,
+                include_archived,
+                ..MemoryFilter::default()
+            };
+            to_json(
+                &engine
+                    .list(*user, &filter, limit.clamp(1, 10_000), None)
+                    .await
+                    .map_err(memory_failure)?,
+            )?
+        }
+    };
+    if json {
+        println!("{memories}");
+    } else {
+        print_memories(memories.as_array().map(Vec::as_slice).unwrap_or_default());
+    }
+    Ok(())
+}
+
+/// Writes every memory as JSON lines to a file or stdout.
+async fn export(backend: &Backend, output: Option<PathBuf>) -> Result<(), Failure> {
+    use reqwest::Method;
+    let lines = match backend {
+        Backend::Remote { .. } => {
+            backend
+                .remote(Method::GET, "/v1/memories/export", None)
+                .await?
+        }
+        Backend::Embedded { engine, user, .. } => {
+            let mut text = String::new();
+            for memory in engine.export(*user).await.map_err(memory_failure)? {
+                let line = serde_json::to_string(&PortableMemory::from(&memory))
+                    .map_err(|e| Failure::other(e.to_string()))?;
+                text.push_str(&line);
+                text.push('\n');
+            }
+            text
+        }
+    };
+    match output {
+        Some(path) => std::fs::write(&path, lines)
+            .map_err(|e| Failure::other(format!("writing {}: {e}", path.display())))?,
+        None => std::io::stdout()
+            .write_all(lines.as_bytes())
+            .map_err(|e| Failure::other(e.to_string()))?,
+    }
+    Ok(())
+}
+
+/// Imports JSON lines in pieces, with a progress bar.
+async fn import(backend: &Backend, path: PathBuf) -> Result<(), Failure> {
+    use reqwest::Method;
+    let mut text = String::new();
+    if path.as_os_str() == "-" {
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| Failure::usage(format!("reading stdin: {e}")))?;
+    } else {
+        text = std::fs::read_to_string(&path)
+            .map_err(|e| Failure::usage(format!("reading {}: {e}", path.display())))?;
+    }
+    // In pieces, with a progress bar: a big file neither meets the server's body limit
+    // nor sits silent.
+    let pieces = import_pieces(&text);
+    let bar = indicatif::ProgressBar::new(text.lines().count() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "importing {bar:40} {pos}/{len} lines ({per_sec}, eta {eta})",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let mut report = json!({ "imported": 0, "skipped": 0, "errors": [] });
+    for (first_line, piece) in pieces {
+        let part = match backend {
+            Backend::Remote { .. } => parse_json(
+                &backend
+                    .remote(
+                        Method::POST,
+                        "/v1/memories/import",
+                        Some(RemoteBody::Text(piece.to_string())),
+                    )
+                    .await?,
+            )?,
+            Backend::Embedded { engine, user, .. } => {
+                to_json(&engine.import(*user, piece).await.map_err(memory_failure)?)?
+            }
+        };
+        merge_import_report(&mut report, &part, first_line);
+        bar.inc(piece.lines().count() as u64);
+    }
+    bar.finish_and_clear();
+    println!("{report}");
+    if report["errors"]
+        .as_array()
+        .is_some_and(|errors| !errors.is_empty())
+    {
+        return Err(Failure::usage(
+            "some lines could not be imported (see errors above)",
+        ));
     }
     Ok(())
 }

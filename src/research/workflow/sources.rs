@@ -233,8 +233,7 @@ impl Research {
         let corpus = Corpus::new(texts.iter().map(|text| Terms::of(text)).collect());
         // The similarity embedding runs while the model judges the sources.
         let embedder = self.deps.memory.embedder().clone();
-        let brief_text = brief.to_string();
-        let questions: Vec<String> = std::iter::once(brief_text)
+        let questions: Vec<String> = std::iter::once(brief.to_string())
             .chain(topics.iter().map(ToString::to_string))
             .collect();
         let similarity = async move {
@@ -247,32 +246,10 @@ impl Research {
             }
         };
         let (similarity, judgement) = tokio::join!(similarity, judgement);
-        // Relevance is the calibrated probability that the source is about the brief
-        // (`memory::relevance`), never a raw cosine: a source below the `source` point is
-        // dropped whatever else is said of it.
-        let relevance = self.deps.memory.relevance().clone();
-        let point = self.deps.memory.settings().relevance.source;
-        let mut calibrated = vec![None; sources.len()];
-        match similarity {
+        let calibrated = match similarity {
             Ok((queries, vectors)) => {
-                let profiles: Vec<_> = std::iter::once(brief)
-                    .chain(topics.iter().copied())
-                    .zip(queries)
-                    .map(|(text, vector)| relevance.profile(text, vector))
-                    .collect();
-                for (((source, vector), slot), terms) in sources
-                    .iter_mut()
-                    .zip(&vectors)
-                    .zip(&mut calibrated)
-                    .zip(corpus.texts())
-                {
-                    let p = profiles
-                        .iter()
-                        .map(|profile| relevance.score_text(profile, terms, vector, Some(&corpus)))
-                        .fold(0.0, f64::max);
-                    source.relevance = p;
-                    *slot = Some(p);
-                }
+                let questions = std::iter::once(brief).chain(topics.iter().copied());
+                self.calibrate(&mut sources, questions.zip(queries), &vectors, &corpus)
             }
             Err(error) => {
                 self.progress
@@ -283,14 +260,65 @@ impl Research {
                         StepMeta::stage("final_report_generation"),
                     )
                     .await?;
+                vec![None; sources.len()]
             }
-        }
+        };
         for source in &mut sources {
             source.credibility = credibility(&source.url, source.text.as_deref().unwrap_or(""));
         }
+        if let Some(judgement) = judgement {
+            self.weigh_judgement(&mut sources, judgement).await?;
+        }
+        let (kept, dropped) = self.choose(sources, calibrated);
+        let numbered: Vec<(usize, Source)> = kept
+            .into_iter()
+            .enumerate()
+            .map(|(index, source)| (index + 1, source))
+            .collect();
+        self.announce_sources(&numbered, &dropped).await?;
+        Ok(numbered)
+    }
+
+    /// Each source's relevance: the calibrated probability (`memory::relevance`, never a raw
+    /// cosine) that it is about the brief or a topic, the best of them; returned per source too,
+    /// since a source below the `source` point is dropped whatever else is said of it.
+    fn calibrate<'q>(
+        &self,
+        sources: &mut [Source],
+        questions: impl Iterator<Item = (&'q str, Vec<f32>)>,
+        vectors: &[Vec<f32>],
+        corpus: &Corpus,
+    ) -> Vec<Option<f64>> {
+        let relevance = self.deps.memory.relevance();
+        let profiles: Vec<_> = questions
+            .map(|(text, vector)| relevance.profile(text, vector))
+            .collect();
+        let mut calibrated = vec![None; sources.len()];
+        for (((source, vector), slot), terms) in sources
+            .iter_mut()
+            .zip(vectors)
+            .zip(&mut calibrated)
+            .zip(corpus.texts())
+        {
+            let p = profiles
+                .iter()
+                .map(|profile| relevance.score_text(profile, terms, vector, Some(corpus)))
+                .fold(0.0, f64::max);
+            source.relevance = p;
+            *slot = Some(p);
+        }
+        calibrated
+    }
+
+    /// Averages the model's relevance and credibility judgement into the sources' own, or says
+    /// why there is none.
+    async fn weigh_judgement(
+        &self,
+        sources: &mut [Source],
+        judgement: Result<Vec<(usize, f64, f64)>, LlmError>,
+    ) -> Result<(), RunFailure> {
         match judgement {
-            None => {}
-            Some(Ok(items)) => {
+            Ok(items) => {
                 for (id, relevance, credibility) in items {
                     if let Some(source) = id.checked_sub(1).and_then(|i| sources.get_mut(i)) {
                         source.relevance = 0.5 * source.relevance + 0.5 * relevance;
@@ -298,7 +326,7 @@ impl Research {
                     }
                 }
             }
-            Some(Err(error)) if unusable(&error) => {
+            Err(error) if unusable(&error) => {
                 self.progress
                     .fallback(
                         "final_report_generation",
@@ -309,7 +337,7 @@ impl Research {
                     )
                     .await?;
             }
-            Some(Err(error)) => {
+            Err(error) => {
                 self.progress
                     .error(
                         RunErrorType::Llm,
@@ -323,6 +351,17 @@ impl Research {
                     .await?;
             }
         }
+        Ok(())
+    }
+
+    /// The sources kept for the report, best first, and those dropped: below the relevance
+    /// point, below `min_source_score`, or past `max_sources`.
+    fn choose(
+        &self,
+        sources: Vec<Source>,
+        calibrated: Vec<Option<f64>>,
+    ) -> (Vec<Source>, Vec<Source>) {
+        let point = self.deps.memory.settings().relevance.source;
         let mut about: Vec<(Source, bool)> = sources
             .into_iter()
             .zip(calibrated)
@@ -345,11 +384,15 @@ impl Research {
                 dropped.push(source);
             }
         }
-        let numbered: Vec<(usize, Source)> = kept
-            .into_iter()
-            .enumerate()
-            .map(|(index, source)| (index + 1, source))
-            .collect();
+        (kept, dropped)
+    }
+
+    /// The `sources_found` event: the numbered sources with their scores, and those dropped.
+    async fn announce_sources(
+        &self,
+        numbered: &[(usize, Source)],
+        dropped: &[Source],
+    ) -> Result<(), RunFailure> {
         let listed: Vec<FoundSource> = numbered
             .iter()
             .map(|(n, source)| FoundSource {
@@ -383,7 +426,7 @@ impl Research {
                 },
             }))
             .await?;
-        Ok(numbered)
+        Ok(())
     }
 
     /// The model's relevance and credibility judgement of each source (1-based ids).

@@ -139,9 +139,57 @@ fn parse_sample(id: &str, sample: &Value, notes: &mut Vec<String>) -> anyhow::Re
     let speaker_a = conversation
         .get("speaker_a")
         .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    // session number → turns; session number → date text.
+        .unwrap_or_default();
+    let (sessions_raw, dates) = session_keys(id, conversation, notes);
+    let mut sessions = Vec::with_capacity(sessions_raw.len());
+    let mut turn_ids = BTreeSet::new();
+    let mut captions = 0usize;
+    for (number, turns_raw) in sessions_raw {
+        let date_text = dates
+            .get(&number)
+            .with_context(|| format!("session_{number} has no session_{number}_date_time"))?;
+        let date = parse_locomo_date(date_text)
+            .with_context(|| format!("session_{number}_date_time {date_text:?}"))?;
+        let turns: Vec<Turn> = turns_raw
+            .iter()
+            .enumerate()
+            .map(|(index, turn)| parse_turn(turn, number, index, speaker_a, &mut captions))
+            .collect();
+        turn_ids.extend(turns.iter().map(|turn| turn.id.clone()));
+        sessions.push(Session {
+            id: format!("session_{number}"),
+            date,
+            turns,
+        });
+    }
+    if captions > 0 {
+        notes.push(format!(
+            "{id}: {captions} turns share a photo; its caption is part of the turn text"
+        ));
+    }
+    let qa = sample
+        .get("qa")
+        .and_then(Value::as_array)
+        .context("no `qa` list")?;
+    let questions = qa
+        .iter()
+        .enumerate()
+        .filter_map(|(index, item)| parse_question(id, index, item, &turn_ids, notes))
+        .collect();
+    Ok(Conversation {
+        id: id.to_string(),
+        sessions,
+        questions,
+    })
+}
+
+/// A conversation's sessions (`session_<n>`: turns) and their dates (`session_<n>_date_time`),
+/// by number; dates without a session are noted and ignored.
+fn session_keys<'a>(
+    id: &str,
+    conversation: &'a serde_json::Map<String, Value>,
+    notes: &mut Vec<String>,
+) -> (BTreeMap<u32, &'a Vec<Value>>, BTreeMap<u32, &'a str>) {
     let mut sessions_raw: BTreeMap<u32, &Vec<Value>> = BTreeMap::new();
     let mut dates: BTreeMap<u32, &str> = BTreeMap::new();
     for (key, value) in conversation {
@@ -161,159 +209,144 @@ fn parse_sample(id: &str, sample: &Value, notes: &mut Vec<String>) -> anyhow::Re
         .filter(|number| !sessions_raw.contains_key(number))
         .map(|number| format!("session_{number}"))
         .collect();
-    if !orphan_dates.is_empty() {
+    if let (Some(first), Some(last)) = (orphan_dates.first(), orphan_dates.last()) {
         notes.push(format!(
-            "{id}: {} date keys without a session ignored ({} … {})",
+            "{id}: {} date keys without a session ignored ({first} … {last})",
             orphan_dates.len(),
-            orphan_dates[0],
-            orphan_dates[orphan_dates.len() - 1]
         ));
     }
-    let mut sessions = Vec::with_capacity(sessions_raw.len());
-    let mut turn_ids = BTreeSet::new();
-    let mut captions = 0usize;
-    for (number, turns_raw) in sessions_raw {
-        let date_text = dates
-            .get(&number)
-            .with_context(|| format!("session_{number} has no session_{number}_date_time"))?;
-        let date = parse_locomo_date(date_text)
-            .with_context(|| format!("session_{number}_date_time {date_text:?}"))?;
-        let mut turns = Vec::with_capacity(turns_raw.len());
-        for (index, turn) in turns_raw.iter().enumerate() {
-            let speaker = turn
-                .get("speaker")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string();
-            let raw_id = turn
-                .get("dia_id")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-                .unwrap_or_else(|| format!("D{number}:{}", index + 1));
-            let turn_id = match normalise_dia_id(&raw_id).as_slice() {
-                [one] => one.clone(),
-                _ => raw_id,
-            };
-            let mut text = turn
-                .get("text")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .trim()
-                .to_string();
-            if let Some(caption) = turn.get("blip_caption").and_then(Value::as_str)
-                && !caption.trim().is_empty()
-            {
-                captions += 1;
-                if !text.is_empty() {
-                    text.push(' ');
-                }
-                text.push_str(&format!("[shares a photo: {}]", caption.trim()));
-            }
-            turn_ids.insert(turn_id.clone());
-            let role = if speaker == speaker_a {
-                Role::User
-            } else {
-                Role::Assistant
-            };
-            turns.push(Turn {
-                id: turn_id,
-                speaker,
-                role,
-                text,
-            });
+    (sessions_raw, dates)
+}
+
+/// One turn of session `number`: its id (as the scorer reads it), speaker, role (the first
+/// speaker is the user) and text, a shared photo's caption included (counted in `captions`).
+fn parse_turn(
+    turn: &Value,
+    number: u32,
+    index: usize,
+    speaker_a: &str,
+    captions: &mut usize,
+) -> Turn {
+    let speaker = turn
+        .get("speaker")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let raw_id = turn
+        .get("dia_id")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("D{number}:{}", index + 1));
+    let turn_id = match normalise_dia_id(&raw_id).as_slice() {
+        [one] => one.clone(),
+        _ => raw_id,
+    };
+    let mut text = turn
+        .get("text")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    if let Some(caption) = turn.get("blip_caption").and_then(Value::as_str)
+        && !caption.trim().is_empty()
+    {
+        *captions += 1;
+        if !text.is_empty() {
+            text.push(' ');
         }
-        sessions.push(Session {
-            id: format!("session_{number}"),
-            date,
-            turns,
+        text.push_str(&format!("[shares a photo: {}]", caption.trim()));
+    }
+    let role = if speaker == speaker_a {
+        Role::User
+    } else {
+        Role::Assistant
+    };
+    Turn {
+        id: turn_id,
+        speaker,
+        role,
+        text,
+    }
+}
+
+/// Question `index` of conversation `id` with its category, answer and evidence (normalised;
+/// every reading and every evidence that names no turn noted), or `None` when it is empty.
+fn parse_question(
+    id: &str,
+    index: usize,
+    item: &Value,
+    turn_ids: &BTreeSet<String>,
+    notes: &mut Vec<String>,
+) -> Option<Question> {
+    let question_id = format!("{id}/q{}", index + 1);
+    let text = item
+        .get("question")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    if text.is_empty() {
+        notes.push(format!("{question_id}: empty question skipped"));
+        return None;
+    }
+    let category_id = item.get("category").and_then(Value::as_u64);
+    let category = category_id
+        .and_then(|c| CATEGORIES.iter().find(|(n, _)| *n == c))
+        .map(|(_, name)| name.to_string())
+        .unwrap_or_else(|| match category_id {
+            Some(c) => format!("category {c}"),
+            None => "uncategorised".to_string(),
         });
-    }
-    if captions > 0 {
-        notes.push(format!(
-            "{id}: {captions} turns share a photo; its caption is part of the turn text"
-        ));
-    }
-    let qa = sample
-        .get("qa")
+    let answer = item
+        .get("answer")
+        .or_else(|| item.get("adversarial_answer"))
+        .map(value_text)
+        .unwrap_or_default();
+    let raw_evidence: Vec<String> = item
+        .get("evidence")
         .and_then(Value::as_array)
-        .context("no `qa` list")?;
-    let mut questions = Vec::with_capacity(qa.len());
-    for (index, item) in qa.iter().enumerate() {
-        let question_id = format!("{id}/q{}", index + 1);
-        let text = item
-            .get("question")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .trim()
-            .to_string();
-        if text.is_empty() {
-            notes.push(format!("{question_id}: empty question skipped"));
-            continue;
-        }
-        let category_id = item.get("category").and_then(Value::as_u64);
-        let category = category_id
-            .and_then(|c| CATEGORIES.iter().find(|(n, _)| *n == c))
-            .map(|(_, name)| name.to_string())
-            .unwrap_or_else(|| match category_id {
-                Some(c) => format!("category {c}"),
-                None => "uncategorised".to_string(),
-            });
-        let answer = item
-            .get("answer")
-            .or_else(|| item.get("adversarial_answer"))
-            .map(value_text)
-            .unwrap_or_default();
-        let raw_evidence: Vec<String> = item
-            .get("evidence")
-            .and_then(Value::as_array)
-            .map(|list| {
-                list.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default();
-        let mut evidence = BTreeSet::new();
-        for raw in &raw_evidence {
-            let normalised = normalise_dia_id(raw);
-            if normalised.is_empty() {
-                notes.push(format!(
-                    "{question_id}: evidence {raw:?} names no turn and is dropped"
-                ));
-            } else if normalised.len() > 1 || normalised[0] != *raw {
-                notes.push(format!(
-                    "{question_id}: evidence {raw:?} read as {}",
-                    normalised.join(", ")
-                ));
-            }
-            for evidence_id in normalised {
-                if !turn_ids.contains(&evidence_id) {
-                    notes.push(format!(
-                        "{question_id}: evidence {evidence_id} is not a turn of {id} (kept; it can never be retrieved)"
-                    ));
-                }
-                evidence.insert(evidence_id);
-            }
-        }
-        if raw_evidence.is_empty() {
+        .map(|list| {
+            list.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut evidence = BTreeSet::new();
+    for raw in &raw_evidence {
+        let normalised = normalise_dia_id(raw);
+        if normalised.is_empty() {
             notes.push(format!(
-                "{question_id}: no evidence; scored as recall 1 (the paper's convention)"
+                "{question_id}: evidence {raw:?} names no turn and is dropped"
+            ));
+        } else if normalised.len() > 1 || normalised[0] != *raw {
+            notes.push(format!(
+                "{question_id}: evidence {raw:?} read as {}",
+                normalised.join(", ")
             ));
         }
-        questions.push(Question {
-            id: question_id,
-            text,
-            category,
-            evidence: evidence.into_iter().collect(),
-            answer,
-            abstain: false,
-            order: None,
-        });
+        for evidence_id in normalised {
+            if !turn_ids.contains(&evidence_id) {
+                notes.push(format!(
+                    "{question_id}: evidence {evidence_id} is not a turn of {id} (kept; it can never be retrieved)"
+                ));
+            }
+            evidence.insert(evidence_id);
+        }
     }
-    Ok(Conversation {
-        id: id.to_string(),
-        sessions,
-        questions,
+    if raw_evidence.is_empty() {
+        notes.push(format!(
+            "{question_id}: no evidence; scored as recall 1 (the paper's convention)"
+        ));
+    }
+    Some(Question {
+        id: question_id,
+        text,
+        category,
+        evidence: evidence.into_iter().collect(),
+        answer,
+        abstain: false,
+        order: None,
     })
 }
 

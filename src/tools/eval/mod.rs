@@ -588,37 +588,7 @@ pub async fn run(dataset: &dyn Dataset, options: EvalOptions) -> anyhow::Result<
             .cloned()
             .map(|role| (role, models.structured_retries)),
     };
-    let mut sink = Sink {
-        accumulators: BTreeMap::new(),
-        per_question: std::io::BufWriter::new(
-            std::fs::File::create(options.out_dir.join("per_question.jsonl"))
-                .context("creating per_question.jsonl")?,
-        ),
-        wordpieces: WordPieces::load(&options.settings),
-        answers: answer::AnswerTally::default(),
-        answers_file: if options.answer {
-            Some(std::io::BufWriter::new(
-                std::fs::File::create(options.out_dir.join("answers.jsonl"))
-                    .context("creating answers.jsonl")?,
-            ))
-        } else {
-            None
-        },
-        features: match &options.features {
-            Some(path) => Some(std::io::BufWriter::new(
-                std::fs::File::create(path)
-                    .with_context(|| format!("creating {}", path.display()))?,
-            )),
-            None => None,
-        },
-    };
-    let total_turns: u64 = conversations
-        .iter()
-        .flat_map(|c| &c.sessions)
-        .map(|s| s.turns.len() as u64)
-        .sum();
-    let total_questions: usize = conversations.iter().map(|c| c.questions.len()).sum();
-
+    let mut sink = open_sink(&options)?;
     // Main pass: every memory unit with every retrieval variant.
     let mut units = Vec::new();
     for &unit in &env.plan.units {
@@ -634,52 +604,7 @@ pub async fn run(dataset: &dyn Dataset, options: EvalOptions) -> anyhow::Result<
             });
             continue;
         }
-        let bars = indicatif::MultiProgress::new();
-        let ingest_bar = bars.add(progress_bar(total_turns, &format!("ingest {}", unit.key())));
-        // Every question with every probe, and (with two conversations or more) each
-        // conversation's questions asked of another one with the fused probes.
-        let probes = env.plan.probes_for(unit);
-        let foreign_probes = if conversations.len() > 1 {
-            probes.iter().filter(|p| p.asks_foreign()).count()
-        } else {
-            0
-        };
-        let query_bar = bars.add(progress_bar(
-            (total_questions * (probes.len() + foreign_probes)) as u64,
-            &format!("recall {}", unit.key()),
-        ));
-        let mut memories = 0usize;
-        let (mut ingest_secs, mut query_secs, mut recalls) = (0.0, 0.0, 0usize);
-        for (index, conversation) in conversations.iter().enumerate() {
-            let ingest_started = Instant::now();
-            let scratch = env.open(unit, index).await?;
-            let ingested = ingest(&scratch, &env, index, unit, &ingest_bar)
-                .await
-                .with_context(|| format!("ingesting {} ({})", conversation.id, unit.key()))?;
-            memories += ingested.memories;
-            ingest_secs += ingest_started.elapsed().as_secs_f64();
-            let query_started = Instant::now();
-            recalls += query(&scratch, &ingested, &probes, &env, &mut sink, &query_bar)
-                .await
-                .with_context(|| format!("querying {} ({})", conversation.id, unit.key()))?;
-            query_secs += query_started.elapsed().as_secs_f64();
-            scratch.close().await;
-        }
-        ingest_bar.finish_and_clear();
-        query_bar.finish_and_clear();
-        eprintln!(
-            "{:>8}: {memories} memories ingested in {ingest_secs:.1} s; {recalls} recalls in {query_secs:.1} s",
-            unit.key()
-        );
-        units.push(report::UnitResult {
-            unit: unit.key().to_string(),
-            description: unit.description().to_string(),
-            status: "ok".to_string(),
-            memories,
-            ingest_secs,
-            query_secs,
-            recalls,
-        });
+        units.push(run_unit(&env, unit, &mut sink).await?);
     }
 
     sink.per_question
@@ -726,6 +651,97 @@ pub async fn run(dataset: &dyn Dataset, options: EvalOptions) -> anyhow::Result<
         tracing::warn!(%error, dir = %scratch_root.display(), "removing the eval scratch directory failed");
     }
     Ok(summary)
+}
+
+/// Where the results of the run go: the accumulators and the per-question, answer and
+/// feature files.
+fn open_sink(options: &EvalOptions) -> anyhow::Result<Sink> {
+    Ok(Sink {
+        accumulators: BTreeMap::new(),
+        per_question: std::io::BufWriter::new(
+            std::fs::File::create(options.out_dir.join("per_question.jsonl"))
+                .context("creating per_question.jsonl")?,
+        ),
+        wordpieces: WordPieces::load(&options.settings),
+        answers: answer::AnswerTally::default(),
+        answers_file: if options.answer {
+            Some(std::io::BufWriter::new(
+                std::fs::File::create(options.out_dir.join("answers.jsonl"))
+                    .context("creating answers.jsonl")?,
+            ))
+        } else {
+            None
+        },
+        features: match &options.features {
+            Some(path) => Some(std::io::BufWriter::new(
+                std::fs::File::create(path)
+                    .with_context(|| format!("creating {}", path.display()))?,
+            )),
+            None => None,
+        },
+    })
+}
+
+/// The main pass of one memory unit: every conversation ingested, then every question asked
+/// with every retrieval variant (and, with two conversations or more, of another one).
+async fn run_unit(
+    env: &Env<'_>,
+    unit: MemoryUnit,
+    sink: &mut Sink,
+) -> anyhow::Result<report::UnitResult> {
+    let conversations = env.conversations;
+    let total_turns: u64 = conversations
+        .iter()
+        .flat_map(|c| &c.sessions)
+        .map(|s| s.turns.len() as u64)
+        .sum();
+    let total_questions: usize = conversations.iter().map(|c| c.questions.len()).sum();
+    let bars = indicatif::MultiProgress::new();
+    let ingest_bar = bars.add(progress_bar(total_turns, &format!("ingest {}", unit.key())));
+    // Every question with every probe, and (with two conversations or more) each
+    // conversation's questions asked of another one with the fused probes.
+    let probes = env.plan.probes_for(unit);
+    let foreign_probes = if conversations.len() > 1 {
+        probes.iter().filter(|p| p.asks_foreign()).count()
+    } else {
+        0
+    };
+    let query_bar = bars.add(progress_bar(
+        (total_questions * (probes.len() + foreign_probes)) as u64,
+        &format!("recall {}", unit.key()),
+    ));
+    let mut memories = 0usize;
+    let (mut ingest_secs, mut query_secs, mut recalls) = (0.0, 0.0, 0usize);
+    for (index, conversation) in conversations.iter().enumerate() {
+        let ingest_started = Instant::now();
+        let scratch = env.open(unit, index).await?;
+        let ingested = ingest(&scratch, env, index, unit, &ingest_bar)
+            .await
+            .with_context(|| format!("ingesting {} ({})", conversation.id, unit.key()))?;
+        memories += ingested.memories;
+        ingest_secs += ingest_started.elapsed().as_secs_f64();
+        let query_started = Instant::now();
+        recalls += query(&scratch, &ingested, &probes, env, sink, &query_bar)
+            .await
+            .with_context(|| format!("querying {} ({})", conversation.id, unit.key()))?;
+        query_secs += query_started.elapsed().as_secs_f64();
+        scratch.close().await;
+    }
+    ingest_bar.finish_and_clear();
+    query_bar.finish_and_clear();
+    eprintln!(
+        "{:>8}: {memories} memories ingested in {ingest_secs:.1} s; {recalls} recalls in {query_secs:.1} s",
+        unit.key()
+    );
+    Ok(report::UnitResult {
+        unit: unit.key().to_string(),
+        description: unit.description().to_string(),
+        status: "ok".to_string(),
+        memories,
+        ingest_secs,
+        query_secs,
+        recalls,
+    })
 }
 
 // --- the plan of one evaluation -------------------------------------------------------------

@@ -325,46 +325,99 @@ async fn measure_user(
     user: &SetUser,
     result: &mut LanguageResult,
     latencies: &mut Vec<f64>,
-    mut features: Option<&mut dyn Write>,
+    mut features: Option<&mut (dyn Write + '_)>,
 ) -> anyhow::Result<()> {
-    let engine = &scratch.engine;
-    let owner = scratch
-        .store
-        .accounts()
-        .create_user(&user.id, UserKind::Key)
-        .await?
-        .id;
-    let mut dataset_id: HashMap<MemoryId, String> = HashMap::new();
-    let mut stored = Vec::new();
-    for memory in &user.memories {
-        let kind = kind_of(&memory.kind).context("memory kind")?;
-        let written = engine
-            .add(
-                owner,
-                vec![NewMemory::from_user(kind, memory.content.trim(), 3)],
-            )
+    let measured = Measured::store(scratch, user).await?;
+    for query in &user.queries {
+        measured
+            .query(query, result, latencies, features.as_deref_mut())
             .await?;
-        for row in written {
-            dataset_id.insert(row.id, memory.id.clone());
-            stored.push(row);
-        }
     }
-    super::scratch::settle(engine).await?;
-    let name = |id: &MemoryId| {
-        dataset_id
+    for request in &user.forget {
+        measured
+            .forget(request, result, features.as_deref_mut())
+            .await?;
+    }
+    for statement in &user.duplicates {
+        measured
+            .duplicate(statement, result, features.as_deref_mut())
+            .await?;
+    }
+    Ok(())
+}
+
+/// One user of the set, stored through the engine, and what measuring their decisions needs.
+struct Measured<'a> {
+    engine: &'a MemoryEngine,
+    owner: store::UserId,
+    stored: Vec<store::Memory>,
+    /// The set's id of each stored memory.
+    dataset_id: HashMap<MemoryId, String>,
+    corpus: Corpus,
+    model: String,
+    points: mnemo::config::RelevanceSettings,
+}
+
+impl<'a> Measured<'a> {
+    /// Creates the user and stores their memories, then waits for the indexes.
+    async fn store(scratch: &'a Scratch, user: &SetUser) -> anyhow::Result<Self> {
+        let engine = scratch.engine.as_ref();
+        let owner = scratch
+            .store
+            .accounts()
+            .create_user(&user.id, UserKind::Key)
+            .await?
+            .id;
+        let mut dataset_id: HashMap<MemoryId, String> = HashMap::new();
+        let mut stored = Vec::new();
+        for memory in &user.memories {
+            let kind = kind_of(&memory.kind).context("memory kind")?;
+            let written = engine
+                .add(
+                    owner,
+                    vec![NewMemory::from_user(kind, memory.content.trim(), 3)],
+                )
+                .await?;
+            for row in written {
+                dataset_id.insert(row.id, memory.id.clone());
+                stored.push(row);
+            }
+        }
+        super::scratch::settle(engine).await?;
+        let corpus = Corpus::new(stored.iter().map(|m| Terms::of(&m.content)).collect());
+        Ok(Self {
+            engine,
+            owner,
+            stored,
+            dataset_id,
+            corpus,
+            model: engine.embedder().model_id().to_string(),
+            points: engine.settings().relevance,
+        })
+    }
+
+    /// The set's id of a stored memory.
+    fn name(&self, id: &MemoryId) -> String {
+        self.dataset_id
             .get(id)
             .cloned()
             .unwrap_or_else(|| id.to_string())
-    };
-    let corpus = Corpus::new(stored.iter().map(|m| Terms::of(&m.content)).collect());
-    let model = engine.embedder().model_id().to_string();
-    let points = engine.settings().relevance;
+    }
 
-    for query in &user.queries {
+    /// Recall of one query (hits in the first three, or nothing for foreign questions), and
+    /// every stored memory judged as a research passage for it.
+    async fn query(
+        &self,
+        query: &SetQuery,
+        result: &mut LanguageResult,
+        latencies: &mut Vec<f64>,
+        mut features: Option<&mut (dyn Write + '_)>,
+    ) -> anyhow::Result<()> {
+        let engine = self.engine;
         let asked = Instant::now();
         let response = engine
             .recall(
-                owner,
+                self.owner,
                 RecallRequest {
                     query: query.query.clone(),
                     k: Some(K),
@@ -377,7 +430,7 @@ async fn measure_user(
         let recalled: Vec<String> = response
             .results
             .iter()
-            .map(|r| name(&r.memory.id))
+            .map(|r| self.name(&r.memory.id))
             .collect();
         let relevant: BTreeSet<&str> = query.relevant.iter().map(String::as_str).collect();
         let counts = result.recall.entry(query.query_type.clone()).or_default();
@@ -396,13 +449,13 @@ async fn measure_user(
         }
         // Sources and features: every memory read as a passage for the query.
         let profile = engine.query_profile(&query.query).await?;
-        for (memory, terms) in stored.iter().zip(corpus.texts()) {
-            let id = name(&memory.id);
+        for (memory, terms) in self.stored.iter().zip(self.corpus.texts()) {
+            let id = self.name(&memory.id);
             let cosine = mnemo::memory::relevance::cosine(profile.vector(), &memory.embedding);
-            let coverage = corpus.coverage(profile.words(), terms);
+            let coverage = self.corpus.coverage(profile.words(), terms);
             let score = engine.relevance().score(&profile, cosine, coverage, false);
             let label = relevant.contains(id.as_str());
-            if score >= points.source {
+            if score >= self.points.source {
                 if FINDING.contains(&query.query_type.as_str()) {
                     result.sources_kept += 1;
                     result.sources_relevant += usize::from(label);
@@ -412,7 +465,7 @@ async fn measure_user(
             }
             if let Some(writer) = features.as_deref_mut() {
                 let line = serde_json::json!({
-                    "model": model, "language": result.language, "decision": "recall",
+                    "model": self.model, "language": result.language, "decision": "recall",
                     "query": query.id, "type": query.query_type, "memory": id,
                     "label": label, "z": profile.z(cosine), "cosine": cosine,
                     "coverage": coverage, "share": terms.coverage(profile.words()),
@@ -421,14 +474,22 @@ async fn measure_user(
                 writeln!(writer, "{line}")?;
             }
         }
+        Ok(())
     }
 
-    for request in &user.forget {
-        let preview = engine.forget_preview(owner, &request.request).await?;
+    /// What one forget request's preview would delete: its targets, and any bystander.
+    async fn forget(
+        &self,
+        request: &SetForget,
+        result: &mut LanguageResult,
+        features: Option<&mut (dyn Write + '_)>,
+    ) -> anyhow::Result<()> {
+        let engine = self.engine;
+        let preview = engine.forget_preview(self.owner, &request.request).await?;
         let targets: BTreeSet<&str> = request.targets.iter().map(String::as_str).collect();
         result.forget_targets += targets.len();
         for found in &preview {
-            let id = name(&found.memory.id);
+            let id = self.name(&found.memory.id);
             result.forget_deleted += 1;
             if targets.contains(id.as_str()) {
                 result.forget_correct += 1;
@@ -438,15 +499,15 @@ async fn measure_user(
                     .push(format!("{}: {id}", request.id));
             }
         }
-        if let Some(writer) = features.as_deref_mut() {
+        if let Some(writer) = features {
             let subject = forget_subject(&request.request);
             let profile = engine.query_profile(&subject).await?;
-            for (memory, terms) in stored.iter().zip(corpus.texts()) {
-                let id = name(&memory.id);
+            for (memory, terms) in self.stored.iter().zip(self.corpus.texts()) {
+                let id = self.name(&memory.id);
                 let cosine = mnemo::memory::relevance::cosine(profile.vector(), &memory.embedding);
-                let coverage = corpus.coverage(profile.words(), terms);
+                let coverage = self.corpus.coverage(profile.words(), terms);
                 let line = serde_json::json!({
-                    "model": model, "language": result.language, "decision": "forget",
+                    "model": self.model, "language": result.language, "decision": "forget",
                     "query": request.id, "type": "forget", "memory": id,
                     "label": targets.contains(id.as_str()), "z": profile.z(cosine),
                     "coverage": coverage, "share": terms.coverage(profile.words()),
@@ -457,21 +518,29 @@ async fn measure_user(
                 writeln!(writer, "{line}")?;
             }
         }
+        Ok(())
     }
 
-    for statement in &user.duplicates {
+    /// Whether a restatement is caught as the memory it repeats, and a new statement is not.
+    async fn duplicate(
+        &self,
+        statement: &SetDuplicate,
+        result: &mut LanguageResult,
+        features: Option<&mut (dyn Write + '_)>,
+    ) -> anyhow::Result<()> {
+        let engine = self.engine;
         let kind = MemoryKind::Fact;
         let new = NewMemory::from_user(kind, statement.content.trim(), 3);
-        if let Some(writer) = features.as_deref_mut() {
+        if let Some(writer) = features {
             let vector = engine.embed_one(&new.content).await?.vector;
-            for memory in &stored {
-                let id = name(&memory.id);
+            for memory in &self.stored {
+                let id = self.name(&memory.id);
                 let found = engine.relevance().duplicate_features(
                     (&new.content, &vector),
                     (&memory.content, &memory.embedding),
                 );
                 let line = serde_json::json!({
-                    "model": model, "language": result.language, "decision": "duplicate",
+                    "model": self.model, "language": result.language, "decision": "duplicate",
                     "query": statement.id, "type": "duplicate", "memory": id,
                     "label": statement.same_as.as_deref() == Some(id.as_str()),
                     "values_differ": mnemo::memory::values_differ(&memory.content, &new.content),
@@ -481,8 +550,8 @@ async fn measure_user(
                 writeln!(writer, "{line}")?;
             }
         }
-        let found = engine.find_duplicate(owner, &new).await?;
-        let found = found.map(|memory| name(&memory.id));
+        let found = engine.find_duplicate(self.owner, &new).await?;
+        let found = found.map(|memory| self.name(&memory.id));
         let right = match &statement.same_as {
             Some(same) => {
                 let caught = found.as_deref() == Some(same.as_str());
@@ -499,8 +568,8 @@ async fn measure_user(
                 .duplicate_errors
                 .push((statement.id.clone(), statement.same_as.clone(), found));
         }
+        Ok(())
     }
-    Ok(())
 }
 
 /// The server's memory engine over a scratch SQLite store.

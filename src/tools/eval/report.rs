@@ -401,6 +401,26 @@ pub(super) fn number(value: f64) -> String {
 /// The markdown tables (`results.md`).
 pub fn markdown(report: &Report) -> String {
     let mut out = String::new();
+    for section in [
+        heading,
+        recall_tables,
+        rrf_sweep,
+        gate_sweep,
+        latency,
+        foreign_questions,
+        abstention,
+        newest_first,
+        answers,
+        memory_units,
+        definitions,
+    ] {
+        section(report, &mut out);
+    }
+    out
+}
+
+/// The title, the settings line, the data's digest and the best run.
+fn heading(report: &Report, out: &mut String) {
     let file = Path::new(&report.data_path)
         .file_name()
         .map(|name| name.to_string_lossy().to_string())
@@ -441,7 +461,10 @@ pub fn markdown(report: &Report) -> String {
         }
         out.push_str("\n\n");
     }
+}
 
+/// Recall@k with the references beside, NDCG@k, and recall per category.
+fn recall_tables(report: &Report, out: &mut String) {
     // Recall@k with the references beside.
     let ks = &report.ks;
     let header = |first: &str, second: &str, prefix: &str| {
@@ -512,7 +535,10 @@ pub fn markdown(report: &Report) -> String {
         }
         out.push('\n');
     }
+}
 
+/// The hybrid runs by RRF constant, when a sweep ran.
+fn rrf_sweep(report: &Report, out: &mut String) {
     let sweep: Vec<&RunResult> = {
         let mut rows: Vec<&RunResult> = report
             .runs
@@ -550,9 +576,10 @@ pub fn markdown(report: &Report) -> String {
             );
         }
     }
+}
 
-    gate_sweep(report, &mut out);
-
+/// Latency and the returned text of the main runs.
+fn latency(report: &Report, out: &mut String) {
     let tokens_k = report.runs.first().map(|run| run.tokens_k).unwrap_or(10);
     let _ = writeln!(out, "\n## Latency and returned text (top {tokens_k})\n");
     let _ = writeln!(
@@ -575,7 +602,11 @@ pub fn markdown(report: &Report) -> String {
                 .unwrap_or_else(|| "–".into())
         );
     }
+}
 
+/// How often questions of another conversation recalled nothing.
+fn foreign_questions(report: &Report, out: &mut String) {
+    let tokens_k = report.runs.first().map(|run| run.tokens_k).unwrap_or(10);
     let gated: Vec<&RunResult> = report
         .main_runs()
         .filter(|run| run.foreign.is_some())
@@ -606,7 +637,11 @@ pub fn markdown(report: &Report) -> String {
             }
         }
     }
+}
 
+/// How often questions nothing answers recalled nothing.
+fn abstention(report: &Report, out: &mut String) {
+    let tokens_k = report.runs.first().map(|run| run.tokens_k).unwrap_or(10);
     let abstaining: Vec<&RunResult> = report
         .runs
         .iter()
@@ -635,7 +670,10 @@ pub fn markdown(report: &Report) -> String {
             }
         }
     }
+}
 
+/// Whether a later statement ranks above the earlier one it changes.
+fn newest_first(report: &Report, out: &mut String) {
     let ordering: Vec<&RunResult> = report
         .runs
         .iter()
@@ -665,7 +703,10 @@ pub fn markdown(report: &Report) -> String {
             }
         }
     }
+}
 
+/// Answers from recalled memories, when `--answer` ran.
+fn answers(report: &Report, out: &mut String) {
     if let Some(answers) = &report.answers {
         let _ = writeln!(
             out,
@@ -695,6 +736,10 @@ pub fn markdown(report: &Report) -> String {
             );
         }
     }
+}
+
+/// What each memory unit holds and what it cost.
+fn memory_units(report: &Report, out: &mut String) {
     out.push_str("\n## Memory units\n\n");
     out.push_str(
         "| unit | one memory holds | status | memories | ingest s | recall s | recalls |\n",
@@ -713,7 +758,10 @@ pub fn markdown(report: &Report) -> String {
             unit.recalls
         );
     }
+}
 
+/// What the figures mean, and the data notes.
+fn definitions(report: &Report, out: &mut String) {
     out.push_str(
         "\n## Definitions\n\n\
          - **recall@k**: |evidence ∩ turn ids of the top-k memories| / |evidence|, averaged over \
@@ -738,7 +786,6 @@ pub fn markdown(report: &Report) -> String {
             let _ = writeln!(out, "- {note}");
         }
     }
-    out
 }
 
 fn retrieval_label(run: &RunResult) -> String {
