@@ -94,7 +94,7 @@ fn to_bf16(v: f32) -> u16 {
     (bits.wrapping_add(rounding) >> 16) as u16
 }
 
-vectorised!(convert_rows, convert_body, (x: &[f32], out: &mut [u16]));
+vectorised!(convert_rows / convert_rows_on, convert_body, (x: &[f32], out: &mut [u16]));
 
 #[inline(always)]
 fn convert_body(x: &[f32], out: &mut [u16]) {

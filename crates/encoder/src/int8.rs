@@ -72,6 +72,22 @@ impl Kernel {
     }
 }
 
+impl Kernel {
+    /// Whether this CPU has the kernel's instructions.
+    pub fn runs_here(self) -> bool {
+        match self {
+            Self::Vnni => vnni(),
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx2 => {
+                std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            Self::Avx2 => false,
+        }
+    }
+}
+
 /// True when this CPU runs an integer kernel.
 pub fn supported() -> bool {
     Kernel::detect().is_some()

@@ -36,12 +36,68 @@
 
 #![deny(unsafe_code)]
 
-/// Runs `$body` (a loop over slices) compiled for AVX-512 when the CPU has it, else for AVX2
-/// with FMA, else for the baseline. The body is the same code each time; only the
-/// instructions it may use differ.
+/// The instruction sets the elementwise loops ([`vectorised!`]) are compiled for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Isa {
+    /// AVX-512 (F, BW, DQ, VL) with FMA.
+    Avx512,
+    /// AVX2 with FMA.
+    Avx2,
+    /// What every CPU of the target has.
+    Baseline,
+}
+
+impl Isa {
+    /// The best this CPU runs.
+    pub(crate) fn best() -> Self {
+        if Self::Avx512.runs_here() {
+            Self::Avx512
+        } else if Self::Avx2.runs_here() {
+            Self::Avx2
+        } else {
+            Self::Baseline
+        }
+    }
+
+    /// Whether this CPU has every feature of the set.
+    pub(crate) fn runs_here(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            match self {
+                Self::Avx512 => {
+                    std::arch::is_x86_feature_detected!("avx512f")
+                        && std::arch::is_x86_feature_detected!("avx512bw")
+                        && std::arch::is_x86_feature_detected!("avx512dq")
+                        && std::arch::is_x86_feature_detected!("avx512vl")
+                        && std::arch::is_x86_feature_detected!("fma")
+                }
+                Self::Avx2 => {
+                    std::arch::is_x86_feature_detected!("avx2")
+                        && std::arch::is_x86_feature_detected!("fma")
+                }
+                Self::Baseline => true,
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            self == Self::Baseline
+        }
+    }
+}
+
+/// Defines `$name`, which runs `$body` (a loop over slices) compiled for the best instruction
+/// set this CPU has ([`Isa::best`]), and `$on`, which runs it compiled for a given one (the
+/// tests check each this CPU runs against a scalar reference). The body is the same code each
+/// time; only the instructions it may use differ.
 macro_rules! vectorised {
-    ($vis:vis $name:ident, $body:ident, ($($arg:ident: $ty:ty),*)) => {
+    ($vis:vis $name:ident / $on:ident, $body:ident, ($($arg:ident: $ty:ty),*)) => {
         $vis fn $name($($arg: $ty),*) {
+            $on($crate::Isa::best(), $($arg),*)
+        }
+
+        /// Panics when this CPU lacks `isa`.
+        $vis fn $on(isa: $crate::Isa, $($arg: $ty),*) {
+            assert!(isa.runs_here(), "this CPU lacks {isa:?}");
             #[cfg(target_arch = "x86_64")]
             {
                 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,fma")]
@@ -52,28 +108,24 @@ macro_rules! vectorised {
                 fn avx2($($arg: $ty),*) {
                     $body($($arg),*)
                 }
-                if std::arch::is_x86_feature_detected!("avx512f")
-                    && std::arch::is_x86_feature_detected!("avx512bw")
-                    && std::arch::is_x86_feature_detected!("avx512dq")
-                    && std::arch::is_x86_feature_detected!("avx512vl")
-                    && std::arch::is_x86_feature_detected!("fma")
-                {
-                    // SAFETY: `wide` only adds instructions of the features just detected.
-                    #[allow(unsafe_code)]
-                    unsafe {
-                        wide($($arg),*)
-                    };
-                    return;
-                }
-                if std::arch::is_x86_feature_detected!("avx2")
-                    && std::arch::is_x86_feature_detected!("fma")
-                {
-                    // SAFETY: as above, for `avx2`.
-                    #[allow(unsafe_code)]
-                    unsafe {
-                        avx2($($arg),*)
-                    };
-                    return;
+                match isa {
+                    $crate::Isa::Avx512 => {
+                        // SAFETY: `wide` only adds instructions of the features just checked.
+                        #[allow(unsafe_code)]
+                        unsafe {
+                            wide($($arg),*)
+                        };
+                        return;
+                    }
+                    $crate::Isa::Avx2 => {
+                        // SAFETY: as above, for `avx2`.
+                        #[allow(unsafe_code)]
+                        unsafe {
+                            avx2($($arg),*)
+                        };
+                        return;
+                    }
+                    $crate::Isa::Baseline => {}
                 }
             }
             $body($($arg),*)
@@ -85,6 +137,8 @@ pub mod amx;
 pub mod int8;
 mod math;
 pub mod packed;
+#[cfg(test)]
+mod proptests;
 
 use safetensors::{Dtype, SafeTensors};
 use serde::Deserialize;
@@ -870,7 +924,7 @@ fn layer_norm(
     });
 }
 
-vectorised!(layer_norm_rows, layer_norm_body, (x: &mut [f32], residual: Option<&[f32]>, norm: &Norm, width: usize, eps: f32));
+vectorised!(layer_norm_rows / layer_norm_rows_on, layer_norm_body, (x: &mut [f32], residual: Option<&[f32]>, norm: &Norm, width: usize, eps: f32));
 
 /// `x = layer_norm(x + residual)` row by row (`residual` absent: `x = layer_norm(x)`).
 #[inline(always)]

@@ -44,6 +44,13 @@ pub(crate) struct Q4Matrix {
 }
 
 impl Q4Matrix {
+    /// A matrix of `cols` columns from its stored rows (tests build their own).
+    #[cfg(test)]
+    pub(crate) fn from_bytes(bytes: Vec<u8>, cols: usize) -> Self {
+        assert!(cols.is_multiple_of(BLOCK) && bytes.len().is_multiple_of(cols / BLOCK * BLOCK_BYTES));
+        Self { bytes, cols }
+    }
+
     fn row_bytes(&self) -> usize {
         self.cols / BLOCK * BLOCK_BYTES
     }
@@ -64,7 +71,7 @@ impl Q4Matrix {
         }
     }
 
-    fn expand(&self) -> Vec<f32> {
+    pub(crate) fn expand(&self) -> Vec<f32> {
         let rows = self.bytes.len() / self.row_bytes();
         let mut out = vec![0.0f32; rows * self.cols];
         for (row, values) in out.chunks_exact_mut(self.cols).enumerate() {
