@@ -308,8 +308,14 @@ impl LocalEmbedder {
             )));
         };
         let precision = loaded.encoder.set_precision(options.precision);
+        let short_query = loaded.encoder.short_text_precision();
         if precision == options.precision || options.precision == mnemo_encoder::Precision::Auto {
-            tracing::info!(model = %model_id, ?precision, "local embedding model loaded");
+            tracing::info!(
+                model = %model_id,
+                ?precision,
+                ?short_query,
+                "local embedding model loaded"
+            );
         } else {
             tracing::info!(
                 model = %model_id,
@@ -470,10 +476,17 @@ impl LocalEmbedder {
         (&self.inner.query_prefix, &self.inner.passage_prefix)
     }
 
+    /// The arithmetic of one short search query: 8 bits where `auto` runs batches in
+    /// bfloat16 (one short text reads every weight once, and 8-bit weights are half the
+    /// bytes), else [`Self::precision`]. Stored texts always run in [`Self::precision`].
+    pub fn short_query_precision(&self) -> mnemo_encoder::Precision {
+        self.inner.encoder.short_text_precision()
+    }
+
     async fn run(
         &self,
         texts: &[String],
-        prefix: fn(&LocalModel) -> &str,
+        role: Role,
     ) -> Result<Vec<Vec<f32>>, EmbedError> {
         if texts.is_empty() {
             return Ok(Vec::new());
@@ -481,7 +494,10 @@ impl LocalEmbedder {
         let model = Arc::clone(&self.inner);
         let texts = texts.to_vec();
         tokio::task::spawn_blocking(move || {
-            let prefix = prefix(&model);
+            let prefix = match role {
+                Role::Query => &model.query_prefix,
+                Role::Stored => &model.passage_prefix,
+            };
             let mut out = Vec::with_capacity(texts.len());
             for chunk in texts.chunks(LOCAL_BATCH) {
                 let prefixed: Vec<String>;
@@ -491,7 +507,7 @@ impl LocalEmbedder {
                     prefixed = chunk.iter().map(|t| format!("{prefix}{t}")).collect();
                     prefixed.iter().map(String::as_str).collect()
                 };
-                out.extend(model.embed_batch(&refs)?);
+                out.extend(model.embed_batch(&refs, role)?);
             }
             Ok(out)
         })
@@ -500,8 +516,18 @@ impl LocalEmbedder {
     }
 }
 
+/// What a text is embedded as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// Searched for: the query prompt, and the fastest arithmetic for the call's shape.
+    Query,
+    /// Stored or searched in: the passage prompt, and always the model's arithmetic, so that
+    /// every stored vector is made the same way (the one its `vectors_id` names).
+    Stored,
+}
+
 impl LocalModel {
-    fn embed_batch(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+    fn embed_batch(&self, texts: &[&str], role: Role) -> Result<Vec<Vec<f32>>, EmbedError> {
         let encodings = self
             .tokenizer
             .encode_batch(texts)
@@ -521,10 +547,14 @@ impl LocalModel {
         };
         let mut own = mnemo_encoder::Workspace::default();
         let workspace = kept.as_deref_mut().unwrap_or(&mut own);
-        let packed = match self
-            .pool
-            .install(|| self.encoder.forward_in(&tokens, self.threads, workspace))
-        {
+        let arithmetic = match role {
+            Role::Query => self.encoder.precision_for(&tokens),
+            Role::Stored => self.encoder.precision(),
+        };
+        let packed = match self.pool.install(|| {
+            self.encoder
+                .forward_as(arithmetic, &tokens, self.threads, workspace)
+        }) {
             Ok(packed) => packed,
             Err(e) => {
                 workspace.trim();
@@ -572,11 +602,11 @@ impl Embedder for LocalEmbedder {
     }
 
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        self.run(texts, |model| &model.passage_prefix).await
+        self.run(texts, Role::Stored).await
     }
 
     async fn embed_queries(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        self.run(texts, |model| &model.query_prefix).await
+        self.run(texts, Role::Query).await
     }
 }
 
@@ -1097,6 +1127,39 @@ mod tests {
             "this CPU has AMX but Linux did not grant the tile state"
         );
         reduced_products_keep_the_vectors(mnemo_encoder::Precision::Bf16, 0.999).await;
+    }
+
+    /// One short search query runs in 8 bits wherever the CPU has an integer kernel; a long
+    /// query, several at once and every stored text in the model's arithmetic (bfloat16 with
+    /// AMX).
+    #[tokio::test]
+    #[cfg_attr(
+        not(any(cpu_vnni, cpu_avx2)),
+        ignore = "needs an integer kernel (x86 avx512 vnni, or avx2 with fma)"
+    )]
+    async fn one_short_query_runs_in_eight_bits_and_stored_texts_in_the_models_arithmetic() {
+        use mnemo_encoder::Precision;
+        let auto = load_model_in(Precision::Auto);
+        let int8 = load_model_in(Precision::Int8);
+        let batches = load_model_in(auto.precision());
+        assert_eq!(auto.short_query_precision(), Precision::Int8);
+        assert_eq!(batches.short_query_precision(), auto.precision());
+        let short = strings(&["When is my sister's birthday?"]);
+        let long = strings(&[&"what did I say about the garden and the weather ".repeat(4)]);
+        let same = |a: &[Vec<f32>], b: &[Vec<f32>]| {
+            a.len() == b.len() && a.iter().zip(b).all(|(a, b)| dot(a, b) > 0.99999)
+        };
+        let one = auto.embed_queries(&short).await.unwrap();
+        assert!(same(&one, &int8.embed_queries(&short).await.unwrap()));
+        let one_long = auto.embed_queries(&long).await.unwrap();
+        assert!(same(&one_long, &batches.embed_queries(&long).await.unwrap()));
+        let two = [short.clone(), short.clone()].concat();
+        assert!(same(&auto.embed_queries(&two).await.unwrap(), &batches.embed_queries(&two).await.unwrap()));
+        let stored = auto.embed(&short).await.unwrap();
+        assert!(same(&stored, &batches.embed(&short).await.unwrap()));
+        // The query's arithmetic and the stored vectors' are held to f32 by the tests above
+        // (int8 ≥ 0.995, bf16 ≥ 0.999), so a query in one finds vectors made in the other.
+        assert!(dot(&one[0], &auto.embed_queries(&two).await.unwrap()[0]) > 0.99);
     }
 
     async fn reduced_products_keep_the_vectors(precision: mnemo_encoder::Precision, least: f32) {

@@ -28,7 +28,8 @@
 use std::collections::HashMap;
 
 use crate::{
-    Activation, BertEncoder, Dense, EncoderError, Layer, Norm, WordTable, concat_columns, transpose,
+    Activation, BertEncoder, Dense, EncoderError, Layer, Norm, Precision, WordTable, concat_columns,
+    transpose,
 };
 
 /// The first four bytes of a packed model file.
@@ -343,6 +344,8 @@ pub fn load(bytes: &[u8]) -> Result<PackedModel, EncoderError> {
         token_type: tensors.floats("emb.type", type_vocab * hidden)?,
         embedding_norm: tensors.norm("emb.ln", hidden)?,
         layers,
+        precision: Precision::F32,
+        short: Precision::F32,
     };
     Ok(PackedModel {
         encoder,
