@@ -55,8 +55,21 @@ impl EmbedError {
 /// Turns texts into unit-length vectors of a fixed dimension.
 #[async_trait]
 pub trait Embedder: Send + Sync {
-    /// Identifier of the model, stored next to vectors to detect model changes.
+    /// Identifier of the model (its relevance calibration, reports, `/status`).
     fn model_id(&self) -> &str;
+    /// What is stored next to the vectors of stored texts, so that a change of model or of
+    /// arithmetic is noticed (and the vectors made again): the model id, and for a local
+    /// model `@` and the arithmetic of its products (`multilingual-e5-small-q4@int8`).
+    fn vectors_id(&self) -> &str {
+        self.model_id()
+    }
+    /// An id stored by earlier versions next to vectors this embedder makes the same way:
+    /// the bare model id a local model recorded before the arithmetic was, when its arithmetic
+    /// is what `embedder.precision = "auto"` picks on this CPU (the default's). Such vectors
+    /// are relabelled, not made again.
+    fn earlier_vectors_id(&self) -> Option<&str> {
+        None
+    }
     /// Length of every returned vector.
     fn dimension(&self) -> usize;
     /// One vector per input text, in input order.
@@ -118,6 +131,10 @@ struct ModuleEntry {
 /// all-MiniLM-L6-v2) or a packed 4-bit multilingual-e5 file ([`mnemo_encoder::packed`]).
 pub struct LocalEmbedder {
     model_id: String,
+    /// `model_id@arithmetic` ([`Embedder::vectors_id`]).
+    vectors_id: String,
+    /// The bare model id when the arithmetic is the default's ([`Embedder::earlier_vectors_id`]).
+    earlier_vectors_id: Option<String>,
     dimension: usize,
     inner: Arc<LocalModel>,
 }
@@ -179,6 +196,7 @@ impl std::fmt::Debug for LocalEmbedder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LocalEmbedder")
             .field("model_id", &self.model_id)
+            .field("vectors_id", &self.vectors_id)
             .field("dimension", &self.dimension)
             .field("pooling", &self.inner.pooling)
             .field("max_seq_len", &self.inner.max_seq_len)
@@ -307,6 +325,7 @@ impl LocalEmbedder {
                 dir.display()
             )));
         };
+        let default = loaded.encoder.resolve(mnemo_encoder::Precision::Auto);
         let precision = loaded.encoder.set_precision(options.precision);
         let short_query = loaded.encoder.short_text_precision();
         if precision == options.precision || options.precision == mnemo_encoder::Precision::Auto {
@@ -338,6 +357,8 @@ impl LocalEmbedder {
             .map_err(|e| EmbedError::Internal(format!("embedding threads: {e}")))?;
 
         Ok(Self {
+            vectors_id: format!("{model_id}@{}", precision.name()),
+            earlier_vectors_id: (precision == default).then(|| model_id.clone()),
             model_id,
             dimension: loaded.dimension,
             inner: Arc::new(LocalModel {
@@ -595,6 +616,14 @@ impl LocalModel {
 impl Embedder for LocalEmbedder {
     fn model_id(&self) -> &str {
         &self.model_id
+    }
+
+    fn vectors_id(&self) -> &str {
+        &self.vectors_id
+    }
+
+    fn earlier_vectors_id(&self) -> Option<&str> {
+        self.earlier_vectors_id.as_deref()
     }
 
     fn dimension(&self) -> usize {
