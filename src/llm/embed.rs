@@ -994,26 +994,25 @@ mod tests {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2")
     }
 
-    /// The local model; a test that needs it fails with a clear message when it is missing
-    /// (`scripts/test` fetches it first).
-    fn load_model() -> Option<LocalEmbedder> {
+    /// The local model with the default settings; a test that needs it fails with a clear
+    /// message when it is missing (`scripts/test` fetches it first).
+    fn load_model() -> LocalEmbedder {
+        load_model_in(mnemo_encoder::Precision::Auto)
+    }
+
+    /// The local model with its products in `precision`.
+    fn load_model_in(precision: mnemo_encoder::Precision) -> LocalEmbedder {
         let dir = model_dir();
         assert!(
             dir.join("model.safetensors").exists(),
             "the embedding model is missing in {}: run scripts/fetch-model",
             dir.display()
         );
-        Some(LocalEmbedder::load(&dir).expect("load model"))
-    }
-
-    /// The local model with its products in `precision`.
-    fn load_model_in(precision: mnemo_encoder::Precision) -> LocalEmbedder {
         let options = LocalOptions {
             precision,
             ..LocalOptions::default()
         };
-        load_model().expect("model");
-        LocalEmbedder::load_with(&model_dir(), &options).expect("load model")
+        LocalEmbedder::load_with(&dir, &options).expect("load model")
     }
 
     fn dot(a: &[f32], b: &[f32]) -> f32 {
@@ -1026,7 +1025,7 @@ mod tests {
 
     #[tokio::test]
     async fn local_model_semantics() {
-        let Some(model) = load_model() else { return };
+        let model = load_model();
         assert_eq!(model.model_id(), "all-MiniLM-L6-v2");
         assert_eq!(model.dimension(), 384);
         assert_eq!(model.pooling(), Pooling::Mean);
@@ -1140,7 +1139,7 @@ mod tests {
     #[tokio::test]
     #[cfg_attr(
         not(any(cpu_vnni, cpu_avx2)),
-        ignore = "this CPU has no integer kernel"
+        ignore = "needs an integer kernel (x86 avx512 vnni, or avx2 with fma)"
     )]
     async fn integer_products_keep_the_vectors_of_the_f32_model() {
         assert!(mnemo_encoder::int8::supported());
@@ -1149,7 +1148,7 @@ mod tests {
 
     /// The same for bfloat16 products on AMX tiles, which round less than 8-bit integers.
     #[tokio::test]
-    #[cfg_attr(not(cpu_amx), ignore = "this CPU has no AMX tiles")]
+    #[cfg_attr(not(cpu_amx), ignore = "needs AMX tiles (x86 amx-tile, amx-bf16)")]
     async fn bf16_products_keep_the_vectors_of_the_f32_model() {
         assert!(
             mnemo_encoder::amx::supported(),
@@ -1252,7 +1251,7 @@ mod tests {
 
     #[tokio::test]
     async fn local_model_batching_padding_and_truncation() {
-        let Some(model) = load_model() else { return };
+        let model = load_model();
         let long = "memory ".repeat(2000);
         let texts = strings(&[
             "short",
@@ -1282,7 +1281,7 @@ mod tests {
     #[tokio::test]
     #[ignore = "benchmark; run with --ignored --nocapture"]
     async fn local_model_throughput() {
-        let Some(model) = load_model() else { return };
+        let model = load_model();
         let texts: Vec<String> = (0..256)
             .map(|i| format!("User note {i}: I prefer green tea over coffee in the morning."))
             .collect();
@@ -1416,7 +1415,7 @@ mod tests {
 
     #[tokio::test]
     async fn local_prefixes_come_from_the_model_unless_set() {
-        let Some(model) = load_model() else { return };
+        let model = load_model();
         assert_eq!(model.prefixes(), ("", ""), "MiniLM declares no prompts");
         let plain = model
             .embed(&strings(&["my cat is Tom"]))

@@ -396,7 +396,7 @@ fn check_elementwise(
     };
     let eps = 1e-12f32;
     let mut normed = x.clone();
-    layer_norm_rows_on(isa, &mut normed, Some(&residual), &norm, width, eps);
+    layer_norm_rows_on(isa, &mut normed, Some(&residual[..]), &norm, width, eps);
     for ((row, add), got) in x
         .chunks(width)
         .zip(residual.chunks(width))
