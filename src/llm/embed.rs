@@ -504,11 +504,7 @@ impl LocalEmbedder {
         self.inner.encoder.short_text_precision()
     }
 
-    async fn run(
-        &self,
-        texts: &[String],
-        role: Role,
-    ) -> Result<Vec<Vec<f32>>, EmbedError> {
+    async fn run(&self, texts: &[String], role: Role) -> Result<Vec<Vec<f32>>, EmbedError> {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
@@ -1180,9 +1176,15 @@ mod tests {
         let one = auto.embed_queries(&short).await.unwrap();
         assert!(same(&one, &int8.embed_queries(&short).await.unwrap()));
         let one_long = auto.embed_queries(&long).await.unwrap();
-        assert!(same(&one_long, &batches.embed_queries(&long).await.unwrap()));
+        assert!(same(
+            &one_long,
+            &batches.embed_queries(&long).await.unwrap()
+        ));
         let two = [short.clone(), short.clone()].concat();
-        assert!(same(&auto.embed_queries(&two).await.unwrap(), &batches.embed_queries(&two).await.unwrap()));
+        assert!(same(
+            &auto.embed_queries(&two).await.unwrap(),
+            &batches.embed_queries(&two).await.unwrap()
+        ));
         let stored = auto.embed(&short).await.unwrap();
         assert!(same(&stored, &batches.embed(&short).await.unwrap()));
         // The query's arithmetic and the stored vectors' are held to f32 by the tests above

@@ -132,7 +132,8 @@ async fn wait_embedded_by(app: &TestApp, id: &str) {
     not(any(cpu_amx, cpu_vnni, cpu_avx2)),
     ignore = "needs a reduced arithmetic for the default (x86 amx, avx512 vnni, or avx2 with fma)"
 )]
-async fn vectors_under_the_bare_model_id_are_kept_in_the_default_arithmetic_and_remade_in_another() {
+async fn vectors_under_the_bare_model_id_are_kept_in_the_default_arithmetic_and_remade_in_another()
+{
     let home = Home::new(Backend::Sqlite).await;
     let app = TestApp::spawn(&home).await;
     app.user_key("alice").await;
@@ -190,7 +191,11 @@ async fn vectors_under_the_bare_model_id_are_kept_in_the_default_arithmetic_and_
     assert_eq!(kept.len(), 2);
     for memory in &kept {
         assert_eq!(memory.embedding_model, current);
-        assert_eq!(memory.embedding, marker.vector, "{} was embedded again", memory.content);
+        assert_eq!(
+            memory.embedding, marker.vector,
+            "{} was embedded again",
+            memory.content
+        );
     }
     app.stop().await;
 
@@ -201,7 +206,11 @@ async fn vectors_under_the_bare_model_id_are_kept_in_the_default_arithmetic_and_
     wait_embedded_by(&app, &exact).await;
     for memory in list(&app).await {
         assert_eq!(memory.embedding.len(), 384);
-        assert_ne!(memory.embedding, marker.vector, "{} was kept", memory.content);
+        assert_ne!(
+            memory.embedding, marker.vector,
+            "{} was kept",
+            memory.content
+        );
     }
     app.stop().await;
 }

@@ -559,7 +559,10 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(not(cpu_vnni), ignore = "needs AVX-512 VNNI (x86 avx512f, bw, dq, vnni)")]
+    #[cfg_attr(
+        not(cpu_vnni),
+        ignore = "needs AVX-512 VNNI (x86 avx512f, bw, dq, vnni)"
+    )]
     fn the_wide_and_the_plain_quantiser_agree() {
         assert!(vnni());
         let values = matrix(64, BLOCK, 7);

@@ -542,19 +542,14 @@ impl BertEncoder {
     /// with this model's widths, without converting any weight.
     pub fn resolve(&self, precision: Precision) -> Precision {
         let fits = self.layers.iter().all(|layer| {
-            [
-                &layer.qkv,
-                &layer.attention_out,
-                &layer.up,
-                &layer.down,
-            ]
-            .iter()
-            .all(|d| {
-                d.inputs > 0
-                    && d.outputs > 0
-                    && d.inputs.is_multiple_of(REDUCED_MULTIPLE)
-                    && d.outputs.is_multiple_of(REDUCED_MULTIPLE)
-            })
+            [&layer.qkv, &layer.attention_out, &layer.up, &layer.down]
+                .iter()
+                .all(|d| {
+                    d.inputs > 0
+                        && d.outputs > 0
+                        && d.inputs.is_multiple_of(REDUCED_MULTIPLE)
+                        && d.outputs.is_multiple_of(REDUCED_MULTIPLE)
+                })
         });
         match precision.on_this_cpu() {
             Precision::Int8 | Precision::Bf16 if !fits => Precision::F32,
@@ -572,11 +567,17 @@ impl BertEncoder {
                 d.bf16 = None;
                 if wanted.contains(&Precision::Int8) {
                     d.quant = int8::QuantDense::new(&d.w, d.inputs, d.outputs);
-                    assert!(d.quant.is_some(), "resolve checked the 8-bit kernel takes the layer");
+                    assert!(
+                        d.quant.is_some(),
+                        "resolve checked the 8-bit kernel takes the layer"
+                    );
                 }
                 if wanted.contains(&Precision::Bf16) {
                     d.bf16 = amx::Bf16Dense::new(&d.w, d.inputs, d.outputs);
-                    assert!(d.bf16.is_some(), "resolve checked the tile kernel takes the layer");
+                    assert!(
+                        d.bf16.is_some(),
+                        "resolve checked the tile kernel takes the layer"
+                    );
                 }
             }
         }
@@ -732,7 +733,15 @@ impl BertEncoder {
                 self.activation,
                 parallel,
             );
-            linear(&layer.down, up, projected, rows, threads, scratch, arithmetic);
+            linear(
+                &layer.down,
+                up,
+                projected,
+                rows,
+                threads,
+                scratch,
+                arithmetic,
+            );
             layer_norm(
                 x,
                 Some(projected),
@@ -1295,7 +1304,10 @@ mod tests {
         let text = |ids| text(ids, &types);
         assert_eq!(both.precision_for(&[text(short)]), Precision::Int8);
         assert_eq!(both.precision_for(&[text(long)]), Precision::F32);
-        assert_eq!(both.precision_for(&[text(short), text(short)]), Precision::F32);
+        assert_eq!(
+            both.precision_for(&[text(short), text(short)]),
+            Precision::F32
+        );
         let run = |encoder: &BertEncoder, arithmetic: Precision, texts: &[Tokens<'_>]| {
             encoder
                 .forward_as(arithmetic, texts, 1, &mut Workspace::default())
@@ -1312,14 +1324,25 @@ mod tests {
             run(&both, both.precision_for(&batch), &batch),
             run(&f32_only, Precision::F32, &batch)
         );
-        assert_eq!(both.forward(&batch, 1).expect("encode"), run(&f32_only, Precision::F32, &batch));
+        assert_eq!(
+            both.forward(&batch, 1).expect("encode"),
+            run(&f32_only, Precision::F32, &batch)
+        );
         // The 8-bit vector is close to the f32 one, not equal.
-        let (a, b) = (run(&both, Precision::Int8, &one), run(&f32_only, Precision::F32, &one));
+        let (a, b) = (
+            run(&both, Precision::Int8, &one),
+            run(&f32_only, Precision::F32, &one),
+        );
         assert_ne!(a, b);
-        let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max);
+        let worst = a
+            .iter()
+            .zip(&b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f32::max);
         assert!(worst < 0.1, "int8 against f32: off by {worst}");
         // Weights it does not hold are refused, not replaced.
-        let Err(error) = both.forward_as(Precision::Bf16, &one, 1, &mut Workspace::default()) else {
+        let Err(error) = both.forward_as(Precision::Bf16, &one, 1, &mut Workspace::default())
+        else {
             panic!("encoded in an arithmetic it holds no weights for")
         };
         assert!(error.to_string().contains("no bf16 weights"), "{error}");
@@ -1347,7 +1370,12 @@ mod tests {
         assert_eq!(encoder.short_text_precision(), Precision::Int8);
         assert_eq!(encoder.set_precision(Precision::F32), Precision::F32);
         assert_eq!(encoder.short_text_precision(), Precision::F32);
-        assert!(encoder.layers.iter().all(|l| l.qkv.quant.is_none() && l.qkv.bf16.is_none()));
+        assert!(
+            encoder
+                .layers
+                .iter()
+                .all(|l| l.qkv.quant.is_none() && l.qkv.bf16.is_none())
+        );
     }
 
     #[test]

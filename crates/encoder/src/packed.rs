@@ -28,8 +28,8 @@
 use std::collections::HashMap;
 
 use crate::{
-    Activation, BertEncoder, Dense, EncoderError, Layer, Norm, Precision, WordTable, concat_columns,
-    transpose,
+    Activation, BertEncoder, Dense, EncoderError, Layer, Norm, Precision, WordTable,
+    concat_columns, transpose,
 };
 
 /// The first four bytes of a packed model file.
@@ -48,7 +48,9 @@ impl Q4Matrix {
     /// A matrix of `cols` columns from its stored rows (tests build their own).
     #[cfg(test)]
     pub(crate) fn from_bytes(bytes: Vec<u8>, cols: usize) -> Self {
-        assert!(cols.is_multiple_of(BLOCK) && bytes.len().is_multiple_of(cols / BLOCK * BLOCK_BYTES));
+        assert!(
+            cols.is_multiple_of(BLOCK) && bytes.len().is_multiple_of(cols / BLOCK * BLOCK_BYTES)
+        );
         Self { bytes, cols }
     }
 

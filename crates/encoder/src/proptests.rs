@@ -98,7 +98,9 @@ impl Product {
 
     /// The bias in every row, which the kernels accumulate onto.
     fn start(&self) -> Vec<f32> {
-        (0..self.m).flat_map(|_| self.bias.iter().copied()).collect()
+        (0..self.m)
+            .flat_map(|_| self.bias.iter().copied())
+            .collect()
     }
 
     /// Runs `accumulate(x, out)` on a pool of two threads, onto the bias.
@@ -169,7 +171,12 @@ fn check_int8(kernel: Kernel, case: &Product, parallel: bool) -> Result<(), Test
     let got = case.run(|x, out| layer.accumulate(x, out, m, &mut scratch, parallel));
     let (want, size) = case.reference();
     let column_step: Vec<f64> = (0..n)
-        .map(|j| (0..k).map(|p| f64::from(case.w[p * n + j]).abs()).fold(0.0, f64::max) / 127.0)
+        .map(|j| {
+            (0..k)
+                .map(|p| f64::from(case.w[p * n + j]).abs())
+                .fold(0.0, f64::max)
+                / 127.0
+        })
         .collect();
     let blocks = k / 32;
     for i in 0..m {
@@ -365,17 +372,25 @@ fn check_elementwise(
         let v64 = f64::from(v);
         let want = 0.5 * v64 * (1.0 + libm::erf(v64 * std::f64::consts::FRAC_1_SQRT_2));
         let bound = v64.abs() / 2.0 * 1e-6 + 4.0 * EPS * (want.abs() + v64.abs());
-        prop_assert!((f64::from(g) - want).abs() <= bound, "{isa:?} gelu({v}) = {g}, exact {want}");
+        prop_assert!(
+            (f64::from(g) - want).abs() <= bound,
+            "{isa:?} gelu({v}) = {g}, exact {want}"
+        );
         let u = 0.797_884_6 * (v64 + 0.044_715 * v64 * v64 * v64);
         let want = 0.5 * v64 * (1.0 + u.tanh());
         let bound = v64.abs() / 2.0 * 1e-6 + 4.0 * EPS * (want.abs() + v64.abs());
-        prop_assert!((f64::from(t) - want).abs() <= bound, "{isa:?} gelu_tanh({v}) = {t}, exact {want}");
+        prop_assert!(
+            (f64::from(t) - want).abs() <= bound,
+            "{isa:?} gelu_tanh({v}) = {t}, exact {want}"
+        );
     }
 
     let mut scores = x.clone();
     softmax_rows_on(isa, &mut scores, width);
     for (row, got) in x.chunks(width).zip(scores.chunks(width)) {
-        let max = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
+        let max = row
+            .iter()
+            .fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
         let exps: Vec<f64> = row.iter().map(|&v| (f64::from(v) - max).exp()).collect();
         let total: f64 = exps.iter().sum();
         for (e, &g) in exps.iter().zip(got) {
@@ -417,8 +432,9 @@ fn check_elementwise(
             let (w, b) = (f64::from(norm.weight[c]), f64::from(norm.bias[c]));
             let z = (v - mean) / sd;
             let want = z * w + b;
-            let bound = w.abs() * (width as f64 + 4.0) * 4.0 * EPS * conditioning * z.abs().max(1.0)
-                + 4.0 * EPS * (want.abs() + b.abs());
+            let bound =
+                w.abs() * (width as f64 + 4.0) * 4.0 * EPS * conditioning * z.abs().max(1.0)
+                    + 4.0 * EPS * (want.abs() + b.abs());
             prop_assert!(
                 (f64::from(g) - want).abs() <= bound,
                 "{isa:?} layer norm of width {width}, column {c}: {g} against {want}"
