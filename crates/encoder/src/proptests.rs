@@ -186,8 +186,7 @@ fn check_int8(kernel: Kernel, case: &Product, parallel: bool) -> Result<(), Test
             .map(|b| b.iter().map(|v| f64::from(*v).abs()).fold(0.0, f64::max) / 127.0)
             .collect();
         let row_size: f64 = row.iter().map(|v| f64::from(*v).abs()).sum();
-        for j in 0..n {
-            let s_c = column_step[j];
+        for (j, &s_c) in column_step.iter().enumerate() {
             let mut bound = 0.0;
             for p in 0..k {
                 let (x, w, s_b) = (
