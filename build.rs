@@ -27,7 +27,7 @@ fn main() {
     println!("cargo:rustc-env=MNEMO_WEB_DIST_STAMP={stamp}");
     // The encoder's kernels this CPU runs (its build script detects them): tests of a kernel
     // the CPU lacks are marked ignored, never passed.
-    for kernel in ["amx", "vnni", "avx2"] {
+    for kernel in ["amx", "vnni", "avx512", "avx2"] {
         println!("cargo::rustc-check-cfg=cfg(cpu_{kernel})");
         let found = std::env::var(format!("DEP_MNEMO_ENCODER_CPU_{}", kernel.to_uppercase()));
         if found.is_ok_and(|value| value == "1") {

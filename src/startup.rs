@@ -356,7 +356,7 @@ pub fn describe(state: &AppState) -> Vec<(&'static str, String)> {
     let embedding = match settings.embedder.provider {
         crate::config::EmbedderProvider::Local => format!(
             "{} (local, {} dimensions, from {})",
-            embedder.model_id(),
+            embedder.vectors_id(),
             embedder.dimension(),
             settings.embedder.model_dir.display()
         ),

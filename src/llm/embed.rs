@@ -55,8 +55,21 @@ impl EmbedError {
 /// Turns texts into unit-length vectors of a fixed dimension.
 #[async_trait]
 pub trait Embedder: Send + Sync {
-    /// Identifier of the model, stored next to vectors to detect model changes.
+    /// Identifier of the model (its relevance calibration, reports, `/status`).
     fn model_id(&self) -> &str;
+    /// What is stored next to the vectors of stored texts, so that a change of model or of
+    /// arithmetic is noticed (and the vectors made again): the model id, and for a local
+    /// model `@` and the arithmetic of its products (`multilingual-e5-small-q4@int8`).
+    fn vectors_id(&self) -> &str {
+        self.model_id()
+    }
+    /// An id stored by earlier versions next to vectors this embedder makes the same way:
+    /// the bare model id a local model recorded before the arithmetic was, when its arithmetic
+    /// is what `embedder.precision = "auto"` picks on this CPU (the default's). Such vectors
+    /// are relabelled, not made again.
+    fn earlier_vectors_id(&self) -> Option<&str> {
+        None
+    }
     /// Length of every returned vector.
     fn dimension(&self) -> usize;
     /// One vector per input text, in input order.
@@ -118,6 +131,10 @@ struct ModuleEntry {
 /// all-MiniLM-L6-v2) or a packed 4-bit multilingual-e5 file ([`mnemo_encoder::packed`]).
 pub struct LocalEmbedder {
     model_id: String,
+    /// `model_id@arithmetic` ([`Embedder::vectors_id`]).
+    vectors_id: String,
+    /// The bare model id when the arithmetic is the default's ([`Embedder::earlier_vectors_id`]).
+    earlier_vectors_id: Option<String>,
     dimension: usize,
     inner: Arc<LocalModel>,
 }
@@ -179,6 +196,7 @@ impl std::fmt::Debug for LocalEmbedder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LocalEmbedder")
             .field("model_id", &self.model_id)
+            .field("vectors_id", &self.vectors_id)
             .field("dimension", &self.dimension)
             .field("pooling", &self.inner.pooling)
             .field("max_seq_len", &self.inner.max_seq_len)
@@ -307,9 +325,16 @@ impl LocalEmbedder {
                 dir.display()
             )));
         };
+        let default = loaded.encoder.resolve(mnemo_encoder::Precision::Auto);
         let precision = loaded.encoder.set_precision(options.precision);
+        let short_query = loaded.encoder.short_text_precision();
         if precision == options.precision || options.precision == mnemo_encoder::Precision::Auto {
-            tracing::info!(model = %model_id, ?precision, "local embedding model loaded");
+            tracing::info!(
+                model = %model_id,
+                ?precision,
+                ?short_query,
+                "local embedding model loaded"
+            );
         } else {
             tracing::info!(
                 model = %model_id,
@@ -332,6 +357,8 @@ impl LocalEmbedder {
             .map_err(|e| EmbedError::Internal(format!("embedding threads: {e}")))?;
 
         Ok(Self {
+            vectors_id: format!("{model_id}@{}", precision.name()),
+            earlier_vectors_id: (precision == default).then(|| model_id.clone()),
             model_id,
             dimension: loaded.dimension,
             inner: Arc::new(LocalModel {
@@ -470,18 +497,24 @@ impl LocalEmbedder {
         (&self.inner.query_prefix, &self.inner.passage_prefix)
     }
 
-    async fn run(
-        &self,
-        texts: &[String],
-        prefix: fn(&LocalModel) -> &str,
-    ) -> Result<Vec<Vec<f32>>, EmbedError> {
+    /// The arithmetic of one short search query: 8 bits where `auto` runs batches in
+    /// bfloat16 (one short text reads every weight once, and 8-bit weights are half the
+    /// bytes), else [`Self::precision`]. Stored texts always run in [`Self::precision`].
+    pub fn short_query_precision(&self) -> mnemo_encoder::Precision {
+        self.inner.encoder.short_text_precision()
+    }
+
+    async fn run(&self, texts: &[String], role: Role) -> Result<Vec<Vec<f32>>, EmbedError> {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
         let model = Arc::clone(&self.inner);
         let texts = texts.to_vec();
         tokio::task::spawn_blocking(move || {
-            let prefix = prefix(&model);
+            let prefix = match role {
+                Role::Query => &model.query_prefix,
+                Role::Stored => &model.passage_prefix,
+            };
             let mut out = Vec::with_capacity(texts.len());
             for chunk in texts.chunks(LOCAL_BATCH) {
                 let prefixed: Vec<String>;
@@ -491,7 +524,7 @@ impl LocalEmbedder {
                     prefixed = chunk.iter().map(|t| format!("{prefix}{t}")).collect();
                     prefixed.iter().map(String::as_str).collect()
                 };
-                out.extend(model.embed_batch(&refs)?);
+                out.extend(model.embed_batch(&refs, role)?);
             }
             Ok(out)
         })
@@ -500,8 +533,18 @@ impl LocalEmbedder {
     }
 }
 
+/// What a text is embedded as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// Searched for: the query prompt, and the fastest arithmetic for the call's shape.
+    Query,
+    /// Stored or searched in: the passage prompt, and always the model's arithmetic, so that
+    /// every stored vector is made the same way (the one its `vectors_id` names).
+    Stored,
+}
+
 impl LocalModel {
-    fn embed_batch(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+    fn embed_batch(&self, texts: &[&str], role: Role) -> Result<Vec<Vec<f32>>, EmbedError> {
         let encodings = self
             .tokenizer
             .encode_batch(texts)
@@ -521,10 +564,14 @@ impl LocalModel {
         };
         let mut own = mnemo_encoder::Workspace::default();
         let workspace = kept.as_deref_mut().unwrap_or(&mut own);
-        let packed = match self
-            .pool
-            .install(|| self.encoder.forward_in(&tokens, self.threads, workspace))
-        {
+        let arithmetic = match role {
+            Role::Query => self.encoder.precision_for(&tokens),
+            Role::Stored => self.encoder.precision(),
+        };
+        let packed = match self.pool.install(|| {
+            self.encoder
+                .forward_as(arithmetic, &tokens, self.threads, workspace)
+        }) {
             Ok(packed) => packed,
             Err(e) => {
                 workspace.trim();
@@ -567,16 +614,24 @@ impl Embedder for LocalEmbedder {
         &self.model_id
     }
 
+    fn vectors_id(&self) -> &str {
+        &self.vectors_id
+    }
+
+    fn earlier_vectors_id(&self) -> Option<&str> {
+        self.earlier_vectors_id.as_deref()
+    }
+
     fn dimension(&self) -> usize {
         self.dimension
     }
 
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        self.run(texts, |model| &model.passage_prefix).await
+        self.run(texts, Role::Stored).await
     }
 
     async fn embed_queries(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        self.run(texts, |model| &model.query_prefix).await
+        self.run(texts, Role::Query).await
     }
 }
 
@@ -935,26 +990,25 @@ mod tests {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2")
     }
 
-    /// The local model; a test that needs it fails with a clear message when it is missing
-    /// (`scripts/test` fetches it first).
-    fn load_model() -> Option<LocalEmbedder> {
+    /// The local model with the default settings; a test that needs it fails with a clear
+    /// message when it is missing (`scripts/test` fetches it first).
+    fn load_model() -> LocalEmbedder {
+        load_model_in(mnemo_encoder::Precision::Auto)
+    }
+
+    /// The local model with its products in `precision`.
+    fn load_model_in(precision: mnemo_encoder::Precision) -> LocalEmbedder {
         let dir = model_dir();
         assert!(
             dir.join("model.safetensors").exists(),
             "the embedding model is missing in {}: run scripts/fetch-model",
             dir.display()
         );
-        Some(LocalEmbedder::load(&dir).expect("load model"))
-    }
-
-    /// The local model with its products in `precision`.
-    fn load_model_in(precision: mnemo_encoder::Precision) -> LocalEmbedder {
         let options = LocalOptions {
             precision,
             ..LocalOptions::default()
         };
-        load_model().expect("model");
-        LocalEmbedder::load_with(&model_dir(), &options).expect("load model")
+        LocalEmbedder::load_with(&dir, &options).expect("load model")
     }
 
     fn dot(a: &[f32], b: &[f32]) -> f32 {
@@ -967,7 +1021,7 @@ mod tests {
 
     #[tokio::test]
     async fn local_model_semantics() {
-        let Some(model) = load_model() else { return };
+        let model = load_model();
         assert_eq!(model.model_id(), "all-MiniLM-L6-v2");
         assert_eq!(model.dimension(), 384);
         assert_eq!(model.pooling(), Pooling::Mean);
@@ -1081,7 +1135,7 @@ mod tests {
     #[tokio::test]
     #[cfg_attr(
         not(any(cpu_vnni, cpu_avx2)),
-        ignore = "this CPU has no integer kernel"
+        ignore = "needs an integer kernel (x86 avx512 vnni, or avx2 with fma)"
     )]
     async fn integer_products_keep_the_vectors_of_the_f32_model() {
         assert!(mnemo_encoder::int8::supported());
@@ -1090,13 +1144,52 @@ mod tests {
 
     /// The same for bfloat16 products on AMX tiles, which round less than 8-bit integers.
     #[tokio::test]
-    #[cfg_attr(not(cpu_amx), ignore = "this CPU has no AMX tiles")]
+    #[cfg_attr(not(cpu_amx), ignore = "needs AMX tiles (x86 amx-tile, amx-bf16)")]
     async fn bf16_products_keep_the_vectors_of_the_f32_model() {
         assert!(
             mnemo_encoder::amx::supported(),
             "this CPU has AMX but Linux did not grant the tile state"
         );
         reduced_products_keep_the_vectors(mnemo_encoder::Precision::Bf16, 0.999).await;
+    }
+
+    /// One short search query runs in 8 bits wherever the CPU has an integer kernel; a long
+    /// query, several at once and every stored text in the model's arithmetic (bfloat16 with
+    /// AMX).
+    #[tokio::test]
+    #[cfg_attr(
+        not(any(cpu_vnni, cpu_avx2)),
+        ignore = "needs an integer kernel (x86 avx512 vnni, or avx2 with fma)"
+    )]
+    async fn one_short_query_runs_in_eight_bits_and_stored_texts_in_the_models_arithmetic() {
+        use mnemo_encoder::Precision;
+        let auto = load_model_in(Precision::Auto);
+        let int8 = load_model_in(Precision::Int8);
+        let batches = load_model_in(auto.precision());
+        assert_eq!(auto.short_query_precision(), Precision::Int8);
+        assert_eq!(batches.short_query_precision(), auto.precision());
+        let short = strings(&["When is my sister's birthday?"]);
+        let long = strings(&[&"what did I say about the garden and the weather ".repeat(4)]);
+        let same = |a: &[Vec<f32>], b: &[Vec<f32>]| {
+            a.len() == b.len() && a.iter().zip(b).all(|(a, b)| dot(a, b) > 0.99999)
+        };
+        let one = auto.embed_queries(&short).await.unwrap();
+        assert!(same(&one, &int8.embed_queries(&short).await.unwrap()));
+        let one_long = auto.embed_queries(&long).await.unwrap();
+        assert!(same(
+            &one_long,
+            &batches.embed_queries(&long).await.unwrap()
+        ));
+        let two = [short.clone(), short.clone()].concat();
+        assert!(same(
+            &auto.embed_queries(&two).await.unwrap(),
+            &batches.embed_queries(&two).await.unwrap()
+        ));
+        let stored = auto.embed(&short).await.unwrap();
+        assert!(same(&stored, &batches.embed(&short).await.unwrap()));
+        // The query's arithmetic and the stored vectors' are held to f32 by the tests above
+        // (int8 ≥ 0.995, bf16 ≥ 0.999), so a query in one finds vectors made in the other.
+        assert!(dot(&one[0], &auto.embed_queries(&two).await.unwrap()[0]) > 0.99);
     }
 
     async fn reduced_products_keep_the_vectors(precision: mnemo_encoder::Precision, least: f32) {
@@ -1160,7 +1253,7 @@ mod tests {
 
     #[tokio::test]
     async fn local_model_batching_padding_and_truncation() {
-        let Some(model) = load_model() else { return };
+        let model = load_model();
         let long = "memory ".repeat(2000);
         let texts = strings(&[
             "short",
@@ -1190,7 +1283,7 @@ mod tests {
     #[tokio::test]
     #[ignore = "benchmark; run with --ignored --nocapture"]
     async fn local_model_throughput() {
-        let Some(model) = load_model() else { return };
+        let model = load_model();
         let texts: Vec<String> = (0..256)
             .map(|i| format!("User note {i}: I prefer green tea over coffee in the morning."))
             .collect();
@@ -1324,7 +1417,7 @@ mod tests {
 
     #[tokio::test]
     async fn local_prefixes_come_from_the_model_unless_set() {
-        let Some(model) = load_model() else { return };
+        let model = load_model();
         assert_eq!(model.prefixes(), ("", ""), "MiniLM declares no prompts");
         let plain = model
             .embed(&strings(&["my cat is Tom"]))

@@ -117,6 +117,8 @@ impl Request {
 /// The [`Embedder`] every part of the server uses: the model behind one batching queue.
 pub struct EmbedQueue {
     model_id: String,
+    vectors_id: String,
+    earlier_vectors_id: Option<String>,
     dimension: usize,
     queries: mpsc::UnboundedSender<Request>,
     bulk: mpsc::UnboundedSender<Request>,
@@ -159,6 +161,8 @@ impl EmbedQueue {
         let bulk = lane(Some(queries_active.clone()));
         Self {
             model_id: inner.model_id().to_string(),
+            vectors_id: inner.vectors_id().to_string(),
+            earlier_vectors_id: inner.earlier_vectors_id().map(str::to_string),
             dimension: inner.dimension(),
             queries,
             bulk,
@@ -208,6 +212,14 @@ enum Lane {
 impl Embedder for EmbedQueue {
     fn model_id(&self) -> &str {
         &self.model_id
+    }
+
+    fn vectors_id(&self) -> &str {
+        &self.vectors_id
+    }
+
+    fn earlier_vectors_id(&self) -> Option<&str> {
+        self.earlier_vectors_id.as_deref()
     }
 
     fn dimension(&self) -> usize {

@@ -211,7 +211,7 @@ impl MemoryEngine {
             .into_iter()
             .map(|vector| Embedded {
                 vector,
-                model: self.embedder.model_id().to_string(),
+                model: self.embedder.vectors_id().to_string(),
             })
             .collect())
     }
@@ -460,7 +460,7 @@ impl MemoryEngine {
             .into_iter()
             .map(|memory| (memory.id, memory))
             .collect();
-        let model = self.embedder.model_id();
+        let model = self.embedder.vectors_id();
         let mut contexts = Vec::new();
         let mut targets = Vec::new();
         let mut texts = Vec::new();
@@ -504,10 +504,39 @@ impl MemoryEngine {
         Ok(deleted)
     }
 
+    /// Relabels vectors stored under an id of an earlier version that this embedder makes the
+    /// same way ([`Embedder::earlier_vectors_id`]: the bare model id, when the arithmetic is
+    /// the default's), so that recording the arithmetic does not make them all again. Returns
+    /// how many memories' and context views' vectors were relabelled.
+    pub async fn adopt_earlier_vectors(&self) -> MemoryResult<u64> {
+        let Some(earlier) = self.embedder.earlier_vectors_id() else {
+            return Ok(0);
+        };
+        let current = self.embedder.vectors_id();
+        if earlier == current {
+            return Ok(0);
+        }
+        let relabelled = self
+            .store
+            .maintenance()
+            .relabel_embeddings(earlier, current)
+            .await?;
+        if relabelled > 0 {
+            tracing::info!(
+                relabelled,
+                from = earlier,
+                to = current,
+                "vectors of the same model and arithmetic kept under the id that names both"
+            );
+        }
+        Ok(relabelled)
+    }
+
     /// Embeds the context views of turns that have none of the current model (after a crash
     /// between a turn and its context, or a model change), in batches. Returns how many.
     pub async fn reembed_stale_contexts(&self) -> MemoryResult<u64> {
-        let model = self.embedder.model_id().to_string();
+        self.adopt_earlier_vectors().await?;
+        let model = self.embedder.vectors_id().to_string();
         let mut done = 0u64;
         loop {
             let stale = self
@@ -533,7 +562,8 @@ impl MemoryEngine {
     /// Re-embeds memories made by another model (after a model change), in batches, calling
     /// `progress(done, total)`. Returns how many were re-embedded.
     pub async fn reembed_stale(&self, progress: impl Fn(u64, u64)) -> MemoryResult<u64> {
-        let model = self.embedder.model_id().to_string();
+        self.adopt_earlier_vectors().await?;
+        let model = self.embedder.vectors_id().to_string();
         let total = self
             .store
             .maintenance()

@@ -502,6 +502,10 @@ pub(in crate::store) trait MemoryStore: Send + Sync + 'static {
         limit: i64,
     ) -> StoreResult<Vec<OwnedMemory>>;
     async fn count_memories_not_embedded_by(&self, model: &str) -> StoreResult<i64>;
+    /// Records vectors stored under the embedder id `from` (memories' and context views') as
+    /// made by `to`, without touching them or the log (the indexes do not keep the id).
+    /// Returns how many were relabelled.
+    async fn relabel_embeddings(&self, from: &str, to: &str) -> StoreResult<u64>;
     /// Writes `new` as superseding `old` in one transaction: the old memory gets `invalid_at`
     /// (and stays in history), the new one links back through `supersedes`.
     async fn supersede_memory(

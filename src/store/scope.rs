@@ -250,6 +250,9 @@ impl Maintenance<'_> {
         /// Memories whose vector was made by another model than `model`, oldest first.
         fn memories_not_embedded_by(&self, model: &str, limit: i64) -> StoreResult<Vec<OwnedMemory>>;
         fn count_memories_not_embedded_by(&self, model: &str) -> StoreResult<i64>;
+        /// Records vectors stored under the embedder id `from` as made by `to` (an id naming
+        /// the same model and arithmetic); returns how many.
+        fn relabel_embeddings(&self, from: &str, to: &str) -> StoreResult<u64>;
         /// Replaces memories' vectors, each under its owner, in one transaction.
         fn set_embeddings(&self, items: &[(UserId, MemoryId, Embedded)]) -> StoreResult<()>;
 

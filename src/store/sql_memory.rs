@@ -1156,6 +1156,24 @@ macro_rules! sql_memory_store {
                     .await?)
             }
 
+            async fn relabel_embeddings(&self, from: &str, to: &str) -> StoreResult<u64> {
+                let mut tx = self.pool.begin().await?;
+                let mut relabelled = 0;
+                for sql in [
+                    "UPDATE memories SET embedding_model = $2 WHERE embedding_model = $1",
+                    "UPDATE memory_contexts SET embedding_model = $2 WHERE embedding_model = $1",
+                ] {
+                    relabelled += sqlx::query(sql)
+                        .bind(from)
+                        .bind(to)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                }
+                tx.commit().await?;
+                Ok(relabelled)
+            }
+
             async fn supersede_memory(
                 &self,
                 user: UserId,

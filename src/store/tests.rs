@@ -53,6 +53,7 @@ conformance!(
     archiving_unused_memories_is_deterministic,
     accesses_recorded_at_once_by_many_replicas_all_count,
     reembedding_finds_other_models,
+    earlier_embedder_ids_are_relabelled_in_place,
     research_records_are_private_and_finish_once,
     documents_are_private_and_find_their_chunks,
     documents_have_one_row_per_source_or_content_claimed_once_per_generation,
@@ -1626,6 +1627,77 @@ async fn reembedding_finds_other_models(store: Arc<dyn Store>) {
     );
     assert_eq!(store.count_memories().await.unwrap(), 2);
     let _ = written;
+}
+
+/// Vectors recorded under an earlier id of the same model and arithmetic (`model-a`) are
+/// recorded as `model-a@int8`, memories and context views, leaving the vectors, the other
+/// models' rows and the log alone.
+async fn earlier_embedder_ids_are_relabelled_in_place(store: Arc<dyn Store>) {
+    let (alice, bob) = two_users(&store).await;
+    let mut written = store
+        .insert_memories(
+            alice.id,
+            vec![
+                new_memory(MemoryKind::Turn, "a", 3),
+                new_memory(MemoryKind::Fact, "b", 3),
+            ],
+        )
+        .await
+        .unwrap();
+    written.extend(
+        store
+            .insert_memories(bob.id, vec![new_memory(MemoryKind::Fact, "c", 3)])
+            .await
+            .unwrap(),
+    );
+    let other = Embedded {
+        vector: vec![0.0, 0.0, 1.0],
+        model: "model-b".into(),
+    };
+    store
+        .set_embeddings(&[(bob.id, written[2].id, other)])
+        .await
+        .unwrap();
+    store
+        .set_context_embeddings(alice.id, vec![(written[0].id, embedded(0.75))])
+        .await
+        .unwrap();
+    let head = store.memory_log_head().await.unwrap();
+
+    assert_eq!(
+        store
+            .relabel_embeddings("model-a", "model-a@int8")
+            .await
+            .unwrap(),
+        3
+    );
+    assert_eq!(store.memory_log_head().await.unwrap(), head);
+    let mine = store.get_memory(alice.id, written[0].id).await.unwrap();
+    assert_eq!(
+        (mine.embedding_model.as_str(), mine.embedding),
+        ("model-a@int8", embedded(0.25).vector)
+    );
+    let contexts = store.context_embeddings(&[written[0].id]).await.unwrap();
+    assert_eq!(contexts.len(), 1);
+    assert_eq!(contexts[0].1.model, "model-a@int8");
+    assert_eq!(contexts[0].1.vector, embedded(0.75).vector);
+    let theirs = store.get_memory(bob.id, written[2].id).await.unwrap();
+    assert_eq!(theirs.embedding_model, "model-b");
+    assert_eq!(
+        store
+            .count_memories_not_embedded_by("model-a@int8")
+            .await
+            .unwrap(),
+        1
+    );
+    // Done once: nothing is left under the earlier id.
+    assert_eq!(
+        store
+            .relabel_embeddings("model-a", "model-a@int8")
+            .await
+            .unwrap(),
+        0
+    );
 }
 
 fn chunk_of(document: DocumentId, index: usize, content: &str) -> (NewMemory, Embedded) {

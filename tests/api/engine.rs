@@ -69,7 +69,7 @@ async fn memories_from_another_model_are_reembedded_at_start_and_become_recallab
     app.stop().await;
 
     let app = TestApp::spawn(&home).await;
-    let model = app.state.memory.embedder().model_id().to_string();
+    let model = app.state.memory.embedder().vectors_id().to_string();
     let mut remaining = 1;
     for _ in 0..100 {
         remaining = app
@@ -101,6 +101,117 @@ async fn memories_from_another_model_are_reembedded_at_start_and_become_recallab
         .await
         .unwrap();
     assert!(listed.iter().all(|memory| memory.embedding.len() == 384));
+    app.stop().await;
+}
+
+/// Waits until no memory's vector is recorded under another id than `id` (the re-embedding at
+/// start has run).
+async fn wait_embedded_by(app: &TestApp, id: &str) {
+    let mut remaining = 1;
+    for _ in 0..100 {
+        remaining = app
+            .state
+            .store
+            .maintenance()
+            .count_memories_not_embedded_by(id)
+            .await
+            .unwrap();
+        if remaining == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(remaining, 0, "every memory is recorded as made by {id}");
+}
+
+/// A data directory of the versions that recorded the bare model id keeps its vectors when the
+/// arithmetic is the default's (`auto`, here 8 bits or bfloat16), relabelled with the
+/// arithmetic; under another arithmetic they are made again, as after a change of model.
+#[tokio::test]
+#[cfg_attr(
+    not(any(cpu_amx, cpu_vnni, cpu_avx2)),
+    ignore = "needs a reduced arithmetic for the default (x86 amx, avx512 vnni, or avx2 with fma)"
+)]
+async fn vectors_under_the_bare_model_id_are_kept_in_the_default_arithmetic_and_remade_in_another()
+{
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    app.user_key("alice").await;
+    let user = app
+        .state
+        .store
+        .accounts()
+        .user_by_name("alice")
+        .await
+        .unwrap()
+        .unwrap();
+    let embedder = app.state.memory.embedder().clone();
+    let bare = embedder.model_id().to_string();
+    assert_eq!(bare, "all-MiniLM-L6-v2");
+    let default = mnemo_encoder::Precision::Auto.on_this_cpu();
+    assert_ne!(default, mnemo_encoder::Precision::F32);
+    let current = format!("{bare}@{}", default.name());
+    assert_eq!(embedder.vectors_id(), current);
+    assert_eq!(embedder.earlier_vectors_id(), Some(bare.as_str()));
+    // A vector no model makes (not of unit length): still there means not made again.
+    let marker = Embedded {
+        vector: vec![0.5; 384],
+        model: bare.clone(),
+    };
+    let news = ["My daughter's name is Priya", "I moved to Lisbon in 2021"]
+        .iter()
+        .map(|content| {
+            (
+                NewMemory::from_user(MemoryKind::Fact, *content, 3),
+                marker.clone(),
+            )
+        })
+        .collect();
+    app.state
+        .store
+        .user(user.id)
+        .insert_memories(news)
+        .await
+        .unwrap();
+    app.stop().await;
+
+    let app = TestApp::spawn(&home).await;
+    wait_embedded_by(&app, &current).await;
+    let list = |app: &TestApp| {
+        let store = app.state.store.clone();
+        async move {
+            store
+                .user(user.id)
+                .list_memories(&Default::default(), 10, None)
+                .await
+                .unwrap()
+        }
+    };
+    let kept = list(&app).await;
+    assert_eq!(kept.len(), 2);
+    for memory in &kept {
+        assert_eq!(memory.embedding_model, current);
+        assert_eq!(
+            memory.embedding, marker.vector,
+            "{} was embedded again",
+            memory.content
+        );
+    }
+    app.stop().await;
+
+    let app = TestApp::spawn_with(&home, &[("MNEMO__EMBEDDER__PRECISION", "f32")]).await;
+    let exact = format!("{bare}@f32");
+    assert_eq!(app.state.memory.embedder().vectors_id(), exact);
+    assert_eq!(app.state.memory.embedder().earlier_vectors_id(), None);
+    wait_embedded_by(&app, &exact).await;
+    for memory in list(&app).await {
+        assert_eq!(memory.embedding.len(), 384);
+        assert_ne!(
+            memory.embedding, marker.vector,
+            "{} was kept",
+            memory.content
+        );
+    }
     app.stop().await;
 }
 

@@ -94,7 +94,7 @@ fn to_bf16(v: f32) -> u16 {
     (bits.wrapping_add(rounding) >> 16) as u16
 }
 
-vectorised!(convert_rows, convert_body, (x: &[f32], out: &mut [u16]));
+vectorised!(convert_rows / convert_rows_on, convert_body, (x: &[f32], out: &mut [u16]));
 
 #[inline(always)]
 fn convert_body(x: &[f32], out: &mut [u16]) {
@@ -446,7 +446,7 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(not(cpu_amx), ignore = "this CPU has no AMX tiles")]
+    #[cfg_attr(not(cpu_amx), ignore = "needs AMX tiles (x86 amx-tile, amx-bf16)")]
     fn tile_products_track_the_f32_ones() {
         assert!(
             supported(),
@@ -478,7 +478,7 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(not(cpu_amx), ignore = "this CPU has no AMX tiles")]
+    #[cfg_attr(not(cpu_amx), ignore = "needs AMX tiles (x86 amx-tile, amx-bf16)")]
     fn a_row_does_not_depend_on_its_batch() {
         assert!(
             supported(),

@@ -72,6 +72,22 @@ impl Kernel {
     }
 }
 
+impl Kernel {
+    /// Whether this CPU has the kernel's instructions.
+    pub fn runs_here(self) -> bool {
+        match self {
+            Self::Vnni => vnni(),
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx2 => {
+                std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            Self::Avx2 => false,
+        }
+    }
+}
+
 /// True when this CPU runs an integer kernel.
 pub fn supported() -> bool {
     Kernel::detect().is_some()
@@ -543,7 +559,10 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(not(cpu_vnni), ignore = "this CPU has no AVX-512 VNNI")]
+    #[cfg_attr(
+        not(cpu_vnni),
+        ignore = "needs AVX-512 VNNI (x86 avx512f, bw, dq, vnni)"
+    )]
     fn the_wide_and_the_plain_quantiser_agree() {
         assert!(vnni());
         let values = matrix(64, BLOCK, 7);
@@ -581,7 +600,7 @@ mod tests {
     #[test]
     #[cfg_attr(
         not(any(cpu_vnni, cpu_avx2)),
-        ignore = "this CPU has no integer kernel"
+        ignore = "needs an integer kernel (x86 avx512 vnni, or avx2 with fma)"
     )]
     fn integer_products_track_the_f32_ones() {
         for kernel in kernels() {
@@ -624,7 +643,7 @@ mod tests {
     #[test]
     #[cfg_attr(
         not(all(cpu_vnni, cpu_avx2)),
-        ignore = "this CPU has one integer kernel"
+        ignore = "needs both integer kernels (x86 avx512 vnni, and avx2 with fma)"
     )]
     fn the_two_kernels_agree() {
         let found = kernels();
@@ -657,7 +676,7 @@ mod tests {
     #[test]
     #[cfg_attr(
         not(any(cpu_vnni, cpu_avx2)),
-        ignore = "this CPU has no integer kernel"
+        ignore = "needs an integer kernel (x86 avx512 vnni, or avx2 with fma)"
     )]
     fn an_outlier_channel_costs_only_its_own_block() {
         let (k, n) = (384, 64);
@@ -693,7 +712,7 @@ mod tests {
     #[test]
     #[cfg_attr(
         not(any(cpu_vnni, cpu_avx2)),
-        ignore = "this CPU has no integer kernel"
+        ignore = "needs an integer kernel (x86 avx512 vnni, or avx2 with fma)"
     )]
     fn a_zero_row_gives_the_bias() {
         for kernel in kernels() {

@@ -121,9 +121,9 @@ fn softmax_rows_body(scores: &mut [f32], width: usize) {
     }
 }
 
-vectorised!(pub(crate) gelu_in_place, gelu_body, (x: &mut [f32]));
-vectorised!(pub(crate) gelu_tanh_in_place, gelu_tanh_body, (x: &mut [f32]));
-vectorised!(pub(crate) softmax_rows, softmax_rows_body, (scores: &mut [f32], width: usize));
+vectorised!(pub(crate) gelu_in_place / gelu_in_place_on, gelu_body, (x: &mut [f32]));
+vectorised!(pub(crate) gelu_tanh_in_place / gelu_tanh_in_place_on, gelu_tanh_body, (x: &mut [f32]));
+vectorised!(pub(crate) softmax_rows / softmax_rows_on, softmax_rows_body, (scores: &mut [f32], width: usize));
 
 #[cfg(test)]
 mod tests {

@@ -28,7 +28,8 @@
 use std::collections::HashMap;
 
 use crate::{
-    Activation, BertEncoder, Dense, EncoderError, Layer, Norm, WordTable, concat_columns, transpose,
+    Activation, BertEncoder, Dense, EncoderError, Layer, Norm, Precision, WordTable,
+    concat_columns, transpose,
 };
 
 /// The first four bytes of a packed model file.
@@ -44,6 +45,15 @@ pub(crate) struct Q4Matrix {
 }
 
 impl Q4Matrix {
+    /// A matrix of `cols` columns from its stored rows (tests build their own).
+    #[cfg(test)]
+    pub(crate) fn from_bytes(bytes: Vec<u8>, cols: usize) -> Self {
+        assert!(
+            cols.is_multiple_of(BLOCK) && bytes.len().is_multiple_of(cols / BLOCK * BLOCK_BYTES)
+        );
+        Self { bytes, cols }
+    }
+
     fn row_bytes(&self) -> usize {
         self.cols / BLOCK * BLOCK_BYTES
     }
@@ -64,7 +74,7 @@ impl Q4Matrix {
         }
     }
 
-    fn expand(&self) -> Vec<f32> {
+    pub(crate) fn expand(&self) -> Vec<f32> {
         let rows = self.bytes.len() / self.row_bytes();
         let mut out = vec![0.0f32; rows * self.cols];
         for (row, values) in out.chunks_exact_mut(self.cols).enumerate() {
@@ -336,6 +346,8 @@ pub fn load(bytes: &[u8]) -> Result<PackedModel, EncoderError> {
         token_type: tensors.floats("emb.type", type_vocab * hidden)?,
         embedding_norm: tensors.norm("emb.ln", hidden)?,
         layers,
+        precision: Precision::F32,
+        short: Precision::F32,
     };
     Ok(PackedModel {
         encoder,

@@ -260,6 +260,14 @@ impl Embedder for EvalEmbedder {
         self.inner.model_id()
     }
 
+    fn vectors_id(&self) -> &str {
+        self.inner.vectors_id()
+    }
+
+    fn earlier_vectors_id(&self) -> Option<&str> {
+        self.inner.earlier_vectors_id()
+    }
+
     fn dimension(&self) -> usize {
         self.inner.dimension()
     }
