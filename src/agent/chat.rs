@@ -206,7 +206,7 @@ impl ChatService {
         if let Some(content) = conversation.new_user_message() {
             let content = content.to_string();
             return self
-                .begin(user, thread, &content, None, Some(conversation))
+                .begin(user, thread, &content, None, Some(conversation), None)
                 .await;
         }
         let messages = self.deps.store.user(user).list_messages(thread).await?;

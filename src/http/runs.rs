@@ -16,6 +16,7 @@ use crate::error::ErrorKind;
 use crate::store::{JobResult, JobStatus, Run, RunId};
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct EventsQuery {
     /// Replay events after this sequence number (as `Last-Event-ID` does); default 0.
     pub after: Option<i64>,
@@ -95,6 +96,7 @@ pub async fn cancel_run(
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct RunMemoryQuery {
     /// Wait up to this many seconds (at most 30) for the job to finish; default 0 (answer now).
     #[param(maximum = 30)]
