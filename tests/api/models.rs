@@ -28,7 +28,7 @@ async fn post(app: &TestApp, key: &str, thread: &str, body: Value) -> (StatusCod
 }
 
 /// Reads the run's events to its end.
-async fn events(app: &TestApp, key: &str, run: &str) -> Vec<ReceivedEvent> {
+async fn read_run(app: &TestApp, key: &str, run: &str) -> Vec<ReceivedEvent> {
     app.events(key, run, None).await.collect().await
 }
 
@@ -96,7 +96,7 @@ async fn a_message_is_answered_by_the_configured_model_it_names_and_an_unknown_o
     )
     .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{run}");
-    let events = events(&app, &key, run["id"].as_str().unwrap()).await;
+    let events = read_run(&app, &key, run["id"].as_str().unwrap()).await;
     let start = events
         .iter()
         .find(|event| event.event == "session_start")
@@ -121,7 +121,7 @@ async fn a_message_is_answered_by_the_configured_model_it_names_and_an_unknown_o
     )
     .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{run}");
-    events(&app, &key, run["id"].as_str().unwrap()).await;
+    read_run(&app, &key, run["id"].as_str().unwrap()).await;
     assert_eq!(llm.requests()[1]["model"], "fake-model");
     app.stop().await;
 }
@@ -189,15 +189,15 @@ async fn a_turns_memory_job_lists_what_it_stored_and_the_wait_returns_when_it_is
     let id = changed[0]["id"].as_str().unwrap();
     let (status, stored) = app.get(&format!("/v1/memories/{id}"), Some(&key)).await;
     assert_eq!(status, StatusCode::OK, "{stored}");
-    assert_eq!(stored["content"], content);
-    assert_eq!(stored["kind"], "fact");
+    assert_eq!(stored["memory"]["content"], content);
+    assert_eq!(stored["memory"]["kind"], "fact");
 
     // A question stores nothing worth a notice (its turn record is not listed).
     let question = app
         .post_message(&key, &thread, "Where does my sister live?")
         .await;
     let question = question["id"].as_str().unwrap().to_string();
-    events(&app, &key, &question).await;
+    read_run(&app, &key, &question).await;
     let (status, memory) = run_memory(&app, &key, &question, 30).await;
     assert_eq!(status, StatusCode::OK, "{memory}");
     assert_eq!(memory["status"], "done", "{memory}");

@@ -159,9 +159,9 @@ test('memory notice: after "Remember that …" the chat says what was stored, fr
   assert.ok(id, href)
   const stored = await stack.api('GET', `/v1/memories/${id}`)
   assert.equal(stored.status, 200)
-  assert.match(await item.innerText(), new RegExp(stored.body.content.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')))
+  assert.match(await item.innerText(), new RegExp(stored.body.memory.content.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')))
   await item.click()
-  await page.getByTestId('memory-selected').filter({ hasText: stored.body.content }).waitFor()
+  await page.getByTestId('memory-selected').filter({ hasText: stored.body.memory.content }).waitFor()
 
   // A question stores nothing: no notice.
   await page.getByTestId('nav-chat').click()
