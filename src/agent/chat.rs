@@ -278,8 +278,7 @@ impl ChatService {
             .memory
             .unlearn_messages(user, thread, &removed)
             .await?;
-        self.begin(user, thread, &content, None, None, chosen)
-            .await
+        self.begin(user, thread, &content, None, None, chosen).await
     }
 
     /// The body retrying a turn of a thread taken over from a replica that stopped: the turn
@@ -307,7 +306,10 @@ impl ChatService {
         let chosen = turn.chat_turn.model.as_deref().and_then(|name| {
             let chosen = self.deps.models.named(name).map(ChosenModel);
             if chosen.is_none() {
-                tracing::warn!(model = name, "the turn's model is no longer configured; the chat model answers");
+                tracing::warn!(
+                    model = name,
+                    "the turn's model is no longer configured; the chat model answers"
+                );
             }
             chosen
         });
@@ -335,7 +337,9 @@ impl ChatService {
                 "content is longer than {MAX_MESSAGE_CHARS} characters"
             )));
         }
-        let chosen_name = chosen.as_ref().map(|chosen| chosen.0.model.model().to_string());
+        let chosen_name = chosen
+            .as_ref()
+            .map(|chosen| chosen.0.model.model().to_string());
         let idempotency = idempotency_key
             .map(|key| idempotency(key, thread, content, chosen_name.as_deref()))
             .transpose()?;

@@ -222,7 +222,10 @@ pub enum Outcome {
     Recorded(MemoryId),
     Added(MemoryId),
     Duplicate(MemoryId),
-    Superseded { old: MemoryId, new: MemoryId },
+    Superseded {
+        old: MemoryId,
+        new: MemoryId,
+    },
 }
 
 /// The memory model's consolidation decision for one candidate.

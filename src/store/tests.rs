@@ -1939,7 +1939,10 @@ async fn a_turn_job_records_what_it_did_and_is_found_from_its_run(store: Arc<dyn
         .create_run(alice.id, Some(thread.id), RunKind::Chat, None)
         .await
         .unwrap();
-    assert_eq!(store.run_memory_job(alice.id, other.id).await.unwrap(), None);
+    assert_eq!(
+        store.run_memory_job(alice.id, other.id).await.unwrap(),
+        None
+    );
 
     store
         .finish_run(alice.id, run.id, RunStatus::Completed, None)

@@ -23,8 +23,12 @@ async fn thread_id(app: &TestApp, key: &str) -> String {
 
 /// Posts `body` to the thread without streaming: the status and the answer.
 async fn post(app: &TestApp, key: &str, thread: &str, body: Value) -> (StatusCode, Value) {
-    app.post(&format!("/v1/threads/{thread}/messages"), Some(key), Some(body))
-        .await
+    app.post(
+        &format!("/v1/threads/{thread}/messages"),
+        Some(key),
+        Some(body),
+    )
+    .await
 }
 
 /// Reads the run's events to its end.
@@ -45,7 +49,10 @@ async fn a_message_is_answered_by_the_configured_model_it_names_and_an_unknown_o
     let app = TestApp::spawn_with_llm(
         &home,
         &llm,
-        &[NO_WRITER, ("MNEMO__LLM__ROLES__RESEARCH__MODEL", "fake-large")],
+        &[
+            NO_WRITER,
+            ("MNEMO__LLM__ROLES__RESEARCH__MODEL", "fake-large"),
+        ],
     )
     .await;
     let key = app.user_key("alice").await;
@@ -101,7 +108,10 @@ async fn a_message_is_answered_by_the_configured_model_it_names_and_an_unknown_o
         .iter()
         .find(|event| event.event == "session_start")
         .unwrap();
-    assert_eq!(start.data["model"], "fake-large", "the run records its model");
+    assert_eq!(
+        start.data["model"], "fake-large",
+        "the run records its model"
+    );
     let complete = events
         .iter()
         .find(|event| event.event == "message_complete")
@@ -205,10 +215,11 @@ async fn a_turns_memory_job_lists_what_it_stored_and_the_wait_returns_when_it_is
 
     // Without a wait the answer is immediate; a wait past 30 s is refused; another user's run
     // is not found.
-    let (status, memory) = app
-        .get(&format!("/v1/runs/{run}/memory"), Some(&key))
-        .await;
-    assert_eq!((status, &memory["status"]), (StatusCode::OK, &json!("done")));
+    let (status, memory) = app.get(&format!("/v1/runs/{run}/memory"), Some(&key)).await;
+    assert_eq!(
+        (status, &memory["status"]),
+        (StatusCode::OK, &json!("done"))
+    );
     let (status, body) = run_memory(&app, &key, &run, 31).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert!(body["error"]["message"].as_str().unwrap().contains("30"));
