@@ -26,7 +26,7 @@ pub enum ConfigError {
 macro_rules! choice {
     (
         $(#[$meta:meta])*
-        $name:ident ($what:literal, $case:literal) { $($(#[$vmeta:meta])* $variant:ident),* $(,)? }
+        $name:ident ($what:literal, $case:tt) { $($(#[$vmeta:meta])* $variant:ident),* $(,)? }
     ) => {
         $(#[$meta])*
         #[derive(

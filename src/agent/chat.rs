@@ -149,8 +149,48 @@ impl ChatService {
         content: &str,
         idempotency_key: Option<&str>,
     ) -> Result<Run, ChatError> {
-        self.begin(user, thread, content, idempotency_key, None)
+        self.begin(user, thread, content, idempotency_key, None, None)
             .await
+    }
+
+    /// [`ChatService::send_keyed`] answered by the configured model named `model` (any role's,
+    /// as [`Models::names`] lists them) instead of the chat role's; `None` is the chat role's.
+    /// An unknown name, or a name on a server without models, is refused before anything is
+    /// stored.
+    pub async fn send_with_model(
+        &self,
+        user: UserId,
+        thread: ThreadId,
+        content: &str,
+        idempotency_key: Option<&str>,
+        model: Option<&str>,
+    ) -> Result<Run, ChatError> {
+        let chosen = self.chosen_model(model)?;
+        self.begin(user, thread, content, idempotency_key, None, chosen)
+            .await
+    }
+
+    /// The configured model a client asked for by name (`None`: the chat role's).
+    pub fn chosen_model(&self, name: Option<&str>) -> Result<Option<ChosenModel>, ChatError> {
+        let Some(name) = name else {
+            return Ok(None);
+        };
+        let models = &self.deps.models;
+        if !models.configured() {
+            return Err(ChatError::BadRequest(
+                "no model is configured on this server: send the message without `model`".into(),
+            ));
+        }
+        models
+            .named(name)
+            .map(|model| Some(ChosenModel(model)))
+            .ok_or_else(|| {
+                ChatError::BadRequest(format!(
+                    "unknown model {:?}: this server's models are {}",
+                    crate::text::prefix(name, 100),
+                    models.names().join(", ")
+                ))
+            })
     }
 
     /// A turn of an outside client's conversation in `thread`: its newest user message is
@@ -166,7 +206,7 @@ impl ChatService {
         if let Some(content) = conversation.new_user_message() {
             let content = content.to_string();
             return self
-                .begin(user, thread, &content, None, Some(conversation))
+                .begin(user, thread, &content, None, Some(conversation), None)
                 .await;
         }
         let messages = self.deps.store.user(user).list_messages(thread).await?;
@@ -181,7 +221,7 @@ impl ChatService {
         let run = self
             .runs
             .start(user, Some(thread), RunKind::Chat, move |context| {
-                run_chat_turn(context, deps, asked, Some(conversation))
+                run_chat_turn(context, deps, asked, Some(conversation), None)
             })
             .await?;
         let job = TurnJob {
@@ -205,7 +245,9 @@ impl ChatService {
         thread: ThreadId,
         message: MessageId,
         content: Option<&str>,
+        model: Option<&str>,
     ) -> Result<Run, ChatError> {
+        let chosen = self.chosen_model(model)?;
         let scope = self.deps.store.user(user);
         let original = scope
             .list_messages(thread)
@@ -236,7 +278,7 @@ impl ChatService {
             .memory
             .unlearn_messages(user, thread, &removed)
             .await?;
-        self.begin(user, thread, &content, None, None).await
+        self.begin(user, thread, &content, None, None, chosen).await
     }
 
     /// The body retrying a turn of a thread taken over from a replica that stopped: the turn
@@ -260,9 +302,20 @@ impl ChatService {
             .into_iter()
             .find(|message| message.id == turn.chat_turn.message_id && message.role == Role::User)
             .ok_or("the turn's message is gone")?;
+        // The model the turn was asked of, if it is still configured; else the chat role's.
+        let chosen = turn.chat_turn.model.as_deref().and_then(|name| {
+            let chosen = self.deps.models.named(name).map(ChosenModel);
+            if chosen.is_none() {
+                tracing::warn!(
+                    model = name,
+                    "the turn's model is no longer configured; the chat model answers"
+                );
+            }
+            chosen
+        });
         let deps = self.deps.clone();
         Ok(Box::new(move |context| {
-            Box::pin(run_chat_turn(context, deps, message, None))
+            Box::pin(run_chat_turn(context, deps, message, None, chosen))
         }))
     }
 
@@ -273,6 +326,7 @@ impl ChatService {
         content: &str,
         idempotency_key: Option<&str>,
         conversation: Option<ClientConversation>,
+        chosen: Option<ChosenModel>,
     ) -> Result<Run, ChatError> {
         let content = content.trim();
         if content.is_empty() {
@@ -283,8 +337,11 @@ impl ChatService {
                 "content is longer than {MAX_MESSAGE_CHARS} characters"
             )));
         }
+        let chosen_name = chosen
+            .as_ref()
+            .map(|chosen| chosen.0.model.model().to_string());
         let idempotency = idempotency_key
-            .map(|key| idempotency(key, thread, content))
+            .map(|key| idempotency(key, thread, content, chosen_name.as_deref()))
             .transpose()?;
         // Refused before anything is stored, so a retry does not duplicate the message.
         self.runs.admit(user).await?;
@@ -317,7 +374,7 @@ impl ChatService {
             BegunTurn::Started { message, run } => {
                 let deps = self.deps.clone();
                 self.runs.launch(user, run.clone(), move |context| {
-                    run_chat_turn(context, deps, message, conversation)
+                    run_chat_turn(context, deps, message, conversation, chosen)
                 });
                 self.deps.writer.notify();
                 Ok(run)
@@ -330,7 +387,12 @@ impl ChatService {
 pub const MAX_IDEMPOTENCY_KEY_CHARS: usize = 255;
 
 /// A checked idempotency key and the digest of the request it stands for.
-fn idempotency(key: &str, thread: ThreadId, content: &str) -> Result<Idempotency, ChatError> {
+fn idempotency(
+    key: &str,
+    thread: ThreadId,
+    content: &str,
+    model: Option<&str>,
+) -> Result<Idempotency, ChatError> {
     use sha2::Digest as _;
     let key = key.trim();
     if key.is_empty()
@@ -344,6 +406,11 @@ fn idempotency(key: &str, thread: ThreadId, content: &str) -> Result<Idempotency
     let mut digest = sha2::Sha256::new();
     digest.update(thread.as_uuid().as_bytes());
     digest.update(content.as_bytes());
+    if let Some(model) = model {
+        // The same words asked of another model are another request.
+        digest.update([0u8]);
+        digest.update(model.as_bytes());
+    }
     Ok(Idempotency {
         key: key.to_string(),
         digest: hex::encode(digest.finalize()),
@@ -376,7 +443,16 @@ struct TurnCheckpoint {
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct TurnMessage {
     message_id: MessageId,
+    /// The model the user chose for the turn (absent: the chat role's), so a replica taking
+    /// the turn over answers with the same one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    model: Option<String>,
 }
+
+/// A configured model a turn was asked to answer with instead of the chat role's
+/// ([`ChatService::chosen_model`]).
+#[derive(Clone)]
+pub struct ChosenModel(RoleModel);
 
 /// One turn answering `message` in the run's thread.
 pub async fn run_chat_turn(
@@ -384,14 +460,19 @@ pub async fn run_chat_turn(
     deps: ChatDeps,
     message: Message,
     client: Option<ClientConversation>,
+    chosen: Option<ChosenModel>,
 ) -> Result<(), RunFailure> {
     let user = context.user;
+    let chosen_name = chosen
+        .as_ref()
+        .map(|chosen| chosen.0.model.model().to_string());
     let thread = context
         .thread_id()
         .ok_or_else(|| failure(RunErrorType::Validation, "a chat turn needs a thread"))?;
     let chat_model = client
         .as_ref()
         .and_then(|client| client.model.clone())
+        .or_else(|| chosen.map(|chosen| chosen.0))
         .or_else(|| deps.models.role(ModelRole::Chat).cloned());
     if client.is_none() {
         // An outside client's conversation lives in its request; a thread's turn can be
@@ -400,6 +481,7 @@ pub async fn run_chat_turn(
         let saved = TurnCheckpoint {
             chat_turn: TurnMessage {
                 message_id: message.id,
+                model: chosen_name,
             },
         };
         match context

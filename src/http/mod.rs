@@ -85,6 +85,7 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(runs::get_run))
         .routes(routes!(runs::run_events))
         .routes(routes!(runs::cancel_run))
+        .routes(routes!(runs::run_memory))
         .routes(routes!(research::input))
         .routes(routes!(memories::search))
         .routes(routes!(memories::list, memories::add, memories::delete_all))

@@ -53,6 +53,11 @@ pub struct PostMessage {
     /// run, to be followed at `GET /v1/runs/{id}/events`.
     #[serde(default = "default_true")]
     pub stream: bool,
+    /// The model to answer with, by name: one of the configured models (`GET /v1/roles`);
+    /// absent, the chat role's. Any other name is refused (400, naming the allowed ones).
+    #[serde(default)]
+    #[schema(max_length = 200)]
+    pub model: Option<String>,
 }
 
 fn default_true() -> bool {
@@ -233,7 +238,7 @@ pub async fn post_message(
     };
     let run = state
         .chat
-        .send_keyed(user_id, thread, &body.content, key)
+        .send_with_model(user_id, thread, &body.content, key, body.model.as_deref())
         .await
         .map_err(ApiError::from_error)?;
     Ok(turn_response(&state, user_id, run, body.stream))
@@ -262,6 +267,10 @@ pub struct RetryMessage {
     /// As for `POST /v1/threads/{id}/messages`.
     #[serde(default = "default_true")]
     pub stream: bool,
+    /// As for `POST /v1/threads/{id}/messages`.
+    #[serde(default)]
+    #[schema(max_length = 200)]
+    pub model: Option<String>,
 }
 
 #[utoipa::path(post, path = "/v1/threads/{id}/messages/{message_id}/retry", tag = "threads",
@@ -286,7 +295,13 @@ pub async fn retry_message(
     let user_id = user.user_id;
     let run = state
         .chat
-        .retry(user_id, thread, message, body.content.as_deref())
+        .retry(
+            user_id,
+            thread,
+            message,
+            body.content.as_deref(),
+            body.model.as_deref(),
+        )
         .await
         .map_err(ApiError::from_error)?;
     Ok(turn_response(&state, user_id, run, body.stream))

@@ -218,9 +218,14 @@ pub const IMPORT_BATCH_LINES: usize = 500;
 /// What consolidation did with a candidate.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
+    /// A message kept as the conversation's record (a `turn` memory), not something learnt.
+    Recorded(MemoryId),
     Added(MemoryId),
     Duplicate(MemoryId),
-    Superseded { old: MemoryId, new: MemoryId },
+    Superseded {
+        old: MemoryId,
+        new: MemoryId,
+    },
 }
 
 /// The memory model's consolidation decision for one candidate.
@@ -236,6 +241,10 @@ pub struct MemoryWriter {
     memory: Arc<MemoryEngine>,
     models: Models,
     wake: Notify,
+    /// Woken whenever this replica's workers finish a job (done or failed), for those waiting
+    /// on one (`GET /v1/runs/{id}/memory?wait=`); a job another replica finishes is seen by
+    /// their polling.
+    finished: Notify,
 }
 
 impl MemoryWriter {
@@ -245,12 +254,86 @@ impl MemoryWriter {
             memory,
             models,
             wake: Notify::new(),
+            finished: Notify::new(),
         })
     }
 
     /// Wakes the workers (after an enqueue or when a run ends).
     pub fn notify(&self) {
         self.wake.notify_waiters();
+    }
+
+    /// The user's `turn` job queued by `run`, with what it did once done; waits up to `wait`
+    /// for it to finish (woken by this replica's workers, else looking again every 500 ms).
+    pub async fn run_memory_job(
+        &self,
+        user: UserId,
+        run: crate::store::RunId,
+        wait: Duration,
+        stop: &CancellationToken,
+    ) -> crate::store::StoreResult<Option<crate::store::JobRecord>> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let finished = self.finished.notified();
+            let record = self.store.user(user).run_memory_job(run).await?;
+            let pending = record.as_ref().is_some_and(|record| {
+                matches!(record.status, JobStatus::Queued | JobStatus::Running)
+            });
+            if !pending || tokio::time::Instant::now() >= deadline {
+                return Ok(record);
+            }
+            tokio::select! {
+                _ = finished => {}
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+                _ = stop.cancelled() => return Ok(record),
+            }
+        }
+    }
+
+    /// What a job's outcomes did to the user's memories, as recorded with its completion: each
+    /// memory added or superseding another, as it is stored now (one read).
+    async fn job_result(
+        &self,
+        user: UserId,
+        outcomes: &[Outcome],
+    ) -> crate::store::StoreResult<crate::store::JobResult> {
+        use crate::store::{ChangedMemory, JobResult, MemoryChange};
+        let changed: Vec<(MemoryId, Option<MemoryId>)> = outcomes
+            .iter()
+            .filter_map(|outcome| match outcome {
+                Outcome::Added(id) => Some((*id, None)),
+                Outcome::Superseded { old, new } => Some((*new, Some(*old))),
+                Outcome::Recorded(_) | Outcome::Duplicate(_) => None,
+            })
+            .collect();
+        if changed.is_empty() {
+            return Ok(JobResult::default());
+        }
+        let ids: Vec<MemoryId> = changed.iter().map(|(id, _)| *id).collect();
+        let stored = self.store.user(user).memories_by_ids(&ids).await?;
+        let mut seen = std::collections::HashSet::new();
+        let memories = changed
+            .into_iter()
+            .filter(|(id, _)| seen.insert(*id))
+            .filter_map(|(id, replaces)| {
+                // A memory deleted since (the thread was deleted) is no longer news.
+                let memory = stored.iter().find(|memory| memory.id == id)?;
+                Some(ChangedMemory {
+                    change: if replaces.is_some() {
+                        MemoryChange::Superseded
+                    } else {
+                        MemoryChange::Added
+                    },
+                    id,
+                    kind: memory.kind,
+                    content: memory.content.clone(),
+                    replaces,
+                })
+            })
+            .filter(|changed| changed.kind != MemoryKind::Turn)
+            .collect();
+        Ok(JobResult { memories })
     }
 
     /// Imports a past conversation into `thread`: its messages are stored in order (with their
@@ -489,9 +572,13 @@ impl MemoryWriter {
         };
         match result {
             Ok(outcomes) => {
-                self.store.maintenance().complete_job(job.id).await?;
+                let result = self.job_result(job.user, &outcomes).await?;
+                self.store
+                    .maintenance()
+                    .complete_job(job.id, &result)
+                    .await?;
                 metrics::counter!("mnemo_writer_jobs_total", "status" => "done").increment(1);
-                tracing::debug!(kind = %job.kind, outcomes = outcomes.len(), "memory job done");
+                tracing::debug!(kind = %job.kind, outcomes = outcomes.len(), changed = result.memories.len(), "memory job done");
             }
             Err(error) => {
                 let retry = (error.retry() && job.attempts < MAX_ATTEMPTS).then(|| {
@@ -505,6 +592,7 @@ impl MemoryWriter {
                     .await?;
             }
         }
+        self.finished.notify_waiters();
         let latency = (crate::store::now() - job.created_at)
             .num_milliseconds()
             .max(0) as f64;
@@ -724,7 +812,7 @@ impl MemoryWriter {
         };
         let mut outcomes: Vec<Outcome> = added
             .into_iter()
-            .map(|memory| Outcome::Added(memory.id))
+            .map(|memory| Outcome::Recorded(memory.id))
             .collect();
         outcomes.extend(
             self.remember_what_was_said(user, user_message, assistant)
@@ -752,7 +840,7 @@ impl MemoryWriter {
                     .add(user, batch.to_vec())
                     .await?
                     .into_iter()
-                    .map(|memory| Outcome::Added(memory.id)),
+                    .map(|memory| Outcome::Recorded(memory.id)),
             );
         }
         for (index, message) in imported.iter().enumerate() {

@@ -564,6 +564,50 @@ pub struct Job {
     pub created_at: DateTime<Utc>,
 }
 
+/// What a finished memory job did, recorded with its completion (the `result` column): the
+/// memories it stored or changed. The conversation's own record (its `turn` memories) is not
+/// listed, nor a statement the user already had (a duplicate changes nothing).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct JobResult {
+    /// In the order the job wrote them; empty when it stored nothing.
+    pub memories: Vec<ChangedMemory>,
+}
+
+/// How a job changed one memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryChange {
+    /// A new memory.
+    Added,
+    /// A new memory that replaces an older one saying otherwise (`replaces`, kept in history).
+    Superseded,
+}
+
+/// One memory a job stored or changed, as it was written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ChangedMemory {
+    pub change: MemoryChange,
+    /// The memory now (`GET /v1/memories/{id}`).
+    #[schema(value_type = String, format = Uuid)]
+    pub id: MemoryId,
+    pub kind: MemoryKind,
+    pub content: String,
+    /// For `superseded`: the memory it replaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, format = Uuid)]
+    pub replaces: Option<MemoryId>,
+}
+
+/// A job as its owner sees it: where it is and, once done, what it did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRecord {
+    pub key: String,
+    pub kind: JobKind,
+    pub status: JobStatus,
+    /// Set when the job is done (absent for jobs finished before results were recorded).
+    pub result: Option<JobResult>,
+}
+
 /// Queue depth and age, for `/health` and `/metrics`.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct QueueStats {
@@ -607,7 +651,8 @@ pub(in crate::store) trait JobStore: Send + Sync + 'static {
         lease: chrono::Duration,
         max_attempts: i64,
     ) -> StoreResult<Option<Job>>;
-    async fn complete_job(&self, id: JobId) -> StoreResult<()>;
+    /// Marks the job done and records what it did, in one statement.
+    async fn complete_job(&self, id: JobId, result: &JobResult) -> StoreResult<()>;
     /// Records a failure: retried at `retry_at`, or failed for good when `None`.
     async fn fail_job(
         &self,
@@ -618,6 +663,8 @@ pub(in crate::store) trait JobStore: Send + Sync + 'static {
     async fn queue_stats(&self) -> StoreResult<QueueStats>;
     /// The status of the user's job with this key.
     async fn job_status(&self, user: UserId, key: &str) -> StoreResult<Option<JobStatus>>;
+    /// The user's `turn` job queued by `run` (the memory work of the turn it answered).
+    async fn run_memory_job(&self, user: UserId, run: RunId) -> StoreResult<Option<JobRecord>>;
 }
 
 /// The documents a user ingested for local research. A document's text lives in its chunk

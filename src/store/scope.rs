@@ -129,6 +129,8 @@ impl UserScope<'_> {
         fn enqueue_job(&self, kind: JobKind, key: &str, payload: &serde_json::Value, after_run: Option<RunId>) -> StoreResult<bool>;
         /// The status of the user's job with this key.
         fn job_status(&self, key: &str) -> StoreResult<Option<JobStatus>>;
+        /// The `turn` job queued by `run` (the memory work of the turn it answered).
+        fn run_memory_job(&self, run: RunId) -> StoreResult<Option<JobRecord>>;
 
         fn insert_document(&self, document: NewDocument) -> StoreResult<Document>;
         fn list_documents(&self, limit: i64, before: Option<DocumentId>) -> StoreResult<Vec<Document>>;
@@ -258,7 +260,8 @@ impl Maintenance<'_> {
 
         /// Claims the oldest ready job (see `JobStore::claim_job`).
         fn claim_job(&self, lease: chrono::Duration, max_attempts: i64) -> StoreResult<Option<Job>>;
-        fn complete_job(&self, id: JobId) -> StoreResult<()>;
+        /// Marks the job done and records what it did, in one statement.
+        fn complete_job(&self, id: JobId, result: &JobResult) -> StoreResult<()>;
         /// Records a failure: retried at `retry_at`, or failed for good when `None`.
         fn fail_job(&self, id: JobId, error: &str, retry_at: Option<DateTime<Utc>>) -> StoreResult<()>;
         fn queue_stats(&self) -> StoreResult<QueueStats>;

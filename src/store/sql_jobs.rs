@@ -78,11 +78,13 @@ macro_rules! sql_job_store {
                 Ok(row.as_ref().map(job_row).transpose()?)
             }
 
-            async fn complete_job(&self, id: JobId) -> StoreResult<()> {
+            async fn complete_job(&self, id: JobId, result: &JobResult) -> StoreResult<()> {
                 sqlx::query(
-                    "UPDATE jobs SET status = 'done', finished_at = $1, locked_until = NULL WHERE id = $2",
+                    "UPDATE jobs SET status = 'done', finished_at = $1, locked_until = NULL, result = $2 \
+                     WHERE id = $3",
                 )
                 .bind(now())
+                .bind(sqlx::types::Json(result))
                 .bind(id.as_uuid())
                 .execute(&self.pool)
                 .await?;
@@ -166,6 +168,32 @@ macro_rules! sql_job_store {
                 Ok(status
                     .map(|status| text_enum::decode("jobs.status", &status))
                     .transpose()?)
+            }
+
+            async fn run_memory_job(
+                &self,
+                user: UserId,
+                run: RunId,
+            ) -> StoreResult<Option<JobRecord>> {
+                use sqlx::Row as _;
+                let row = sqlx::query(
+                    "SELECT key, kind, status, result FROM jobs \
+                     WHERE run_id = $1 AND user_id = $2 AND kind = 'turn' LIMIT 1",
+                )
+                .bind(run.as_uuid())
+                .bind(user.as_uuid())
+                .fetch_optional(&self.pool)
+                .await?;
+                let Some(row) = row else {
+                    return Ok(None);
+                };
+                let result: Option<sqlx::types::Json<JobResult>> = row.try_get("result")?;
+                Ok(Some(JobRecord {
+                    key: row.try_get("key")?,
+                    kind: text_enum::decode("jobs.kind", row.try_get::<&str, _>("kind")?)?,
+                    status: text_enum::decode("jobs.status", row.try_get::<&str, _>("status")?)?,
+                    result: result.map(|result| result.0),
+                }))
             }
         }
     };

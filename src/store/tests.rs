@@ -33,6 +33,7 @@ macro_rules! conformance {
 
 conformance!(
     jobs_whose_worker_keeps_dying_fail_for_good,
+    a_turn_job_records_what_it_did_and_is_found_from_its_run,
     users_and_keys,
     threads_are_private_and_paginated,
     temporary_threads_and_the_memory_switch,
@@ -1978,5 +1979,81 @@ async fn jobs_whose_worker_keeps_dying_fail_for_good(store: Arc<dyn Store>) {
         stats.recent_failures[0].error.contains("stopped"),
         "{:?}",
         stats.recent_failures[0]
+    );
+}
+
+async fn a_turn_job_records_what_it_did_and_is_found_from_its_run(store: Arc<dyn Store>) {
+    let (alice, bob) = two_users(&store).await;
+    let thread = store.create_thread(alice.id, "t", false).await.unwrap();
+    let run = store
+        .create_run(alice.id, Some(thread.id), RunKind::Chat, None)
+        .await
+        .unwrap();
+    assert!(
+        store
+            .enqueue_job(alice.id, JobKind::Turn, "turn:a", &json!({}), Some(run.id))
+            .await
+            .unwrap()
+    );
+    let queued = store.run_memory_job(alice.id, run.id).await.unwrap();
+    assert_eq!(
+        queued,
+        Some(JobRecord {
+            key: "turn:a".into(),
+            kind: JobKind::Turn,
+            status: JobStatus::Queued,
+            result: None,
+        })
+    );
+    // Another user never sees it, nor a run without a job.
+    assert_eq!(store.run_memory_job(bob.id, run.id).await.unwrap(), None);
+    let other = store
+        .create_run(alice.id, Some(thread.id), RunKind::Chat, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.run_memory_job(alice.id, other.id).await.unwrap(),
+        None
+    );
+
+    store
+        .finish_run(alice.id, run.id, RunStatus::Completed, None)
+        .await
+        .unwrap();
+    let job = store
+        .claim_job(chrono::Duration::seconds(60), 5)
+        .await
+        .unwrap()
+        .expect("claimable once its run ended");
+    let old = MemoryId::new();
+    let result = JobResult {
+        memories: vec![
+            ChangedMemory {
+                change: MemoryChange::Added,
+                id: MemoryId::new(),
+                kind: MemoryKind::Fact,
+                content: "my sister lives in Graz — 格拉茨".into(),
+                replaces: None,
+            },
+            ChangedMemory {
+                change: MemoryChange::Superseded,
+                id: MemoryId::new(),
+                kind: MemoryKind::Preference,
+                content: "prefers tea".into(),
+                replaces: Some(old),
+            },
+        ],
+    };
+    store.complete_job(job.id, &result).await.unwrap();
+    let done = store
+        .run_memory_job(alice.id, run.id)
+        .await
+        .unwrap()
+        .expect("the job");
+    assert_eq!(done.status, JobStatus::Done);
+    assert_eq!(done.result, Some(result));
+    assert_eq!(
+        store.job_status(alice.id, "turn:a").await.unwrap(),
+        Some(JobStatus::Done)
     );
 }

@@ -16,6 +16,7 @@ mod eval;
 mod http;
 mod memory;
 mod memory_switch;
+mod models;
 mod quickstart;
 mod quirks;
 mod real_model;

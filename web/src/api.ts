@@ -106,6 +106,11 @@ export type DocumentList = Schemas['DocumentList']
 
 export type ModelInfo = Schemas['ModelInfo']
 
+/** A chat turn's memory job and, once done, what it stored or changed. */
+export type RunMemory = Schemas['RunMemory']
+
+export type ChangedMemory = Schemas['ChangedMemory']
+
 export type ResearchModels = Schemas['ResearchModels']
 
 export type ReportOptions = Schemas['ReportOptions']
@@ -271,18 +276,19 @@ export const threads = {
     json<void>('DELETE', `/v1/threads/${id(threadId)}`, {
       query: { forget_memories: forgetMemories ? true : undefined },
     }),
-  /** Starts a chat turn; the response is the run's event stream (SSE). */
-  postMessage: (threadId: string, content: string, signal?: AbortSignal) =>
+  /** Starts a chat turn (answered by `model`, one of the configured ones, when given); the
+   * response is the run's event stream (SSE). */
+  postMessage: (threadId: string, content: string, signal?: AbortSignal, model?: string) =>
     send('POST', `/v1/threads/${id(threadId)}/messages`, {
-      json: { content },
+      json: { content, ...(model ? { model } : {}) },
       headers: { accept: 'text/event-stream' },
       signal,
     }),
   /** Edit-and-resend (`content`) or regenerate (no content): the user's message and what
    * follows it are replaced by a new turn; the response is its event stream (SSE). */
-  retry: (threadId: string, messageId: string, content?: string, signal?: AbortSignal) =>
+  retry: (threadId: string, messageId: string, content?: string, signal?: AbortSignal, model?: string) =>
     send('POST', `/v1/threads/${id(threadId)}/messages/${id(messageId)}/retry`, {
-      json: content === undefined ? {} : { content },
+      json: { ...(content === undefined ? {} : { content }), ...(model ? { model } : {}) },
       headers: { accept: 'text/event-stream' },
       signal,
     }),
@@ -299,6 +305,9 @@ export const runs = {
       signal,
     }),
   cancel: (runId: string) => json<Run>('POST', `/v1/runs/${id(runId)}/cancel`),
+  /** What the memory writer did with a chat turn; waits up to `wait` seconds (≤ 30) for it. */
+  memory: (runId: string, wait = 0, signal?: AbortSignal) =>
+    json<RunMemory>('GET', `/v1/runs/${id(runId)}/memory`, { query: { wait: wait || undefined }, signal }),
   input: (runId: string, body: RunInputBody) => json<void>('POST', `/v1/runs/${id(runId)}/input`, { json: body }),
 }
 

@@ -130,7 +130,13 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 async function answer(request, response, state) {
   const reply = chooseReply(request)
   const model = request.model ?? 'fake'
-  state.requests.push({ at: Date.now(), kind: reply.kind, stream: request.stream === true })
+  state.requests.push({
+    at: Date.now(),
+    kind: reply.kind,
+    stream: request.stream === true,
+    model: request.model ?? null,
+    said: lastUser(request).slice(0, 200),
+  })
   if (process.env.FAKE_OPENAI_LOG) {
     appendFileSync(process.env.FAKE_OPENAI_LOG, `${JSON.stringify({ reply, request })}\n`)
   }

@@ -537,6 +537,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/runs/{id}/memory": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description What the memory writer did with a chat turn: the state of the turn's job and, once it is done, the memories it stored or superseded (the conversation's own turn records are not listed). The job runs after the turn's run ended; `wait` holds the answer until the job is done or the seconds have passed. */
+        get: operations["run_memory"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/threads": {
         parameters: {
             query?: never;
@@ -661,6 +678,22 @@ export interface components {
              *     to the server's `research.limits.budget_tokens`.
              */
             tokens?: number | null;
+        };
+        /** @description One memory a job stored or changed, as it was written. */
+        ChangedMemory: {
+            change: components["schemas"]["MemoryChange"];
+            content: string;
+            /**
+             * Format: uuid
+             * @description The memory now (`GET /v1/memories/{id}`).
+             */
+            id: string;
+            kind: components["schemas"]["MemoryKind"];
+            /**
+             * Format: uuid
+             * @description For `superseded`: the memory it replaced.
+             */
+            replaces?: string | null;
         };
         /** @description What the check of a report's citations found. */
         CitationCheck: {
@@ -1061,6 +1094,15 @@ export interface components {
         IngestedDocument: components["schemas"]["Document"] & {
             status: components["schemas"]["IngestStatus"];
         };
+        /**
+         * @description What a finished memory job did, recorded with its completion (the `result` column): the
+         *     memories it stored or changed. The conversation's own record (its `turn` memories) is not
+         *     listed, nor a statement the user already had (a duplicate changes nothing).
+         */
+        JobResult: {
+            /** @description In the order the job wrote them; empty when it stored nothing. */
+            memories: components["schemas"]["ChangedMemory"][];
+        };
         JobState: {
             job: string;
             status: components["schemas"]["JobStatus"];
@@ -1127,6 +1169,11 @@ export interface components {
             /** Format: int64 */
             version: number;
         };
+        /**
+         * @description How a job changed one memory.
+         * @enum {string}
+         */
+        MemoryChange: "added" | "superseded";
         /**
          * @description What a memory is.
          * @enum {string}
@@ -1217,7 +1264,7 @@ export interface components {
          * @description The jobs a language model does; each may have its own model and `max_tokens`.
          * @enum {string}
          */
-        ModelRole: "Chat" | "Research" | "Summarization" | "Compression" | "FinalReport" | "Memory";
+        ModelRole: "chat" | "research" | "summarization" | "compression" | "final_report" | "memory";
         /** @description How one model has done over the user's researches. */
         ModelStats: {
             completed: number;
@@ -1287,6 +1334,11 @@ export interface components {
         PostMessage: {
             /** @description The user's message. */
             content: string;
+            /**
+             * @description The model to answer with, by name: one of the configured models (`GET /v1/roles`);
+             *     absent, the chat role's. Any other name is refused (400, naming the allowed ones).
+             */
+            model?: string | null;
             /**
              * @description `true` (default): answer with the run's event stream (SSE). `false`: answer 202 with the
              *     run, to be followed at `GET /v1/runs/{id}/events`.
@@ -1591,6 +1643,8 @@ export interface components {
              */
             content?: string | null;
             /** @description As for `POST /v1/threads/{id}/messages`. */
+            model?: string | null;
+            /** @description As for `POST /v1/threads/{id}/messages`. */
             stream?: boolean;
         };
         /**
@@ -1707,6 +1761,16 @@ export interface components {
          * @enum {string}
          */
         RunKind: "chat" | "research";
+        /**
+         * @description The memory work of a chat turn: its writer job's state and, once done, what it stored or
+         *     changed.
+         */
+        RunMemory: {
+            /** @description The job's key (also answered by `GET /v1/jobs/{job}`). */
+            job: string;
+            result?: null | components["schemas"]["JobResult"];
+            status: components["schemas"]["JobStatus"];
+        };
         /**
          * @description A run continued by a new attempt after the replica executing it stopped (it died, or the
          *     server restarted). Events with `seq` above `superseded_after` and below this event's belong
@@ -4479,15 +4543,16 @@ export interface operations {
     };
     run_events: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Replay events after this sequence number (as `Last-Event-ID` does); default 0. */
+                after?: number;
+            };
             header?: {
                 /** @description Resume after this sequence number */
                 "Last-Event-ID"?: number | null;
             };
             path: {
                 id: string;
-                /** @description Replay events after this sequence number (as `Last-Event-ID` does); default 0. */
-                after: number | null;
             };
             cookie?: never;
         };
@@ -4604,6 +4669,74 @@ export interface operations {
             };
             /** @description The body is larger than `server.max_body_bytes` */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests or running runs for this user (see `Retry-After`) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A backend is unavailable; try again later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    run_memory: {
+        parameters: {
+            query?: {
+                /** @description Wait up to this many seconds (at most 30) for the job to finish; default 0 (answer now). */
+                wait?: number;
+            };
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunMemory"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such run, or the run queued no memory job (a research, a client's tool results) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -1,6 +1,6 @@
 // Accessibility of every view of the web app: axe-core (WCAG 2.0 and 2.1, levels A and AA) on
-// the sign-in form, a chat thread with answers, the memory, the documents and a research
-// report, in the light and the dark theme, at desktop width and at phone width (390 × 844).
+// the sign-in form, a chat thread with answers, the memory, the documents, a research report
+// and the settings, in the light and the dark theme, at desktop width and at phone width (390 × 844).
 //
 // axe-core is injected into the page as an inline script, which the server's
 // Content-Security-Policy (`script-src 'self'`) refuses: this file's stack has its own browser
@@ -24,7 +24,8 @@ const WIDTHS = [
 let stack
 
 before(async () => {
-  stack = await startStack({ contextOptions: { bypassCSP: true } })
+  // Two models, so the chat composer shows its model picker and the settings their choice.
+  stack = await startStack({ contextOptions: { bypassCSP: true }, env: { MNEMO__LLM__ROLES__RESEARCH__MODEL: 'fake-large' } })
 })
 
 after(async () => {
@@ -143,6 +144,11 @@ test('accessibility: axe-core finds no WCAG 2.1 A or AA violation in any view, t
       name: 'research',
       hash: researchHash,
       show: (p) => p.getByTestId('research-record').getByTestId('report-source').first().waitFor(),
+    },
+    {
+      name: 'settings',
+      hash: '#/settings',
+      show: (p) => p.getByTestId('settings-model-select').waitFor(),
     },
   ]
 

@@ -128,9 +128,10 @@ async function waitHealthy(url, timeoutMs) {
 
 /**
  * Starts everything. Resolves the stack; call `stop()` at the end. `contextOptions` are added to
- * the browser context's (playwright-core's `launchPersistentContext` options).
+ * the browser context's (playwright-core's `launchPersistentContext` options), `env` to mnemo's
+ * environment (`MNEMO__…` settings).
  */
-export async function startStack({ contextOptions = {} } = {}) {
+export async function startStack({ contextOptions = {}, env: extraEnv = {} } = {}) {
   const bin = process.env.MNEMO_BIN
   if (!bin || !existsSync(bin)) throw new Error(`set MNEMO_BIN to the mnemo binary (got ${bin ?? 'nothing'})`)
   mkdirSync(RESULTS_DIR, { recursive: true })
@@ -149,6 +150,7 @@ export async function startStack({ contextOptions = {} } = {}) {
     MNEMO__AUTH__JWT__HS256_SECRET: JWT.secret,
     MNEMO__AUTH__JWT__AUDIENCE: JWT.audience,
     MNEMO__AUTH__JWT__ISSUER: JWT.issuer,
+    ...extraEnv,
   }
   // The user is created before the server starts: no second process on the SQLite file.
   const { stdout } = await run(bin, ['--data-dir', dataDir, 'user', 'add', 'alice'], { env, cwd: home })
