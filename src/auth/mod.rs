@@ -55,8 +55,6 @@ pub enum AuthError {
     Store(#[from] StoreError),
 }
 
-
-
 impl HasKind for AuthError {
     /// Seconds until a locked name may sign in again.
     fn retry_after(&self) -> Option<u64> {
@@ -283,7 +281,7 @@ impl Authenticator {
         if let Some(until) = found.as_ref().and_then(|login| login.locked_until)
             && until > now
         {
-            let minutes = (until - now).num_seconds().div_ceil(60);
+            let minutes = ((until - now).num_seconds() + 59) / 60;
             return Err(AuthError::Locked { minutes });
         }
         let hash = found.as_ref().and_then(|login| login.password_hash.as_deref());

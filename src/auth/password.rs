@@ -76,16 +76,17 @@ pub async fn hash(password: &SecretString) -> Result<String, PasswordError> {
 /// password), verifies against the dummy hash and says no.
 pub async fn verify(password: &SecretString, hash: Option<&str>) -> bool {
     let password = password.clone();
-    let (hash, real) = match hash {
-        Some(hash) => (hash.to_string(), true),
-        None => (DUMMY_HASH.clone(), false),
-    };
+    let hash = hash.map(str::to_string);
+    let real = hash.is_some();
     let Ok(_permit) = HASHING.acquire().await else {
         return false;
     };
-    let matched = tokio::task::spawn_blocking(move || verify_now(password.expose_secret(), &hash))
-        .await
-        .unwrap_or(false);
+    let matched = tokio::task::spawn_blocking(move || {
+        let hash = hash.as_deref().unwrap_or(DUMMY_HASH.as_str());
+        verify_now(password.expose_secret(), hash)
+    })
+    .await
+    .unwrap_or(false);
     matched && real
 }
 

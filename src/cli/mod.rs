@@ -20,7 +20,7 @@ use mnemo::auth::{AuthError, keys, validate_user_name};
 use mnemo::config::{Overrides, Settings};
 use mnemo::error::{ErrorKind, HasKind};
 use mnemo::startup;
-use mnemo::store::{self, StoreError, UserKind};
+use mnemo::store::{self, StoreError};
 
 #[derive(Debug, Parser)]
 #[command(name = "mnemo", version, about = "A research assistant that remembers")]

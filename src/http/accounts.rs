@@ -46,7 +46,7 @@ pub async fn status(State(state): State<AppState>) -> ApiResult<Json<AuthStatus>
 #[serde(deny_unknown_fields)]
 pub struct SignInBody {
     /// 1-64 letters, digits, '.', '_', '-' or '@'.
-    #[schema(min_length = 1, max_length = 64)]
+    #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9._@-]{1,64}$")]
     name: String,
     #[schema(value_type = String, format = Password, min_length = 8, max_length = 1024)]
     password: SecretString,
@@ -243,7 +243,7 @@ pub async fn list_users(
 #[serde(deny_unknown_fields)]
 pub struct NewUserBody {
     /// 1-64 letters, digits, '.', '_', '-' or '@'.
-    #[schema(min_length = 1, max_length = 64)]
+    #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9._@-]{1,64}$")]
     name: String,
     /// Leave out for an account that signs in only with API keys.
     #[schema(value_type = Option<String>, format = Password, min_length = 8, max_length = 1024)]

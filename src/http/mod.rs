@@ -546,8 +546,8 @@ async fn health(State(state): State<AppState>, headers: axum::http::HeaderMap) -
     (status, Json(body)).into_response()
 }
 
-/// Whether the request carries the credential of a user named in `server.admin_users` (the
-/// local user in `--dev`).
+/// Whether the request carries the credential of an administrator: a user with the admin flag
+/// or named in `server.admin_users` (the local user in `--dev`).
 async fn is_admin(state: &AppState, headers: &axum::http::HeaderMap) -> bool {
     let authorization = headers
         .get(axum::http::header::AUTHORIZATION)
@@ -558,6 +558,7 @@ async fn is_admin(state: &AppState, headers: &axum::http::HeaderMap) -> bool {
     match state.auth.authenticate(authorization).await {
         Ok(user) => {
             state.settings.server.dev && authorization.is_none()
+                || user.is_admin
                 || state.settings.server.is_admin(&user.name)
         }
         Err(_) => false,

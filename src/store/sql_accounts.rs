@@ -212,7 +212,7 @@ macro_rules! sql_account_store {
                     .await?;
                 }
                 tx.commit().await?;
-                self.user_by_id(user.as_uuid())
+                crate::store::AccountStore::user_by_id(self, user.as_uuid())
                     .await?
                     .ok_or(StoreError::NotFound("user"))
             }
