@@ -276,11 +276,9 @@ export const accounts = {
   /** Whether the server needs its first administrator, and whether it runs with `--dev`. */
   status: () => json<AuthStatus>('GET', '/v1/auth/status', { expect401: true }),
   /** Creates the first administrator and signs them in (the server sets the cookie). */
-  setup: (name: string, password: string) =>
-    json<SignedInUser>('POST', '/v1/auth/setup', { json: { name, password }, expect401: true }),
+  setup: (name: string, password: string) => json<SignedInUser>('POST', '/v1/auth/setup', { json: { name, password }, expect401: true }),
   /** Signs in with a name and a password (the server sets the cookie). */
-  login: (name: string, password: string) =>
-    json<SignedInUser>('POST', '/v1/auth/login', { json: { name, password }, expect401: true }),
+  login: (name: string, password: string) => json<SignedInUser>('POST', '/v1/auth/login', { json: { name, password }, expect401: true }),
   /** Ends the cookie's session on the server (and clears the cookie). */
   logout: () => json<void>('POST', '/v1/auth/logout', { expect401: true }),
   /** `GET /v1/me` without signing out on a 401 (is this page signed in by its cookie?). */
@@ -291,8 +289,7 @@ export const admin = {
   users: () => json<{ users: AdminUser[] }>('GET', '/v1/admin/users'),
   create: (name: string, password: string, isAdmin: boolean) =>
     json<AdminUser>('POST', '/v1/admin/users', { json: { name, password, is_admin: isAdmin } }),
-  update: (userId: string, patch: Schemas['UserPatch']) =>
-    json<AdminUser>('PATCH', `/v1/admin/users/${id(userId)}`, { json: patch }),
+  update: (userId: string, patch: Schemas['UserPatch']) => json<AdminUser>('PATCH', `/v1/admin/users/${id(userId)}`, { json: patch }),
   issueKey: (userId: string) => json<IssuedKey>('POST', `/v1/admin/users/${id(userId)}/keys`),
   revokeKeys: (userId: string) => json<{ revoked: number }>('DELETE', `/v1/admin/users/${id(userId)}/keys`),
 }
