@@ -30,14 +30,6 @@ function assertClean() {
   assert.deepEqual(serious, [])
 }
 
-async function signInWithPassword(page, name, password) {
-  await page.getByTestId('signin-name').fill(name)
-  await page.getByTestId('signin-password').fill(password)
-  await page.getByTestId('signin-submit').click()
-  await page.getByTestId('nav-chat').waitFor()
-  await page.getByTestId('signed-in-as').filter({ hasText: name }).waitFor()
-}
-
 /** What the page itself can see of the sign-in: its storage and its cookies. */
 async function pageSecrets(page) {
   return page.evaluate(() => ({

@@ -2,6 +2,8 @@
 // and the theme chosen the way the app's toggle stores it. axe-core is injected as an inline
 // script, which the server's CSP refuses: use these in a stack started with `bypassCSP`.
 
+/* global window, document -- the functions given to page.evaluate() run in the page */
+
 import { readFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 
