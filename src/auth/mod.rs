@@ -41,9 +41,7 @@ pub enum AuthError {
     WrongPassword,
     #[error("this account is disabled; ask an administrator")]
     Disabled,
-    #[error(
-        "too many failed sign-ins for this name; try again in {minutes} minute(s)"
-    )]
+    #[error("too many failed sign-ins for this name; try again in {minutes} minute(s)")]
     Locked { minutes: i64 },
     #[error("{0}")]
     BadInput(String),
@@ -274,7 +272,11 @@ impl Authenticator {
     /// Signs `name` in with `password`: a new session, or why not. After
     /// `MAX_FAILED_SIGN_INS` failures the name is locked for `LOCKOUT_MINUTES`; an unknown
     /// name costs the same hash verification as a known one.
-    pub async fn sign_in(&self, name: &str, password: &SecretString) -> Result<SignedIn, AuthError> {
+    pub async fn sign_in(
+        &self,
+        name: &str,
+        password: &SecretString,
+    ) -> Result<SignedIn, AuthError> {
         let accounts = self.store.accounts();
         let found = accounts.password_login(name).await?;
         let now = crate::store::now();
@@ -284,7 +286,9 @@ impl Authenticator {
             let minutes = ((until - now).num_seconds() + 59) / 60;
             return Err(AuthError::Locked { minutes });
         }
-        let hash = found.as_ref().and_then(|login| login.password_hash.as_deref());
+        let hash = found
+            .as_ref()
+            .and_then(|login| login.password_hash.as_deref());
         let matched = password::verify(password, hash).await;
         let Some(login) = found else {
             return Err(AuthError::WrongPassword);
@@ -342,7 +346,9 @@ impl Authenticator {
         let now = crate::store::now();
         let new = session::generate(now);
         let accounts = self.store.accounts();
-        accounts.create_session(user.id, &new.hash, new.expires_at).await?;
+        accounts
+            .create_session(user.id, &new.hash, new.expires_at)
+            .await?;
         if let Err(error) = accounts.delete_expired_sessions(now).await {
             tracing::debug!(%error, "deleting expired sessions failed");
         }

@@ -5,8 +5,8 @@
 
 use std::sync::LazyLock;
 
-use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use rand::RngCore;
 use secrecy::{ExposeSecret, SecretString};
 use tokio::sync::Semaphore;

@@ -303,8 +303,7 @@ pub async fn update_user(
 ) -> ApiResult<Json<AdminUser>> {
     require_admin(&state, &user)?;
     let target = find_user(&state, id).await?;
-    if target.id == user.user_id && (body.disabled == Some(true) || body.is_admin == Some(false))
-    {
+    if target.id == user.user_id && (body.disabled == Some(true) || body.is_admin == Some(false)) {
         return Err(ApiError::bad_request(
             "you cannot disable yourself or take your own admin rights; ask another administrator",
         ));

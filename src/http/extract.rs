@@ -195,7 +195,10 @@ fn session_token(headers: &axum::http::HeaderMap) -> Option<&str> {
 /// the browser sent an `Origin`, come from this server's own origin (its host and port equal
 /// to the `Host`, or to the proxy's `X-Forwarded-Host`). Bearer requests are not checked:
 /// a browser never adds a bearer token by itself.
-fn csrf_check(method: &axum::http::Method, headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
+fn csrf_check(
+    method: &axum::http::Method,
+    headers: &axum::http::HeaderMap,
+) -> Result<(), ApiError> {
     use axum::http::Method;
     if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
         return Ok(());
@@ -213,15 +216,15 @@ fn csrf_check(method: &axum::http::Method, headers: &axum::http::HeaderMap) -> R
         .to_str()
         .ok()
         .and_then(|origin| origin.parse::<axum::http::Uri>().ok())
-        .and_then(|uri| uri.authority().map(|authority| authority.as_str().to_ascii_lowercase()));
-    let hosts = [
-        axum::http::header::HOST.as_str(),
-        "x-forwarded-host",
-    ]
-    .into_iter()
-    .filter_map(|name| headers.get(name)?.to_str().ok())
-    .map(str::to_ascii_lowercase)
-    .collect::<Vec<_>>();
+        .and_then(|uri| {
+            uri.authority()
+                .map(|authority| authority.as_str().to_ascii_lowercase())
+        });
+    let hosts = [axum::http::header::HOST.as_str(), "x-forwarded-host"]
+        .into_iter()
+        .filter_map(|name| headers.get(name)?.to_str().ok())
+        .map(str::to_ascii_lowercase)
+        .collect::<Vec<_>>();
     match origin_authority {
         Some(authority) if hosts.contains(&authority) => Ok(()),
         _ => Err(forbidden(

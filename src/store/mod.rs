@@ -6,11 +6,11 @@
 
 #[macro_use]
 pub(crate) mod text_enum;
+mod account;
 mod document;
 mod ids;
 mod memory;
 mod postgres;
-mod account;
 mod research;
 mod run_control;
 mod scope;

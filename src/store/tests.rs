@@ -78,7 +78,10 @@ async fn accounts_passwords_and_the_first_admin(store: Arc<dyn Store>) {
         Err(StoreError::Conflict(message)) if message.contains("already exists")
     ));
     assert!(store.setup_open().await.unwrap());
-    let admin = store.create_first_admin("root", "$argon2id$root").await.unwrap();
+    let admin = store
+        .create_first_admin("root", "$argon2id$root")
+        .await
+        .unwrap();
     assert!(admin.is_admin && admin.has_password);
     assert_eq!(admin.kind, UserKind::Key);
     assert!(!store.setup_open().await.unwrap());
@@ -99,7 +102,11 @@ async fn accounts_passwords_and_the_first_admin(store: Arc<dyn Store>) {
     assert!(!carol.is_admin && carol.has_password);
     assert!(matches!(
         store
-            .create_account(NewAccount { name: "carol", password_hash: None, is_admin: false })
+            .create_account(NewAccount {
+                name: "carol",
+                password_hash: None,
+                is_admin: false
+            })
             .await,
         Err(StoreError::Conflict(_))
     ));
@@ -125,16 +132,31 @@ async fn accounts_passwords_and_the_first_admin(store: Arc<dyn Store>) {
         .unwrap();
     assert!(changed.is_admin);
     assert_eq!(
-        store.password_login("carol").await.unwrap().unwrap().password_hash.as_deref(),
+        store
+            .password_login("carol")
+            .await
+            .unwrap()
+            .unwrap()
+            .password_hash
+            .as_deref(),
         Some("$argon2id$new")
     );
     let found = store.user_by_id(carol.id.as_uuid()).await.unwrap().unwrap();
     assert_eq!((found.name.as_str(), found.is_admin), ("carol", true));
-    assert!(store.user_by_id(uuid::Uuid::now_v7()).await.unwrap().is_none());
+    assert!(
+        store
+            .user_by_id(uuid::Uuid::now_v7())
+            .await
+            .unwrap()
+            .is_none()
+    );
     let missing = store.user_by_id(uuid::Uuid::now_v7()).await.unwrap();
     assert!(missing.is_none());
     let listed = store.list_users().await.unwrap();
-    let names: Vec<_> = listed.iter().map(|user| (user.name.as_str(), user.is_admin)).collect();
+    let names: Vec<_> = listed
+        .iter()
+        .map(|user| (user.name.as_str(), user.is_admin))
+        .collect();
     assert_eq!(names, [("carol", true), ("old", false), ("root", true)]);
 }
 
@@ -142,54 +164,97 @@ async fn sessions_end_when_deleted_expired_or_their_user_is_disabled(store: Arc<
     let (alice, bob) = two_users(&store).await;
     let at = now();
     let later = at + chrono::Duration::days(30);
-    store.create_session(alice.id, "session-a", later).await.unwrap();
-    store.create_session(bob.id, "session-b", later).await.unwrap();
-    store.add_api_key(bob.id, "key-b", "mnemo_bbb").await.unwrap();
+    store
+        .create_session(alice.id, "session-a", later)
+        .await
+        .unwrap();
+    store
+        .create_session(bob.id, "session-b", later)
+        .await
+        .unwrap();
+    store
+        .add_api_key(bob.id, "key-b", "mnemo_bbb")
+        .await
+        .unwrap();
     let found = store.session_user("session-a", at).await.unwrap().unwrap();
     assert_eq!(found.user.id, alice.id);
     assert_eq!(found.expires_at, later);
     assert!(store.session_user("unknown", at).await.unwrap().is_none());
     // Past its expiry: not found.
-    assert!(store
-        .session_user("session-a", later + chrono::Duration::seconds(1))
-        .await
-        .unwrap()
-        .is_none());
+    assert!(
+        store
+            .session_user("session-a", later + chrono::Duration::seconds(1))
+            .await
+            .unwrap()
+            .is_none()
+    );
     // Touching slides the expiry.
     let touched_at = at + chrono::Duration::days(1);
     let new_expiry = touched_at + chrono::Duration::days(30);
-    store.touch_session("session-a", touched_at, new_expiry).await.unwrap();
+    store
+        .touch_session("session-a", touched_at, new_expiry)
+        .await
+        .unwrap();
     let found = store
         .session_user("session-a", later + chrono::Duration::seconds(1))
         .await
         .unwrap()
         .unwrap();
-    assert_eq!((found.last_seen_at, found.expires_at), (touched_at, new_expiry));
     assert_eq!(
-        store.delete_expired_sessions(later + chrono::Duration::hours(1)).await.unwrap(),
+        (found.last_seen_at, found.expires_at),
+        (touched_at, new_expiry)
+    );
+    assert_eq!(
+        store
+            .delete_expired_sessions(later + chrono::Duration::hours(1))
+            .await
+            .unwrap(),
         1,
         "bob's session expired, alice's was renewed"
     );
-    store.create_session(bob.id, "session-b", later).await.unwrap();
+    store
+        .create_session(bob.id, "session-b", later)
+        .await
+        .unwrap();
 
     // Disabling bob ends his session and refuses his key at once; enabling does not bring
     // the session back.
     let disabled = store
-        .update_user(bob.id, UserUpdate { disabled: Some(true), ..Default::default() })
+        .update_user(
+            bob.id,
+            UserUpdate {
+                disabled: Some(true),
+                ..Default::default()
+            },
+        )
         .await
         .unwrap();
     assert!(disabled.disabled_at.is_some());
     assert!(store.session_user("session-b", at).await.unwrap().is_none());
     assert!(store.user_by_key_hash("key-b").await.unwrap().is_none());
     let enabled = store
-        .update_user(bob.id, UserUpdate { disabled: Some(false), ..Default::default() })
+        .update_user(
+            bob.id,
+            UserUpdate {
+                disabled: Some(false),
+                ..Default::default()
+            },
+        )
         .await
         .unwrap();
     assert!(enabled.disabled_at.is_none());
     assert!(store.session_user("session-b", at).await.unwrap().is_none());
-    assert_eq!(store.user_by_key_hash("key-b").await.unwrap().unwrap().id, bob.id);
+    assert_eq!(
+        store.user_by_key_hash("key-b").await.unwrap().unwrap().id,
+        bob.id
+    );
     assert!(matches!(
-        store.update_user(UserId::from_trusted(uuid::Uuid::now_v7()), UserUpdate::default()).await,
+        store
+            .update_user(
+                UserId::from_trusted(uuid::Uuid::now_v7()),
+                UserUpdate::default()
+            )
+            .await,
         Err(StoreError::NotFound(_))
     ));
 
@@ -204,17 +269,35 @@ async fn failed_sign_ins_count_lock_and_clear(store: Arc<dyn Store>) {
     for expected in 1..=3 {
         assert_eq!(store.count_failed_login(alice.id).await.unwrap(), expected);
     }
-    assert_eq!(store.count_failed_login(bob.id).await.unwrap(), 1, "counted per user");
+    assert_eq!(
+        store.count_failed_login(bob.id).await.unwrap(),
+        1,
+        "counted per user"
+    );
     let until = now() + chrono::Duration::minutes(15);
     store.lock_login(alice.id, until).await.unwrap();
     let login = store.password_login("alice").await.unwrap().unwrap();
     assert_eq!(login.locked_until, Some(until));
-    assert_eq!(store.count_failed_login(alice.id).await.unwrap(), 1, "counting starts again");
+    assert_eq!(
+        store.count_failed_login(alice.id).await.unwrap(),
+        1,
+        "counting starts again"
+    );
     store.clear_failed_logins(alice.id).await.unwrap();
-    assert_eq!(store.password_login("alice").await.unwrap().unwrap().locked_until, None);
+    assert_eq!(
+        store
+            .password_login("alice")
+            .await
+            .unwrap()
+            .unwrap()
+            .locked_until,
+        None
+    );
     assert_eq!(store.count_failed_login(alice.id).await.unwrap(), 1);
     assert!(matches!(
-        store.count_failed_login(UserId::from_trusted(uuid::Uuid::now_v7())).await,
+        store
+            .count_failed_login(UserId::from_trusted(uuid::Uuid::now_v7()))
+            .await,
         Err(StoreError::NotFound(_))
     ));
 }

@@ -31,7 +31,12 @@ fn session_cookie(response: &reqwest::Response) -> (String, String) {
     (pair, header)
 }
 
-async fn sign_in_request(app: &TestApp, path: &str, name: &str, password: &str) -> reqwest::Response {
+async fn sign_in_request(
+    app: &TestApp,
+    path: &str,
+    name: &str,
+    password: &str,
+) -> reqwest::Response {
     app.client
         .post(app.url(path))
         .json(&json!({ "name": name, "password": password }))
@@ -196,7 +201,10 @@ async fn a_cookie_write_needs_the_csrf_header_and_the_servers_own_origin() {
     assert_eq!(response.status(), StatusCode::FORBIDDEN);
     let body: Value = response.json().await.unwrap();
     assert!(
-        body["error"]["message"].as_str().unwrap().contains("X-Mnemo-CSRF"),
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("X-Mnemo-CSRF"),
         "{body}"
     );
     // With the header but from another origin: refused.
@@ -239,7 +247,11 @@ async fn a_cookie_write_needs_the_csrf_header_and_the_servers_own_origin() {
     // Bearer requests are unchanged: an API key writes without the header.
     let key = app.user_key("program").await;
     let (status, body) = app
-        .post("/v1/threads", Some(&key), Some(json!({ "title": "by key" })))
+        .post(
+            "/v1/threads",
+            Some(&key),
+            Some(json!({ "title": "by key" })),
+        )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     app.stop().await;
@@ -254,7 +266,11 @@ async fn five_wrong_passwords_lock_the_name_and_a_right_one_then_waits() {
 
     for attempt in 1..=4 {
         let response = sign_in_request(&app, "/v1/auth/login", "alice", "wrong password").await;
-        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "attempt {attempt}");
+        assert_eq!(
+            response.status(),
+            StatusCode::UNAUTHORIZED,
+            "attempt {attempt}"
+        );
         let body: Value = response.json().await.unwrap();
         assert_eq!(body["error"]["message"], "wrong name or password");
     }
@@ -325,7 +341,10 @@ async fn a_disabled_users_cookie_and_key_stop_working_at_once() {
     let key = issued["key"].as_str().unwrap().to_string();
     assert!(key.starts_with(issued["prefix"].as_str().unwrap()));
     let (status, me) = app.get("/v1/me", Some(&key)).await;
-    assert_eq!((status, me["name"].as_str()), (StatusCode::OK, Some("alice")));
+    assert_eq!(
+        (status, me["name"].as_str()),
+        (StatusCode::OK, Some("alice"))
+    );
     assert_eq!(me["signed_in_via"], "api_key");
     let (status, _) = browse(&app, &browser, Method::GET, "/v1/me", None).await;
     assert_eq!(status, StatusCode::OK);
@@ -348,7 +367,13 @@ async fn a_disabled_users_cookie_and_key_stop_working_at_once() {
     let response = sign_in_request(&app, "/v1/auth/login", "alice", PASSWORD).await;
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
     let body: Value = response.json().await.unwrap();
-    assert!(body["error"]["message"].as_str().unwrap().contains("disabled"), "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("disabled"),
+        "{body}"
+    );
 
     // Enabled again, her key works; revoked, it does not.
     let (status, _) = browse(
@@ -411,22 +436,43 @@ async fn only_administrators_reach_the_admin_endpoints() {
             Some(json!({ "is_admin": true })),
         ),
         (Method::POST, format!("/v1/admin/users/{bob_id}/keys"), None),
-        (Method::DELETE, format!("/v1/admin/users/{bob_id}/keys"), None),
+        (
+            Method::DELETE,
+            format!("/v1/admin/users/{bob_id}/keys"),
+            None,
+        ),
     ];
     for (method, path, body) in calls {
         let (status, answer) = browse(&app, &browser, method.clone(), &path, body.clone()).await;
-        assert_eq!(status, StatusCode::FORBIDDEN, "{method} {path} by cookie: {answer}");
+        assert_eq!(
+            status,
+            StatusCode::FORBIDDEN,
+            "{method} {path} by cookie: {answer}"
+        );
         let (status, answer) = app.call(method.clone(), &path, Some(&key), body).await;
-        assert_eq!(status, StatusCode::FORBIDDEN, "{method} {path} by key: {answer}");
+        assert_eq!(
+            status,
+            StatusCode::FORBIDDEN,
+            "{method} {path} by key: {answer}"
+        );
         let (status, _) = app.call(method.clone(), &path, None, None).await;
-        assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {path} signed out");
+        assert_eq!(
+            status,
+            StatusCode::UNAUTHORIZED,
+            "{method} {path} signed out"
+        );
     }
     let (_, users) = browse(&app, &admin, Method::GET, "/v1/admin/users", None).await;
     let names: Vec<_> = users["users"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|user| (user["name"].as_str().unwrap(), user["is_admin"].as_bool().unwrap()))
+        .map(|user| {
+            (
+                user["name"].as_str().unwrap(),
+                user["is_admin"].as_bool().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(names, [("bob", false), ("carol", false), ("root", true)]);
     let (_, me) = browse(&app, &browser, Method::GET, "/v1/me", None).await;
@@ -471,7 +517,10 @@ async fn a_user_made_by_the_admin_signs_in_and_sees_only_their_own_threads() {
         create_user(&app, &admin, "alice", false).await;
         let alice = sign_in(&app, "alice", PASSWORD).await;
         let (_, me) = browse(&app, &alice, Method::GET, "/v1/me", None).await;
-        assert_eq!((me["name"].as_str(), me["is_admin"].as_bool()), (Some("alice"), Some(false)));
+        assert_eq!(
+            (me["name"].as_str(), me["is_admin"].as_bool()),
+            (Some("alice"), Some(false))
+        );
 
         let (status, thread) = browse(
             &app,
@@ -483,13 +532,34 @@ async fn a_user_made_by_the_admin_signs_in_and_sees_only_their_own_threads() {
         .await;
         assert_eq!(status, StatusCode::CREATED, "{thread}");
         let id = thread["id"].as_str().unwrap();
-        let (status, _) = browse(&app, &alice, Method::GET, &format!("/v1/threads/{id}"), None).await;
+        let (status, _) = browse(
+            &app,
+            &alice,
+            Method::GET,
+            &format!("/v1/threads/{id}"),
+            None,
+        )
+        .await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{backend:?}");
-        let (status, _) = browse(&app, &alice, Method::DELETE, &format!("/v1/threads/{id}"), None).await;
+        let (status, _) = browse(
+            &app,
+            &alice,
+            Method::DELETE,
+            &format!("/v1/threads/{id}"),
+            None,
+        )
+        .await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{backend:?}");
         let (_, listed) = browse(&app, &alice, Method::GET, "/v1/threads", None).await;
         assert_eq!(listed["threads"], json!([]));
-        let (status, own) = browse(&app, &admin, Method::GET, &format!("/v1/threads/{id}"), None).await;
+        let (status, own) = browse(
+            &app,
+            &admin,
+            Method::GET,
+            &format!("/v1/threads/{id}"),
+            None,
+        )
+        .await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(own["title"], "the admin's own", "{own}");
         app.stop().await;
