@@ -176,7 +176,7 @@ where
     }
 }
 
-/// The header a request authenticated by the session cookie must carry on an unsafe method.
+/// The header a request authenticated by the session cookie must carry when it writes.
 /// A cross-site form cannot send it, and a cross-site script cannot without a CORS preflight
 /// the server never grants.
 pub const CSRF_HEADER: &str = "x-mnemo-csrf";
@@ -191,7 +191,7 @@ fn session_token(headers: &axum::http::HeaderMap) -> Option<&str> {
     )
 }
 
-/// A cookie-authenticated request with an unsafe method must carry [`CSRF_HEADER`] and, when
+/// A cookie-authenticated request that writes (not GET, HEAD, OPTIONS) must carry [`CSRF_HEADER`] and, when
 /// the browser sent an `Origin`, come from this server's own origin (its host and port equal
 /// to the `Host`, or to the proxy's `X-Forwarded-Host`). Bearer requests are not checked:
 /// a browser never adds a bearer token by itself.

@@ -48,7 +48,7 @@ use error::ApiError;
 /// from SSE). The paths come from [`api_routes`], the one route table.
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "mnemo", description = "A research assistant that remembers. Authenticate with `Authorization: Bearer <api key or JWT>`, or, in a browser, with the session cookie of `POST /v1/auth/login` (then unsafe methods must send `X-Mnemo-CSRF: 1`)."),
+    info(title = "mnemo", description = "A research assistant that remembers. Authenticate with `Authorization: Bearer <api key or JWT>`, or, in a browser, with the session cookie of `POST /v1/auth/login` (then a request that writes must send `X-Mnemo-CSRF: 1`)."),
     components(schemas(
         error::ErrorBody, error::ErrorDetail, crate::research::export::Format,
         crate::runs::events::RunEvent, crate::runs::events::Envelope,

@@ -561,7 +561,7 @@ async fn a_user_made_by_the_admin_signs_in_and_sees_only_their_own_threads() {
         )
         .await;
         assert_eq!(status, StatusCode::OK);
-        assert_eq!(own["title"], "the admin's own", "{own}");
+        assert_eq!(own["thread"]["title"], "the admin's own", "{own}");
         app.stop().await;
     }
 }
