@@ -72,7 +72,7 @@ test('accessibility: the setup form, the sign-in form and the Admin view have no
     for (const size of WIDTHS) {
       await signIn.setViewportSize(size)
       await signIn.getByTestId('signin-name').waitFor()
-      await check(signIn, `sign-in ${theme} ${size.name}`)
+      await check(signIn, `sign-in-password ${theme} ${size.name}`)
     }
   }
   await signIn.close()
