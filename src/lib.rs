@@ -6,7 +6,7 @@
 //! - `datadir`   the data directory's lock: who holds it, where a server on it listens
 //! - `startup`   builds `AppState` from settings; `serve(listener, state)` with ordered shutdown
 //! - `http`      router, `ApiError`, extractors, SSE, one file per resource, OpenAPI and /docs
-//! - `auth`      API keys, JWT, the `AuthUser` extractor that alone yields a `UserId`
+//! - `auth`      API keys, JWT, passwords and browser sessions, the `AuthUser` that alone yields a `UserId`
 //! - `index`     derived indexes: vector (Qdrant Edge / server), keyword (tantivy), indexer, RRF
 //! - `llm`       embedders (local BERT on our encoder, OpenAI-compatible)
 //! - `memory`    episodic memory: writes, hybrid recall (RRF + decay), export/import, decay job

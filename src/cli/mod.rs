@@ -16,11 +16,11 @@ mod research;
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
-use mnemo::auth::{keys, validate_user_name};
+use mnemo::auth::{AuthError, keys, validate_user_name};
 use mnemo::config::{Overrides, Settings};
 use mnemo::error::{ErrorKind, HasKind};
 use mnemo::startup;
-use mnemo::store::{self, StoreError, UserKind};
+use mnemo::store::{self, StoreError};
 
 #[derive(Debug, Parser)]
 #[command(name = "mnemo", version, about = "A research assistant that remembers")]
@@ -284,6 +284,18 @@ enum UserCommand {
     /// Create a user and print a new API key (shown once) on stdout.
     Add {
         /// 1-64 letters, digits, '.', '_', '-' or '@'.
+        name: String,
+        /// Make the user an administrator (manages users and keys in the web app).
+        #[arg(long)]
+        admin: bool,
+        /// Read a password for web sign-in from the first line of stdin.
+        #[arg(long)]
+        password_stdin: bool,
+    },
+    /// Set a user's password for web sign-in, read from the first line of stdin (ends a
+    /// lock after failed sign-ins).
+    Password {
+        /// The user's name.
         name: String,
     },
     /// List users and how many active keys each has.
@@ -738,39 +750,88 @@ async fn serve(settings: Settings) -> Result<(), Failure> {
 
 async fn user_command(store: &dyn store::Store, command: UserCommand) -> Result<(), Failure> {
     match command {
-        UserCommand::Add { name } => {
+        UserCommand::Add {
+            name,
+            admin,
+            password_stdin,
+        } => {
             validate_user_name(&name).map_err(Failure::usage)?;
-            let user = store
-                .accounts()
-                .create_user(&name, UserKind::Key)
+            let password = if password_stdin {
+                Some(read_password_line()?)
+            } else {
+                None
+            };
+            let user = mnemo::auth::create_account(store, &name, password.as_ref(), admin)
                 .await
                 .map_err(|error| match error {
-                    StoreError::Conflict(_) => Failure::usage(format!(
+                    AuthError::Store(StoreError::Conflict(_)) => Failure::usage(format!(
                         "user {name} already exists; `mnemo user key {name}` issues a new key"
                     )),
-                    other => other.into(),
+                    AuthError::BadInput(message) => Failure::usage(message),
+                    other => Failure::other(other.to_string()),
                 })?;
             let key = keys::generate();
             store
                 .accounts()
                 .add_api_key(user.id, &key.hash, &key.prefix)
                 .await?;
-            eprintln!("created user {name}; the key below is shown only once");
+            let role = if admin { "administrator" } else { "user" };
+            let password = if password_stdin {
+                " with a password for web sign-in"
+            } else {
+                ""
+            };
+            eprintln!("created {role} {name}{password}; the key below is shown only once");
             println!("{}", key.plaintext);
+        }
+        UserCommand::Password { name } => {
+            let user = store
+                .accounts()
+                .user_by_name(&name)
+                .await?
+                .ok_or_else(|| Failure::usage(format!("no user named {name}")))?;
+            let password = read_password_line()?;
+            mnemo::auth::validate_new_password(&password)
+                .map_err(|error| Failure::usage(error.to_string()))?;
+            let hash = mnemo::auth::password::hash(&password)
+                .await
+                .map_err(|error| Failure::other(error.to_string()))?;
+            store
+                .accounts()
+                .update_user(
+                    user.id,
+                    store::UserUpdate {
+                        password_hash: Some(hash),
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            eprintln!("password of {name} set");
         }
         UserCommand::List => {
             let users = store.accounts().list_users().await?;
             println!(
-                "{:<40} {:<5} {:>11}  created",
-                "name", "kind", "active_keys"
+                "{:<40} {:<5} {:>11}  {:<24} flags",
+                "name", "kind", "active_keys", "created"
             );
             for user in users {
+                let mut flags = Vec::new();
+                if user.is_admin {
+                    flags.push("admin");
+                }
+                if user.has_password {
+                    flags.push("password");
+                }
+                if user.disabled_at.is_some() {
+                    flags.push("disabled");
+                }
                 println!(
-                    "{:<40} {:<5} {:>11}  {}",
+                    "{:<40} {:<5} {:>11}  {:<24} {}",
                     user.name,
                     user.kind.as_str(),
                     user.active_keys,
-                    user.created_at.format("%Y-%m-%d %H:%M:%S UTC")
+                    user.created_at.format("%Y-%m-%d %H:%M:%S UTC"),
+                    flags.join(",")
                 );
             }
         }
@@ -822,6 +883,21 @@ async fn user_command(store: &dyn store::Store, command: UserCommand) -> Result<
         }
     }
     Ok(())
+}
+
+/// A password from the first line of stdin (the line end removed).
+fn read_password_line() -> Result<secrecy::SecretString, Failure> {
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .map_err(|error| Failure::other(format!("reading the password from stdin: {error}")))?;
+    let password = line.trim_end_matches(['\n', '\r']).to_string();
+    if password.is_empty() {
+        return Err(Failure::usage(
+            "no password on stdin: pipe it in, e.g. `printf '%s\\n' \"$PASSWORD\" | mnemo user password NAME`",
+        ));
+    }
+    Ok(secrecy::SecretString::from(password))
 }
 
 #[cfg(test)]

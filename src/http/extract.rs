@@ -11,7 +11,7 @@ use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 
 use super::error::ApiError;
-use crate::auth::{AuthError, AuthUser, Authenticator};
+use crate::auth::{AuthError, AuthUser, Authenticator, Credentials};
 
 /// `axum::Json` with JSON errors, refusing text that holds a NUL character.
 pub struct ApiJson<T>(pub T);
@@ -137,7 +137,16 @@ where
             ),
             None => None,
         };
-        let user = authenticator.authenticate(header).await?;
+        let session = session_token(&parts.headers);
+        if header.is_none() && session.is_some() {
+            csrf_check(&parts.method, &parts.headers)?;
+        }
+        let user = authenticator
+            .authenticate_request(Credentials {
+                authorization: header,
+                session,
+            })
+            .await?;
         // The body holds the slot: a request is counted until its body has been read.
         let slot = parts.extensions.get::<InFlightSlot>().cloned();
         if slot.as_ref().is_some_and(InFlightSlot::is_filled) {
@@ -164,6 +173,63 @@ where
             slot.fill(in_flight);
         }
         Ok(user)
+    }
+}
+
+/// The header a request authenticated by the session cookie must carry when it writes.
+/// A cross-site form cannot send it, and a cross-site script cannot without a CORS preflight
+/// the server never grants.
+pub const CSRF_HEADER: &str = "x-mnemo-csrf";
+
+/// The session cookie's token, if the request carries one.
+fn session_token(headers: &axum::http::HeaderMap) -> Option<&str> {
+    crate::auth::session::token_from_cookies(
+        headers
+            .get_all(axum::http::header::COOKIE)
+            .iter()
+            .filter_map(|value| value.to_str().ok()),
+    )
+}
+
+/// A cookie-authenticated request that writes (not GET, HEAD, OPTIONS) must carry [`CSRF_HEADER`] and, when
+/// the browser sent an `Origin`, come from this server's own origin (its host and port equal
+/// to the `Host`, or to the proxy's `X-Forwarded-Host`). Bearer requests are not checked:
+/// a browser never adds a bearer token by itself.
+fn csrf_check(
+    method: &axum::http::Method,
+    headers: &axum::http::HeaderMap,
+) -> Result<(), ApiError> {
+    use axum::http::Method;
+    if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
+        return Ok(());
+    }
+    let forbidden = |message: &str| ApiError::new(crate::error::ErrorKind::Forbidden, message);
+    if !headers.contains_key(CSRF_HEADER) {
+        return Err(forbidden(
+            "a request signed in by the session cookie must send the X-Mnemo-CSRF header",
+        ));
+    }
+    let Some(origin) = headers.get(axum::http::header::ORIGIN) else {
+        return Ok(());
+    };
+    let origin_authority = origin
+        .to_str()
+        .ok()
+        .and_then(|origin| origin.parse::<axum::http::Uri>().ok())
+        .and_then(|uri| {
+            uri.authority()
+                .map(|authority| authority.as_str().to_ascii_lowercase())
+        });
+    let hosts = [axum::http::header::HOST.as_str(), "x-forwarded-host"]
+        .into_iter()
+        .filter_map(|name| headers.get(name)?.to_str().ok())
+        .map(str::to_ascii_lowercase)
+        .collect::<Vec<_>>();
+    match origin_authority {
+        Some(authority) if hosts.contains(&authority) => Ok(()),
+        _ => Err(forbidden(
+            "the request's Origin is not this server: sign-in cookies work only from its own pages",
+        )),
     }
 }
 

@@ -2,6 +2,7 @@
 //! `/openapi.json`) and one module per resource. Only this module (and the `AuthUser`
 //! extractor) knows axum.
 
+mod accounts;
 mod documents;
 pub mod error;
 pub mod extract;
@@ -47,13 +48,15 @@ use error::ApiError;
 /// from SSE). The paths come from [`api_routes`], the one route table.
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "mnemo", description = "A research assistant that remembers. Authenticate with `Authorization: Bearer <api key or JWT>`."),
+    info(title = "mnemo", description = "A research assistant that remembers. Authenticate with `Authorization: Bearer <api key or JWT>`, or, in a browser, with the session cookie of `POST /v1/auth/login` (then a request that writes must send `X-Mnemo-CSRF: 1`)."),
     components(schemas(
         error::ErrorBody, error::ErrorDetail, crate::research::export::Format,
         crate::runs::events::RunEvent, crate::runs::events::Envelope,
     )),
     tags(
         (name = "service", description = "Status and documentation"),
+        (name = "auth", description = "The web app's sign-in: first administrator, name and password, the session cookie"),
+        (name = "admin", description = "Users and their API keys, for administrators"),
         (name = "threads", description = "Conversations (working memory)"),
         (name = "runs", description = "Chat turns and research jobs, with resumable event streams"),
         (name = "memories", description = "The user's long-term memory: hybrid recall, history, export and import"),
@@ -72,6 +75,13 @@ fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(health))
         .routes(routes!(models))
         .routes(routes!(me, update_me))
+        .routes(routes!(accounts::status))
+        .routes(routes!(accounts::setup))
+        .routes(routes!(accounts::login))
+        .routes(routes!(accounts::logout))
+        .routes(routes!(accounts::list_users, accounts::create_user))
+        .routes(routes!(accounts::update_user))
+        .routes(routes!(accounts::issue_key, accounts::revoke_keys))
         .routes(routes!(threads::create_thread, threads::list_threads))
         .routes(routes!(
             threads::get_thread,
@@ -537,8 +547,8 @@ async fn health(State(state): State<AppState>, headers: axum::http::HeaderMap) -
     (status, Json(body)).into_response()
 }
 
-/// Whether the request carries the credential of a user named in `server.admin_users` (the
-/// local user in `--dev`).
+/// Whether the request carries the credential of an administrator: a user with the admin flag
+/// or named in `server.admin_users` (the local user in `--dev`).
 async fn is_admin(state: &AppState, headers: &axum::http::HeaderMap) -> bool {
     let authorization = headers
         .get(axum::http::header::AUTHORIZATION)
@@ -549,6 +559,7 @@ async fn is_admin(state: &AppState, headers: &axum::http::HeaderMap) -> bool {
     match state.auth.authenticate(authorization).await {
         Ok(user) => {
             state.settings.server.dev && authorization.is_none()
+                || user.is_admin
                 || state.settings.server.is_admin(&user.name)
         }
         Err(_) => false,
@@ -597,12 +608,18 @@ struct Me {
     /// The memory switch: off, chats neither recall nor store memories (what is remembered
     /// stays, and can still be read, searched and edited).
     memory_enabled: bool,
+    /// May manage users and keys (`/v1/admin/*`).
+    is_admin: bool,
+    /// How this request signed in.
+    signed_in_via: crate::auth::SignedInVia,
 }
 
 impl Me {
     async fn of(state: &AppState, user: crate::auth::AuthUser) -> error::ApiResult<Self> {
         let memory_enabled = state.store.user(user.user_id).memory_enabled().await?;
         Ok(Self {
+            is_admin: accounts::is_admin(state, &user),
+            signed_in_via: user.via,
             id: user.user_id,
             name: user.name,
             memory_enabled,
@@ -610,14 +627,21 @@ impl Me {
     }
 }
 
-/// The signed-in user: what the web app shows as "signed in as", and their settings.
+/// The signed-in user: what the web app shows as "signed in as", and their settings. Signed in
+/// by the session cookie, the answer renews the cookie.
 #[utoipa::path(get, path = "/v1/me", tag = "service",
     responses((status = 200, body = Me)), security(("bearer" = [])))]
 async fn me(
     State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
     user: crate::auth::AuthUser,
-) -> error::ApiResult<Json<Me>> {
-    Ok(Json(Me::of(&state, user).await?))
+) -> error::ApiResult<Response> {
+    let cookie = accounts::renewed_cookie(&headers, &user);
+    let mut response = Json(Me::of(&state, user).await?).into_response();
+    if let Some(cookie) = cookie {
+        response.headers_mut().insert(header::SET_COOKIE, cookie);
+    }
+    Ok(response)
 }
 
 /// The settings a user changes for themselves.

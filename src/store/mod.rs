@@ -6,6 +6,7 @@
 
 #[macro_use]
 pub(crate) mod text_enum;
+mod account;
 mod document;
 mod ids;
 mod memory;
@@ -14,6 +15,7 @@ mod research;
 mod run_control;
 mod scope;
 mod sql;
+mod sql_accounts;
 mod sql_documents;
 mod sql_jobs;
 mod sql_memory;
@@ -94,6 +96,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{ErrorKind, HasKind};
 
+use account::AccountStore;
+pub use account::{NewAccount, PasswordLogin, SessionUser, UserUpdate};
 pub use document::{Document, DocumentState, NewDocument};
 pub use ids::{DocumentId, JobId, MemoryId, MessageId, ReplicaId, RunId, ThreadId, UserId};
 pub use memory::{
@@ -170,6 +174,12 @@ pub struct User {
     pub active_keys: i64,
     /// The user's memory switch: off, their chats neither recall nor store memories.
     pub memory_enabled: bool,
+    /// May manage users and keys (`/v1/admin/*`).
+    pub is_admin: bool,
+    /// When an administrator disabled the user: their sessions, keys and tokens are refused.
+    pub disabled_at: Option<DateTime<Utc>>,
+    /// Whether the user can sign in with a password.
+    pub has_password: bool,
 }
 
 /// One API key of a user, as listed (the key itself is never stored, only its hash).
@@ -726,7 +736,8 @@ pub(in crate::store) trait DocumentStore: Send + Sync + 'static {
 /// callers go through `user(id)`, `maintenance()` and `accounts()` (see `scope`).
 #[allow(private_bounds)]
 pub trait Store:
-    MemoryStore
+    AccountStore
+    + MemoryStore
     + JobStore
     + DocumentStore
     + ResearchStore
@@ -740,7 +751,8 @@ pub trait Store:
 }
 
 impl<T> Store for T where
-    T: MemoryStore
+    T: AccountStore
+        + MemoryStore
         + JobStore
         + DocumentStore
         + ResearchStore

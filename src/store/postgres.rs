@@ -6,6 +6,7 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::{Pool, Postgres};
 
 use super::sql::sql_store;
+use super::sql_accounts::sql_account_store;
 use super::sql_documents::sql_document_store;
 use super::sql_jobs::sql_job_store;
 use super::sql_memory::sql_memory_store;
@@ -47,6 +48,8 @@ sql_store!(
     "postgres",
     Some("SELECT pg_notify('mnemo_run_events', $1)")
 );
+
+sql_account_store!(PostgresStore, sqlx::postgres::PgRow);
 
 sql_memory_store!(
     PostgresStore,

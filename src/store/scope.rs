@@ -6,7 +6,8 @@
 //!   no `UserId`: the scope was opened with one, and every statement filters on it.
 //! - [`Maintenance`] (`store.maintenance()`): the cross-user work of indexers, the job queue,
 //!   crash recovery and the decay job. Rows it returns carry their owner.
-//! - [`Accounts`] (`store.accounts()`): users and API keys, for the auth layer and the CLI.
+//! - [`Accounts`] (`store.accounts()`): users, their API keys, passwords and browser sessions,
+//!   for the auth layer, the admin endpoints and the CLI.
 
 use chrono::{DateTime, Utc};
 
@@ -347,5 +348,35 @@ impl Accounts<'_> {
             revoke_others: bool,
         ) -> StoreResult<u64>;
         fn api_keys(&self, name: &str) -> StoreResult<Vec<ApiKeyInfo>>;
+
+        /// Creates a local account, with a password (an argon2id PHC string) or without.
+        fn create_account(&self, account: NewAccount<'_>) -> StoreResult<User>;
+        /// Creates the first administrator, only while there is no administrator and no user
+        /// with a password, and only once (`Conflict` otherwise).
+        fn create_first_admin(&self, name: &str, password_hash: &str) -> StoreResult<User>;
+        /// Whether the first administrator can still be made from the browser.
+        fn setup_open(&self) -> StoreResult<bool>;
+        /// The user with this id, if any (an id from a request path).
+        fn user_by_id(&self, id: uuid::Uuid) -> StoreResult<Option<User>>;
+        /// The user with this name, their password hash and lock.
+        fn password_login(&self, name: &str) -> StoreResult<Option<PasswordLogin>>;
+        /// Counts a failed sign-in; the count since the last success or lock.
+        fn count_failed_login(&self, user: UserId) -> StoreResult<i64>;
+        /// Refuses sign-in until `until` and starts counting failures again.
+        fn lock_login(&self, user: UserId, until: DateTime<Utc>) -> StoreResult<()>;
+        /// A successful sign-in: the failures and any lock are forgotten.
+        fn clear_failed_logins(&self, user: UserId) -> StoreResult<()>;
+        /// Changes a user; disabling deletes their sessions in the same transaction.
+        fn update_user(&self, user: UserId, update: UserUpdate) -> StoreResult<User>;
+        /// Stores a browser session by the sha256 of its token.
+        fn create_session(&self, user: UserId, token_hash: &str, expires_at: DateTime<Utc>) -> StoreResult<()>;
+        /// The session's user, when it is unexpired at `now` and the user not disabled.
+        fn session_user(&self, token_hash: &str, now: DateTime<Utc>) -> StoreResult<Option<SessionUser>>;
+        /// Records the session's use at `now`, its expiry moved to `expires_at`.
+        fn touch_session(&self, token_hash: &str, now: DateTime<Utc>, expires_at: DateTime<Utc>) -> StoreResult<()>;
+        /// Deletes the session; false when there was none.
+        fn delete_session(&self, token_hash: &str) -> StoreResult<bool>;
+        /// Deletes the sessions expired before `now`; how many.
+        fn delete_expired_sessions(&self, now: DateTime<Utc>) -> StoreResult<u64>;
     }
 }

@@ -25,6 +25,9 @@ macro_rules! sql_store {
                     created_at: row.try_get("created_at")?,
                     active_keys: row.try_get("active_keys")?,
                     memory_enabled: row.try_get("memory_enabled")?,
+                    is_admin: row.try_get("is_admin")?,
+                    disabled_at: row.try_get::<Option<DateTime<Utc>>, _>("disabled_at")?,
+                    has_password: row.try_get("has_password")?,
                 })
             }
 
@@ -110,6 +113,7 @@ macro_rules! sql_store {
         }
 
         const USER_COLUMNS: &str = "u.id, u.name, u.kind, u.created_at, u.memory_enabled, \
+             u.is_admin, u.disabled_at, (u.password_hash IS NOT NULL) AS has_password, \
              (SELECT COUNT(*) FROM api_keys k WHERE k.user_id = u.id AND k.revoked_at IS NULL) AS active_keys";
         const RUN_COLUMNS: &str =
             "id, thread_id, kind, status, error, last_seq, created_at, updated_at, finished_at";
@@ -321,7 +325,7 @@ macro_rules! sql_store {
             async fn user_by_key_hash(&self, key_hash: &str) -> StoreResult<Option<User>> {
                 let sql = format!(
                     "SELECT {USER_COLUMNS} FROM users u JOIN api_keys key ON key.user_id = u.id \
-                     WHERE key.key_hash = $1 AND key.revoked_at IS NULL"
+                     WHERE key.key_hash = $1 AND key.revoked_at IS NULL AND u.disabled_at IS NULL"
                 );
                 let row = sqlx::query(&sql).bind(key_hash).fetch_optional(&self.pool).await?;
                 Ok(row.as_ref().map(rows::user).transpose()?)

@@ -7,6 +7,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Pool, Sqlite};
 
 use super::sql::sql_store;
+use super::sql_accounts::sql_account_store;
 use super::sql_documents::sql_document_store;
 use super::sql_jobs::sql_job_store;
 use super::sql_memory::sql_memory_store;
@@ -88,6 +89,8 @@ impl SqliteStore {
 }
 
 sql_store!(SqliteStore, Sqlite, sqlx::sqlite::SqliteRow, "sqlite", None);
+
+sql_account_store!(SqliteStore, sqlx::sqlite::SqliteRow);
 
 // Any write statement takes SQLite's single write lock at once, so a transaction that reads
 // before it writes cannot fail to upgrade its lock.

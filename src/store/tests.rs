@@ -35,6 +35,9 @@ conformance!(
     jobs_whose_worker_keeps_dying_fail_for_good,
     a_turn_job_records_what_it_did_and_is_found_from_its_run,
     users_and_keys,
+    accounts_passwords_and_the_first_admin,
+    sessions_end_when_deleted_expired_or_their_user_is_disabled,
+    failed_sign_ins_count_lock_and_clear,
     threads_are_private_and_paginated,
     temporary_threads_and_the_memory_switch,
     a_conversation_key_names_one_thread_per_user,
@@ -64,6 +67,241 @@ async fn two_users(store: &Arc<dyn Store>) -> (User, User) {
     let alice = store.create_user("alice", UserKind::Key).await.unwrap();
     let bob = store.create_user("bob", UserKind::Key).await.unwrap();
     (alice, bob)
+}
+
+async fn accounts_passwords_and_the_first_admin(store: Arc<dyn Store>) {
+    // A server with only key users (made before accounts existed) can still be set up.
+    let old = store.create_user("old", UserKind::Key).await.unwrap();
+    assert!(!old.is_admin && !old.has_password && old.disabled_at.is_none());
+    assert!(store.setup_open().await.unwrap());
+    // A name that is taken is a conflict, and setup stays open.
+    assert!(matches!(
+        store.create_first_admin("old", "$argon2id$x").await,
+        Err(StoreError::Conflict(message)) if message.contains("already exists")
+    ));
+    assert!(store.setup_open().await.unwrap());
+    let admin = store
+        .create_first_admin("root", "$argon2id$root")
+        .await
+        .unwrap();
+    assert!(admin.is_admin && admin.has_password);
+    assert_eq!(admin.kind, UserKind::Key);
+    assert!(!store.setup_open().await.unwrap());
+    assert!(matches!(
+        store.create_first_admin("second", "$argon2id$x").await,
+        Err(StoreError::Conflict(message)) if message.contains("first administrator")
+    ));
+    assert!(store.user_by_name("second").await.unwrap().is_none());
+
+    let carol = store
+        .create_account(NewAccount {
+            name: "carol",
+            password_hash: Some("$argon2id$carol"),
+            is_admin: false,
+        })
+        .await
+        .unwrap();
+    assert!(!carol.is_admin && carol.has_password);
+    assert!(matches!(
+        store
+            .create_account(NewAccount {
+                name: "carol",
+                password_hash: None,
+                is_admin: false
+            })
+            .await,
+        Err(StoreError::Conflict(_))
+    ));
+    let login = store.password_login("carol").await.unwrap().unwrap();
+    assert_eq!(login.user.id, carol.id);
+    assert_eq!(login.password_hash.as_deref(), Some("$argon2id$carol"));
+    assert_eq!(login.locked_until, None);
+    assert!(store.password_login("nobody").await.unwrap().is_none());
+    let old_login = store.password_login("old").await.unwrap().unwrap();
+    assert_eq!(old_login.password_hash, None);
+
+    // An administrator changes flags and the password; the user is found by id.
+    let changed = store
+        .update_user(
+            carol.id,
+            UserUpdate {
+                is_admin: Some(true),
+                password_hash: Some("$argon2id$new".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(changed.is_admin);
+    assert_eq!(
+        store
+            .password_login("carol")
+            .await
+            .unwrap()
+            .unwrap()
+            .password_hash
+            .as_deref(),
+        Some("$argon2id$new")
+    );
+    let found = store.user_by_id(carol.id.as_uuid()).await.unwrap().unwrap();
+    assert_eq!((found.name.as_str(), found.is_admin), ("carol", true));
+    assert!(
+        store
+            .user_by_id(uuid::Uuid::now_v7())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let missing = store.user_by_id(uuid::Uuid::now_v7()).await.unwrap();
+    assert!(missing.is_none());
+    let listed = store.list_users().await.unwrap();
+    let names: Vec<_> = listed
+        .iter()
+        .map(|user| (user.name.as_str(), user.is_admin))
+        .collect();
+    assert_eq!(names, [("carol", true), ("old", false), ("root", true)]);
+}
+
+async fn sessions_end_when_deleted_expired_or_their_user_is_disabled(store: Arc<dyn Store>) {
+    let (alice, bob) = two_users(&store).await;
+    let at = now();
+    let later = at + chrono::Duration::days(30);
+    store
+        .create_session(alice.id, "session-a", later)
+        .await
+        .unwrap();
+    store
+        .create_session(bob.id, "session-b", later)
+        .await
+        .unwrap();
+    store
+        .add_api_key(bob.id, "key-b", "mnemo_bbb")
+        .await
+        .unwrap();
+    let found = store.session_user("session-a", at).await.unwrap().unwrap();
+    assert_eq!(found.user.id, alice.id);
+    assert_eq!(found.expires_at, later);
+    assert!(store.session_user("unknown", at).await.unwrap().is_none());
+    // Past its expiry: not found.
+    assert!(
+        store
+            .session_user("session-a", later + chrono::Duration::seconds(1))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // Touching slides the expiry.
+    let touched_at = at + chrono::Duration::days(1);
+    let new_expiry = touched_at + chrono::Duration::days(30);
+    store
+        .touch_session("session-a", touched_at, new_expiry)
+        .await
+        .unwrap();
+    let found = store
+        .session_user("session-a", later + chrono::Duration::seconds(1))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (found.last_seen_at, found.expires_at),
+        (touched_at, new_expiry)
+    );
+    assert_eq!(
+        store
+            .delete_expired_sessions(later + chrono::Duration::hours(1))
+            .await
+            .unwrap(),
+        1,
+        "bob's session expired, alice's was renewed"
+    );
+    store
+        .create_session(bob.id, "session-b", later)
+        .await
+        .unwrap();
+
+    // Disabling bob ends his session and refuses his key at once; enabling does not bring
+    // the session back.
+    let disabled = store
+        .update_user(
+            bob.id,
+            UserUpdate {
+                disabled: Some(true),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(disabled.disabled_at.is_some());
+    assert!(store.session_user("session-b", at).await.unwrap().is_none());
+    assert!(store.user_by_key_hash("key-b").await.unwrap().is_none());
+    let enabled = store
+        .update_user(
+            bob.id,
+            UserUpdate {
+                disabled: Some(false),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(enabled.disabled_at.is_none());
+    assert!(store.session_user("session-b", at).await.unwrap().is_none());
+    assert_eq!(
+        store.user_by_key_hash("key-b").await.unwrap().unwrap().id,
+        bob.id
+    );
+    assert!(matches!(
+        store
+            .update_user(
+                UserId::from_trusted(uuid::Uuid::now_v7()),
+                UserUpdate::default()
+            )
+            .await,
+        Err(StoreError::NotFound(_))
+    ));
+
+    // Sign-out deletes the one session.
+    assert!(store.delete_session("session-a").await.unwrap());
+    assert!(!store.delete_session("session-a").await.unwrap());
+    assert!(store.session_user("session-a", at).await.unwrap().is_none());
+}
+
+async fn failed_sign_ins_count_lock_and_clear(store: Arc<dyn Store>) {
+    let (alice, bob) = two_users(&store).await;
+    for expected in 1..=3 {
+        assert_eq!(store.count_failed_login(alice.id).await.unwrap(), expected);
+    }
+    assert_eq!(
+        store.count_failed_login(bob.id).await.unwrap(),
+        1,
+        "counted per user"
+    );
+    let until = now() + chrono::Duration::minutes(15);
+    store.lock_login(alice.id, until).await.unwrap();
+    let login = store.password_login("alice").await.unwrap().unwrap();
+    assert_eq!(login.locked_until, Some(until));
+    assert_eq!(
+        store.count_failed_login(alice.id).await.unwrap(),
+        1,
+        "counting starts again"
+    );
+    store.clear_failed_logins(alice.id).await.unwrap();
+    assert_eq!(
+        store
+            .password_login("alice")
+            .await
+            .unwrap()
+            .unwrap()
+            .locked_until,
+        None
+    );
+    assert_eq!(store.count_failed_login(alice.id).await.unwrap(), 1);
+    assert!(matches!(
+        store
+            .count_failed_login(UserId::from_trusted(uuid::Uuid::now_v7()))
+            .await,
+        Err(StoreError::NotFound(_))
+    ));
 }
 
 async fn users_and_keys(store: Arc<dyn Store>) {

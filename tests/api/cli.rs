@@ -859,3 +859,97 @@ fn data_files_are_readable_by_their_owner_only() {
     let database = std::fs::metadata(fresh.join("mnemo.db")).unwrap();
     assert_eq!(database.permissions().mode() & 0o777, 0o600);
 }
+
+/// Runs `mnemo` with `args`, the password (and a line end) on stdin.
+fn with_password(
+    data_dir: &std::path::Path,
+    args: &[&str],
+    password: &str,
+) -> std::process::Output {
+    use std::io::Write as _;
+    let mut child = mnemo(data_dir)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{password}\n").as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn an_administrator_made_from_the_shell_signs_in_with_the_password_from_stdin() {
+    let dir = tempfile::tempdir().unwrap();
+    let added = with_password(
+        dir.path(),
+        &["user", "add", "root", "--admin", "--password-stdin"],
+        "first password",
+    );
+    assert!(added.status.success(), "{added:?}");
+    assert!(
+        text(&added.stdout).trim().starts_with("mnemo_"),
+        "the key is printed"
+    );
+    assert!(!text(&added.stderr).contains("first password"));
+    let short = with_password(dir.path(), &["user", "password", "root"], "short");
+    assert_eq!(short.status.code(), Some(2), "{short:?}");
+    let changed = with_password(dir.path(), &["user", "password", "root"], "second password");
+    assert!(changed.status.success(), "{changed:?}");
+    let listed = text(
+        &mnemo(dir.path())
+            .args(["user", "list"])
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    assert!(
+        listed
+            .lines()
+            .any(|line| line.starts_with("root") && line.ends_with("admin,password")),
+        "{listed}"
+    );
+
+    let (server, base, _lines) = serve(dir.path());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let client = reqwest::Client::new();
+    let (setup, old, new) = runtime.block_on(async {
+        let setup: serde_json::Value = client
+            .get(format!("{base}/v1/auth/status"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let login = |password: &'static str| {
+            client
+                .post(format!("{base}/v1/auth/login"))
+                .json(&serde_json::json!({ "name": "root", "password": password }))
+                .send()
+        };
+        let old = login("first password").await.unwrap().status().as_u16();
+        let new: serde_json::Value = login("second password")
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        (setup, old, new)
+    });
+    assert_eq!(
+        setup["setup_required"], false,
+        "an admin exists: no browser setup"
+    );
+    assert_eq!(old, 401);
+    assert_eq!(
+        (new["name"].as_str(), new["is_admin"].as_bool()),
+        (Some("root"), Some(true))
+    );
+    stop(server);
+}

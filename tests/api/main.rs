@@ -5,6 +5,7 @@
 mod support;
 
 mod abuse;
+mod accounts;
 mod chat;
 mod cli;
 mod clients;

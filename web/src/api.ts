@@ -1,6 +1,9 @@
 // The one place that knows mnemo's HTTP API: typed request and response shapes (as the Rust
 // handlers in src/http/*.rs serialise them) and one function per endpoint. Every call sends the
-// signed-in credential as `Authorization: Bearer …`; a 401 anywhere signs the user out.
+// signed-in credential as `Authorization: Bearer …` when the user signed in with a key or a
+// token, and otherwise the session cookie (same-origin), with `X-Mnemo-CSRF: 1` on every
+// unsafe method (the server refuses a cookie write without it); a 401 anywhere signs the user
+// out.
 
 import type { components } from './generated/api'
 import { credential } from './session'
@@ -188,13 +191,18 @@ interface RequestOptions {
   signal?: AbortSignal
   /** Use this credential instead of the signed-in one (the sign-in check). */
   token?: string
+  /** A 401 is the answer itself (a wrong password), not a sign-out. */
+  expect401?: boolean
 }
+
+const SAFE_METHODS = ['GET', 'HEAD', 'OPTIONS']
 
 /** Sends a request with the credential and returns the raw response (after error checks). */
 export async function send(method: string, path: string, options: RequestOptions = {}): Promise<Response> {
   const headers: Record<string, string> = { accept: 'application/json', ...options.headers }
   const token = options.token ?? credential()
   if (token) headers.authorization = `Bearer ${token}`
+  if (!SAFE_METHODS.includes(method.toUpperCase())) headers['x-mnemo-csrf'] = '1'
   let body: BodyInit | undefined = options.body
   if (options.json !== undefined) {
     body = JSON.stringify(options.json)
@@ -209,14 +217,14 @@ export async function send(method: string, path: string, options: RequestOptions
       headers,
       body,
       signal: options.signal,
-      credentials: 'omit',
+      credentials: 'same-origin',
       cache: 'no-store',
     })
   } catch (error) {
     if (error instanceof DOMException && error.name === 'AbortError') throw error
     throw new ApiError(0, 'network', 'The server could not be reached. Check your connection.')
   }
-  if (!response.ok) throw await errorOf(response, options.token === undefined)
+  if (!response.ok) throw await errorOf(response, options.token === undefined && !options.expect401)
   return response
 }
 
@@ -260,6 +268,35 @@ export function updateMe(patch: Schemas['UpdateMe']): Promise<Schemas['Me']> {
 
 export function checkCredential(token: string): Promise<ResearchModels> {
   return json('GET', '/models', { token })
+}
+
+// ---- accounts -----------------------------------------------------------------------------
+
+export type AuthStatus = Schemas['AuthStatus']
+export type SignedInUser = Schemas['SignedInUser']
+export type AdminUser = Schemas['AdminUser']
+export type IssuedKey = Schemas['IssuedKey']
+
+export const accounts = {
+  /** Whether the server needs its first administrator, and whether it runs with `--dev`. */
+  status: () => json<AuthStatus>('GET', '/v1/auth/status', { expect401: true }),
+  /** Creates the first administrator and signs them in (the server sets the cookie). */
+  setup: (name: string, password: string) => json<SignedInUser>('POST', '/v1/auth/setup', { json: { name, password }, expect401: true }),
+  /** Signs in with a name and a password (the server sets the cookie). */
+  login: (name: string, password: string) => json<SignedInUser>('POST', '/v1/auth/login', { json: { name, password }, expect401: true }),
+  /** Ends the cookie's session on the server (and clears the cookie). */
+  logout: () => json<void>('POST', '/v1/auth/logout', { expect401: true }),
+  /** `GET /v1/me` without signing out on a 401 (is this page signed in by its cookie?). */
+  probe: () => json<Schemas['Me']>('GET', '/v1/me', { expect401: true }),
+}
+
+export const admin = {
+  users: () => json<{ users: AdminUser[] }>('GET', '/v1/admin/users'),
+  create: (name: string, password: string, isAdmin: boolean) =>
+    json<AdminUser>('POST', '/v1/admin/users', { json: { name, password, is_admin: isAdmin } }),
+  update: (userId: string, patch: Schemas['UserPatch']) => json<AdminUser>('PATCH', `/v1/admin/users/${id(userId)}`, { json: patch }),
+  issueKey: (userId: string) => json<IssuedKey>('POST', `/v1/admin/users/${id(userId)}/keys`),
+  revokeKeys: (userId: string) => json<{ revoked: number }>('DELETE', `/v1/admin/users/${id(userId)}/keys`),
 }
 
 // ---- threads ------------------------------------------------------------------------------

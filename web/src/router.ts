@@ -1,10 +1,11 @@
-// Hash routing (`#/chat`, `#/research`, `#/memory`, `#/documents`, `#/settings`, each with optional path
-// parameters such as `#/chat/<thread id>`), so the server only serves index.html at `/`.
+// Hash routing (`#/chat`, `#/research`, `#/memory`, `#/documents`, `#/settings`, `#/admin`, each
+// with optional path parameters such as `#/chat/<thread id>`), so the server only serves
+// index.html at `/`.
 // A hash that does not start with `#/` is an in-page anchor and leaves the route alone.
 
 import { reactive } from 'vue'
 
-export const VIEWS = ['chat', 'research', 'memory', 'documents', 'settings'] as const
+export const VIEWS = ['chat', 'research', 'memory', 'documents', 'settings', 'admin'] as const
 export type View = (typeof VIEWS)[number]
 
 export const route = reactive({ view: 'chat' as View, params: [] as string[] })

@@ -1,6 +1,8 @@
-// What the browser keeps: the credential (sessionStorage only: gone when the tab closes, never
-// in a URL, never in localStorage), the live runs to resume after a reload (sessionStorage),
-// and the colour theme (localStorage; it is not a secret).
+// What the browser keeps: an API key or JWT if the user signed in with one (sessionStorage
+// only: gone when the tab closes, never in a URL, never in localStorage) — a name-and-password
+// sign-in keeps nothing here: its session is the server's HttpOnly cookie, which every tab
+// shares —, the live runs to resume after a reload (sessionStorage), and the colour theme
+// (localStorage; it is not a secret).
 
 import { reactive } from 'vue'
 
@@ -12,6 +14,10 @@ export type CredentialKind = 'key' | 'jwt'
 export const auth = reactive({
   signedIn: sessionStorage.getItem(CREDENTIAL) !== null,
   kind: (sessionStorage.getItem(`${CREDENTIAL}.kind`) as CredentialKind | null) ?? 'key',
+  /** Signed in by the session cookie (name and password, or `--dev`): no token in storage. */
+  byCookie: false,
+  /** The page is still asking the server whether its cookie signs it in. */
+  checking: sessionStorage.getItem(CREDENTIAL) === null,
   /** Why the user was sent back to the sign-in form, if they were. */
   notice: '',
 })
@@ -25,12 +31,25 @@ export function signIn(token: string, kind: CredentialKind): void {
   sessionStorage.setItem(`${CREDENTIAL}.kind`, kind)
   auth.signedIn = true
   auth.kind = kind
+  auth.byCookie = false
+  auth.notice = ''
+}
+
+/** Signed in by the session cookie the server set (nothing is stored by the page). */
+export function signInByCookie(): void {
+  auth.signedIn = true
+  auth.byCookie = true
+  auth.checking = false
   auth.notice = ''
 }
 
 /** Who is signed in and their settings, read from `GET /v1/me` at each sign-in. */
 export const account = reactive({
   name: '',
+  /** May manage users and keys (the Admin view). */
+  isAdmin: false,
+  /** `--dev`: nobody signs in or out. */
+  dev: false,
   /** The memory switch: off, chats neither recall nor store memories. */
   memoryEnabled: true,
 })
@@ -44,6 +63,8 @@ export function signOut(notice = ''): void {
   }
   for (const key of keys) sessionStorage.removeItem(key)
   auth.signedIn = false
+  auth.byCookie = false
+  auth.checking = false
   auth.notice = notice
 }
 

@@ -167,7 +167,7 @@ test('accessibility: axe-core finds no WCAG 2.1 A or AA violation in any view, t
     await useTheme(page, theme)
     for (const size of WIDTHS) {
       await signIn.setViewportSize(size)
-      await signIn.getByTestId('signin-token').waitFor()
+      await signIn.getByTestId('signin-name').waitFor()
       await check(signIn, `sign-in ${theme} ${size.name}`)
       await page.setViewportSize(size)
       for (const view of views) {

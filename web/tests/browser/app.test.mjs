@@ -6,7 +6,7 @@ import assert from 'node:assert/strict'
 import { writeFileSync, readFileSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import { RESULTS_DIR, startStack, signedInPage, screenshot, signJwt } from '../support/harness.mjs'
+import { RESULTS_DIR, startStack, signedInPage, screenshot, signJwt, useKeyForm } from '../support/harness.mjs'
 import { SLOW_WORDS, XSS_REPLY } from '../fake-openai.mjs'
 
 const XSS = '<img src=x onerror=alert(1)> and <script>alert(1)</script>'
@@ -98,6 +98,7 @@ function words(text) {
 test('sign in: a wrong key is refused, the right one opens the app, a 401 sends back to sign-in', async () => {
   const page = await stack.context.newPage()
   await page.goto('/')
+  await useKeyForm(page)
   await screenshot(page, 'signin')
   await page.getByTestId('signin-token').fill('not-a-key')
   await page.getByTestId('signin-submit').click()
@@ -114,10 +115,11 @@ test('sign in: a wrong key is refused, the right one opens the app, a 401 sends 
   await page.getByTestId('signin-notice').waitFor()
   assert.match(await page.getByTestId('signin-notice').innerText(), /did not accept your credentials/)
   // Sign in again, then sign out.
+  await useKeyForm(page)
   await page.getByTestId('signin-token').fill(stack.key)
   await page.getByTestId('signin-submit').click()
   await page.getByTestId('sign-out').click()
-  await page.getByTestId('signin-token').waitFor()
+  await page.getByTestId('signin-form').waitFor()
   assert.equal(await page.evaluate(() => sessionStorage.getItem('mnemo.credential')), null)
   await page.close()
   assertClean()
@@ -822,6 +824,7 @@ test('research: compare two models side by side', async () => {
 test("sign in with a JWT: another user, who sees none of alice's threads; an expired token is refused", async () => {
   const page = await stack.context.newPage()
   await page.goto('/')
+  await useKeyForm(page)
   await page.getByTestId('signin-kind-jwt').check()
   await page.getByTestId('signin-token').fill(signJwt('bob', -120))
   await page.getByTestId('signin-submit').click()

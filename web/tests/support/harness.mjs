@@ -233,10 +233,17 @@ function watchPage(page, problems) {
   })
 }
 
+/** Switches the sign-in page from name and password (or the first admin's form) to an API key. */
+export async function useKeyForm(page) {
+  await page.getByTestId('signin-use-key').click()
+  await page.getByTestId('signin-token').waitFor()
+}
+
 /** A new tab, signed in through the form. */
 export async function signedInPage(stack, hash = '#/chat') {
   const page = await stack.context.newPage()
   await page.goto(`/${hash}`)
+  await useKeyForm(page)
   await page.getByTestId('signin-token').fill(stack.key)
   await page.getByTestId('signin-submit').click()
   await page.getByTestId('nav-chat').waitFor()
