@@ -2431,6 +2431,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description `thread_id` names none of your threads */
             404: {
                 headers: {
@@ -2607,6 +2616,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2667,6 +2685,15 @@ export interface operations {
             };
             /** @description Missing or invalid credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2744,6 +2771,15 @@ export interface operations {
             };
             /** @description Missing or invalid credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2966,6 +3002,15 @@ export interface operations {
             };
             /** @description Missing or invalid credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3620,6 +3665,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description Unknown model or thread */
             404: {
                 headers: {
@@ -3775,6 +3829,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description Another ingest of this document changed it meanwhile */
             409: {
                 headers: {
@@ -3906,6 +3969,15 @@ export interface operations {
             };
             /** @description Missing or invalid credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4091,6 +4163,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description The body is larger than `server.max_body_bytes` */
             413: {
                 headers: {
@@ -4228,6 +4309,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description The body is larger than `server.max_body_bytes` */
             413: {
                 headers: {
@@ -4287,6 +4377,15 @@ export interface operations {
             };
             /** @description Missing or invalid credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4392,6 +4491,15 @@ export interface operations {
             };
             /** @description Missing or invalid credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4511,6 +4619,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -4593,6 +4710,15 @@ export interface operations {
             };
             /** @description Missing or invalid credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4732,6 +4858,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description The body is larger than `server.max_body_bytes` */
             413: {
                 headers: {
@@ -4861,6 +4996,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -4922,6 +5066,15 @@ export interface operations {
             };
             /** @description Missing or invalid credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5227,6 +5380,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -5366,6 +5528,15 @@ export interface operations {
             };
             /** @description Missing or invalid credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5514,6 +5685,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description The body is larger than `server.max_body_bytes` */
             413: {
                 headers: {
@@ -5645,6 +5825,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -5706,6 +5895,15 @@ export interface operations {
             };
             /** @description Missing or invalid credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5784,6 +5982,15 @@ export interface operations {
             };
             /** @description Missing or invalid credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5881,6 +6088,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -5971,6 +6187,15 @@ export interface operations {
             };
             /** @description Missing or invalid credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
