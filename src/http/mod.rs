@@ -220,7 +220,8 @@ impl utoipa::Modify for CompareSchema {
 }
 
 /// Statuses every operation can answer, documented once: 401 and 429 on authenticated
-/// operations (bad credentials, the per-user request quota or run cap), 400 where there is a
+/// operations (bad credentials, the per-user request quota or run cap), 403 on authenticated
+/// writes (the session cookie's CSRF check), 400 where there is a
 /// parameter or body to get wrong, 413 where there is a body, 503 everywhere (a backend is
 /// down).
 struct CommonErrors;
@@ -262,6 +263,23 @@ impl utoipa::Modify for CommonErrors {
             responses
                 .entry("503".into())
                 .or_insert_with(|| error("A backend is unavailable; try again later"));
+        }
+        // A write signed in by the session cookie is refused without `X-Mnemo-CSRF` or from
+        // another origin.
+        for item in openapi.paths.paths.values_mut() {
+            let writes = [
+                &mut item.post,
+                &mut item.put,
+                &mut item.patch,
+                &mut item.delete,
+            ];
+            for operation in writes.into_iter().flatten() {
+                if operation.security.as_ref().is_some_and(|s| !s.is_empty()) {
+                    operation.responses.responses.entry("403".into()).or_insert_with(|| {
+                        error("Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin")
+                    });
+                }
+            }
         }
     }
 }

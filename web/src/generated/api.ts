@@ -2268,6 +2268,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description `thread_id` names none of your threads */
             404: {
                 headers: {
@@ -2444,6 +2453,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2504,6 +2522,15 @@ export interface operations {
             };
             /** @description Missing or invalid credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2581,6 +2608,15 @@ export interface operations {
             };
             /** @description Missing or invalid credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2810,6 +2846,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description No research of yours has this id */
             404: {
                 headers: {
@@ -2890,6 +2935,15 @@ export interface operations {
             };
             /** @description Missing or invalid credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3052,6 +3106,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description Another ingest of this document changed it meanwhile */
             409: {
                 headers: {
@@ -3183,6 +3246,15 @@ export interface operations {
             };
             /** @description Missing or invalid credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3368,6 +3440,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description The body is larger than `server.max_body_bytes` */
             413: {
                 headers: {
@@ -3505,6 +3586,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description The body is larger than `server.max_body_bytes` */
             413: {
                 headers: {
@@ -3564,6 +3654,15 @@ export interface operations {
             };
             /** @description Missing or invalid credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3669,6 +3768,15 @@ export interface operations {
             };
             /** @description Missing or invalid credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3788,6 +3896,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -3870,6 +3987,15 @@ export interface operations {
             };
             /** @description Missing or invalid credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4009,6 +4135,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description The body is larger than `server.max_body_bytes` */
             413: {
                 headers: {
@@ -4138,6 +4273,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -4199,6 +4343,15 @@ export interface operations {
             };
             /** @description Missing or invalid credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4504,6 +4657,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -4644,6 +4806,15 @@ export interface operations {
             };
             /** @description Missing or invalid credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4860,6 +5031,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description The body is larger than `server.max_body_bytes` */
             413: {
                 headers: {
@@ -4991,6 +5171,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -5052,6 +5241,15 @@ export interface operations {
             };
             /** @description Missing or invalid credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5130,6 +5328,15 @@ export interface operations {
             };
             /** @description Missing or invalid credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5227,6 +5434,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -5317,6 +5533,15 @@ export interface operations {
             };
             /** @description Missing or invalid credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Signed in by the session cookie, the request lacks `X-Mnemo-CSRF` or comes from another origin */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
