@@ -199,6 +199,136 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/users": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Every user, by name. */
+        get: operations["list_users"];
+        put?: never;
+        /** Creates a user (409 when the name is taken). */
+        post: operations["create_user"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/users/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Disables or enables a user, makes them an administrator or not, or sets their password.
+         *     An administrator cannot disable themselves or take their own admin flag.
+         */
+        patch: operations["update_user"];
+        trace?: never;
+    };
+    "/v1/admin/users/{id}/keys": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Issues an API key for the user (their other keys keep working). */
+        post: operations["issue_key"];
+        /** Revokes every API key of the user (they stop working at once). */
+        delete: operations["revoke_keys"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/auth/login": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Signs in with a name and a password; sets the session cookie. After 5 failures for a name
+         *     sign-in is refused for 15 minutes (429 with `Retry-After`).
+         */
+        post: operations["login"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/auth/logout": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Signs out: deletes the session and clears the cookie (also when there was none). */
+        post: operations["logout"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/auth/setup": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Creates the first administrator and signs them in (sets the session cookie). Only while
+         *     the server has no administrator and no user with a password; afterwards 409.
+         */
+        post: operations["setup"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/auth/status": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Whether the server needs its first administrator, and whether it runs with `--dev`. */
+        get: operations["status"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/chat/completions": {
         parameters: {
             query?: never;
@@ -270,7 +400,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The signed-in user: what the web app shows as "signed in as", and their settings. */
+        /**
+         * The signed-in user: what the web app shows as "signed in as", and their settings. Signed in
+         *     by the session cookie, the answer renews the cookie.
+         */
         get: operations["me"];
         put?: never;
         post?: never;
@@ -648,6 +781,41 @@ export interface components {
             importance?: number | null;
             kind?: null | components["schemas"]["MemoryKind"];
             source_refs?: string[];
+        };
+        /** @description A user as an administrator sees them. */
+        AdminUser: {
+            /**
+             * Format: int64
+             * @description Unrevoked API keys.
+             */
+            active_keys: number;
+            /** Format: date-time */
+            created_at: string;
+            /** @description Disabled users' sessions, keys and tokens are refused. */
+            disabled: boolean;
+            /** Format: date-time */
+            disabled_at?: string | null;
+            /** @description Can sign in with a password. */
+            has_password: boolean;
+            /** Format: uuid */
+            id: string;
+            is_admin: boolean;
+            /** @description `key` (a local account), `jwt` (a verified token's subject) or `dev`. */
+            kind: string;
+            name: string;
+        };
+        AdminUserList: {
+            users: components["schemas"]["AdminUser"][];
+        };
+        /** @description What the sign-in page needs to know before anyone is signed in. */
+        AuthStatus: {
+            /** @description The server runs with `--dev`: no sign-in, every request is the local user. */
+            dev: boolean;
+            /**
+             * @description No administrator and no user with a password exist yet: the first visitor creates the
+             *     administrator (`POST /v1/auth/setup`).
+             */
+            setup_required: boolean;
         };
         /** @description A research's budget, checked. */
         Budget: {
@@ -1094,6 +1262,13 @@ export interface components {
         IngestedDocument: components["schemas"]["Document"] & {
             status: components["schemas"]["IngestStatus"];
         };
+        /** @description A new API key, shown this once. */
+        IssuedKey: {
+            /** @description The key: send it as `Authorization: Bearer <key>`. It cannot be shown again. */
+            key: string;
+            /** @description Its first characters, as key lists show them. */
+            prefix: string;
+        };
         /**
          * @description What a finished memory job did, recorded with its completion (the `result` column): the
          *     memories it stored or changed. The conversation's own record (its `turn` memories) is not
@@ -1116,12 +1291,16 @@ export interface components {
         Me: {
             /** Format: uuid */
             id: string;
+            /** @description May manage users and keys (`/v1/admin/*`). */
+            is_admin: boolean;
             /**
              * @description The memory switch: off, chats neither recall nor store memories (what is remembered
              *     stays, and can still be read, searched and edited).
              */
             memory_enabled: boolean;
             name: string;
+            /** @description How this request signed in. */
+            signed_in_via: components["schemas"]["SignedInVia"];
         };
         /** @description A stored memory. `embedding` is loaded with the row but never serialised to clients. */
         Memory: {
@@ -1306,6 +1485,17 @@ export interface components {
              */
             created_at?: string | null;
             role: components["schemas"]["Role"];
+        };
+        /** @description A new account. */
+        NewUserBody: {
+            is_admin?: boolean;
+            /** @description 1-64 letters, digits, '.', '_', '-' or '@'. */
+            name: string;
+            /**
+             * Format: password
+             * @description Leave out for an account that signs in only with API keys.
+             */
+            password?: string | null;
         };
         PatchBody: {
             /** @description `true` archives, `false` restores. */
@@ -1647,6 +1837,13 @@ export interface components {
             /** @description As for `POST /v1/threads/{id}/messages`. */
             stream?: boolean;
         };
+        RevokedKeys: {
+            /**
+             * Format: int64
+             * @description How many keys were revoked.
+             */
+            revoked: number;
+        };
         /**
          * @description Who wrote a message.
          * @enum {string}
@@ -1839,6 +2036,13 @@ export interface components {
             /** Format: uuid */
             user_message_id?: string | null;
         };
+        /** @description A name and a password. */
+        SignInBody: {
+            /** @description 1-64 letters, digits, '.', '_', '-' or '@'. */
+            name: string;
+            /** Format: password */
+            password: string;
+        };
         /**
          * @description How one recall result was found (the recall API's and the `memory_recalled` event's
          *     explanation, kept with the domain types so both can show it): its rank (from 1) and score in each signal's list (the own
@@ -1905,6 +2109,18 @@ export interface components {
              */
             z?: number | null;
         };
+        /** @description Who is signed in now. */
+        SignedInUser: {
+            /** Format: uuid */
+            id: string;
+            is_admin: boolean;
+            name: string;
+        };
+        /**
+         * @description How the caller of a request signed in.
+         * @enum {string}
+         */
+        SignedInVia: "session" | "api_key" | "jwt" | "local" | "dev";
         /** @description Search results or the sources kept for the report. */
         SourcesFound: {
             content: string;
@@ -2111,6 +2327,17 @@ export interface components {
             step: string;
             total?: null | components["schemas"]["Usage"];
             usage: components["schemas"]["Usage"];
+        };
+        /** @description What an administrator changes about a user; absent fields stay as they are. */
+        UserPatch: {
+            /** @description Disabling ends the user's sessions and refuses their keys and tokens at once. */
+            disabled?: boolean | null;
+            is_admin?: boolean | null;
+            /**
+             * Format: password
+             * @description A new password (ends the lock after failed sign-ins).
+             */
+            password?: string | null;
         };
         /** @description Milliseconds spent waiting for models, search providers and page fetches. */
         Waiting: {
@@ -2889,6 +3116,566 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A backend is unavailable; try again later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_users: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AdminUserList"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller is not an administrator */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests or running runs for this user (see `Retry-After`) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A backend is unavailable; try again later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    create_user: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["NewUserBody"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AdminUser"];
+                };
+            };
+            /** @description The request is malformed: a path id that is not a UUID, a query parameter or body out of its bounds, a NUL character */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller is not an administrator */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A user with this name exists */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is larger than `server.max_body_bytes` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests or running runs for this user (see `Retry-After`) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A backend is unavailable; try again later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    update_user: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UserPatch"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AdminUser"];
+                };
+            };
+            /** @description The request is malformed: a path id that is not a UUID, a query parameter or body out of its bounds, a NUL character */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller is not an administrator */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is larger than `server.max_body_bytes` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests or running runs for this user (see `Retry-After`) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A backend is unavailable; try again later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    issue_key: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["IssuedKey"];
+                };
+            };
+            /** @description The request is malformed: a path id that is not a UUID, a query parameter or body out of its bounds, a NUL character */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller is not an administrator */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests or running runs for this user (see `Retry-After`) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A backend is unavailable; try again later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    revoke_keys: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RevokedKeys"];
+                };
+            };
+            /** @description The request is malformed: a path id that is not a UUID, a query parameter or body out of its bounds, a NUL character */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The caller is not an administrator */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many requests or running runs for this user (see `Retry-After`) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A backend is unavailable; try again later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    login: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SignInBody"];
+            };
+        };
+        responses: {
+            /** @description Signed in; `Set-Cookie: mnemo_session=…` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SignedInUser"];
+                };
+            };
+            /** @description The request is malformed: a path id that is not a UUID, a query parameter or body out of its bounds, a NUL character */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Wrong name or password, or the account is disabled */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is larger than `server.max_body_bytes` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many failed sign-ins for this name */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A backend is unavailable; try again later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    logout: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Signed out; the cookie is cleared */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description A backend is unavailable; try again later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    setup: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SignInBody"];
+            };
+        };
+        responses: {
+            /** @description Created and signed in; `Set-Cookie: mnemo_session=…` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SignedInUser"];
+                };
+            };
+            /** @description An invalid name or a password too short or too long */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The first administrator exists already */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is larger than `server.max_body_bytes` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A backend is unavailable; try again later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    status: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuthStatus"];
                 };
             };
             /** @description A backend is unavailable; try again later */
