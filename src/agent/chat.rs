@@ -475,23 +475,7 @@ pub async fn run_chat_turn(
         .or_else(|| chosen.map(|chosen| chosen.0))
         .or_else(|| deps.models.role(ModelRole::Chat).cloned());
     if client.is_none() {
-        // An outside client's conversation lives in its request; a thread's turn can be
-        // answered again by whichever replica takes it over. Without the checkpoint the turn
-        // still runs (it would end `interrupted` if its replica died).
-        let saved = TurnCheckpoint {
-            chat_turn: TurnMessage {
-                message_id: message.id,
-                model: chosen_name,
-            },
-        };
-        match context
-            .checkpoint(None, serde_json::to_value(&saved).unwrap_or(Value::Null))
-            .await
-        {
-            Ok(()) => {}
-            Err(error @ crate::store::StoreError::Conflict(_)) => return Err(error.into()),
-            Err(error) => tracing::warn!(%error, "could not checkpoint a chat turn"),
-        }
+        checkpoint_turn(&context, &message, chosen_name).await?;
     }
     let session_start = RunEvent::SessionStart(SessionStart {
         kind: RunKind::Chat,
@@ -504,15 +488,7 @@ pub async fn run_chat_turn(
         content: None,
         metadata: None,
     });
-    if context.attempt() > 1
-        && let Some(answer) = deps
-            .store
-            .user(user)
-            .list_messages(thread)
-            .await?
-            .into_iter()
-            .find(|stored| stored.role == Role::Assistant && stored.run_id == Some(context.run.id))
-    {
+    if let Some(answer) = answered_before(&context, &deps, thread).await? {
         // An earlier attempt stored the answer before its replica stopped: it stands.
         context.emit(session_start).await?;
         context
@@ -547,102 +523,17 @@ pub async fn run_chat_turn(
             least_trusted(&recalled, Trust::User),
         ),
         Some(model) => {
-            // The least trusted text the model reads before any tool: recalled memories,
-            // and the conversation so far (earlier replies that quoted pages, a client's
-            // tool results).
-            let (messages, client_tools, read) = match &client {
-                None => {
-                    let (messages, read) =
-                        working_memory(&deps, user, thread, &message, &recalled).await?;
-                    (messages, Vec::new(), read)
-                }
-                Some(client) => {
-                    let mut messages = vec![ChatMessage::system(
-                        system_prompt(&deps, user, None, &recalled).await?,
-                    )];
-                    messages.extend(client.messages.iter().cloned());
-                    let read = client.messages.iter().fold(Trust::User, |trust, message| {
-                        trust.min(client_trust(message))
-                    });
-                    (messages, client.tools.clone(), read)
-                }
+            let asked = Asked {
+                context: &context,
+                deps: &deps,
+                thread,
+                message: &message,
+                recalled: &recalled,
             };
-            let trust = least_trusted(&recalled, read);
-            let turn = Turn {
-                model: &model,
-                user_message: &message,
-                client_tools: &client_tools,
-            };
-            match tool_loop(&context, &deps, &turn, messages, trust).await {
-                // Nothing to show (a server with the wrong chat template, a reasoning model
-                // that spent its whole budget thinking): say so, and answer from memory.
-                Ok(Answer::Text(content, usage, _)) if content.trim().is_empty() => {
-                    context
-                        .emit(RunEvent::Error(ErrorEvent {
-                            error_type: RunErrorType::Llm,
-                            message: format!(
-                                "the model {} answered with nothing (a local server may need \
-                                 its chat template set, a reasoning model a larger max_tokens); \
-                                 answering from memory only",
-                                model.model.model()
-                            ),
-                            retryable: true,
-                            content: None,
-                            metadata: None,
-                        }))
-                        .await?;
-                    (
-                        reply_without_model(&context, &recalled, MODEL_EMPTY, deps.memory_on)
-                            .await?,
-                        usage,
-                        least_trusted(&recalled, Trust::User),
-                    )
-                }
-                Ok(Answer::Text(content, usage, read)) => (content, usage, read),
+            match answer_with_model(&asked, &model, client.as_ref()).await? {
+                Some(answered) => answered,
                 // The client runs its own tools: their calls are the turn's end.
-                Ok(Answer::ClientTools(calls)) => {
-                    for call in calls {
-                        context
-                            .emit(RunEvent::ToolCall(ToolCallEvent {
-                                id: Some(call.id.clone()),
-                                name: Some(call.name.clone()),
-                                tool: None,
-                                arguments: Value::String(call.arguments.clone()),
-                                stage: None,
-                                content: None,
-                                metadata: Some(StepMeta {
-                                    client: Some(true),
-                                    ..Default::default()
-                                }),
-                            }))
-                            .await?;
-                    }
-                    return Ok(());
-                }
-                // The model cannot be reached at all: say why, then answer from memory as a
-                // server without a model does, rather than failing the turn.
-                Err(LoopError::Unreachable(error)) => {
-                    context
-                        .emit(RunEvent::Error(ErrorEvent {
-                            error_type: RunErrorType::Llm,
-                            message: format!(
-                                "the model {} cannot be reached ({}); answering from memory only",
-                                model.model.model(),
-                                error.message
-                            ),
-                            retryable: true,
-                            content: None,
-                            metadata: None,
-                        }))
-                        .await?;
-                    (
-                        reply_without_model(&context, &recalled, MODEL_UNREACHABLE, deps.memory_on)
-                            .await?,
-                        Usage::default(),
-                        least_trusted(&recalled, Trust::User),
-                    )
-                }
-                Err(LoopError::Failed(failure)) => return Err(failure),
+                None => return Ok(()),
             }
         }
     };
@@ -665,6 +556,165 @@ pub async fn run_chat_turn(
         }))
         .await?;
     Ok(())
+}
+
+/// Saves what a thread's turn needs to be answered again by whichever replica takes it over
+/// (an outside client's conversation lives in its request instead). Without the checkpoint the
+/// turn still runs (it would end `interrupted` if its replica died).
+async fn checkpoint_turn(
+    context: &RunContext,
+    message: &Message,
+    model: Option<String>,
+) -> Result<(), RunFailure> {
+    let saved = TurnCheckpoint {
+        chat_turn: TurnMessage {
+            message_id: message.id,
+            model,
+        },
+    };
+    match context
+        .checkpoint(None, serde_json::to_value(&saved).unwrap_or(Value::Null))
+        .await
+    {
+        Ok(()) => Ok(()),
+        Err(error @ crate::store::StoreError::Conflict(_)) => Err(error.into()),
+        Err(error) => {
+            tracing::warn!(%error, "could not checkpoint a chat turn");
+            Ok(())
+        }
+    }
+}
+
+/// The answer an earlier attempt of this run stored, when this is a later attempt.
+async fn answered_before(
+    context: &RunContext,
+    deps: &ChatDeps,
+    thread: ThreadId,
+) -> Result<Option<Message>, RunFailure> {
+    if context.attempt() <= 1 {
+        return Ok(None);
+    }
+    Ok(deps
+        .store
+        .user(context.user)
+        .list_messages(thread)
+        .await?
+        .into_iter()
+        .find(|stored| stored.role == Role::Assistant && stored.run_id == Some(context.run.id)))
+}
+
+/// What a turn answers from: its run, its thread and message, and what it recalled.
+struct Asked<'a> {
+    context: &'a Arc<RunContext>,
+    deps: &'a ChatDeps,
+    thread: ThreadId,
+    message: &'a Message,
+    recalled: &'a [Recalled],
+}
+
+/// The model's reply with its usage and the least trusted text it read, or `None` when the
+/// turn ended in calls of the client's own tools. A model that answers nothing or cannot be
+/// reached is said, and the turn answers from memory as a server without a model does.
+async fn answer_with_model(
+    asked: &Asked<'_>,
+    model: &RoleModel,
+    client: Option<&ClientConversation>,
+) -> Result<Option<(String, Usage, Trust)>, RunFailure> {
+    let Asked {
+        context,
+        deps,
+        thread,
+        message,
+        recalled,
+    } = *asked;
+    let user = context.user;
+    // The least trusted text the model reads before any tool: recalled memories, and the
+    // conversation so far (earlier replies that quoted pages, a client's tool results).
+    let (messages, client_tools, read) = match client {
+        None => {
+            let (messages, read) = working_memory(deps, user, thread, message, recalled).await?;
+            (messages, Vec::new(), read)
+        }
+        Some(client) => {
+            let mut messages = vec![ChatMessage::system(
+                system_prompt(deps, user, None, recalled).await?,
+            )];
+            messages.extend(client.messages.iter().cloned());
+            let read = client.messages.iter().fold(Trust::User, |trust, message| {
+                trust.min(client_trust(message))
+            });
+            (messages, client.tools.clone(), read)
+        }
+    };
+    let trust = least_trusted(recalled, read);
+    let turn = Turn {
+        model,
+        user_message: message,
+        client_tools: &client_tools,
+    };
+    let name = model.model.model();
+    match tool_loop(context, deps, &turn, messages, trust).await {
+        // Nothing to show (a server with the wrong chat template, a reasoning model that spent
+        // its whole budget thinking): say so, and answer from memory.
+        Ok(Answer::Text(content, usage, _)) if content.trim().is_empty() => {
+            let why = format!(
+                "the model {name} answered with nothing (a local server may need its chat \
+                 template set, a reasoning model a larger max_tokens); answering from memory only"
+            );
+            let reply = from_memory(asked, why, MODEL_EMPTY).await?;
+            Ok(Some((reply, usage, least_trusted(recalled, Trust::User))))
+        }
+        Ok(Answer::Text(content, usage, read)) => Ok(Some((content, usage, read))),
+        Ok(Answer::ClientTools(calls)) => {
+            for call in calls {
+                context
+                    .emit(RunEvent::ToolCall(ToolCallEvent {
+                        id: Some(call.id.clone()),
+                        name: Some(call.name.clone()),
+                        tool: None,
+                        arguments: Value::String(call.arguments.clone()),
+                        stage: None,
+                        content: None,
+                        metadata: Some(StepMeta {
+                            client: Some(true),
+                            ..Default::default()
+                        }),
+                    }))
+                    .await?;
+            }
+            Ok(None)
+        }
+        // The model cannot be reached at all: say why, then answer from memory as a server
+        // without a model does, rather than failing the turn.
+        Err(LoopError::Unreachable(error)) => {
+            let why = format!(
+                "the model {name} cannot be reached ({}); answering from memory only",
+                error.message
+            );
+            let reply = from_memory(asked, why, MODEL_UNREACHABLE).await?;
+            Ok(Some((
+                reply,
+                Usage::default(),
+                least_trusted(recalled, Trust::User),
+            )))
+        }
+        Err(LoopError::Failed(failure)) => Err(failure),
+    }
+}
+
+/// Says why the model gave no answer (a retryable model error), then answers from memory.
+async fn from_memory(asked: &Asked<'_>, why: String, preface: &str) -> Result<String, RunFailure> {
+    asked
+        .context
+        .emit(RunEvent::Error(ErrorEvent {
+            error_type: RunErrorType::Llm,
+            message: why,
+            retryable: true,
+            content: None,
+            metadata: None,
+        }))
+        .await?;
+    reply_without_model(asked.context, asked.recalled, preface, asked.deps.memory_on).await
 }
 
 async fn recall(

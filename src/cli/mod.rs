@@ -413,20 +413,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let settings = Settings::load(&overrides).map_err(|e| Failure::usage(e.to_string()))?;
             serve(settings).await
         }
-        Command::User { command } => {
-            let settings = Settings::load(&overrides).map_err(|e| Failure::usage(e.to_string()))?;
-            std::fs::create_dir_all(&settings.data_dir)
-                .map_err(|e| Failure::other(format!("creating the data directory: {e}")))?;
-            let store = store::connect(
-                &settings.database_url(),
-                settings.database.max_connections,
-                settings.database.acquire_timeout(),
-            )
-            .await?;
-            let result = user_command(store.as_ref(), command).await;
-            store.close().await;
-            result
-        }
+        Command::User { command } => user(command, &overrides).await,
         Command::Memory { command } => {
             let settings = load_quiet(&overrides)?;
             memory::run(&settings, cli.target, command).await
@@ -451,16 +438,35 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let settings = load_quiet(&overrides)?;
             research::run(settings, &cli.target, args).await
         }
-        Command::Bench {
-            command:
-                BenchCommand::Ingest {
-                    sequential,
-                    concurrent,
-                    clients,
-                    bulk,
-                },
-        } => {
+        Command::Bench { command } => bench(command, load_quiet(&overrides)?).await,
+        Command::Eval { command } => eval(command, load_quiet(&overrides)?).await,
+        Command::Reindex => {
             let settings = load_quiet(&overrides)?;
+            memory::reindex(&settings).await
+        }
+        Command::Openapi => {
+            let document = serde_json::to_string_pretty(&mnemo::http::openapi())
+                .map_err(|error| Failure::other(format!("the OpenAPI document: {error}")))?;
+            println!("{document}");
+            Ok(())
+        }
+        Command::Check => {
+            let settings = load_quiet(&overrides)?;
+            memory::check(&settings).await
+        }
+    }
+}
+
+/// `mnemo bench …`: each benchmark's options from its flags and the settings; its figures on
+/// stdout.
+async fn bench(command: BenchCommand, settings: Settings) -> Result<(), Failure> {
+    match command {
+        BenchCommand::Ingest {
+            sequential,
+            concurrent,
+            clients,
+            bulk,
+        } => {
             let options = crate::tools::bench_ingest::IngestBenchOptions {
                 data_dir: settings.data_dir.join("bench-ingest"),
                 model_dir: Some(settings.embedder.model_dir.clone()),
@@ -471,12 +477,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             };
             crate::tools::bench_ingest::run_ingest_bench(options, &mut std::io::stdout())
                 .await
-                .map_err(|error| Failure::other(format!("{error:#}")))
+                .map_err(tool_failure)
         }
-        Command::Bench {
-            command: BenchCommand::Extract { soups, seed },
-        } => {
-            let settings = load_quiet(&overrides)?;
+        BenchCommand::Extract { soups, seed } => {
             let options = crate::tools::bench_extract::ExtractBenchOptions {
                 settings: settings.extract.clone(),
                 soups,
@@ -484,19 +487,15 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             };
             crate::tools::bench_extract::run_extract_bench(options, &mut std::io::stdout())
                 .await
-                .map_err(|error| Failure::other(format!("{error:#}")))
+                .map_err(tool_failure)
         }
-        Command::Bench {
-            command:
-                BenchCommand::Replicas {
-                    database_url,
-                    qdrant_url,
-                    replicas,
-                    writes,
-                    queries,
-                },
+        BenchCommand::Replicas {
+            database_url,
+            qdrant_url,
+            replicas,
+            writes,
+            queries,
         } => {
-            let settings = load_quiet(&overrides)?;
             let options = crate::tools::bench_replicas::ReplicaBenchOptions {
                 data_dir: settings.data_dir.join("bench-replicas"),
                 model_dir: Some(settings.embedder.model_dir.clone()),
@@ -508,18 +507,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             };
             crate::tools::bench_replicas::run_replica_bench(options, &mut std::io::stdout())
                 .await
-                .map_err(|error| Failure::other(format!("{error:#}")))
+                .map_err(tool_failure)
         }
-        Command::Bench {
-            command:
-                BenchCommand::Write {
-                    turns,
-                    jobs,
-                    llm_url,
-                    llm_model,
-                },
+        BenchCommand::Write {
+            turns,
+            jobs,
+            llm_url,
+            llm_model,
         } => {
-            let settings = load_quiet(&overrides)?;
             let options = crate::tools::bench_write::WriteBenchOptions {
                 data_dir: settings.data_dir.join("bench-write"),
                 model_dir: Some(settings.embedder.model_dir.clone()),
@@ -530,20 +525,16 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             };
             crate::tools::bench_write::run_write_bench(options, &mut std::io::stdout())
                 .await
-                .map_err(|error| Failure::other(format!("{error:#}")))
+                .map_err(tool_failure)
         }
-        Command::Bench {
-            command:
-                BenchCommand::Recall {
-                    total,
-                    user_memories,
-                    users,
-                    queries,
-                    no_optimize,
-                    user_vectors,
-                },
+        BenchCommand::Recall {
+            total,
+            user_memories,
+            users,
+            queries,
+            no_optimize,
+            user_vectors,
         } => {
-            let settings = load_quiet(&overrides)?;
             let options = crate::tools::bench::RecallBenchOptions {
                 data_dir: settings.data_dir.join("bench-recall"),
                 total,
@@ -560,76 +551,85 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             };
             crate::tools::bench::run_recall_bench(options, &mut std::io::stdout())
                 .await
-                .map_err(|error| Failure::other(format!("{error:#}")))
-        }
-        Command::Eval { command } => {
-            let settings = load_quiet(&overrides)?;
-            let (args, dataset) = match command {
-                EvalCommand::Locomo(args) => (args, "locomo"),
-                EvalCommand::Longmemeval(args) => (args, "longmemeval"),
-                EvalCommand::Beam(args) => (args, "beam"),
-                EvalCommand::Zh(args) => return eval_zh(args, settings).await,
-                EvalCommand::Relevance(args) => return eval_relevance(args, settings).await,
-            };
-            if !args.data.exists() {
-                return Err(Failure::usage(format!(
-                    "no dataset at {}",
-                    args.data.display()
-                )));
-            }
-            let mut options = crate::tools::eval::EvalOptions::new(args.data, args.out, settings);
-            options.variants = args.variants;
-            options.limit_conversations = args.limit_conversations;
-            options.answer = args.answer;
-            options.features = args.features;
-            if let Some(points) = args.gate_sweep {
-                options.gate_sweep = points
-                    .iter()
-                    .filter(|point| !point.trim().eq_ignore_ascii_case("none"))
-                    .map(|point| point.parse())
-                    .collect::<Result<_, String>>()
-                    .map_err(|error| Failure::usage(format!("--gate-sweep {error}")))?;
-            }
-            options.answer_unit = match args.answer_unit.as_str() {
-                "raw" => crate::tools::eval::MemoryUnit::Raw,
-                "dated" => crate::tools::eval::MemoryUnit::Dated,
-                "window" => crate::tools::eval::MemoryUnit::Window,
-                other => {
-                    return Err(Failure::usage(format!(
-                        "--answer-unit {other:?}: use raw, dated or window"
-                    )));
-                }
-            };
-            let summary = match dataset {
-                "longmemeval" => crate::tools::eval::run_longmemeval(options).await,
-                "beam" => crate::tools::eval::run_beam(options).await,
-                _ => crate::tools::eval::run_locomo(options).await,
-            };
-            let summary = summary.map_err(|error| Failure::other(format!("{error:#}")))?;
-            eprintln!("{}", summary.headline());
-            eprintln!(
-                "files: {}, {}, {}",
-                summary.results_json.display(),
-                summary.results_md.display(),
-                summary.recall_svg.display()
-            );
-            Ok(())
-        }
-        Command::Reindex => {
-            let settings = load_quiet(&overrides)?;
-            memory::reindex(&settings).await
-        }
-        Command::Openapi => {
-            let document = serde_json::to_string_pretty(&mnemo::http::openapi())
-                .map_err(|error| Failure::other(format!("the OpenAPI document: {error}")))?;
-            println!("{document}");
-            Ok(())
-        }
-        Command::Check => {
-            let settings = load_quiet(&overrides)?;
-            memory::check(&settings).await
+                .map_err(tool_failure)
         }
     }
+}
+
+/// A benchmark's or an evaluation's failure, with its causes.
+fn tool_failure(error: anyhow::Error) -> Failure {
+    Failure::other(format!("{error:#}"))
+}
+
+/// `mnemo eval locomo|longmemeval|beam|zh|relevance`: the run, its headline on stderr and where
+/// its files went.
+async fn eval(command: EvalCommand, settings: Settings) -> Result<(), Failure> {
+    let (args, dataset) = match command {
+        EvalCommand::Locomo(args) => (args, "locomo"),
+        EvalCommand::Longmemeval(args) => (args, "longmemeval"),
+        EvalCommand::Beam(args) => (args, "beam"),
+        EvalCommand::Zh(args) => return eval_zh(args, settings).await,
+        EvalCommand::Relevance(args) => return eval_relevance(args, settings).await,
+    };
+    if !args.data.exists() {
+        return Err(Failure::usage(format!(
+            "no dataset at {}",
+            args.data.display()
+        )));
+    }
+    let mut options = crate::tools::eval::EvalOptions::new(args.data, args.out, settings);
+    options.variants = args.variants;
+    options.limit_conversations = args.limit_conversations;
+    options.answer = args.answer;
+    options.features = args.features;
+    if let Some(points) = args.gate_sweep {
+        options.gate_sweep = points
+            .iter()
+            .filter(|point| !point.trim().eq_ignore_ascii_case("none"))
+            .map(|point| point.parse())
+            .collect::<Result<_, String>>()
+            .map_err(|error| Failure::usage(format!("--gate-sweep {error}")))?;
+    }
+    options.answer_unit = match args.answer_unit.as_str() {
+        "raw" => crate::tools::eval::MemoryUnit::Raw,
+        "dated" => crate::tools::eval::MemoryUnit::Dated,
+        "window" => crate::tools::eval::MemoryUnit::Window,
+        other => {
+            return Err(Failure::usage(format!(
+                "--answer-unit {other:?}: use raw, dated or window"
+            )));
+        }
+    };
+    let summary = match dataset {
+        "longmemeval" => crate::tools::eval::run_longmemeval(options).await,
+        "beam" => crate::tools::eval::run_beam(options).await,
+        _ => crate::tools::eval::run_locomo(options).await,
+    };
+    let summary = summary.map_err(tool_failure)?;
+    eprintln!("{}", summary.headline());
+    eprintln!(
+        "files: {}, {}, {}",
+        summary.results_json.display(),
+        summary.results_md.display(),
+        summary.recall_svg.display()
+    );
+    Ok(())
+}
+
+/// `mnemo user …`: straight on the database the settings name, never through a server.
+async fn user(command: UserCommand, overrides: &Overrides) -> Result<(), Failure> {
+    let settings = Settings::load(overrides).map_err(|e| Failure::usage(e.to_string()))?;
+    std::fs::create_dir_all(&settings.data_dir)
+        .map_err(|e| Failure::other(format!("creating the data directory: {e}")))?;
+    let store = store::connect(
+        &settings.database_url(),
+        settings.database.max_connections,
+        settings.database.acquire_timeout(),
+    )
+    .await?;
+    let result = user_command(store.as_ref(), command).await;
+    store.close().await;
+    result
 }
 
 /// `mnemo eval zh`: the table on stdout, where the files went on stderr.
