@@ -48,43 +48,21 @@ async fn memories_from_another_model_are_reembedded_at_start_and_become_recallab
         vector: vec![0.5; 8],
         model: "old-model".into(),
     };
-    let news = [
-        "My daughter's name is Priya",
-        "The office wifi password rotates every Monday",
-    ]
-    .iter()
-    .map(|content| {
-        (
-            NewMemory::from_user(MemoryKind::Fact, *content, 3),
-            old.clone(),
-        )
-    })
-    .collect();
-    app.state
-        .store
-        .user(user.id)
-        .insert_memories(news)
-        .await
-        .unwrap();
+    insert_embedded(
+        &app,
+        user.id,
+        &[
+            "My daughter's name is Priya",
+            "The office wifi password rotates every Monday",
+        ],
+        &old,
+    )
+    .await;
     app.stop().await;
 
     let app = TestApp::spawn(&home).await;
     let model = app.state.memory.embedder().vectors_id().to_string();
-    let mut remaining = 1;
-    for _ in 0..100 {
-        remaining = app
-            .state
-            .store
-            .maintenance()
-            .count_memories_not_embedded_by(&model)
-            .await
-            .unwrap();
-        if remaining == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(remaining, 0, "every memory is re-embedded with {model}");
+    wait_embedded_by(&app, &model).await;
     app.wait_indexed().await;
     let found = search(
         &app,
@@ -102,6 +80,31 @@ async fn memories_from_another_model_are_reembedded_at_start_and_become_recallab
         .unwrap();
     assert!(listed.iter().all(|memory| memory.embedding.len() == 384));
     app.stop().await;
+}
+
+/// Stores facts of `user` with `vector` as their recorded embedding, as an earlier version or
+/// model left them.
+async fn insert_embedded(
+    app: &TestApp,
+    user: mnemo::store::UserId,
+    contents: &[&str],
+    vector: &Embedded,
+) {
+    let news = contents
+        .iter()
+        .map(|content| {
+            (
+                NewMemory::from_user(MemoryKind::Fact, *content, 3),
+                vector.clone(),
+            )
+        })
+        .collect();
+    app.state
+        .store
+        .user(user)
+        .insert_memories(news)
+        .await
+        .unwrap();
 }
 
 /// Waits until no memory's vector is recorded under another id than `id` (the re-embedding at
@@ -158,21 +161,13 @@ async fn vectors_under_the_bare_model_id_are_kept_in_the_default_arithmetic_and_
         vector: vec![0.5; 384],
         model: bare.clone(),
     };
-    let news = ["My daughter's name is Priya", "I moved to Lisbon in 2021"]
-        .iter()
-        .map(|content| {
-            (
-                NewMemory::from_user(MemoryKind::Fact, *content, 3),
-                marker.clone(),
-            )
-        })
-        .collect();
-    app.state
-        .store
-        .user(user.id)
-        .insert_memories(news)
-        .await
-        .unwrap();
+    insert_embedded(
+        &app,
+        user.id,
+        &["My daughter's name is Priya", "I moved to Lisbon in 2021"],
+        &marker,
+    )
+    .await;
     app.stop().await;
 
     let app = TestApp::spawn(&home).await;

@@ -8,18 +8,10 @@
 
 import { after, before, test } from 'node:test'
 import assert from 'node:assert/strict'
-import { readFileSync, writeFileSync } from 'node:fs'
-import { createRequire } from 'node:module'
+import { writeFileSync } from 'node:fs'
 import path from 'node:path'
 import { RESULTS_DIR, startStack, signedInPage, screenshot } from '../support/harness.mjs'
-
-const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8')
-const WCAG_TAGS = ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa']
-const THEMES = ['light', 'dark']
-const WIDTHS = [
-  { name: 'desktop', width: 1280, height: 900 },
-  { name: 'phone', width: 390, height: 844 },
-]
+import { THEMES, WIDTHS, useTheme, violations } from '../support/axe.mjs'
 
 let stack
 
@@ -32,31 +24,6 @@ after(async () => {
   await stack?.stop()
 })
 
-/** The violations axe-core finds in the page as it is now, one line per rule and element. */
-async function violations(page) {
-  if (!(await page.evaluate(() => 'axe' in window))) {
-    await page.addScriptTag({ content: AXE_SOURCE })
-  }
-  const found = await page.evaluate(
-    (tags) =>
-      window.axe.run(document, { runOnly: { type: 'tag', values: tags }, resultTypes: ['violations'] }).then((results) =>
-        results.violations.map((violation) => ({
-          id: violation.id,
-          impact: violation.impact,
-          help: violation.help,
-          nodes: violation.nodes.map((node) => ({ target: node.target.join(' '), summary: node.failureSummary ?? '' })),
-        })),
-      ),
-    WCAG_TAGS,
-  )
-  return found.flatMap((violation) =>
-    violation.nodes.map(
-      (node) =>
-        `${violation.id} (${violation.impact}): ${violation.help}\n    at ${node.target}\n    ${node.summary.replace(/\n/g, '\n    ')}`,
-    ),
-  )
-}
-
 /** Opens every disclosure in the main area, so that what it hides is checked too. */
 async function openDisclosures(page) {
   await page.evaluate(() => {
@@ -64,13 +31,6 @@ async function openDisclosures(page) {
   })
   // A disclosure may load what it shows (a document's text): give it a moment.
   await page.waitForTimeout(500)
-}
-
-/** Chooses the theme the way the toggle stores it, and reloads so the page starts with it. */
-async function useTheme(page, theme) {
-  await page.evaluate((value) => localStorage.setItem('mnemo.theme', value), theme)
-  await page.reload()
-  await page.waitForFunction((value) => document.documentElement.dataset.theme === value, theme)
 }
 
 test('accessibility: axe-core finds no WCAG 2.1 A or AA violation in any view, theme or width', async () => {

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict'
 import { writeFileSync, readFileSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import { RESULTS_DIR, startStack, signedInPage, screenshot, signJwt, useKeyForm } from '../support/harness.mjs'
+import { RESULTS_DIR, startStack, signedInPage, screenshot, signJwt, useKeyForm, newThread } from '../support/harness.mjs'
 import { SLOW_WORDS, XSS_REPLY } from '../fake-openai.mjs'
 
 const XSS = '<img src=x onerror=alert(1)> and <script>alert(1)</script>'
@@ -31,13 +31,6 @@ function seriousProblems() {
 
 function assertClean() {
   assert.deepEqual(seriousProblems(), [])
-}
-
-/** Starts a new conversation (its thread is made by the first message). */
-async function newThread(page) {
-  await page.getByTestId('thread-new').click()
-  await page.waitForURL((url) => url.href.endsWith('#/chat'))
-  await page.getByTestId('thread-title').filter({ hasText: 'New conversation' }).waitFor()
 }
 
 /** Sends a message; returns how many stored replies the thread showed before. */

@@ -4,7 +4,7 @@
 
 import { after, before, test } from 'node:test'
 import assert from 'node:assert/strict'
-import { startStack, signedInPage, screenshot } from '../support/harness.mjs'
+import { startStack, signedInPage, screenshot, newThread } from '../support/harness.mjs'
 
 let stack
 
@@ -21,12 +21,6 @@ function assertClean() {
     (problem) => /Content Security Policy|Refused to/i.test(problem) || problem.startsWith('pageerror') || problem.startsWith('dialog'),
   )
   assert.deepEqual(serious, [])
-}
-
-async function newThread(page) {
-  await page.getByTestId('thread-new').click()
-  await page.waitForURL((url) => url.href.endsWith('#/chat'))
-  await page.getByTestId('thread-title').filter({ hasText: 'New conversation' }).waitFor()
 }
 
 /** Sends `text` and waits for its stored reply; returns the reply's element. */

@@ -251,6 +251,13 @@ export async function signedInPage(stack, hash = '#/chat') {
 }
 
 /** Saves the whole page as `test-results/NAME.png` (`{ fullPage: false }`: the viewport only). */
+/** Starts a new conversation in the chat view (its thread is made by the first message). */
+export async function newThread(page) {
+  await page.getByTestId('thread-new').click()
+  await page.waitForURL((url) => url.href.endsWith('#/chat'))
+  await page.getByTestId('thread-title').filter({ hasText: 'New conversation' }).waitFor()
+}
+
 export async function screenshot(page, name, { fullPage = true } = {}) {
   await page.screenshot({ path: path.join(RESULTS_DIR, `${name}.png`), fullPage })
 }
