@@ -370,6 +370,10 @@ pub struct ChatSettings {
     pub max_turn_tokens: u64,
     /// Token budget (approximate) of the recent messages put in the prompt.
     pub history_tokens: usize,
+    /// Token budget (approximate) of the text of documents attached to the message answered
+    /// and to earlier messages in the prompt (the message answered first); what does not fit
+    /// is left out, and the prompt says so.
+    pub attachment_tokens: usize,
     /// Memories recalled automatically at the start of a turn.
     pub auto_recall: usize,
     /// How often streamed text is flushed into `message_delta` events, in milliseconds.
@@ -382,6 +386,7 @@ impl Default for ChatSettings {
             max_tool_calls: 8,
             max_turn_tokens: 16_000,
             history_tokens: 3_000,
+            attachment_tokens: 6_000,
             auto_recall: 5,
             delta_interval_ms: 30,
         }

@@ -11,9 +11,10 @@ use super::AppState;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiBytes, ApiJson, ApiPath, ApiQuery, Page};
 use super::sse::run_event_response;
+use crate::agent::chat::TurnOptions;
 use crate::auth::AuthUser;
 use crate::memory::writer::ImportedConversation;
-use crate::store::{JobStatus, Message, MessageId, NewMessage, Run, Thread, ThreadId};
+use crate::store::{DocumentId, JobStatus, Message, MessageId, NewMessage, Run, Thread, ThreadId};
 
 const MAX_TITLE_CHARS: usize = 200;
 
@@ -58,6 +59,12 @@ pub struct PostMessage {
     #[serde(default)]
     #[schema(max_length = 200)]
     pub model: Option<String>,
+    /// Documents of the user's to attach (their ids from `POST /v1/documents`, at most 10):
+    /// the turn reads their text, quoted as data, and the message lists them. An id that is
+    /// not one of the user's documents is refused (400) before anything is stored.
+    #[serde(default)]
+    #[schema(value_type = Vec<String>, max_items = 10)]
+    pub attachments: Vec<DocumentId>,
 }
 
 fn default_true() -> bool {
@@ -210,9 +217,9 @@ pub async fn delete_thread(
 #[utoipa::path(post, path = "/v1/threads/{id}/messages", tag = "threads",
     params(("id" = String, Path, format = Uuid),
         ("Idempotency-Key" = Option<String>, Header, max_length = 255,
-            description = "Makes a retry safe: a second request with the same key (same thread \
-            and content) stores nothing and answers with the first request's run, its events \
-            replayed from the start; the same key with another thread or content is 409")),
+            description = "Makes a retry safe: a second request with the same key (same thread, \
+            content, model and attachments) stores nothing and answers with the first request's \
+            run, its events replayed from the start; the same key with another request is 409")),
     request_body = PostMessage,
     responses(
         (status = 200, description = "Server-sent events of the run (`id:` is the event's sequence number)", content_type = "text/event-stream"),
@@ -236,9 +243,14 @@ pub async fn post_message(
                 .map_err(|_| ApiError::bad_request("Idempotency-Key must be printable ASCII"))?,
         ),
     };
+    let options = TurnOptions {
+        idempotency_key: key,
+        model: body.model.as_deref(),
+        attachments: &body.attachments,
+    };
     let run = state
         .chat
-        .send_with_model(user_id, thread, &body.content, key, body.model.as_deref())
+        .send_turn(user_id, thread, &body.content, options)
         .await
         .map_err(ApiError::from_error)?;
     Ok(turn_response(&state, user_id, run, body.stream))
@@ -255,7 +267,7 @@ fn turn_response(state: &AppState, user: crate::store::UserId, run: Run, stream:
     }
 }
 
-/// Edit-and-resend or regenerate.
+/// Edit-and-resend or regenerate; the message keeps the documents it attached.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RetryMessage {

@@ -230,7 +230,23 @@ pub struct Message {
     /// `assistant`, or lower when its turn read web pages, documents or tool results.
     #[serde(default = "Message::default_trust")]
     pub trust: Trust,
+    /// The user's documents attached to it (a user's message only), in the order given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
 }
+
+/// A document of the user's attached to a message: the turn answering the message reads its
+/// text. The title is the document's when it was attached, so the message still says what was
+/// attached after the document is deleted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Attachment {
+    #[schema(value_type = String, format = Uuid)]
+    pub document_id: DocumentId,
+    pub title: String,
+}
+
+/// Most documents one message may attach.
+pub const MAX_ATTACHMENTS: usize = 10;
 
 impl Message {
     fn default_trust() -> Trust {
@@ -258,6 +274,8 @@ pub struct NewTurn {
     pub message_id: MessageId,
     pub run_id: RunId,
     pub content: String,
+    /// Documents of the user's the message attaches (checked to be theirs by the caller).
+    pub attachments: Vec<Attachment>,
     /// The client's `Idempotency-Key` and a digest of what it asked: a second request with the
     /// same key gets the first one's run.
     pub idempotency: Option<Idempotency>,

@@ -57,6 +57,10 @@ macro_rules! sql_store {
                             row.try_get::<&str, _>("role")?,
                         )?),
                     },
+                    attachments: row
+                        .try_get::<Option<sqlx::types::Json<Vec<Attachment>>>, _>("attachments")?
+                        .map(|attached| attached.0)
+                        .unwrap_or_default(),
                 })
             }
 
@@ -583,6 +587,7 @@ macro_rules! sql_store {
                     run_id: run,
                     created_at: now(),
                     trust,
+                    attachments: Vec::new(),
                 };
                 let mut tx = self.pool.begin().await?;
                 let touched = sqlx::query(
@@ -643,6 +648,7 @@ macro_rules! sql_store {
                         run_id: None,
                         created_at: new.created_at.unwrap_or_else(now).trunc_subsecs(6),
                         trust: Message::trust_of(new.role),
+                        attachments: Vec::new(),
                     };
                     sqlx::query(
                         "INSERT INTO messages (id, thread_id, user_id, role, content, author, run_id, created_at) \
@@ -712,7 +718,8 @@ macro_rules! sql_store {
             ) -> StoreResult<Vec<Message>> {
                 self.get_thread(user, thread).await?;
                 let found = sqlx::query(
-                    "SELECT id, thread_id, role, content, author, run_id, created_at, trust FROM messages \
+                    "SELECT id, thread_id, role, content, author, run_id, created_at, trust, attachments \
+                     FROM messages \
                      WHERE thread_id = $1 AND user_id = $2 ORDER BY id",
                 )
                 .bind(thread.as_uuid())
@@ -820,6 +827,7 @@ macro_rules! sql_store {
                     run_id: None,
                     created_at: at,
                     trust: Trust::User,
+                    attachments: turn.attachments,
                 };
                 let run = Run {
                     id: turn.run_id,
@@ -846,8 +854,8 @@ macro_rules! sql_store {
                     return Err(StoreError::NotFound("thread"));
                 }
                 sqlx::query(
-                    "INSERT INTO messages (id, thread_id, user_id, role, content, run_id, created_at) \
-                     VALUES ($1, $2, $3, $4, $5, NULL, $6)",
+                    "INSERT INTO messages (id, thread_id, user_id, role, content, run_id, created_at, attachments) \
+                     VALUES ($1, $2, $3, $4, $5, NULL, $6, $7)",
                 )
                 .bind(message.id.as_uuid())
                 .bind(turn.thread.as_uuid())
@@ -855,6 +863,10 @@ macro_rules! sql_store {
                 .bind(Role::User.as_str())
                 .bind(&message.content)
                 .bind(at)
+                .bind(
+                    (!message.attachments.is_empty())
+                        .then(|| sqlx::types::Json(&message.attachments)),
+                )
                 .execute(&mut *tx)
                 .await?;
                 let (key, digest) = match &turn.idempotency {

@@ -6,6 +6,7 @@ mod support;
 
 mod abuse;
 mod accounts;
+mod attachments;
 mod chat;
 mod cli;
 mod clients;

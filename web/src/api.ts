@@ -315,9 +315,9 @@ export const threads = {
     }),
   /** Starts a chat turn (answered by `model`, one of the configured ones, when given); the
    * response is the run's event stream (SSE). */
-  postMessage: (threadId: string, content: string, signal?: AbortSignal, model?: string) =>
+  postMessage: (threadId: string, content: string, signal?: AbortSignal, model?: string, attachments: string[] = []) =>
     send('POST', `/v1/threads/${id(threadId)}/messages`, {
-      json: { content, ...(model ? { model } : {}) },
+      json: { content, ...(model ? { model } : {}), ...(attachments.length ? { attachments } : {}) },
       headers: { accept: 'text/event-stream' },
       signal,
     }),

@@ -7,8 +7,10 @@
 //
 // Chat markers: `[slow]` streams 40 numbered words ("w01 … w40") one per chunk, 120 ms apart
 // (time to press Stop or to cut the connection); `[xss]` answers with HTML and script tags;
-// `[tool]` first calls `recall_memory`, then answers; `[code]` answers with a Rust code block.
-// Anything else gets a short reply.
+// `[tool]` first calls `recall_memory`, then answers; `[code]` answers with a Rust code block;
+// a message with attached documents (mnemo adds them as `[document ID | TITLE]` and the quoted
+// text) is answered with the titles and the first line of each text. Anything else gets a
+// short reply.
 //
 // Use: `node tests/fake-openai.mjs` prints `fake-openai listening on http://127.0.0.1:PORT`;
 // or import { startFakeOpenAi } and call it. FAKE_OPENAI_LOG=FILE appends every request and
@@ -68,6 +70,8 @@ export function chooseReply(request) {
       if (toolResults(request).length === 0) return tools([['recall_memory', { query: 'cat' }]])
       return text('I looked in your memories: your cat is called Miso.')
     }
+    const attached = [...message.matchAll(/^\[document [0-9a-f-]{36} \| (.+)\]\n> (.*)$/gm)]
+    if (attached.length) return text(`I read ${attached.map(([, title, first]) => `“${title}” (${first})`).join(' and ')}.`)
     if (/remember that/i.test(message)) return text('I will remember that.')
     return text('Hello! This is the **fake** model answering.')
   }
@@ -135,7 +139,7 @@ async function answer(request, response, state) {
     kind: reply.kind,
     stream: request.stream === true,
     model: request.model ?? null,
-    said: lastUser(request).slice(0, 200),
+    said: lastUser(request).slice(0, 4000),
   })
   if (process.env.FAKE_OPENAI_LOG) {
     appendFileSync(process.env.FAKE_OPENAI_LOG, `${JSON.stringify({ reply, request })}\n`)

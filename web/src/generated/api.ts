@@ -807,6 +807,16 @@ export interface components {
         AdminUserList: {
             users: components["schemas"]["AdminUser"][];
         };
+        /**
+         * @description A document of the user's attached to a message: the turn answering the message reads its
+         *     text. The title is the document's when it was attached, so the message still says what was
+         *     attached after the document is deleted.
+         */
+        Attachment: {
+            /** Format: uuid */
+            document_id: string;
+            title: string;
+        };
         /** @description What the sign-in page needs to know before anyone is signed in. */
         AuthStatus: {
             /** @description The server runs with `--dev`: no sign-in, every request is the local user. */
@@ -1388,6 +1398,8 @@ export interface components {
             versions: components["schemas"]["MemoryVersion"][];
         };
         Message: {
+            /** @description The user's documents attached to it (a user's message only), in the order given. */
+            attachments?: components["schemas"]["Attachment"][];
             /** @description Who wrote it, when known (an imported transcript names its speakers). */
             author?: string | null;
             content: string;
@@ -1522,6 +1534,12 @@ export interface components {
             trust?: null | components["schemas"]["Trust"];
         };
         PostMessage: {
+            /**
+             * @description Documents of the user's to attach (their ids from `POST /v1/documents`, at most 10):
+             *     the turn reads their text, quoted as data, and the message lists them. An id that is
+             *     not one of the user's documents is refused (400) before anything is stored.
+             */
+            attachments?: string[];
             /** @description The user's message. */
             content: string;
             /**
@@ -1825,7 +1843,7 @@ export interface components {
             search_results: number;
             thread_id?: string | null;
         };
-        /** @description Edit-and-resend or regenerate. */
+        /** @description Edit-and-resend or regenerate; the message keeps the documents it attached. */
         RetryMessage: {
             /**
              * @description The message's new text (edit and resend); absent: the same text answered again
@@ -6172,7 +6190,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Makes a retry safe: a second request with the same key (same thread and content) stores nothing and answers with the first request's run, its events replayed from the start; the same key with another thread or content is 409 */
+                /** @description Makes a retry safe: a second request with the same key (same thread, content, model and attachments) stores nothing and answers with the first request's run, its events replayed from the start; the same key with another request is 409 */
                 "Idempotency-Key"?: string | null;
             };
             path: {

@@ -24,6 +24,16 @@ after(async () => {
   await stack?.stop()
 })
 
+/** Attaches a small text file in the chat composer and waits until it is added. */
+async function attachFile(page, name) {
+  await page.getByTestId('composer-attach-input').setInputFiles({
+    name,
+    mimeType: 'text/plain',
+    buffer: Buffer.from('Otters sketched at the harbour: three of them, holding hands.\n'),
+  })
+  await page.locator('[data-testid="composer-file"][data-state="ready"]').first().waitFor({ timeout: 30_000 })
+}
+
 /** Opens every disclosure in the main area, so that what it hides is checked too. */
 async function openDisclosures(page) {
   await page.evaluate(() => {
@@ -51,6 +61,8 @@ test('accessibility: axe-core finds no WCAG 2.1 A or AA violation in any view, t
   assert.equal(notes.status, 201, JSON.stringify(notes.body))
 
   const page = await signedInPage(stack)
+  // The first message attaches a file (the message then links it).
+  await attachFile(page, 'otter-sketch.txt')
   for (const message of ['[code] show me some Rust', '[tool] what is my cat called?']) {
     const before = await page.getByTestId('message-assistant').count()
     await page.getByTestId('composer-input').fill(message)
@@ -83,6 +95,8 @@ test('accessibility: axe-core finds no WCAG 2.1 A or AA violation in any view, t
           await p.waitForFunction((count) => document.querySelectorAll('[data-testid="message-details"]').length < count, left)
         }
         await p.waitForFunction((count) => document.querySelectorAll('[data-testid="turn-recalled"]').length === count, answers)
+        // A file waiting in the composer for the next message.
+        if ((await p.getByTestId('composer-file').count()) === 0) await attachFile(p, 'otter-sketch.txt')
       },
     },
     {
