@@ -3,7 +3,8 @@
 //! is redacted, so a settings dump in a log never shows them.
 //!
 //! This module is a leaf: it owns the enums its settings take (search provider, embedder
-//! provider, log format, model roles, prices) and imports nothing from the rest of the crate.
+//! provider, log format, model roles, prices) and imports nothing from the rest of the crate
+//! but `text_enum!`, the crate's one way of spelling an enum as words.
 //! Every section rejects unknown keys, and an unknown `MNEMO__…` variable is named in the error.
 
 use std::collections::HashMap;
@@ -13,6 +14,8 @@ use std::path::{Path, PathBuf};
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 
+use crate::enums::text_enum;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("configuration: {0}")]
@@ -21,103 +24,45 @@ pub enum ConfigError {
     Invalid(String),
 }
 
-/// A setting that takes one of a closed set of words: the enum, its spelling (`as_str`,
-/// `Display`, `FromStr`, serde), and an error for unknown text that lists the choices.
-macro_rules! choice {
-    (
-        $(#[$meta:meta])*
-        $name:ident ($what:literal, $case:tt) { $($(#[$vmeta:meta])* $variant:ident),* $(,)? }
-    ) => {
-        $(#[$meta])*
-        #[derive(
-            Debug,
-            Clone,
-            Copy,
-            PartialEq,
-            Eq,
-            Hash,
-            PartialOrd,
-            Ord,
-            Deserialize,
-            Serialize,
-            strum::Display,
-            strum::EnumString,
-            strum::IntoStaticStr,
-            strum::VariantArray,
-            utoipa::ToSchema,
-        )]
-        #[serde(rename_all = $case, try_from = "String")]
-        #[strum(serialize_all = $case)]
-        pub enum $name {
-            $($(#[$vmeta])* $variant),*
-        }
-
-        impl $name {
-            pub fn as_str(self) -> &'static str {
-                self.into()
-            }
-        }
-
-        impl PartialEq<&str> for $name {
-            fn eq(&self, other: &&str) -> bool {
-                self.as_str() == *other
-            }
-        }
-
-        impl TryFrom<String> for $name {
-            type Error = String;
-
-            fn try_from(text: String) -> Result<Self, String> {
-                text.parse().map_err(|_| {
-                    let choices: Vec<&'static str> = <$name as strum::VariantArray>::VARIANTS
-                        .iter()
-                        .map(|choice| choice.as_str())
-                        .collect();
-                    format!(
-                        "{} {text:?} is unknown; expected one of {}",
-                        $what,
-                        choices.join(", ")
-                    )
-                })
-            }
-        }
-    };
-}
-
-choice! {
+text_enum! {
     /// A web search provider, or `local` (the user's own documents).
-    SearchApi("search provider", "lowercase") { Tavily, Brave, Searxng, Duckduckgo, Local }
+    #[derive(PartialOrd, Ord)]
+    SearchApi("search provider") { Tavily => "tavily", Brave => "brave", Searxng => "searxng", Duckduckgo => "duckduckgo", Local => "local" }
 }
 
-choice! {
+text_enum! {
     /// Where embeddings come from.
-    EmbedderProvider("embedder provider", "lowercase") {
+    #[derive(PartialOrd, Ord)]
+    EmbedderProvider("embedder provider") {
         /// the local BERT encoder (`crates/encoder`) on `embedder.model_dir`.
-        Local,
+        Local => "local",
         /// An OpenAI-compatible `/embeddings` endpoint.
-        Openai,
+        Openai => "openai",
     }
 }
 
-choice! {
+text_enum! {
     /// How log lines are written.
-    LogFormat("log format", "lowercase") { Text, Json }
+    #[derive(PartialOrd, Ord)]
+    LogFormat("log format") { Text => "text", Json => "json" }
 }
 
-choice! {
+text_enum! {
     /// How thoroughly Tavily searches (an advanced search costs two credits).
-    TavilyDepth("tavily search depth", "lowercase") { Basic, Advanced }
+    #[derive(PartialOrd, Ord)]
+    TavilyDepth("tavily search depth") { Basic => "basic", Advanced => "advanced" }
 }
 
-choice! {
+text_enum! {
     /// The jobs a language model does; each may have its own model and `max_tokens`.
-    ModelRole("model role", "snake_case") {
-        Chat,
-        Research,
-        Summarization,
-        Compression,
-        FinalReport,
-        Memory,
+    #[derive(PartialOrd, Ord)]
+    ModelRole("model role") {
+        Chat => "chat",
+        Research => "research",
+        Summarization => "summarization",
+        Compression => "compression",
+        FinalReport => "final_report",
+        Memory => "memory",
     }
 }
 
@@ -599,16 +544,17 @@ impl Default for QdrantSettings {
     }
 }
 
-choice! {
+text_enum! {
     /// How recall fuses its signals.
-    FusionMethod("fusion method", "lowercase") {
+    #[derive(PartialOrd, Ord)]
+    FusionMethod("fusion method") {
         /// Weighted Reciprocal Rank Fusion: `Σ weight / (rrf_k + rank)`.
-        Rrf,
+        Rrf => "rrf",
         /// The weighted sum of each list's scores divided by its best score.
-        Score,
+        Score => "score",
         /// The weighted sum of each list's min-max normalised scores (`(s - min) / (max - min)`
         /// over the list; a candidate missing from a list counts 0 there).
-        MinMax,
+        MinMax => "minmax",
     }
 }
 

@@ -26,9 +26,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use crate::enums::text_enum;
 use crate::error::{ErrorKind, HasKind};
 use crate::memory::{MemoryEngine, MemoryError, RecallRequest};
 use crate::search::{Corpus, SearchError, SearchHit};
@@ -106,26 +107,16 @@ pub struct NewUpload {
     pub bytes: Vec<u8>,
 }
 
-/// What an ingest did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum IngestStatus {
-    /// A new document was stored.
-    Created,
-    /// The user has this document with the same content: nothing was written.
-    Unchanged,
-    /// The user's document with this source had other content (or an interrupted ingest had
-    /// left it incomplete): its chunks were replaced, its id kept.
-    Replaced,
-}
-
-impl IngestStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            IngestStatus::Created => "created",
-            IngestStatus::Unchanged => "unchanged",
-            IngestStatus::Replaced => "replaced",
-        }
+text_enum! {
+    /// What an ingest did.
+    IngestStatus("ingest status") {
+        /// A new document was stored.
+        Created => "created",
+        /// The user has this document with the same content: nothing was written.
+        Unchanged => "unchanged",
+        /// The user's document with this source had other content (or an interrupted ingest
+        /// had left it incomplete): its chunks were replaced, its id kept.
+        Replaced => "replaced",
     }
 }
 

@@ -1,6 +1,7 @@
 //! mnemo: a self-hosted research assistant that remembers.
 //!
 //! Code map:
+//! - `enums`     `text_enum!`: enums spelled as a closed set of words (settings, columns, wire)
 //! - `config`    layered settings (defaults → mnemo.toml → `MNEMO__SECTION__KEY` → flags)
 //! - `telemetry` the tracing subscriber
 //! - `datadir`   the data directory's lock: who holds it, where a server on it listens
@@ -24,6 +25,7 @@ pub mod auth;
 pub mod config;
 pub mod datadir;
 pub mod documents;
+pub mod enums;
 pub mod error;
 pub mod http;
 pub mod index;

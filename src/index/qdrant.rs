@@ -243,7 +243,7 @@ impl QdrantServerIndex {
             return Err(IndexError::BadInput(format!(
                 "collection {} does not have the named vectors {:?} (an older layout?)",
                 self.collection,
-                View::ALL.map(View::as_str)
+                View::ALL.iter().map(|view| view.as_str()).collect::<Vec<_>>()
             )));
         };
         for view in View::ALL {

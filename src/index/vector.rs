@@ -12,6 +12,7 @@
 
 use async_trait::async_trait;
 
+use crate::enums::text_enum;
 use crate::store::{MemoryId, MemoryKind, UserId};
 
 /// Error shared by the index modules (vector backends and the keyword index).
@@ -50,23 +51,14 @@ impl IndexError {
     }
 }
 
-/// Which text of a memory a search looks at. Every memory is indexed under both: its own
-/// text, and its context — for a turn, the turn with its neighbours in the thread (for any
-/// other memory its own text again).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum View {
-    Own,
-    Context,
-}
-
-impl View {
-    pub const ALL: [View; 2] = [View::Own, View::Context];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            View::Own => "own",
-            View::Context => "context",
-        }
+text_enum! {
+    /// Which text of a memory a search looks at. Every memory is indexed under both: its own
+    /// text, and its context — for a turn, the turn with its neighbours in the thread (for any
+    /// other memory its own text again).
+    #[derive(PartialOrd, Ord)]
+    View("view") {
+        Own => "own",
+        Context => "context",
     }
 }
 

@@ -410,32 +410,8 @@ impl ResearchRequest {
             return Err(format!("query is longer than {MAX_QUERY_CHARS} characters"));
         }
         let limits = &settings.limits;
-        let mode = match self.mode.as_deref().map(str::trim) {
-            None | Some("" | "supervisor") => Mode::Supervisor,
-            Some("recursive") => Mode::Recursive,
-            Some(other) => {
-                return Err(format!(
-                    "mode {other:?} is unknown; use \"supervisor\" or \"recursive\""
-                ));
-            }
-        };
-        for role in self.models.keys().chain(self.max_tokens.keys()) {
-            if !RESEARCH_ROLES.iter().any(|known| known == &role.as_str()) {
-                let names: Vec<&str> = RESEARCH_ROLES.iter().map(|role| role.as_str()).collect();
-                return Err(format!(
-                    "role {role:?} is unknown; roles are {}",
-                    names.join(", ")
-                ));
-            }
-        }
-        for (role, tokens) in &self.max_tokens {
-            if *tokens == 0 || *tokens > crate::config::MAX_COMPLETION_TOKENS {
-                return Err(format!(
-                    "max_tokens.{role} must be between 1 and {}",
-                    crate::config::MAX_COMPLETION_TOKENS
-                ));
-            }
-        }
+        let mode = self.checked_mode()?;
+        self.check_roles()?;
         let max_sources = self.max_sources.unwrap_or(settings.max_sources);
         if max_sources == 0 || max_sources > limits.max_sources {
             return Err(format!(
@@ -443,35 +419,7 @@ impl ResearchRequest {
                 limits.max_sources
             ));
         }
-        let has_endpoint = llm.base_url.as_deref().is_some_and(|url| !url.is_empty());
-        if self.api_key.is_some() && !has_endpoint {
-            return Err(
-                "api_key was given, but this server has no LLM endpoint (llm.base_url) to use it with"
-                    .into(),
-            );
-        }
-        let overrides = self.model.as_deref().is_some_and(|m| !m.trim().is_empty())
-            || !self.models.is_empty()
-            || !self.max_tokens.is_empty()
-            || self.api_key.is_some();
-        let models = match server {
-            Some(server) if !overrides => server.clone(),
-            _ => Models::from_settings(&request_llm(llm, self)),
-        };
-        // A model asked for by name is never silently replaced by the extractive path.
-        let named = self
-            .model
-            .iter()
-            .chain(self.models.values())
-            .map(|name| name.trim())
-            .find(|name| !name.is_empty());
-        if let Some(name) = named
-            && !models.configured()
-        {
-            return Err(format!(
-                "model {name:?} was asked for, but this server has no LLM endpoint (llm.base_url); leave the model out to research without one"
-            ));
-        }
+        let models = self.models_for(llm, server)?;
         let config = ResolvedConfig {
             query,
             mode,
@@ -499,23 +447,7 @@ impl ResearchRequest {
             max_sources,
             min_source_score: settings.min_source_score,
             search_results: settings.search_results.max(1),
-            search_api: {
-                let names = self
-                    .search_api
-                    .as_ref()
-                    .map(SearchApiChoice::names)
-                    .unwrap_or_default();
-                match names.len() {
-                    0 => SearchApiChoice::One(default_search.to_string()),
-                    1 => SearchApiChoice::One(names[0].clone()),
-                    n if n > MAX_PROVIDERS => {
-                        return Err(format!(
-                            "search_api lists more than {MAX_PROVIDERS} providers"
-                        ));
-                    }
-                    _ => SearchApiChoice::Many(names),
-                }
-            },
+            search_api: self.checked_search_api(default_search)?,
             include_domains: domains("include_domains", &self.include_domains)?,
             exclude_domains: domains("exclude_domains", &self.exclude_domains)?,
             report: self
@@ -555,6 +487,96 @@ impl ResearchRequest {
             thread_id: self.thread_id,
         };
         Ok((config, models))
+    }
+}
+
+impl ResearchRequest {
+    /// `mode`, `supervisor` when not given.
+    fn checked_mode(&self) -> Result<Mode, String> {
+        match self.mode.as_deref().map(str::trim) {
+            None | Some("" | "supervisor") => Ok(Mode::Supervisor),
+            Some("recursive") => Ok(Mode::Recursive),
+            Some(other) => Err(format!(
+                "mode {other:?} is unknown; use \"supervisor\" or \"recursive\""
+            )),
+        }
+    }
+
+    /// The roles `models` and `max_tokens` name are research's, and each token cap is within
+    /// the completion limit.
+    fn check_roles(&self) -> Result<(), String> {
+        for role in self.models.keys().chain(self.max_tokens.keys()) {
+            if !RESEARCH_ROLES.iter().any(|known| known == &role.as_str()) {
+                let names: Vec<&str> = RESEARCH_ROLES.iter().map(|role| role.as_str()).collect();
+                return Err(format!(
+                    "role {role:?} is unknown; roles are {}",
+                    names.join(", ")
+                ));
+            }
+        }
+        for (role, tokens) in &self.max_tokens {
+            if *tokens == 0 || *tokens > crate::config::MAX_COMPLETION_TOKENS {
+                return Err(format!(
+                    "max_tokens.{role} must be between 1 and {}",
+                    crate::config::MAX_COMPLETION_TOKENS
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The models the research uses: the server's when the request changes none of them,
+    /// else built from the request's choices and key over the server's settings. A key or a
+    /// model name on a server without an LLM endpoint is refused, never silently replaced by
+    /// the extractive path.
+    fn models_for(&self, llm: &LlmSettings, server: Option<&Models>) -> Result<Models, String> {
+        let has_endpoint = llm.base_url.as_deref().is_some_and(|url| !url.is_empty());
+        if self.api_key.is_some() && !has_endpoint {
+            return Err(
+                "api_key was given, but this server has no LLM endpoint (llm.base_url) to use it with"
+                    .into(),
+            );
+        }
+        let overrides = self.model.as_deref().is_some_and(|m| !m.trim().is_empty())
+            || !self.models.is_empty()
+            || !self.max_tokens.is_empty()
+            || self.api_key.is_some();
+        let models = match server {
+            Some(server) if !overrides => server.clone(),
+            _ => Models::from_settings(&request_llm(llm, self)),
+        };
+        let named = self
+            .model
+            .iter()
+            .chain(self.models.values())
+            .map(|name| name.trim())
+            .find(|name| !name.is_empty());
+        if let Some(name) = named
+            && !models.configured()
+        {
+            return Err(format!(
+                "model {name:?} was asked for, but this server has no LLM endpoint (llm.base_url); leave the model out to research without one"
+            ));
+        }
+        Ok(models)
+    }
+
+    /// The search providers: the server's default when none is named, at most
+    /// `MAX_PROVIDERS`.
+    fn checked_search_api(&self, default_search: &str) -> Result<SearchApiChoice, String> {
+        let names = self
+            .search_api
+            .as_ref()
+            .map(SearchApiChoice::names)
+            .unwrap_or_default();
+        match names.len() {
+            0 => Ok(SearchApiChoice::One(default_search.to_string())),
+            1 => Ok(SearchApiChoice::One(names[0].clone())),
+            n if n > MAX_PROVIDERS => Err(format!(
+                "search_api lists more than {MAX_PROVIDERS} providers"
+            )),
+            _ => Ok(SearchApiChoice::Many(names)),
+        }
     }
 }
 

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use crate::enums::text_enum;
 use crate::llm::chat::Usage;
 use crate::store::{
     EventType, Memory, MemoryId, MemoryKind, MemorySource, MessageId, RunId, RunKind, RunStatus,
@@ -518,31 +519,17 @@ pub struct StageFallback {
     pub metadata: Option<StepMeta>,
 }
 
-/// The closed set of `error_type`s carried by `error` events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum RunErrorType {
-    Llm,
-    Tool,
-    Search,
-    Network,
-    Validation,
-    /// A token budget stopped the run.
-    Budget,
-    Internal,
-}
-
-impl RunErrorType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunErrorType::Llm => "llm",
-            RunErrorType::Tool => "tool",
-            RunErrorType::Search => "search",
-            RunErrorType::Network => "network",
-            RunErrorType::Validation => "validation",
-            RunErrorType::Budget => "budget",
-            RunErrorType::Internal => "internal",
-        }
+text_enum! {
+    /// The closed set of `error_type`s carried by `error` events.
+    RunErrorType("error type") {
+        Llm => "llm",
+        Tool => "tool",
+        Search => "search",
+        Network => "network",
+        Validation => "validation",
+        /// A token budget stopped the run.
+        Budget => "budget",
+        Internal => "internal",
     }
 }
 

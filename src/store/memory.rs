@@ -4,11 +4,13 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::enums::text_enum;
+
 use super::ids::{MemoryId, ThreadId, UserId};
 
-text_enum!(
+text_enum! {
     /// What a memory is.
-    MemoryKind {
+    MemoryKind("memory kind") {
         Turn => "turn",
         Preference => "preference",
         Fact => "fact",
@@ -17,32 +19,32 @@ text_enum!(
         Profile => "profile",
         Document => "document",
     }
-);
+}
 
-text_enum!(
+text_enum! {
     /// Where a memory came from.
-    MemorySource {
+    MemorySource("memory source") {
         User => "user",
         Assistant => "assistant",
         Research => "research",
         Import => "import",
     }
-);
+}
 
-text_enum!(
+text_enum! {
     /// How far a memory is trusted: user > assistant > document > tool > web. `user` is the
     /// user's own word; `assistant` what the assistant said from that; `document` the text of
     /// a document the user added (its author is not the user); `tool` what a client's own
     /// tools returned (OpenAI-compatible `tool` messages); `web` pages read by research or
     /// tools. A memory derived from several sources gets the lowest of their trusts.
-    Trust {
+    Trust("trust") {
         User => "user",
         Assistant => "assistant",
         Document => "document",
         Tool => "tool",
         Web => "web",
     }
-);
+}
 
 impl MemoryKind {
     /// The kinds that recall and lists cover when no kinds are asked for: every kind but
@@ -198,15 +200,15 @@ pub struct MemoryVersion {
     pub changed_at: DateTime<Utc>,
 }
 
-text_enum!(
+text_enum! {
     /// Which door a forget request came through (recorded with what it forgot).
-    ForgetVia {
+    ForgetVia("forget route") {
         Api => "api",
         Mcp => "mcp",
         Chat => "chat",
         Cli => "cli",
     }
-);
+}
 
 /// A forgotten memory that can still be restored.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -255,9 +257,9 @@ impl MemoryFilter {
     }
 }
 
-text_enum!(
+text_enum! {
     /// What happened to the memory named by a log entry.
-    LogOp {
+    LogOp("memory log operation") {
         /// The memory was created or changed: index its current row.
         Upsert => "upsert",
         /// The memory was deleted.
@@ -265,7 +267,7 @@ text_enum!(
         /// Every memory of the user was deleted.
         DeleteUser => "delete_user",
     }
-);
+}
 
 #[derive(Debug, Clone)]
 pub struct LogEntry {

@@ -4,7 +4,6 @@
 //! Both implementations share their SQL text through the `sql_store!` macro in `sql.rs`; each
 //! has its own migrations under `migrations/{sqlite,postgres}`.
 
-#[macro_use]
 pub(crate) mod text_enum;
 mod account;
 mod document;
@@ -95,6 +94,7 @@ use chrono::{DateTime, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ErrorKind, HasKind};
+use crate::enums::text_enum;
 
 use account::AccountStore;
 pub use account::{NewAccount, PasswordLogin, SessionUser, UserUpdate};
@@ -155,15 +155,15 @@ pub fn now() -> DateTime<Utc> {
     Utc::now().trunc_subsecs(6)
 }
 
-text_enum!(
+text_enum! {
     /// How a user authenticates: an API key issued by `mnemo user add`, or a verified JWT
     /// subject, or the single local user of `--dev`.
-    UserKind {
+    UserKind("user kind") {
         Key => "key",
         Jwt => "jwt",
         Dev => "dev",
     }
-);
+}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct User {
@@ -202,15 +202,15 @@ pub struct Thread {
     pub updated_at: DateTime<Utc>,
 }
 
-text_enum!(
+text_enum! {
     /// Who wrote a message.
-    Role {
+    Role("message role") {
         User => "user",
         Assistant => "assistant",
         System => "system",
         Tool => "tool",
     }
-);
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Message {
@@ -316,17 +316,17 @@ pub struct NewMessage {
     pub created_at: Option<DateTime<Utc>>,
 }
 
-text_enum!(
+text_enum! {
     /// What a run executes.
-    RunKind {
+    RunKind("run kind") {
         Chat => "chat",
         Research => "research",
     }
-);
+}
 
-text_enum!(
+text_enum! {
     /// Lifecycle of a run (and of a research). `Running` is the only non-terminal state.
-    RunStatus {
+    RunStatus("run status") {
         Running => "running",
         Completed => "completed",
         Failed => "failed",
@@ -337,7 +337,7 @@ text_enum!(
         /// researched (its run is `completed`; the report says what is not covered).
         Partial => "partial",
     }
-);
+}
 
 impl RunStatus {
     pub fn is_terminal(self) -> bool {
@@ -361,9 +361,9 @@ pub struct Run {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
-text_enum!(
+text_enum! {
     /// The type of a run event: the SSE `event:` name (names come only from here).
-    EventType {
+    EventType("event type") {
         SessionStart => "session_start",
         StageUpdate => "stage_update",
         Thinking => "thinking",
@@ -382,7 +382,7 @@ text_enum!(
         Error => "error",
         Done => "done",
     }
-);
+}
 
 /// One entry of a run's event log. `data` is the JSON payload sent as the SSE `data:` field.
 #[derive(Debug, Clone, Serialize)]
@@ -554,9 +554,9 @@ pub(in crate::store) trait MemoryStore: Send + Sync + 'static {
     async fn set_embeddings(&self, items: &[(UserId, MemoryId, Embedded)]) -> StoreResult<()>;
 }
 
-text_enum!(
+text_enum! {
     /// What a background job does.
-    JobKind {
+    JobKind("job kind") {
         /// Store a finished turn's messages and extract memories from it.
         Turn => "turn",
         /// Store what the model's `remember` tool asked for.
@@ -568,17 +568,17 @@ text_enum!(
         /// Store an imported conversation's messages as turn memories and extract from them.
         ImportChat => "import_chat",
     }
-);
+}
 
-text_enum!(
+text_enum! {
     /// Where a job is in its life.
-    JobStatus {
+    JobStatus("job status") {
         Queued => "queued",
         Running => "running",
         Done => "done",
         Failed => "failed",
     }
-);
+}
 
 /// A claimed background job.
 #[derive(Debug, Clone)]

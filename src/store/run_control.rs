@@ -7,6 +7,8 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
+use crate::enums::text_enum;
+
 use super::{ReplicaId, RunId, StoreResult, ThreadId, UserId};
 
 /// A running run nobody holds: its owner's lease expired, its owner is the dead predecessor
@@ -29,13 +31,13 @@ pub struct Sweep {
     pub predecessor: Option<ReplicaId>,
 }
 
-text_enum!(
+text_enum! {
     /// What a command asks of a run's owner.
-    RunCommandKind {
+    RunCommandKind("run command") {
         Cancel => "cancel",
         Input => "input",
     }
-);
+}
 
 /// A request for the replica executing a run.
 #[derive(Debug, Clone, PartialEq)]

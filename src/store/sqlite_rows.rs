@@ -23,7 +23,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use rusqlite::{Connection, OpenFlags, Row};
 use uuid::Uuid;
 
-use super::text_enum::UnknownText;
+use crate::enums::UnknownText;
 use super::{Memory, MemoryId, ThreadId, UserId, vector_from_bytes};
 
 /// Idle connections kept for reuse (more are opened when more readers run at once).

@@ -1,8 +1,8 @@
 //! Text helpers every other room uses, kept here so that none reaches into another for them:
 //! which script a character is written in (`script`), sentences and pieces of bounded length
-//! (`split`), truncation (`truncate`), and readable text from HTML, PDF and plain text in a
-//! worker process under memory and CPU ceilings (`extract`). Pure functions except `extract`'s
-//! worker; nothing here knows memories, runs or the store.
+//! (`split`), truncation (`truncate`), and readable text from HTML, PDF and
+//! plain text in a worker process under memory and CPU ceilings (`extract`). Pure functions
+//! except `extract`'s worker; nothing here knows memories, runs or the store.
 
 pub mod extract;
 pub mod script;

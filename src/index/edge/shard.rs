@@ -122,7 +122,7 @@ impl Shard {
         std::fs::create_dir_all(path).map_err(|e| fs_err("create edge dir", path, e))?;
         if let Some(existing) = EdgeConfig::load(path) {
             let existing = existing.map_err(|e| engine_err("read edge config", e))?;
-            for view in View::ALL {
+            for &view in View::ALL {
                 match existing.vectors.get(vector_name(view)) {
                     Some(params)
                         if params.size == dimension && params.distance == Distance::Cosine => {}

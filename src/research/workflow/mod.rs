@@ -422,23 +422,7 @@ impl Research {
     async fn execute(&self) -> Result<ResearchSummary, RunFailure> {
         let config = &self.config;
         if !self.resumed() {
-            self.progress
-                .emit(RunEvent::SessionStart(SessionStart {
-                    kind: RunKind::Research,
-                    model: None,
-                    thread_id: None,
-                    user_message_id: None,
-                    query: Some(config.query.clone()),
-                    content: Some(config.query.clone()),
-                    metadata: Some(SessionMeta {
-                        config: serde_json::to_value(config).unwrap_or(Value::Null),
-                    }),
-                }))
-                .await?;
-            if let Some(durable) = &self.durable {
-                // From here on another replica can continue the research.
-                self.save(durable, "start", Value::Null).await?;
-            }
+            self.begin().await?;
         }
         let memories = self.step("recall", || self.recall_context()).await?;
         let clarification = self
@@ -465,6 +449,66 @@ impl Research {
                 Ok(findings)
             })
             .await?;
+        let gaps = self.gaps(&findings);
+        self.progress
+            .stage(
+                "final_report_generation",
+                "Scoring sources and writing the report",
+            )
+            .await?;
+        let cited = self.cite(&brief, &findings).await?;
+        if cited.is_empty() {
+            // Nothing to cite: a report would be empty words (or citations of nothing). The
+            // research fails, saying why — what failed, where — and writes no conclusion.
+            return Err(nothing_found(&findings, self.sources.readable().len()));
+        }
+        let (report, checked): (String, CitationCheck) = self
+            .step("report", || {
+                self.report(&brief, &findings, &cited, &gaps, &earlier_text)
+            })
+            .await?;
+        // Claims whose citations were not found in their sources are never conclusions.
+        let supported = verify::supported_only(&report);
+        let memories_written: usize = self
+            .step("remember", || self.remember(&supported, &cited))
+            .await?;
+        let written = Written {
+            report,
+            cited,
+            checked,
+            gaps,
+            topics: findings.len(),
+            memories_written,
+        };
+        self.finish(written).await
+    }
+
+    /// The research's first events: `session_start` with its configuration, then (when it is
+    /// durable) the checkpoint from which another replica can continue it.
+    async fn begin(&self) -> Result<(), RunFailure> {
+        let config = &self.config;
+        self.progress
+            .emit(RunEvent::SessionStart(SessionStart {
+                kind: RunKind::Research,
+                model: None,
+                thread_id: None,
+                user_message_id: None,
+                query: Some(config.query.clone()),
+                content: Some(config.query.clone()),
+                metadata: Some(SessionMeta {
+                    config: serde_json::to_value(config).unwrap_or(Value::Null),
+                }),
+            }))
+            .await?;
+        if let Some(durable) = &self.durable {
+            self.save(durable, "start", Value::Null).await?;
+        }
+        Ok(())
+    }
+
+    /// What the report cannot cover: each topic that could not be researched, and the budget
+    /// when it stopped the research.
+    fn gaps(&self, findings: &[Findings]) -> Vec<String> {
         let mut gaps: Vec<String> = findings
             .iter()
             .filter_map(|found| {
@@ -479,51 +523,50 @@ impl Research {
                 "Budget: the research reached its budget and stopped researching; the report rests on what was found until then".into(),
             );
         }
-        self.progress
-            .stage(
-                "final_report_generation",
-                "Scoring sources and writing the report",
-            )
-            .await?;
-        let cited: Vec<(usize, Source)> = self
-            .step("sources", || async {
-                let topics: Vec<&str> = findings.iter().map(|f| f.topic.as_str()).collect();
-                let mut cited = self.score_sources(&brief, &topics).await?;
-                // Later steps quote an excerpt at most: the checkpoint keeps no more.
-                for (_, source) in &mut cited {
-                    source.text = source
-                        .text
-                        .as_deref()
-                        .map(|text| truncate(text, SOURCE_EXCERPT_CHARS));
-                }
-                Ok(cited)
-            })
-            .await?;
-        if cited.is_empty() {
-            // Nothing to cite: a report would be empty words (or citations of nothing). The
-            // research fails, saying why — what failed, where — and writes no conclusion.
-            return Err(nothing_found(&findings, self.sources.readable().len()));
-        }
+        gaps
+    }
+
+    /// The sources worth citing, numbered, each cut to the excerpt later steps quote (the
+    /// checkpoint keeps no more).
+    async fn cite(
+        &self,
+        brief: &str,
+        findings: &[Findings],
+    ) -> Result<Vec<(usize, Source)>, RunFailure> {
+        self.step("sources", || async {
+            let topics: Vec<&str> = findings.iter().map(|f| f.topic.as_str()).collect();
+            let mut cited = self.score_sources(brief, &topics).await?;
+            for (_, source) in &mut cited {
+                source.text = source
+                    .text
+                    .as_deref()
+                    .map(|text| truncate(text, SOURCE_EXCERPT_CHARS));
+            }
+            Ok(cited)
+        })
+        .await
+    }
+
+    /// The research's end: the `completed` stage, the summary, and `research_complete` with
+    /// its statistics.
+    async fn finish(&self, written: Written) -> Result<ResearchSummary, RunFailure> {
+        let Written {
+            report,
+            cited,
+            checked,
+            gaps,
+            topics,
+            memories_written,
+        } = written;
         let outcome = if gaps.is_empty() {
             RunStatus::Completed
         } else {
             RunStatus::Partial
         };
-        let (report, checked): (String, CitationCheck) = self
-            .step("report", || {
-                self.report(&brief, &findings, &cited, &gaps, &earlier_text)
-            })
-            .await?;
-        // Claims whose citations were not found in their sources are never conclusions.
-        let supported = verify::supported_only(&report);
-        let memories_written: usize = self
-            .step("remember", || self.remember(&supported, &cited))
-            .await?;
         let done = if outcome == RunStatus::Partial {
             format!(
-                "Research complete, with gaps: {} of {} topics could not be researched",
+                "Research complete, with gaps: {} of {topics} topics could not be researched",
                 gaps.len(),
-                findings.len()
             )
         } else {
             "Research complete".to_string()
@@ -751,6 +794,17 @@ impl Research {
 /// Why a research with no source to cite failed: every topic's failure (each reason once:
 /// researchers asking one provider that is down fail alike), or that nothing read was about
 /// the question.
+/// What the research wrote, handed to [`Research::finish`].
+struct Written {
+    report: String,
+    cited: Vec<(usize, Source)>,
+    checked: CitationCheck,
+    gaps: Vec<String>,
+    /// Topics researched (those that failed included).
+    topics: usize,
+    memories_written: usize,
+}
+
 fn nothing_found(findings: &[Findings], read: usize) -> RunFailure {
     let mut reasons: Vec<&str> = Vec::new();
     for why in findings.iter().filter_map(|found| found.failed.as_deref()) {

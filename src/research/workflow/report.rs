@@ -30,91 +30,16 @@ impl Research {
     ) -> Result<(String, CitationCheck), RunFailure> {
         let number_of: HashMap<&str, usize> =
             cited.iter().map(|(n, s)| (s.url.as_str(), *n)).collect();
+        let written = WrittenFrom {
+            brief,
+            findings,
+            cited,
+            gaps,
+            earlier,
+            number_of: &number_of,
+        };
         let body = match self.role(ModelRole::FinalReport) {
-            Some(role) => {
-                let findings_text = findings
-                    .iter()
-                    .filter(|found| !found.text.trim().is_empty())
-                    .map(|found| format!("## {}\n{}", found.topic, quote(&found.text)))
-                    .collect::<Vec<_>>()
-                    .join("\n\n");
-                let sources_text = cited
-                    .iter()
-                    .map(|(n, source)| {
-                        format!(
-                            "[{n}] {} — {}\n{}",
-                            source.title,
-                            source.url,
-                            quote(&truncate(source.text.as_deref().unwrap_or(""), 600))
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n\n");
-                let text = Prompt::ResearchReport.render(&[
-                    ("date", &today()),
-                    ("style", &style_text(&self.config.report)),
-                    ("earlier", earlier),
-                    ("brief", brief),
-                    ("findings", &findings_text),
-                    ("sources", &sources_text),
-                    (
-                        "gaps",
-                        &if gaps.is_empty() {
-                            "(nothing)".to_string()
-                        } else {
-                            gaps.join("\n")
-                        },
-                    ),
-                ])?;
-                let mut request = ChatRequest::new(vec![ChatMessage::user(text)]);
-                request.max_tokens = Some(role.max_tokens);
-                let started = Instant::now();
-                let mut filter = CitationFilter::new(cited.len());
-                let (result, flushed) = stream_to_events(
-                    &self.progress.context,
-                    None,
-                    role,
-                    &request,
-                    self.deps.delta_interval,
-                    DeltaKind::Report,
-                    Some(&mut filter),
-                )
-                .await;
-                Meter::add(&self.meter.model, started);
-                flushed?;
-                let response = result.map_err(llm_failure)?;
-                self.account("final_report", role.model.model(), &response.usage)
-                    .await?;
-                if response.content.trim().is_empty() {
-                    self.progress
-                        .fallback(
-                            "final_report_generation",
-                            "final_report",
-                            "The report is an extractive digest of the passages read",
-                            "the report model answered with nothing",
-                            None,
-                        )
-                        .await?;
-                    // Findings the model compressed have no passages of their own: they get
-                    // the passages of the kept sources most similar to their topic.
-                    let urls: Vec<String> = cited.iter().map(|(_, s)| s.url.clone()).collect();
-                    let mut extractive = Vec::with_capacity(findings.len());
-                    for found in findings {
-                        let mut found = found.clone();
-                        if found.passages.is_empty() && found.failed.is_none() {
-                            found.passages = self
-                                .select_passages(&found.topic, &urls)
-                                .await
-                                .unwrap_or_default();
-                        }
-                        extractive.push(found);
-                    }
-                    self.stream_digest(&extractive, &number_of, "the model's report was empty")
-                        .await?
-                } else {
-                    response.content
-                }
-            }
+            Some(role) => self.written_by_model(role, &written).await?,
             None => {
                 self.stream_digest(findings, &number_of, "no language model is configured")
                     .await?
@@ -148,25 +73,7 @@ impl Research {
         let texts: Vec<(usize, &str)> = texts.iter().map(|(n, t)| (*n, t.as_str())).collect();
         let (marked, checked) = verify::Checker::new(&texts).check(&report);
         report = marked;
-        let mut tail = String::new();
-        if !gaps.is_empty() {
-            tail.push_str("\n\n## Not covered\n\n");
-            for gap in gaps {
-                tail.push_str(&format!("- {gap}\n"));
-            }
-        }
-        if !cited.is_empty() {
-            tail.push_str("\n\n## Sources\n\n");
-            for (n, source) in cited {
-                // A research over several providers says where each source came from.
-                let label = match source.provider.as_deref() {
-                    Some("local") => " (your documents)".to_string(),
-                    Some(provider) => format!(" ({provider})"),
-                    None => String::new(),
-                };
-                tail.push_str(&format!("[{n}] {} — {}{label}\n", source.title, source.url));
-            }
-        }
+        let tail = report_tail(gaps, cited);
         if !tail.is_empty() {
             self.progress
                 .context
@@ -177,6 +84,105 @@ impl Research {
             report.push_str(&tail);
         }
         Ok((report, checked))
+    }
+
+    /// The report's body written by the final-report model, streamed as it comes; when the
+    /// model answers with nothing, the extractive digest of the passages read instead.
+    async fn written_by_model(
+        &self,
+        role: &RoleModel,
+        written: &WrittenFrom<'_>,
+    ) -> Result<String, RunFailure> {
+        let WrittenFrom {
+            brief,
+            findings,
+            cited,
+            gaps,
+            earlier,
+            number_of,
+        } = *written;
+        let findings_text = findings
+            .iter()
+            .filter(|found| !found.text.trim().is_empty())
+            .map(|found| format!("## {}\n{}", found.topic, quote(&found.text)))
+            .collect::<Vec<_>>()
+            .join("\n\n");
+        let sources_text = cited
+            .iter()
+            .map(|(n, source)| {
+                format!(
+                    "[{n}] {} — {}\n{}",
+                    source.title,
+                    source.url,
+                    quote(&truncate(source.text.as_deref().unwrap_or(""), 600))
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n\n");
+        let text = Prompt::ResearchReport.render(&[
+            ("date", &today()),
+            ("style", &style_text(&self.config.report)),
+            ("earlier", earlier),
+            ("brief", brief),
+            ("findings", &findings_text),
+            ("sources", &sources_text),
+            (
+                "gaps",
+                &if gaps.is_empty() {
+                    "(nothing)".to_string()
+                } else {
+                    gaps.join("\n")
+                },
+            ),
+        ])?;
+        let mut request = ChatRequest::new(vec![ChatMessage::user(text)]);
+        request.max_tokens = Some(role.max_tokens);
+        let started = Instant::now();
+        let mut filter = CitationFilter::new(cited.len());
+        let (result, flushed) = stream_to_events(
+            &self.progress.context,
+            None,
+            role,
+            &request,
+            self.deps.delta_interval,
+            DeltaKind::Report,
+            Some(&mut filter),
+        )
+        .await;
+        Meter::add(&self.meter.model, started);
+        flushed?;
+        let response = result.map_err(llm_failure)?;
+        self.account("final_report", role.model.model(), &response.usage)
+            .await?;
+        if response.content.trim().is_empty() {
+            self.progress
+                .fallback(
+                    "final_report_generation",
+                    "final_report",
+                    "The report is an extractive digest of the passages read",
+                    "the report model answered with nothing",
+                    None,
+                )
+                .await?;
+            // Findings the model compressed have no passages of their own: they get
+            // the passages of the kept sources most similar to their topic.
+            let urls: Vec<String> = cited.iter().map(|(_, s)| s.url.clone()).collect();
+            let mut extractive = Vec::with_capacity(findings.len());
+            for found in findings {
+                let mut found = found.clone();
+                if found.passages.is_empty() && found.failed.is_none() {
+                    found.passages = self
+                        .select_passages(&found.topic, &urls)
+                        .await
+                        .unwrap_or_default();
+                }
+                extractive.push(found);
+            }
+            self.stream_digest(&extractive, number_of, "the model's report was empty")
+                .await
+        } else {
+            Ok(response.content)
+        }
     }
 
     /// Streams the extractive digest of `findings` as the report's body.
@@ -426,4 +432,40 @@ pub(super) fn extractive_conclusions(query: &str, report: &str) -> Vec<String> {
         .take(3)
         .map(|sentence| format!("Research on \"{query}\": {sentence}"))
         .collect()
+}
+
+/// What the report is written from.
+#[derive(Clone, Copy)]
+struct WrittenFrom<'a> {
+    brief: &'a str,
+    findings: &'a [Findings],
+    cited: &'a [(usize, Source)],
+    gaps: &'a [String],
+    earlier: &'a str,
+    /// Each cited source's number, by URL.
+    number_of: &'a HashMap<&'a str, usize>,
+}
+
+/// What follows the report's body: what could not be researched, and the numbered sources
+/// (each labelled with its provider when the research used several).
+fn report_tail(gaps: &[String], cited: &[(usize, Source)]) -> String {
+    let mut tail = String::new();
+    if !gaps.is_empty() {
+        tail.push_str("\n\n## Not covered\n\n");
+        for gap in gaps {
+            tail.push_str(&format!("- {gap}\n"));
+        }
+    }
+    if !cited.is_empty() {
+        tail.push_str("\n\n## Sources\n\n");
+        for (n, source) in cited {
+            let label = match source.provider.as_deref() {
+                Some("local") => " (your documents)".to_string(),
+                Some(provider) => format!(" ({provider})"),
+                None => String::new(),
+            };
+            tail.push_str(&format!("[{n}] {} — {}{label}\n", source.title, source.url));
+        }
+    }
+    tail
 }

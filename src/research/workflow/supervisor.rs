@@ -78,41 +78,11 @@ impl Research {
                 break;
             }
             messages.push(assistant_with_calls(&response));
-            let mut topics = Vec::new();
-            let mut topic_calls = Vec::new();
-            let mut complete = false;
-            for call in &response.tool_calls {
-                let arguments = arguments(call);
-                match call.name.as_str() {
-                    "conduct_research" => {
-                        match arguments["research_topic"]
-                            .as_str()
-                            .map(str::trim)
-                            .filter(|topic| !topic.is_empty())
-                        {
-                            Some(topic) => {
-                                topics.push(topic.to_string());
-                                topic_calls.push(call.id.clone());
-                            }
-                            None => messages.push(ChatMessage::tool_result(
-                                &call.id,
-                                "error: research_topic must be a non-empty string",
-                            )),
-                        }
-                    }
-                    "think" => {
-                        messages.push(ChatMessage::tool_result(&call.id, "Reflection recorded."));
-                    }
-                    "research_complete" => {
-                        complete = true;
-                        messages.push(ChatMessage::tool_result(&call.id, "Research complete."));
-                    }
-                    other => messages.push(ChatMessage::tool_result(
-                        &call.id,
-                        format!("error: unknown tool {other:?}"),
-                    )),
-                }
-            }
+            let Planned {
+                topics,
+                topic_calls,
+                complete,
+            } = planned(&response.tool_calls, &mut messages);
             if topics.is_empty() {
                 if complete {
                     break;
@@ -126,30 +96,7 @@ impl Research {
             };
             let edited = reviewed != topics;
             let found = self.dispatch(reviewed, all.len()).await;
-            if edited {
-                // The plan the model made was replaced: its calls are answered together.
-                let summary = found
-                    .iter()
-                    .map(|f| format!("## {}\n{}", f.topic, f.text))
-                    .collect::<Vec<_>>()
-                    .join("\n\n");
-                for (index, id) in topic_calls.iter().enumerate() {
-                    let content = if index == 0 {
-                        format!("The user replaced the plan. Findings:\n{summary}")
-                    } else {
-                        "See the first result.".to_string()
-                    };
-                    messages.push(ChatMessage::tool_result(id, content));
-                }
-            } else {
-                for (id, found) in topic_calls.iter().zip(&found) {
-                    let content = match &found.failed {
-                        Some(why) => format!("This research failed: {why}\n{}", found.text),
-                        None => found.text.clone(),
-                    };
-                    messages.push(ChatMessage::tool_result(id, content));
-                }
-            }
+            answer_topic_calls(&topic_calls, &found, edited, &mut messages);
             all.extend(found);
             if complete {
                 break;
@@ -777,4 +724,88 @@ pub(super) fn is_reading_call(call: &ToolCall) -> bool {
 
 pub(super) fn arguments(call: &ToolCall) -> Value {
     serde_json::from_str(&call.arguments).unwrap_or_else(|_| json!({ "raw": call.arguments }))
+}
+
+/// The topics one supervisor round asked to research, the ids of the calls that asked, and
+/// whether it called the research complete.
+struct Planned {
+    topics: Vec<String>,
+    topic_calls: Vec<String>,
+    complete: bool,
+}
+
+/// Reads a supervisor round's tool calls: `conduct_research` topics are collected (their
+/// calls answered later, by [`answer_topic_calls`]); `think`, `research_complete`, a topic
+/// that is not a non-empty string and an unknown tool are answered now.
+fn planned(calls: &[ToolCall], messages: &mut Vec<ChatMessage>) -> Planned {
+    let mut planned = Planned {
+        topics: Vec::new(),
+        topic_calls: Vec::new(),
+        complete: false,
+    };
+    for call in calls {
+        let arguments = arguments(call);
+        match call.name.as_str() {
+            "conduct_research" => match arguments["research_topic"]
+                .as_str()
+                .map(str::trim)
+                .filter(|topic| !topic.is_empty())
+            {
+                Some(topic) => {
+                    planned.topics.push(topic.to_string());
+                    planned.topic_calls.push(call.id.clone());
+                }
+                None => messages.push(ChatMessage::tool_result(
+                    &call.id,
+                    "error: research_topic must be a non-empty string",
+                )),
+            },
+            "think" => {
+                messages.push(ChatMessage::tool_result(&call.id, "Reflection recorded."));
+            }
+            "research_complete" => {
+                planned.complete = true;
+                messages.push(ChatMessage::tool_result(&call.id, "Research complete."));
+            }
+            other => messages.push(ChatMessage::tool_result(
+                &call.id,
+                format!("error: unknown tool {other:?}"),
+            )),
+        }
+    }
+    planned
+}
+
+/// Answers a round's `conduct_research` calls with what their researchers found; when the
+/// user replaced the plan (`edited`), the calls are answered together, the first with every
+/// finding.
+fn answer_topic_calls(
+    topic_calls: &[String],
+    found: &[Findings],
+    edited: bool,
+    messages: &mut Vec<ChatMessage>,
+) {
+    if edited {
+        let summary = found
+            .iter()
+            .map(|f| format!("## {}\n{}", f.topic, f.text))
+            .collect::<Vec<_>>()
+            .join("\n\n");
+        for (index, id) in topic_calls.iter().enumerate() {
+            let content = if index == 0 {
+                format!("The user replaced the plan. Findings:\n{summary}")
+            } else {
+                "See the first result.".to_string()
+            };
+            messages.push(ChatMessage::tool_result(id, content));
+        }
+    } else {
+        for (id, found) in topic_calls.iter().zip(found) {
+            let content = match &found.failed {
+                Some(why) => format!("This research failed: {why}\n{}", found.text),
+                None => found.text.clone(),
+            };
+            messages.push(ChatMessage::tool_result(id, content));
+        }
+    }
 }
