@@ -12,8 +12,11 @@
 macro_rules! text_enum {
     (
         $(#[$meta:meta])*
+        // `tt`, not `literal`: a `literal` fragment reaches derive macros wrapped in an
+        // invisible group, which utoipa does not look into (its schema would spell the
+        // variant's Rust name).
         $name:ident ($what:literal) {
-            $($(#[$vmeta:meta])* $variant:ident => $text:literal),* $(,)?
+            $($(#[$vmeta:meta])* $variant:ident => $text:tt),* $(,)?
         }
     ) => {
         $(#[$meta])*
@@ -114,8 +117,13 @@ mod tests {
         assert_eq!(Colour::parse("DeepBlue"), None);
         assert_eq!(Colour::parse("Red"), None, "the spelling is exact");
         let error = "green".parse::<Colour>().unwrap_err().to_string();
-        assert_eq!(error, "colour \"green\" is unknown; expected one of red, deep_blue");
-        let error = serde_json::from_str::<Colour>("\"green\"").unwrap_err().to_string();
+        assert_eq!(
+            error,
+            "colour \"green\" is unknown; expected one of red, deep_blue"
+        );
+        let error = serde_json::from_str::<Colour>("\"green\"")
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("expected one of red, deep_blue"), "{error}");
         assert!(Colour::Red < Colour::DeepBlue);
     }

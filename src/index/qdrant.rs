@@ -243,7 +243,10 @@ impl QdrantServerIndex {
             return Err(IndexError::BadInput(format!(
                 "collection {} does not have the named vectors {:?} (an older layout?)",
                 self.collection,
-                View::ALL.iter().map(|view| view.as_str()).collect::<Vec<_>>()
+                View::ALL
+                    .iter()
+                    .map(|view| view.as_str())
+                    .collect::<Vec<_>>()
             )));
         };
         for view in View::ALL {

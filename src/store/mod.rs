@@ -4,7 +4,6 @@
 //! Both implementations share their SQL text through the `sql_store!` macro in `sql.rs`; each
 //! has its own migrations under `migrations/{sqlite,postgres}`.
 
-pub(crate) mod text_enum;
 mod account;
 mod document;
 mod ids;
@@ -22,6 +21,7 @@ mod sql_research;
 mod sql_run_control;
 mod sqlite;
 mod sqlite_rows;
+pub(crate) mod text_enum;
 /// How one recall result was found (the recall API's and the `memory_recalled` event's
 /// explanation, kept with the domain types so both can show it): its rank (from 1) and score in each signal's list (the own
 /// view's vector and BM25 lists, then the context view's), and the fused score.
@@ -93,8 +93,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{ErrorKind, HasKind};
 use crate::enums::text_enum;
+use crate::error::{ErrorKind, HasKind};
 
 use account::AccountStore;
 pub use account::{NewAccount, PasswordLogin, SessionUser, UserUpdate};

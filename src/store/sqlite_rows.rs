@@ -23,8 +23,8 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use rusqlite::{Connection, OpenFlags, Row};
 use uuid::Uuid;
 
-use crate::enums::UnknownText;
 use super::{Memory, MemoryId, ThreadId, UserId, vector_from_bytes};
+use crate::enums::UnknownText;
 
 /// Idle connections kept for reuse (more are opened when more readers run at once).
 const IDLE_CONNECTIONS: usize = 4;

@@ -18,29 +18,12 @@ const TRAVEL_PLAN: &str = "# Trip to Ljubljana\n\nThe train leaves Vienna at 07:
 and arrives at 13:52. The hotel is the Vila Rozmarin, booked for three nights under the name \
 Okonkwo. Dinner on the second night is at the Gostilna As, table for four at 19:30.";
 
-async fn thread_id(app: &TestApp, key: &str) -> String {
-    app.create_thread(key, "chat").await["id"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
 async fn add_document(app: &TestApp, key: &str, title: &str, content: &str) -> String {
     let (status, body) = app
         .ingest_document(key, json!({ "title": title, "content": content }))
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     body["id"].as_str().unwrap().to_string()
-}
-
-/// Posts `body` to the thread without streaming.
-async fn post(app: &TestApp, key: &str, thread: &str, body: Value) -> (StatusCode, Value) {
-    app.post(
-        &format!("/v1/threads/{thread}/messages"),
-        Some(key),
-        Some(body),
-    )
-    .await
 }
 
 async fn read_run(app: &TestApp, key: &str, run: &Value) -> Vec<ReceivedEvent> {
@@ -54,6 +37,19 @@ async fn messages(app: &TestApp, key: &str, thread: &str) -> Vec<Value> {
     let (status, body) = app.get(&format!("/v1/threads/{thread}"), Some(key)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     body["messages"].as_array().unwrap().clone()
+}
+
+/// Answers the thread's user message `message` again and reads the new turn to its end.
+async fn regenerate(app: &TestApp, key: &str, thread: &str, message: &str) {
+    let (status, run) = app
+        .post(
+            &format!("/v1/threads/{thread}/messages/{message}/retry"),
+            Some(key),
+            Some(json!({ "stream": false })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{run}");
+    read_run(app, key, &run).await;
 }
 
 /// The text of the last message the model was asked (the user's message as it read it).
@@ -78,17 +74,17 @@ async fn an_attached_document_is_read_by_the_turn_listed_on_the_message_and_kept
         let app = TestApp::spawn_with_llm(&home, &llm, &[NO_WRITER]).await;
         let key = app.user_key("alice").await;
         let plan = add_document(&app, &key, "Ljubljana plan", TRAVEL_PLAN).await;
-        let thread = thread_id(&app, &key).await;
+        let thread = app.new_thread(&key).await;
 
         llm.push(Reply::text("The train arrives at 13:52."));
-        let (status, run) = post(
-            &app,
-            &key,
-            &thread,
-            json!({ "content": "When does my train arrive?", "stream": false,
+        let (status, run) = app
+            .post_to_thread(
+                &key,
+                &thread,
+                json!({ "content": "When does my train arrive?", "stream": false,
                     "attachments": [plan, plan] }),
-        )
-        .await;
+            )
+            .await;
         assert_eq!(status, StatusCode::ACCEPTED, "{run}");
         let events = read_run(&app, &key, &run).await;
         assert!(
@@ -134,13 +130,13 @@ async fn an_attached_document_is_read_by_the_turn_listed_on_the_message_and_kept
 
         // A follow-up without attachments still sees the earlier message's document.
         llm.push(Reply::text("At the Vila Rozmarin."));
-        let (status, run) = post(
-            &app,
-            &key,
-            &thread,
-            json!({ "content": "And the hotel?", "stream": false }),
-        )
-        .await;
+        let (status, run) = app
+            .post_to_thread(
+                &key,
+                &thread,
+                json!({ "content": "And the hotel?", "stream": false }),
+            )
+            .await;
         assert_eq!(status, StatusCode::ACCEPTED, "{run}");
         read_run(&app, &key, &run).await;
         let follow_up = prompt_text(&llm.requests()[1]);
@@ -148,16 +144,7 @@ async fn an_attached_document_is_read_by_the_turn_listed_on_the_message_and_kept
 
         // Regenerating the first answer: the message keeps its document, the new turn reads it.
         llm.push(Reply::text("13:52, on 14 March."));
-        let first = stored[0]["id"].as_str().unwrap();
-        let (status, run) = app
-            .post(
-                &format!("/v1/threads/{thread}/messages/{first}/retry"),
-                Some(&key),
-                Some(json!({ "stream": false })),
-            )
-            .await;
-        assert_eq!(status, StatusCode::ACCEPTED, "{run}");
-        read_run(&app, &key, &run).await;
+        regenerate(&app, &key, &thread, stored[0]["id"].as_str().unwrap()).await;
         let again = last_user_text(&llm.requests()[2]);
         assert!(again.contains("arrives at 13:52"), "{again}");
         let stored = messages(&app, &key, &thread).await;
@@ -170,16 +157,7 @@ async fn an_attached_document_is_read_by_the_turn_listed_on_the_message_and_kept
             StatusCode::NO_CONTENT
         );
         llm.push(Reply::text("It is gone."));
-        let first = stored[0]["id"].as_str().unwrap();
-        let (status, run) = app
-            .post(
-                &format!("/v1/threads/{thread}/messages/{first}/retry"),
-                Some(&key),
-                Some(json!({ "stream": false })),
-            )
-            .await;
-        assert_eq!(status, StatusCode::ACCEPTED, "{run}");
-        read_run(&app, &key, &run).await;
+        regenerate(&app, &key, &thread, stored[0]["id"].as_str().unwrap()).await;
         let gone = last_user_text(&llm.requests()[3]);
         assert!(gone.contains("deleted since it was attached"), "{gone}");
         assert!(!gone.contains("Vila Rozmarin"), "{gone}");
@@ -197,19 +175,19 @@ async fn another_users_document_or_an_unknown_id_is_refused_before_anything_is_s
     let alice = app.user_key("alice").await;
     let bob = app.user_key("bob").await;
     let bobs = add_document(&app, &bob, "Bob's plan", TRAVEL_PLAN).await;
-    let thread = thread_id(&app, &alice).await;
+    let thread = app.new_thread(&alice).await;
 
     for attachments in [
         json!([bobs]),
         json!(["0190d8f0-0000-7000-8000-000000000000"]),
     ] {
-        let (status, body) = post(
-            &app,
-            &alice,
-            &thread,
-            json!({ "content": "Read this", "stream": false, "attachments": attachments }),
-        )
-        .await;
+        let (status, body) = app
+            .post_to_thread(
+                &alice,
+                &thread,
+                json!({ "content": "Read this", "stream": false, "attachments": attachments }),
+            )
+            .await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
         let message = body["error"]["message"].as_str().unwrap();
         assert!(message.contains("not one of your documents"), "{message}");
@@ -218,24 +196,24 @@ async fn another_users_document_or_an_unknown_id_is_refused_before_anything_is_s
             "nothing of Bob's is said: {message}"
         );
     }
-    let (status, body) = post(
-        &app,
-        &alice,
-        &thread,
-        json!({ "content": "Read this", "stream": false, "attachments": ["not-a-uuid"] }),
-    )
-    .await;
+    let (status, body) = app
+        .post_to_thread(
+            &alice,
+            &thread,
+            json!({ "content": "Read this", "stream": false, "attachments": ["not-a-uuid"] }),
+        )
+        .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     let eleven: Vec<String> = (0..11)
         .map(|n| format!("0190d8f0-0000-7000-8000-0000000000{n:02}"))
         .collect();
-    let (status, body) = post(
-        &app,
-        &alice,
-        &thread,
-        json!({ "content": "Read these", "stream": false, "attachments": eleven }),
-    )
-    .await;
+    let (status, body) = app
+        .post_to_thread(
+            &alice,
+            &thread,
+            json!({ "content": "Read these", "stream": false, "attachments": eleven }),
+        )
+        .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert!(
         body["error"]["message"]
@@ -257,7 +235,7 @@ async fn the_idempotency_key_covers_the_attachments() {
     let key = app.user_key("alice").await;
     let first = add_document(&app, &key, "First", "The first document is about herons.").await;
     let second = add_document(&app, &key, "Second", "The second document is about owls.").await;
-    let thread = thread_id(&app, &key).await;
+    let thread = app.new_thread(&key).await;
     let keyed = |attachments: Value| {
         app.client
             .post(app.url(&format!("/v1/threads/{thread}/messages")))
@@ -291,15 +269,15 @@ async fn without_a_model_the_answer_names_what_was_attached() {
     let app = TestApp::spawn(&home).await;
     let key = app.user_key("alice").await;
     let plan = add_document(&app, &key, "Ljubljana plan", TRAVEL_PLAN).await;
-    let thread = thread_id(&app, &key).await;
-    let (status, run) = post(
-        &app,
-        &key,
-        &thread,
-        json!({ "content": "When does my train arrive?", "stream": false,
+    let thread = app.new_thread(&key).await;
+    let (status, run) = app
+        .post_to_thread(
+            &key,
+            &thread,
+            json!({ "content": "When does my train arrive?", "stream": false,
                 "attachments": [plan] }),
-    )
-    .await;
+        )
+        .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{run}");
     let events = read_run(&app, &key, &run).await;
     let complete = events

@@ -14,23 +14,6 @@ use support::{Backend, Home, ReceivedEvent, TestApp};
 /// These tests look at the chat turn's requests; the writer's own model calls would mix in.
 const NO_WRITER: (&str, &str) = ("MNEMO__MEMORY__WRITER_WORKERS", "0");
 
-async fn thread_id(app: &TestApp, key: &str) -> String {
-    app.create_thread(key, "chat").await["id"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
-/// Posts `body` to the thread without streaming: the status and the answer.
-async fn post(app: &TestApp, key: &str, thread: &str, body: Value) -> (StatusCode, Value) {
-    app.post(
-        &format!("/v1/threads/{thread}/messages"),
-        Some(key),
-        Some(body),
-    )
-    .await
-}
-
 /// Reads the run's events to its end.
 async fn read_run(app: &TestApp, key: &str, run: &str) -> Vec<ReceivedEvent> {
     app.events(key, run, None).await.collect().await
@@ -56,7 +39,7 @@ async fn a_message_is_answered_by_the_configured_model_it_names_and_an_unknown_o
     )
     .await;
     let key = app.user_key("alice").await;
-    let thread = thread_id(&app, &key).await;
+    let thread = app.new_thread(&key).await;
 
     // The roles list both models: the picker's choices.
     let (status, roles) = app.get("/v1/roles", Some(&key)).await;
@@ -72,13 +55,13 @@ async fn a_message_is_answered_by_the_configured_model_it_names_and_an_unknown_o
         "{listed:?}"
     );
 
-    let (status, body) = post(
-        &app,
-        &key,
-        &thread,
-        json!({ "content": "hello there", "stream": false, "model": "gpt-unknown" }),
-    )
-    .await;
+    let (status, body) = app
+        .post_to_thread(
+            &key,
+            &thread,
+            json!({ "content": "hello there", "stream": false, "model": "gpt-unknown" }),
+        )
+        .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     let message = body["error"]["message"].as_str().unwrap();
     assert!(
@@ -95,13 +78,13 @@ async fn a_message_is_answered_by_the_configured_model_it_names_and_an_unknown_o
     assert!(llm.requests().is_empty());
 
     llm.push(Reply::text("Answered by the large one."));
-    let (status, run) = post(
-        &app,
-        &key,
-        &thread,
-        json!({ "content": "Which model are you?", "stream": false, "model": "fake-large" }),
-    )
-    .await;
+    let (status, run) = app
+        .post_to_thread(
+            &key,
+            &thread,
+            json!({ "content": "Which model are you?", "stream": false, "model": "fake-large" }),
+        )
+        .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{run}");
     let events = read_run(&app, &key, run["id"].as_str().unwrap()).await;
     let start = events
@@ -123,13 +106,13 @@ async fn a_message_is_answered_by_the_configured_model_it_names_and_an_unknown_o
 
     // Without `model`, the chat role's.
     llm.push(Reply::text("Answered by the default."));
-    let (status, run) = post(
-        &app,
-        &key,
-        &thread,
-        json!({ "content": "And now?", "stream": false }),
-    )
-    .await;
+    let (status, run) = app
+        .post_to_thread(
+            &key,
+            &thread,
+            json!({ "content": "And now?", "stream": false }),
+        )
+        .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{run}");
     read_run(&app, &key, run["id"].as_str().unwrap()).await;
     assert_eq!(llm.requests()[1]["model"], "fake-model");
@@ -141,14 +124,14 @@ async fn naming_a_model_on_a_server_without_models_is_refused() {
     let home = Home::new(Backend::Sqlite).await;
     let app = TestApp::spawn(&home).await;
     let key = app.user_key("alice").await;
-    let thread = thread_id(&app, &key).await;
-    let (status, body) = post(
-        &app,
-        &key,
-        &thread,
-        json!({ "content": "hello", "stream": false, "model": "fake-model" }),
-    )
-    .await;
+    let thread = app.new_thread(&key).await;
+    let (status, body) = app
+        .post_to_thread(
+            &key,
+            &thread,
+            json!({ "content": "hello", "stream": false, "model": "fake-model" }),
+        )
+        .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert!(
         body["error"]["message"]
@@ -172,7 +155,7 @@ async fn a_turns_memory_job_lists_what_it_stored_and_the_wait_returns_when_it_is
     let home = Home::new(Backend::Sqlite).await;
     let app = TestApp::spawn(&home).await;
     let key = app.user_key("alice").await;
-    let thread = thread_id(&app, &key).await;
+    let thread = app.new_thread(&key).await;
 
     let run = app
         .post_message(&key, &thread, "Remember that my sister lives in Graz")

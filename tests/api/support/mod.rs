@@ -407,6 +407,30 @@ impl TestApp {
         body
     }
 
+    /// A new thread's id.
+    pub async fn new_thread(&self, token: &str) -> String {
+        self.create_thread(token, "chat").await["id"]
+            .as_str()
+            .expect("thread id")
+            .to_string()
+    }
+
+    /// Posts `body` as a message of `thread` (the caller sets `stream`); the status and the
+    /// answer.
+    pub async fn post_to_thread(
+        &self,
+        token: &str,
+        thread: &str,
+        body: Value,
+    ) -> (StatusCode, Value) {
+        self.post(
+            &format!("/v1/threads/{thread}/messages"),
+            Some(token),
+            Some(body),
+        )
+        .await
+    }
+
     /// Posts a message without streaming; returns the run.
     pub async fn post_message(&self, token: &str, thread: &str, content: &str) -> Value {
         let (status, body) = self

@@ -17,16 +17,17 @@ after(async () => {
   await stack?.stop()
 })
 
+/** Picks a file in the composer's file chooser. */
+function pick(page, name, mimeType, text) {
+  return page.getByTestId('composer-attach-input').setInputFiles({ name, mimeType, buffer: Buffer.from(text) })
+}
+
 const TRIP = '# Trip to Ljubljana\n\nThe train leaves Vienna at 07:40 and arrives at 13:52.\n'
 
 test('attach: a picked file is added, read by the answer, and linked from the message after a reload', async () => {
   const page = await signedInPage(stack)
   await newThread(page)
-  await page.getByTestId('composer-attach-input').setInputFiles({
-    name: 'ljubljana-trip.md',
-    mimeType: 'text/markdown',
-    buffer: Buffer.from(TRIP),
-  })
+  await pick(page, 'ljubljana-trip.md', 'text/markdown', TRIP)
   const chip = page.getByTestId('composer-file')
   await page.locator('[data-testid="composer-file"][data-state="ready"]').waitFor({ timeout: 30_000 })
   assert.match(await chip.innerText(), /ljubljana-trip\.md/)
@@ -64,11 +65,7 @@ test('attach: a picked file is added, read by the answer, and linked from the me
 test('attach: a file the server cannot read is refused beside the composer and blocks sending until removed', async () => {
   const page = await signedInPage(stack)
   await newThread(page)
-  await page.getByTestId('composer-attach-input').setInputFiles({
-    name: 'tool.exe',
-    mimeType: 'application/octet-stream',
-    buffer: Buffer.from('MZ not a document'),
-  })
+  await pick(page, 'tool.exe', 'application/octet-stream', 'MZ not a document')
   const failed = page.locator('[data-testid="composer-file"][data-state="failed"]')
   await failed.waitFor()
   assert.match(await failed.innerText(), /Unsupported type/)
