@@ -827,18 +827,30 @@ fn escape(text: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// Recall@k against k (log scale), one line per main run, references as grey markers.
-pub fn svg(report: &Report) -> String {
-    let ks = &report.ks;
-    let max_k = ks.last().copied().unwrap_or(1).max(1) as f64;
-    let x = |k: usize| {
-        if max_k <= 1.0 {
+/// Where a point of the plot goes: k on a log scale, recall from 0 to 1.
+struct Scale {
+    max_k: f64,
+}
+
+impl Scale {
+    fn x(&self, k: usize) -> f64 {
+        if self.max_k <= 1.0 {
             LEFT + PLOT_W / 2.0
         } else {
-            LEFT + PLOT_W * (k as f64).ln() / max_k.ln()
+            LEFT + PLOT_W * (k as f64).ln() / self.max_k.ln()
         }
+    }
+
+    fn y(&self, value: f64) -> f64 {
+        TOP + PLOT_H * (1.0 - value.clamp(0.0, 1.0))
+    }
+}
+
+/// Recall@k against k (log scale), one line per main run, references as grey markers.
+pub fn svg(report: &Report) -> String {
+    let scale = Scale {
+        max_k: report.ks.last().copied().unwrap_or(1).max(1) as f64,
     };
-    let y = |value: f64| TOP + PLOT_H * (1.0 - value.clamp(0.0, 1.0));
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -855,10 +867,24 @@ pub fn svg(report: &Report) -> String {
         escape(&report.dataset),
         report.questions
     );
+    axes(&mut out, &report.ks, &scale);
+    let legend_y = run_lines(&mut out, report, &scale);
+    reference_marks(&mut out, report, &scale, legend_y);
+    let _ = writeln!(
+        out,
+        r##"<text x="{LEFT}" y="{:.1}" font-size="11" fill="#555555">colour = memory unit, dash = retrieval (solid hybrid, long dash BM25, dots vector, dash-dot hybrid+decay)</text>"##,
+        HEIGHT - 12.0
+    );
+    out.push_str("</svg>\n");
+    out
+}
+
+/// The grid, both axes and their labels.
+fn axes(out: &mut String, ks: &[usize], scale: &Scale) {
     // Grid and y axis.
     for step in 0..=10 {
         let value = step as f64 / 10.0;
-        let yy = y(value);
+        let yy = scale.y(value);
         let _ = writeln!(
             out,
             r##"<line x1="{LEFT}" y1="{yy:.1}" x2="{:.1}" y2="{yy:.1}" stroke="#e5e5e5"/>"##,
@@ -874,7 +900,7 @@ pub fn svg(report: &Report) -> String {
     }
     // x axis ticks.
     for &k in ks {
-        let xx = x(k);
+        let xx = scale.x(k);
         let _ = writeln!(
             out,
             r##"<line x1="{xx:.1}" y1="{TOP}" x2="{xx:.1}" y2="{:.1}" stroke="#f0f0f0"/>"##,
@@ -902,6 +928,11 @@ pub fn svg(report: &Report) -> String {
         TOP + PLOT_H / 2.0,
         TOP + PLOT_H / 2.0
     );
+}
+
+/// One line per main run with its legend entry; returns where the legend goes on.
+fn run_lines(out: &mut String, report: &Report, scale: &Scale) -> f64 {
+    let ks = &report.ks;
     // Lines.
     let legend_x = LEFT + PLOT_W + 30.0;
     let mut legend_y = TOP + 6.0;
@@ -917,7 +948,7 @@ pub fn svg(report: &Report) -> String {
             .iter()
             .filter_map(|&k| {
                 let value = run.overall.recall.get(&k)?;
-                Some(format!("{:.1},{:.1}", x(k), y(*value)))
+                Some(format!("{:.1},{:.1}", scale.x(k), scale.y(*value)))
             })
             .collect();
         let _ = writeln!(
@@ -946,6 +977,14 @@ pub fn svg(report: &Report) -> String {
         );
         legend_y += 17.0;
     }
+    legend_y
+}
+
+/// The reference points at k = 5 and 10, each with its legend entry below the runs'.
+fn reference_marks(out: &mut String, report: &Report, scale: &Scale, legend_y: f64) {
+    let ks = &report.ks;
+    let legend_x = LEFT + PLOT_W + 30.0;
+    let mut legend_y = legend_y;
     // References at k = 5 and 10.
     let shapes = ["diamond", "square", "triangle", "circle", "cross", "star"];
     legend_y += 8.0;
@@ -961,7 +1000,7 @@ pub fn svg(report: &Report) -> String {
         let mut marks = Vec::new();
         for (k, value) in [(5, reference.recall_at_5), (10, reference.recall_at_10)] {
             if ks.contains(&k) {
-                marks.push((x(k), y(value / 100.0)));
+                marks.push((scale.x(k), scale.y(value / 100.0)));
             }
         }
         if let [(x1, y1), (x2, y2)] = marks.as_slice() {
@@ -991,13 +1030,6 @@ pub fn svg(report: &Report) -> String {
         );
         legend_y += 16.0;
     }
-    let _ = writeln!(
-        out,
-        r##"<text x="{LEFT}" y="{:.1}" font-size="11" fill="#555555">colour = memory unit, dash = retrieval (solid hybrid, long dash BM25, dots vector, dash-dot hybrid+decay)</text>"##,
-        HEIGHT - 12.0
-    );
-    out.push_str("</svg>\n");
-    out
 }
 
 fn marker(shape: &str, x: f64, y: f64) -> String {
