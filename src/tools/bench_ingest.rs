@@ -235,31 +235,80 @@ pub async fn run_ingest_bench(
         key,
     });
 
-    // (a) One client, one memory at a time.
-    eprintln!("(a) one client posting {} memories…", options.sequential);
     let mut next = 0usize;
-    let mut latencies = Vec::with_capacity(options.sequential);
-    let started = Instant::now();
-    for _ in 0..options.sequential {
-        let one = Instant::now();
-        client.add(next).await?;
-        latencies.push(one.elapsed().as_secs_f64() * 1000.0);
-        next += 1;
-    }
-    let sequential_rate = options.sequential as f64 / started.elapsed().as_secs_f64();
-    latencies.sort_by(f64::total_cmp);
+    let (sequential_rate, latencies) = one_client(&client, options.sequential, &mut next).await?;
+    let concurrent_rate =
+        many_clients(&client, options.clients, options.concurrent, &mut next).await?;
+    let (first_time, repeated) = query_vectors(state.memory.embedder()).await?;
 
-    // (b) Several clients at once.
-    eprintln!(
-        "(b) {} clients posting {} memories…",
-        options.clients, options.concurrent
-    );
-    let first = next;
-    next += options.concurrent;
+    // Recall on an idle server, then during the bulk import.
+    let queries = 100;
+    state
+        .memory
+        .wait_recallable(Duration::from_secs(60))
+        .await?;
+    let idle = recalls(&client, 0, queries).await?;
+    let (bulk_rate, busy_bulk_rate, busy) =
+        bulk_imports(&client, options.bulk, body_limit, &mut next, queries).await?;
+
+    shutdown.cancel();
+    let _ = server.await;
+    release(state).await;
+
+    let measured = Measured {
+        arithmetic,
+        model_batched,
+        model_single,
+        sequential_rate,
+        latencies,
+        clients: options.clients,
+        concurrent_rate,
+        bulk: options.bulk,
+        bulk_rate,
+        busy_bulk_rate,
+        first_time,
+        repeated,
+        idle,
+        busy,
+    };
+    measured.write(out)
+}
+
+/// (a) One client posting `count` memories, one at a time: the rate and each request's
+/// latency (ms, sorted).
+async fn one_client(
+    client: &Client,
+    count: usize,
+    next: &mut usize,
+) -> anyhow::Result<(f64, Vec<f64>)> {
+    eprintln!("(a) one client posting {count} memories…");
+    let mut latencies = Vec::with_capacity(count);
     let started = Instant::now();
-    let workers = (0..options.clients.max(1)).map(|worker| {
+    for _ in 0..count {
+        let one = Instant::now();
+        client.add(*next).await?;
+        latencies.push(one.elapsed().as_secs_f64() * 1000.0);
+        *next += 1;
+    }
+    let rate = count as f64 / started.elapsed().as_secs_f64();
+    latencies.sort_by(f64::total_cmp);
+    Ok((rate, latencies))
+}
+
+/// (b) `clients` clients posting `total` memories between them at once: the rate.
+async fn many_clients(
+    client: &Arc<Client>,
+    clients: usize,
+    total: usize,
+    next: &mut usize,
+) -> anyhow::Result<f64> {
+    eprintln!("(b) {clients} clients posting {total} memories…");
+    let first = *next;
+    *next += total;
+    let clients = clients.max(1);
+    let started = Instant::now();
+    let workers = (0..clients).map(|worker| {
         let client = client.clone();
-        let (clients, total) = (options.clients.max(1), options.concurrent);
         tokio::spawn(async move {
             for index in (worker..total).step_by(clients) {
                 client.add(first + index).await?;
@@ -270,10 +319,12 @@ pub async fn run_ingest_bench(
     for worker in futures::future::join_all(workers).await {
         worker??;
     }
-    let concurrent_rate = options.concurrent as f64 / started.elapsed().as_secs_f64();
+    Ok(total as f64 / started.elapsed().as_secs_f64())
+}
 
-    // A query's vector through the server's queue: the first time, and again (the cache).
-    let embedder = state.memory.embedder().clone();
+/// A query's vector through the server's queue, the first time and again (the cache): the
+/// times of 50 queries each (ms, sorted).
+async fn query_vectors(embedder: &Arc<dyn Embedder>) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
     let (mut first_time, mut repeated) = (Vec::new(), Vec::new());
     for index in 0..50 {
         let query = format!("cache probe {index}: {}", query_text(index));
@@ -286,94 +337,126 @@ pub async fn run_ingest_bench(
     }
     first_time.sort_by(f64::total_cmp);
     repeated.sort_by(f64::total_cmp);
+    Ok((first_time, repeated))
+}
 
-    // Recall on an idle server, then during the bulk import.
-    let queries = 100;
-    state
-        .memory
-        .wait_recallable(Duration::from_secs(60))
-        .await?;
-    let idle = recalls(&client, 0, queries).await?;
-
-    // (c) A bulk import alone, then another while a client recalls back to back.
-    eprintln!("(c) importing {} memories as JSON lines…", options.bulk);
-    let (started, ended) = import(&client, next, options.bulk, body_limit)
-        .await?
-        .await??;
-    next += options.bulk;
-    let bulk_rate = options.bulk as f64 / (ended - started).as_secs_f64();
-    eprintln!(
-        "(c) importing {} more while a client recalls…",
-        options.bulk
-    );
-    let running = import(&client, next, options.bulk, body_limit).await?;
+/// (c) A bulk import of `count` alone, then another while a client recalls back to back
+/// (queries numbered from `first_query`): both rates and the recall times (ms, sorted).
+async fn bulk_imports(
+    client: &Arc<Client>,
+    count: usize,
+    body_limit: usize,
+    next: &mut usize,
+    first_query: usize,
+) -> anyhow::Result<(f64, f64, Vec<f64>)> {
+    eprintln!("(c) importing {count} memories as JSON lines…");
+    let (started, ended) = import(client, *next, count, body_limit).await?.await??;
+    *next += count;
+    let bulk_rate = count as f64 / (ended - started).as_secs_f64();
+    eprintln!("(c) importing {count} more while a client recalls…");
+    let running = import(client, *next, count, body_limit).await?;
+    *next += count;
     let mut busy = Vec::new();
-    let mut query = queries;
+    let mut query = first_query;
     while !running.is_finished() {
         busy.push(client.recall(query).await?);
         query += 1;
     }
     let (started, ended) = running.await??;
-    let busy_bulk_rate = options.bulk as f64 / (ended - started).as_secs_f64();
+    let busy_bulk_rate = count as f64 / (ended - started).as_secs_f64();
     busy.sort_by(f64::total_cmp);
+    Ok((bulk_rate, busy_bulk_rate, busy))
+}
 
-    shutdown.cancel();
-    let _ = server.await;
-    release(state).await;
+/// What the benchmark measured (times in ms, sorted).
+struct Measured {
+    arithmetic: &'static str,
+    model_batched: f64,
+    model_single: f64,
+    sequential_rate: f64,
+    latencies: Vec<f64>,
+    clients: usize,
+    concurrent_rate: f64,
+    bulk: usize,
+    bulk_rate: f64,
+    busy_bulk_rate: f64,
+    first_time: Vec<f64>,
+    repeated: Vec<f64>,
+    idle: Vec<f64>,
+    busy: Vec<f64>,
+}
 
-    let idle_p95 = percentile(&idle, 0.95);
-    let busy_p95 = percentile(&busy, 0.95);
-    writeln!(
-        out,
-        "| measure (local model, one view per fact memory) | value | target |"
-    )?;
-    writeln!(out, "|---|---|---|")?;
-    writeln!(
-        out,
-        "| model alone ({arithmetic} products): batches of 32 / one sentence p50 | {model_batched:.0} sentences/s / {model_single:.1} ms | the limit |"
-    )?;
-    writeln!(
-        out,
-        "| (a) one client, one memory a request | {sequential_rate:.0} memories/s (p50 {:.1} ms, p95 {:.1} ms) | ≥ 60/s: {} |",
-        percentile(&latencies, 0.5),
-        percentile(&latencies, 0.95),
-        verdict(sequential_rate >= 60.0)
-    )?;
-    writeln!(
-        out,
-        "| (b) {} clients at once | {concurrent_rate:.0} memories/s | ≥ 150/s: {} |",
-        options.clients,
-        verdict(concurrent_rate >= 150.0)
-    )?;
-    writeln!(
-        out,
-        "| (c) bulk import of {} (JSON lines) | {bulk_rate:.0} memories/s | ≥ 250/s: {} |",
-        options.bulk,
-        verdict(bulk_rate >= 250.0)
-    )?;
-    writeln!(
-        out,
-        "| (c) the same size again while a client recalls back to back | {busy_bulk_rate:.0} memories/s | |"
-    )?;
-    writeln!(
-        out,
-        "| a query's vector through the queue: first time / repeated (cache) p50 | {:.2} ms / {:.4} ms | |",
-        percentile(&first_time, 0.5),
-        percentile(&repeated, 0.5)
-    )?;
-    writeln!(
-        out,
-        "| recall through the API, idle: p50 / p95 | {:.1} ms / {idle_p95:.1} ms | |",
-        percentile(&idle, 0.5)
-    )?;
-    writeln!(
-        out,
-        "| recall during the import ({} queries): p50 / p95 | {:.1} ms / {busy_p95:.1} ms | p95 ≤ 2× idle: {} |",
-        busy.len(),
-        percentile(&busy, 0.5),
-        verdict(busy_p95 <= 2.0 * idle_p95)
-    )?;
-    Ok(())
+impl Measured {
+    /// The markdown table, each figure beside its target.
+    fn write(&self, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
+        let Measured {
+            arithmetic,
+            model_batched,
+            model_single,
+            sequential_rate,
+            latencies,
+            clients,
+            concurrent_rate,
+            bulk,
+            bulk_rate,
+            busy_bulk_rate,
+            first_time,
+            repeated,
+            idle,
+            busy,
+        } = self;
+        let idle_p95 = percentile(idle, 0.95);
+        let busy_p95 = percentile(busy, 0.95);
+        writeln!(
+            out,
+            "| measure (local model, one view per fact memory) | value | target |"
+        )?;
+        writeln!(out, "|---|---|---|")?;
+        writeln!(
+            out,
+            "| model alone ({arithmetic} products): batches of 32 / one sentence p50 | {model_batched:.0} sentences/s / {model_single:.1} ms | the limit |"
+        )?;
+        writeln!(
+            out,
+            "| (a) one client, one memory a request | {sequential_rate:.0} memories/s (p50 {:.1} ms, p95 {:.1} ms) | ≥ 60/s: {} |",
+            percentile(latencies, 0.5),
+            percentile(latencies, 0.95),
+            verdict(*sequential_rate >= 60.0)
+        )?;
+        writeln!(
+            out,
+            "| (b) {clients} clients at once | {concurrent_rate:.0} memories/s | ≥ 150/s: {} |",
+            verdict(*concurrent_rate >= 150.0)
+        )?;
+        writeln!(
+            out,
+            "| (c) bulk import of {bulk} (JSON lines) | {bulk_rate:.0} memories/s | ≥ 250/s: {} |",
+            verdict(*bulk_rate >= 250.0)
+        )?;
+        writeln!(
+            out,
+            "| (c) the same size again while a client recalls back to back | {busy_bulk_rate:.0} memories/s | |"
+        )?;
+        writeln!(
+            out,
+            "| a query's vector through the queue: first time / repeated (cache) p50 | {:.2} ms / {:.4} ms | |",
+            percentile(first_time, 0.5),
+            percentile(repeated, 0.5)
+        )?;
+        writeln!(
+            out,
+            "| recall through the API, idle: p50 / p95 | {:.1} ms / {idle_p95:.1} ms | |",
+            percentile(idle, 0.5)
+        )?;
+        writeln!(
+            out,
+            "| recall during the import ({} queries): p50 / p95 | {:.1} ms / {busy_p95:.1} ms | p95 ≤ 2× idle: {} |",
+            busy.len(),
+            percentile(busy, 0.5),
+            verdict(busy_p95 <= 2.0 * idle_p95)
+        )?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
