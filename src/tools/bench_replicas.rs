@@ -137,15 +137,35 @@ pub async fn run_replica_bench(
         key,
     });
 
-    eprintln!(
-        "writing {} memories, each looked for through the other replicas…",
-        options.writes
-    );
+    let (lags, missed) = written_then_recalled(&client, &replicas, options.writes, &run).await?;
+    let per_replica = recall_times(&client, &replicas, options.queries).await?;
+
+    shutdown.cancel();
+    for server in servers {
+        let _ = server.await;
+    }
+    for state in states {
+        release(state).await;
+    }
+
+    write_table(out, replicas.len(), &lags, missed, &per_replica)
+}
+
+/// Writes `writes` memories round robin over the replicas, each looked for through the other
+/// replicas until it is recalled (at most `LAG_LIMIT`): the lags (ms, sorted) and how many
+/// lookups never found it.
+async fn written_then_recalled(
+    client: &Arc<Client>,
+    replicas: &[Replica],
+    writes: usize,
+    run: &str,
+) -> anyhow::Result<(Vec<f64>, usize)> {
+    eprintln!("writing {writes} memories, each looked for through the other replicas…");
     let mut lags = Vec::new();
     let mut missed = 0usize;
-    for index in 0..options.writes {
+    for index in 0..writes {
         let writer = index % replicas.len();
-        let content = note(index, &run);
+        let content = note(index, run);
         let written = client
             .post(
                 &replicas[writer].base,
@@ -188,12 +208,20 @@ pub async fn run_replica_bench(
         }
     }
     lags.sort_by(f64::total_cmp);
+    Ok((lags, missed))
+}
 
-    eprintln!("{} recalls through each replica…", options.queries);
+/// `queries` recalls through each replica: each replica's times (ms, sorted).
+async fn recall_times(
+    client: &Client,
+    replicas: &[Replica],
+    queries: usize,
+) -> anyhow::Result<Vec<Vec<f64>>> {
+    eprintln!("{queries} recalls through each replica…");
     let mut per_replica = Vec::new();
-    for replica in &replicas {
-        let mut times = Vec::with_capacity(options.queries);
-        for index in 0..options.queries {
+    for replica in replicas {
+        let mut times = Vec::with_capacity(queries);
+        for index in 0..queries {
             let started = Instant::now();
             client
                 .post(
@@ -207,21 +235,22 @@ pub async fn run_replica_bench(
         times.sort_by(f64::total_cmp);
         per_replica.push(times);
     }
+    Ok(per_replica)
+}
+
+/// The markdown table: the write-to-recall lag, then recall times per replica and over all.
+fn write_table(
+    out: &mut dyn std::io::Write,
+    replicas: usize,
+    lags: &[f64],
+    missed: usize,
+    per_replica: &[Vec<f64>],
+) -> anyhow::Result<()> {
     let mut all: Vec<f64> = per_replica.iter().flatten().copied().collect();
     all.sort_by(f64::total_cmp);
-
-    shutdown.cancel();
-    for server in servers {
-        let _ = server.await;
-    }
-    for state in states {
-        release(state).await;
-    }
-
     writeln!(
         out,
-        "| measure ({} replicas, one PostgreSQL, one Qdrant server) | p50 | p99 | max |",
-        replicas.len()
+        "| measure ({replicas} replicas, one PostgreSQL, one Qdrant server) | p50 | p99 | max |"
     )?;
     writeln!(out, "|---|---|---|---|")?;
     writeln!(
@@ -229,8 +258,8 @@ pub async fn run_replica_bench(
         "| written through one replica → recalled through another ({} lookups, {missed} not within {}s) | {:.1} ms | {:.1} ms | {:.1} ms |",
         lags.len(),
         LAG_LIMIT.as_secs(),
-        percentile(&lags, 0.5),
-        percentile(&lags, 0.99),
+        percentile(lags, 0.5),
+        percentile(lags, 0.99),
         lags.last().copied().unwrap_or(0.0),
     )?;
     for (index, times) in per_replica.iter().enumerate() {
