@@ -109,19 +109,7 @@ impl Bench<'_> {
             threads
         };
         let turns_since = Utc::now() - chrono::Duration::days(365);
-        // The plan: ROUNDS passes over all users, each writing its share in batches.
-        let mut plan = Vec::new();
-        for round in 0..ROUNDS {
-            for user in 0..self.options.users {
-                let share = self.options.share(user);
-                let mut left = share * (round + 1) / ROUNDS - share * round / ROUNDS;
-                while left > 0 {
-                    let batch = left.min(SQL_BATCH);
-                    plan.push((user, batch));
-                    left -= batch;
-                }
-            }
-        }
+        let plan = self.ingest_plan();
         let calls = plan.len();
         let (sender, mut receiver) = tokio::sync::mpsc::channel(8);
         let producer = {
@@ -183,7 +171,58 @@ impl Bench<'_> {
             "",
         )?;
 
-        let (vector, keyword, watermark) = open_indexes(&dir, DIMENSION, &self.options).await?;
+        let (vector, keyword, watermark) = self.catch_up(&store, &dir, total).await?;
+
+        let embedder: Arc<dyn Embedder> = self.vectors.clone();
+        let stop = shutdown.child_token();
+        let engine = MemoryEngine::assemble(
+            store.clone(),
+            embedder,
+            vector.clone(),
+            keyword,
+            watermark,
+            MemorySettings::default(),
+            // Optimisation is started by the benchmark, never behind its back.
+            u64::MAX,
+            stop.clone(),
+        )
+        .await?;
+        Ok(MainStack {
+            store,
+            stop,
+            users,
+            vector,
+            engine,
+        })
+    }
+
+    /// The ingest's calls, `(user, batch size)`: ROUNDS passes over all users, each writing
+    /// its share in batches of at most `SQL_BATCH`.
+    fn ingest_plan(&self) -> Vec<(usize, usize)> {
+        let mut plan = Vec::new();
+        for round in 0..ROUNDS {
+            for user in 0..self.options.users {
+                let share = self.options.share(user);
+                let mut left = share * (round + 1) / ROUNDS - share * round / ROUNDS;
+                while left > 0 {
+                    let batch = left.min(SQL_BATCH);
+                    plan.push((user, batch));
+                    left -= batch;
+                }
+            }
+        }
+        plan
+    }
+
+    /// Opens the indexes and brings them up to the memory log (timed, as a row), then the
+    /// disk space used (a row); returns the indexes.
+    async fn catch_up(
+        &mut self,
+        store: &Arc<dyn Store>,
+        dir: &Path,
+        total: usize,
+    ) -> anyhow::Result<(Arc<dyn VectorIndex>, KeywordIndex, VectorWatermark)> {
+        let (vector, keyword, watermark) = open_indexes(dir, DIMENSION, &self.options).await?;
         let indexer = Indexer::new(
             store.clone(),
             vector.clone(),
@@ -218,33 +257,13 @@ impl Bench<'_> {
         )?;
         let sizes = format!(
             "SQLite {}, Edge {}, tantivy {}",
-            bytes(dir_size(&dir.join("mnemo.db")) + wal_size(&dir)),
-            bytes(dir_size(&EdgeVectorIndex::dir(&dir, DIMENSION))),
+            bytes(dir_size(&dir.join("mnemo.db")) + wal_size(dir)),
+            bytes(dir_size(&EdgeVectorIndex::dir(dir, DIMENSION))),
             bytes(dir_size(&dir.join("keyword")))
         );
         self.row("1 storage", "disk space used after catch-up", &sizes, "")?;
 
-        let embedder: Arc<dyn Embedder> = self.vectors.clone();
-        let stop = shutdown.child_token();
-        let engine = MemoryEngine::assemble(
-            store.clone(),
-            embedder,
-            vector.clone(),
-            keyword,
-            watermark,
-            MemorySettings::default(),
-            // Optimisation is started by the benchmark, never behind its back.
-            u64::MAX,
-            stop.clone(),
-        )
-        .await?;
-        Ok(MainStack {
-            store,
-            stop,
-            users,
-            vector,
-            engine,
-        })
+        Ok((vector, keyword, watermark))
     }
 
     /// With model vectors: the big user's memories made up front and embedded by the model
