@@ -77,16 +77,14 @@ async fn an_attached_document_is_read_by_the_turn_listed_on_the_message_and_kept
         let thread = app.new_thread(&key).await;
 
         llm.push(Reply::text("The train arrives at 13:52."));
-        let (status, run) = app
-            .post_to_thread(
+        let events = app
+            .turn_in_thread(
                 &key,
                 &thread,
                 json!({ "content": "When does my train arrive?", "stream": false,
                     "attachments": [plan, plan] }),
             )
             .await;
-        assert_eq!(status, StatusCode::ACCEPTED, "{run}");
-        let events = read_run(&app, &key, &run).await;
         assert!(
             events.iter().any(|event| event.event == "message_complete"),
             "{events:?}"
@@ -130,15 +128,12 @@ async fn an_attached_document_is_read_by_the_turn_listed_on_the_message_and_kept
 
         // A follow-up without attachments still sees the earlier message's document.
         llm.push(Reply::text("At the Vila Rozmarin."));
-        let (status, run) = app
-            .post_to_thread(
-                &key,
-                &thread,
-                json!({ "content": "And the hotel?", "stream": false }),
-            )
-            .await;
-        assert_eq!(status, StatusCode::ACCEPTED, "{run}");
-        read_run(&app, &key, &run).await;
+        app.turn_in_thread(
+            &key,
+            &thread,
+            json!({ "content": "And the hotel?", "stream": false }),
+        )
+        .await;
         let follow_up = prompt_text(&llm.requests()[1]);
         assert!(follow_up.contains("Vila Rozmarin"), "{follow_up}");
 
@@ -270,16 +265,14 @@ async fn without_a_model_the_answer_names_what_was_attached() {
     let key = app.user_key("alice").await;
     let plan = add_document(&app, &key, "Ljubljana plan", TRAVEL_PLAN).await;
     let thread = app.new_thread(&key).await;
-    let (status, run) = app
-        .post_to_thread(
+    let events = app
+        .turn_in_thread(
             &key,
             &thread,
             json!({ "content": "When does my train arrive?", "stream": false,
                 "attachments": [plan] }),
         )
         .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{run}");
-    let events = read_run(&app, &key, &run).await;
     let complete = events
         .iter()
         .find(|event| event.event == "message_complete")

@@ -78,15 +78,13 @@ async fn a_message_is_answered_by_the_configured_model_it_names_and_an_unknown_o
     assert!(llm.requests().is_empty());
 
     llm.push(Reply::text("Answered by the large one."));
-    let (status, run) = app
-        .post_to_thread(
+    let events = app
+        .turn_in_thread(
             &key,
             &thread,
             json!({ "content": "Which model are you?", "stream": false, "model": "fake-large" }),
         )
         .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{run}");
-    let events = read_run(&app, &key, run["id"].as_str().unwrap()).await;
     let start = events
         .iter()
         .find(|event| event.event == "session_start")
@@ -106,15 +104,12 @@ async fn a_message_is_answered_by_the_configured_model_it_names_and_an_unknown_o
 
     // Without `model`, the chat role's.
     llm.push(Reply::text("Answered by the default."));
-    let (status, run) = app
-        .post_to_thread(
-            &key,
-            &thread,
-            json!({ "content": "And now?", "stream": false }),
-        )
-        .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{run}");
-    read_run(&app, &key, run["id"].as_str().unwrap()).await;
+    app.turn_in_thread(
+        &key,
+        &thread,
+        json!({ "content": "And now?", "stream": false }),
+    )
+    .await;
     assert_eq!(llm.requests()[1]["model"], "fake-model");
     app.stop().await;
 }

@@ -431,6 +431,21 @@ impl TestApp {
         .await
     }
 
+    /// Posts `body` as a message of `thread` without streaming (202 asserted) and reads the
+    /// turn's events to their end.
+    pub async fn turn_in_thread(
+        &self,
+        token: &str,
+        thread: &str,
+        mut body: Value,
+    ) -> Vec<ReceivedEvent> {
+        body["stream"] = Value::Bool(false);
+        let (status, run) = self.post_to_thread(token, thread, body).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{run}");
+        let run = run["id"].as_str().expect("run id");
+        self.events(token, run, None).await.collect().await
+    }
+
     /// Posts a message without streaming; returns the run.
     pub async fn post_message(&self, token: &str, thread: &str, content: &str) -> Value {
         let (status, body) = self
