@@ -1002,13 +1002,17 @@ async fn with_attachments(
         };
         let mut body = String::new();
         let mut shown = 0;
+        let mut previous: Option<&str> = None;
         for chunk in &chunks {
-            let cost = crate::llm::fit::estimate(&chunk.content) + 1;
+            // Chunks overlap for search; read here, each passage once.
+            let passage = crate::text::split::without_overlap(previous, &chunk.content);
+            previous = Some(&chunk.content);
+            let cost = crate::llm::fit::estimate(passage) + 1;
             if cost > *budget {
                 break;
             }
             *budget -= cost;
-            body.push_str(&chunk.content);
+            body.push_str(passage);
             body.push_str("\n\n");
             shown += 1;
         }

@@ -182,9 +182,56 @@ fn overlap_of(chunk: &str) -> String {
     }
 }
 
+/// `chunk` without the overlap [`chunk`] gave it from `previous` (the chunk before it), so
+/// that consecutive chunks read as the text once; the first chunk (`None`), or one that does
+/// not start with its predecessor's tail, is returned whole.
+pub fn without_overlap<'a>(previous: Option<&str>, chunk: &'a str) -> &'a str {
+    let Some(previous) = previous else {
+        return chunk;
+    };
+    let Some(rest) = chunk.strip_prefix('…') else {
+        return chunk;
+    };
+    // The overlap is the previous chunk's tail, which may hold paragraph breaks itself: the
+    // longest start of `rest` up to a break that the previous chunk ends with.
+    let previous = previous.trim_end();
+    rest.match_indices("\n\n")
+        .filter(|&(at, _)| at > 0 && previous.ends_with(&rest[..at]))
+        .last()
+        .map_or(chunk, |(at, _)| &rest[at + 2..])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chunks_without_their_overlap_read_as_the_text_once() {
+        let paragraphs: Vec<String> = (0..40)
+            .map(|n| {
+                format!("Paragraph {n} says something about otters and their rafts, at length.")
+            })
+            .collect();
+        let text = paragraphs.join("\n\n");
+        let chunks = chunk(&text);
+        assert!(chunks.len() > 1, "{chunks:?}");
+        assert!(
+            chunks[1].starts_with('…'),
+            "the second chunk overlaps: {}",
+            chunks[1]
+        );
+        let mut previous = None;
+        let mut read = Vec::new();
+        for piece in &chunks {
+            read.push(without_overlap(previous, piece));
+            previous = Some(piece.as_str());
+        }
+        assert_eq!(read.join("\n\n"), text);
+        assert_eq!(
+            without_overlap(Some("unrelated"), "…tail\n\nnext"),
+            "…tail\n\nnext"
+        );
+    }
 
     proptest::proptest! {
         #[test]

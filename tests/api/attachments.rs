@@ -284,3 +284,34 @@ async fn without_a_model_the_answer_names_what_was_attached() {
     );
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_long_document_is_read_passage_by_passage_each_once() {
+    let home = Home::new(Backend::Sqlite).await;
+    let llm = FakeLlm::start().await;
+    let app = TestApp::spawn_with_llm(&home, &llm, &[NO_WRITER]).await;
+    let key = app.user_key("alice").await;
+    // Long enough for several chunks, which overlap one another for search.
+    let paragraphs: Vec<String> = (0..30)
+        .map(|n| format!("Stage {n} of the walk passes the lighthouse number {n} at dawn."))
+        .collect();
+    let walk = add_document(&app, &key, "The walk", &paragraphs.join("\n\n")).await;
+    let thread = app.new_thread(&key).await;
+    llm.push(Reply::text("A long walk."));
+    app.turn_in_thread(
+        &key,
+        &thread,
+        json!({ "content": "Summarise the walk", "attachments": [walk] }),
+    )
+    .await;
+    let asked = last_user_text(&llm.requests()[0]);
+    for paragraph in &paragraphs {
+        assert_eq!(
+            asked.matches(paragraph.as_str()).count(),
+            1,
+            "{paragraph}: {asked}"
+        );
+    }
+    assert!(!asked.contains('…'), "no overlap marks: {asked}");
+    app.stop().await;
+}
