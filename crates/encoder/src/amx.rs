@@ -465,7 +465,7 @@ mod tests {
             for parallel in [false, true] {
                 let got = case.run(|x, out| layer.accumulate(x, out, m, &mut Vec::new(), parallel));
                 // Each output sums k products of values in [-1, 1]: its spread is √k/3. Both
-                // factors are rounded to 8 significant bits (a relative 2^-9 at most), so the
+                // factors are rounded to 8 significant bits (a relative 2^-8 at most), so the
                 // error is a fraction of a percent of that.
                 let spread = (k as f32).sqrt() / 3.0;
                 let worst = case.worst(&got);
