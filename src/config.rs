@@ -517,9 +517,19 @@ impl Default for EmbedderSettings {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct QdrantSettings {
+    /// The server's gRPC endpoint, or several peers of one cluster separated by commas: each
+    /// request goes to the peer that answered last and moves on to the next when one cannot be
+    /// reached.
     pub url: Option<String>,
     pub api_key: Option<SecretString>,
     pub collection: String,
+    /// The collection's layout on a cluster, used when mnemo creates it (an existing
+    /// collection keeps its own): shards the points are spread over, copies of each shard on
+    /// different peers, and copies that must take a write before it is acknowledged. Unset
+    /// leaves the server's default (one shard per peer, one copy, one acknowledgement).
+    pub shard_number: Option<u32>,
+    pub replication_factor: Option<u32>,
+    pub write_consistency_factor: Option<u32>,
     /// Optimise (build HNSW) after this many upserts, in the background.
     pub optimize_after_upserts: u64,
     /// HNSW beam width of searches; unset is the engine's default (100). Searches asking for
@@ -531,12 +541,52 @@ pub struct QdrantSettings {
     pub tenant_shard_points: u64,
 }
 
+impl QdrantSettings {
+    /// The peers `url` names (one for a single server), without blanks.
+    pub fn urls(&self) -> Vec<&str> {
+        self.url
+            .as_deref()
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|url| !url.is_empty())
+            .collect()
+    }
+
+    fn check_layout(&self) -> Result<(), ConfigError> {
+        for (name, value) in [
+            ("shard_number", self.shard_number),
+            ("replication_factor", self.replication_factor),
+            ("write_consistency_factor", self.write_consistency_factor),
+        ] {
+            if value == Some(0) {
+                return Err(ConfigError::Invalid(format!(
+                    "qdrant.{name} must be positive (leave it unset for the server's default)"
+                )));
+            }
+        }
+        if let Some(acknowledging) = self.write_consistency_factor
+            && acknowledging > self.replication_factor.unwrap_or(1)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "qdrant.write_consistency_factor ({acknowledging}) cannot exceed \
+                 qdrant.replication_factor ({}): a write would wait for copies that do not exist",
+                self.replication_factor.unwrap_or(1)
+            )));
+        }
+        Ok(())
+    }
+}
+
 impl Default for QdrantSettings {
     fn default() -> Self {
         Self {
             url: None,
             api_key: None,
             collection: "mnemo_memories".into(),
+            shard_number: None,
+            replication_factor: None,
+            write_consistency_factor: None,
             optimize_after_upserts: 20_000,
             search_ef: None,
             tenant_shard_points: DEFAULT_TENANT_SHARD_POINTS,
@@ -1120,6 +1170,7 @@ impl Settings {
                 "auth.jwt.hs256_secret must be at least 32 bytes".into(),
             ));
         }
+        self.qdrant.check_layout()?;
         if self.qdrant.search_ef == Some(0) {
             return Err(ConfigError::Invalid(
                 "qdrant.search_ef must be positive (leave it unset for the engine's default)"
@@ -1604,6 +1655,53 @@ mod tests {
             env(&[("MNEMO__QDRANT__TENANT_SHARD_POINTS", "-5")]),
         );
         assert!(negative.is_err());
+    }
+
+    #[test]
+    fn a_qdrant_cluster_is_listed_peers_and_a_layout_that_can_hold() {
+        let cluster = Settings::load_from(
+            &Overrides::default(),
+            env(&[
+                (
+                    "MNEMO__QDRANT__URL",
+                    "http://q1:6334, http://q2:6334,,http://q3:6334 ",
+                ),
+                ("MNEMO__QDRANT__SHARD_NUMBER", "3"),
+                ("MNEMO__QDRANT__REPLICATION_FACTOR", "2"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            cluster.qdrant.urls(),
+            ["http://q1:6334", "http://q2:6334", "http://q3:6334"]
+        );
+        assert_eq!(cluster.qdrant.shard_number, Some(3));
+        assert_eq!(cluster.qdrant.replication_factor, Some(2));
+        assert_eq!(cluster.qdrant.write_consistency_factor, None);
+        assert!(Settings::default().qdrant.urls().is_empty());
+        let no_copies = Settings::load_from(
+            &Overrides::default(),
+            env(&[("MNEMO__QDRANT__REPLICATION_FACTOR", "0")]),
+        );
+        assert!(
+            no_copies
+                .unwrap_err()
+                .to_string()
+                .contains("qdrant.replication_factor must be positive")
+        );
+        let waits_for_ghosts = Settings::load_from(
+            &Overrides::default(),
+            env(&[
+                ("MNEMO__QDRANT__REPLICATION_FACTOR", "2"),
+                ("MNEMO__QDRANT__WRITE_CONSISTENCY_FACTOR", "3"),
+            ]),
+        );
+        assert!(
+            waits_for_ghosts
+                .unwrap_err()
+                .to_string()
+                .contains("cannot exceed qdrant.replication_factor (2)")
+        );
     }
 
     #[test]

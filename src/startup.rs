@@ -21,7 +21,7 @@ use crate::http::AppState;
 use crate::index::edge::EdgeVectorIndex;
 use crate::index::indexer::VectorWatermark;
 use crate::index::keyword::KeywordIndex;
-use crate::index::qdrant::QdrantServerIndex;
+use crate::index::qdrant::{CollectionLayout, QdrantServerIndex};
 use crate::index::vector::{IndexError, VectorIndex};
 use crate::llm::roles::Models;
 use crate::memory::writer::MemoryWriter;
@@ -253,36 +253,38 @@ pub async fn open_memory(
             },
         ));
     let dimension = embedder.dimension();
-    let (vector, watermark): (Arc<dyn VectorIndex>, VectorWatermark) = match &settings.qdrant.url {
-        Some(url) if !url.is_empty() => {
-            let collection =
-                QdrantServerIndex::collection_name(&settings.qdrant.collection, dimension);
-            let index = QdrantServerIndex::connect(
-                url,
-                settings
-                    .qdrant
-                    .api_key
-                    .as_ref()
-                    .map(|key| key.expose_secret().to_string()),
-                &collection,
-                dimension,
-            )
-            .await?;
-            (
-                Arc::new(index),
-                VectorWatermark::Sql(format!("qdrant:{collection}")),
-            )
-        }
-        _ => {
-            EdgeVectorIndex::remove_older_layouts(&settings.data_dir, dimension);
-            let dir = EdgeVectorIndex::dir(&settings.data_dir, dimension);
-            let index = EdgeVectorIndex::open(&dir, dimension).await?;
-            index.set_tenant_shard_points(settings.qdrant.tenant_shard_points);
-            (
-                Arc::new(index),
-                VectorWatermark::File(dir.join("applied.seq")),
-            )
-        }
+    let peers = settings.qdrant.urls();
+    let (vector, watermark): (Arc<dyn VectorIndex>, VectorWatermark) = if peers.is_empty() {
+        EdgeVectorIndex::remove_older_layouts(&settings.data_dir, dimension);
+        let dir = EdgeVectorIndex::dir(&settings.data_dir, dimension);
+        let index = EdgeVectorIndex::open(&dir, dimension).await?;
+        index.set_tenant_shard_points(settings.qdrant.tenant_shard_points);
+        (
+            Arc::new(index),
+            VectorWatermark::File(dir.join("applied.seq")),
+        )
+    } else {
+        let collection = QdrantServerIndex::collection_name(&settings.qdrant.collection, dimension);
+        let index = QdrantServerIndex::connect(
+            &peers,
+            settings
+                .qdrant
+                .api_key
+                .as_ref()
+                .map(|key| key.expose_secret().to_string()),
+            &collection,
+            dimension,
+            CollectionLayout {
+                shard_number: settings.qdrant.shard_number,
+                replication_factor: settings.qdrant.replication_factor,
+                write_consistency_factor: settings.qdrant.write_consistency_factor,
+            },
+        )
+        .await?;
+        (
+            Arc::new(index),
+            VectorWatermark::Sql(format!("qdrant:{collection}")),
+        )
     };
     vector.set_search_ef(settings.qdrant.search_ef);
     let keyword_dir = settings.data_dir.join("keyword");
@@ -341,13 +343,20 @@ fn spawn_reembedding(
 pub fn describe(state: &AppState) -> Vec<(&'static str, String)> {
     let settings = &state.settings;
     let data_dir = settings.data_dir.display().to_string();
-    let vector = match settings.qdrant.url.as_deref().filter(|url| !url.is_empty()) {
-        Some(url) => format!(
+    let peers = settings.qdrant.urls();
+    let vector = match peers.as_slice() {
+        [url] => format!(
             "Qdrant server {} (collection {})",
             store::redact_url(url),
             settings.qdrant.collection
         ),
-        None => format!(
+        [first, ..] => format!(
+            "Qdrant cluster of {} peers listed, first {} (collection {})",
+            peers.len(),
+            store::redact_url(first),
+            settings.qdrant.collection
+        ),
+        [] => format!(
             "Qdrant Edge in {}",
             EdgeVectorIndex::dir(&settings.data_dir, state.memory.embedder().dimension()).display()
         ),

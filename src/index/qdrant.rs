@@ -8,6 +8,12 @@
 //! the server's WAL; `flush` therefore only checks the collection is
 //! reachable, and `optimize` leaves optimisation to the server's own
 //! background optimizers.
+//!
+//! On a cluster the index is given several peers: every request goes to the
+//! peer that answered last and, when that one cannot be reached (killed,
+//! restarting, partitioned), to the next, so one peer down costs a refused
+//! connection, not an error. The collection's shards and their copies
+//! ([`CollectionLayout`]) are the cluster's business: any peer answers for all.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -49,10 +55,23 @@ const UPSERT_CHUNK: usize = 256;
 const SCROLL_PAGE: u32 = 1024;
 /// Per-request timeout.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a connection to a peer may take before the next peer is asked.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// A collection on a Qdrant server.
+/// How a new collection is spread over a cluster's peers; `None` leaves the server's default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CollectionLayout {
+    pub shard_number: Option<u32>,
+    pub replication_factor: Option<u32>,
+    pub write_consistency_factor: Option<u32>,
+}
+
+/// A collection on a Qdrant server (or a cluster of them).
 pub struct QdrantServerIndex {
-    client: Qdrant,
+    /// One client per peer, in the order configured.
+    peers: Vec<Qdrant>,
+    /// The peer that answered last: where the next request goes first.
+    current: AtomicUsize,
     collection: String,
     dimension: usize,
     /// HNSW beam width for searches; 0 is the server's default.
@@ -63,6 +82,7 @@ impl std::fmt::Debug for QdrantServerIndex {
     // The client holds the API key; never print it.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QdrantServerIndex")
+            .field("peers", &self.peers.len())
             .field("collection", &self.collection)
             .field("dimension", &self.dimension)
             .finish_non_exhaustive()
@@ -76,6 +96,9 @@ fn server_err(context: &str, err: QdrantError) -> IndexError {
         | QdrantError::ResourceExhaustedError { status, .. } => {
             use tonic::Code;
             let msg = format!("{context}: {:?}: {}", status.code(), status.message());
+            if connect_failed(&status) {
+                return IndexError::Unavailable(msg);
+            }
             match status.code() {
                 Code::InvalidArgument | Code::OutOfRange | Code::FailedPrecondition => {
                     IndexError::BadInput(msg)
@@ -95,6 +118,30 @@ fn server_err(context: &str, err: QdrantError) -> IndexError {
         QdrantError::InvalidUri(e) => IndexError::BadInput(format!("{context}: invalid URL: {e}")),
         QdrantError::Io(e) => IndexError::Unavailable(format!("{context}: {e}")),
         other => IndexError::Unavailable(format!("{context}: {other}")),
+    }
+}
+
+/// qdrant-client reports a connection it could not open as an `Internal` status with this
+/// message (`channel_pool.rs`), not as `Unavailable`.
+const CONNECT_FAILED: &str = "Failed to connect to ";
+
+/// The status says no connection to the server could be opened.
+fn connect_failed(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::Internal && status.message().starts_with(CONNECT_FAILED)
+}
+
+/// The request never reached a server able to answer: another peer may.
+fn unreachable(err: &QdrantError) -> bool {
+    match err {
+        QdrantError::ResponseError { status } => {
+            connect_failed(status)
+                || matches!(
+                    status.code(),
+                    tonic::Code::Unavailable | tonic::Code::DeadlineExceeded
+                )
+        }
+        QdrantError::Io(_) => true,
+        _ => false,
     }
 }
 
@@ -153,15 +200,16 @@ impl QdrantServerIndex {
         format!("{prefix}_{dimension}_views")
     }
 
-    /// Connects to `url` (the gRPC endpoint, usually port 6334), creating the
-    /// collection and payload indexes if they are missing. Fails with
-    /// [`IndexError::BadInput`] if the collection exists with another
-    /// dimension or distance.
+    /// Connects to the server at `urls` (gRPC endpoints, usually port 6334; several peers of
+    /// one cluster), creating the collection (spread as `layout` says) and payload indexes if
+    /// they are missing. Fails with [`IndexError::BadInput`] if the collection exists with
+    /// another dimension or distance.
     pub async fn connect(
-        url: &str,
+        urls: &[&str],
         api_key: Option<String>,
         collection: &str,
         dimension: usize,
+        layout: CollectionLayout,
     ) -> Result<Self, IndexError> {
         if dimension == 0 {
             return Err(IndexError::BadInput("vector dimension must be > 0".into()));
@@ -169,22 +217,68 @@ impl QdrantServerIndex {
         if collection.is_empty() {
             return Err(IndexError::BadInput("collection name is empty".into()));
         }
-        let client = Qdrant::from_url(url)
-            .api_key(api_key)
-            .timeout(REQUEST_TIMEOUT)
-            .connect_timeout(Duration::from_secs(10))
-            .skip_compatibility_check()
-            .build()
-            .map_err(|e| server_err("build qdrant client", e))?;
+        if urls.is_empty() {
+            return Err(IndexError::BadInput("no Qdrant server URL".into()));
+        }
+        let peers = urls
+            .iter()
+            .map(|url| {
+                Qdrant::from_url(url)
+                    .api_key(api_key.clone())
+                    .timeout(REQUEST_TIMEOUT)
+                    .connect_timeout(CONNECT_TIMEOUT)
+                    .skip_compatibility_check()
+                    .build()
+                    .map_err(|e| server_err("build qdrant client", e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let index = Self {
-            client,
+            peers,
+            current: AtomicUsize::new(0),
             collection: collection.to_string(),
             dimension,
             search_ef: AtomicUsize::new(0),
         };
-        index.ensure_collection().await?;
+        index.ensure_collection(layout).await?;
         index.ensure_indexes().await?;
         Ok(index)
+    }
+
+    /// Sends `request` to the peer that answered last and, while the peer asked cannot be
+    /// reached, to each other peer in turn; the first answer, or the first error a server gave,
+    /// ends it. With every peer unreachable, the last peer's error.
+    async fn request<T, Sent>(
+        &self,
+        context: &str,
+        request: impl Fn(Qdrant) -> Sent,
+    ) -> Result<T, IndexError>
+    where
+        Sent: std::future::Future<Output = Result<T, QdrantError>>,
+    {
+        let first = self.current.load(Ordering::Relaxed) % self.peers.len();
+        let mut at = first;
+        loop {
+            match request(self.peers[at].clone()).await {
+                Ok(answer) => {
+                    if at != first {
+                        self.current.store(at, Ordering::Relaxed);
+                        tracing::warn!(
+                            peer = at,
+                            unreachable = first,
+                            "qdrant: a peer cannot be reached; requests go to another one"
+                        );
+                    }
+                    return Ok(answer);
+                }
+                Err(err) => {
+                    let next = (at + 1) % self.peers.len();
+                    if !unreachable(&err) || next == first {
+                        return Err(server_err(context, err));
+                    }
+                    at = next;
+                }
+            }
+        }
     }
 
     /// Collection name.
@@ -197,42 +291,72 @@ impl QdrantServerIndex {
         self.dimension
     }
 
-    async fn ensure_collection(&self) -> Result<(), IndexError> {
-        let exists = self
-            .client
-            .collection_exists(self.collection.clone())
-            .await
-            .map_err(|e| server_err("check collection", e))?;
-        if !exists {
+    async fn ensure_collection(&self, layout: CollectionLayout) -> Result<(), IndexError> {
+        if !self.collection_exists("check collection").await? {
+            let mut create = CreateCollectionBuilder::new(self.collection.clone())
+                .vectors_config(vectors_config(self.dimension))
+                .hnsw_config(HnswConfigDiffBuilder::default().m(0).payload_m(16));
+            if let Some(shards) = layout.shard_number {
+                create = create.shard_number(shards);
+            }
+            if let Some(copies) = layout.replication_factor {
+                create = create.replication_factor(copies);
+            }
+            if let Some(acknowledging) = layout.write_consistency_factor {
+                create = create.write_consistency_factor(acknowledging);
+            }
             let created = self
-                .client
-                .create_collection(
-                    CreateCollectionBuilder::new(self.collection.clone())
-                        .vectors_config(vectors_config(self.dimension))
-                        .hnsw_config(HnswConfigDiffBuilder::default().m(0).payload_m(16)),
-                )
+                .request("create collection", |client: Qdrant| {
+                    let request = create.clone();
+                    async move { client.create_collection(request).await }
+                })
                 .await;
-            if let Err(err) = created {
-                // Another instance may have created it concurrently.
-                let exists_now = self
-                    .client
-                    .collection_exists(self.collection.clone())
+            // Another replica may have created it concurrently.
+            if let Err(err) = created
+                && !self
+                    .collection_exists("check collection")
                     .await
-                    .unwrap_or(false);
-                if !exists_now {
-                    return Err(server_err("create collection", err));
-                }
+                    .unwrap_or(false)
+            {
+                return Err(err);
             }
         }
         self.check_vector_params().await
     }
 
+    async fn collection_exists(&self, context: &str) -> Result<bool, IndexError> {
+        self.request(context, |client: Qdrant| {
+            let request = self.collection.clone();
+            async move { client.collection_exists(request).await }
+        })
+        .await
+    }
+
+    async fn delete_points(
+        &self,
+        context: &str,
+        delete: DeletePointsBuilder,
+    ) -> Result<(), IndexError> {
+        self.request(context, |client: Qdrant| {
+            let request = delete.clone();
+            async move { client.delete_points(request).await }
+        })
+        .await
+        .map(drop)
+    }
+
+    async fn collection_info(
+        &self,
+    ) -> Result<qdrant_client::qdrant::GetCollectionInfoResponse, IndexError> {
+        self.request("collection info", |client: Qdrant| {
+            let request = self.collection.clone();
+            async move { client.collection_info(request).await }
+        })
+        .await
+    }
+
     async fn check_vector_params(&self) -> Result<(), IndexError> {
-        let info = self
-            .client
-            .collection_info(self.collection.clone())
-            .await
-            .map_err(|e| server_err("collection info", e))?;
+        let info = self.collection_info().await?;
         let params = info
             .result
             .and_then(|i| i.config)
@@ -280,11 +404,7 @@ impl QdrantServerIndex {
     }
 
     async fn ensure_indexes(&self) -> Result<(), IndexError> {
-        let info = self
-            .client
-            .collection_info(self.collection.clone())
-            .await
-            .map_err(|e| server_err("collection info", e))?;
+        let info = self.collection_info().await?;
         let existing = info.result.map(|i| i.payload_schema).unwrap_or_default();
         let wanted: [(&str, FieldType, IndexParams); 5] = [
             (
@@ -321,18 +441,15 @@ impl QdrantServerIndex {
             if existing.contains_key(name) {
                 continue;
             }
-            self.client
-                .create_field_index(
-                    CreateFieldIndexCollectionBuilder::new(
-                        self.collection.clone(),
-                        name,
-                        field_type,
-                    )
+            let create =
+                CreateFieldIndexCollectionBuilder::new(self.collection.clone(), name, field_type)
                     .field_index_params(params)
-                    .wait(true),
-                )
-                .await
-                .map_err(|e| server_err("create payload index", e))?;
+                    .wait(true);
+            self.request("create payload index", |client: Qdrant| {
+                let request = create.clone();
+                async move { client.create_field_index(request).await }
+            })
+            .await?;
         }
         Ok(())
     }
@@ -367,12 +484,12 @@ impl VectorIndex for QdrantServerIndex {
             .collect();
         while !structs.is_empty() {
             let rest = structs.split_off(structs.len().min(UPSERT_CHUNK));
-            self.client
-                .upsert_points(
-                    UpsertPointsBuilder::new(self.collection.clone(), structs).wait(true),
-                )
-                .await
-                .map_err(|e| server_err("upsert", e))?;
+            let upsert = UpsertPointsBuilder::new(self.collection.clone(), structs).wait(true);
+            self.request("upsert", |client: Qdrant| {
+                let request = upsert.clone();
+                async move { client.upsert_points(request).await }
+            })
+            .await?;
             structs = rest;
         }
         Ok(())
@@ -383,39 +500,33 @@ impl VectorIndex for QdrantServerIndex {
             return Ok(());
         }
         let ids: Vec<PointId> = ids.iter().copied().map(point_id).collect();
-        self.client
-            .delete_points(
-                DeletePointsBuilder::new(self.collection.clone())
-                    .points(PointsIdsList { ids })
-                    .wait(true),
-            )
-            .await
-            .map_err(|e| server_err("delete", e))?;
-        Ok(())
+        self.delete_points(
+            "delete",
+            DeletePointsBuilder::new(self.collection.clone())
+                .points(PointsIdsList { ids })
+                .wait(true),
+        )
+        .await
     }
 
     async fn delete_user(&self, user: UserId) -> Result<(), IndexError> {
-        self.client
-            .delete_points(
-                DeletePointsBuilder::new(self.collection.clone())
-                    .points(Filter::must([user_condition(user)]))
-                    .wait(true),
-            )
-            .await
-            .map_err(|e| server_err("delete user", e))?;
-        Ok(())
+        self.delete_points(
+            "delete user",
+            DeletePointsBuilder::new(self.collection.clone())
+                .points(Filter::must([user_condition(user)]))
+                .wait(true),
+        )
+        .await
     }
 
     async fn clear(&self) -> Result<(), IndexError> {
-        self.client
-            .delete_points(
-                DeletePointsBuilder::new(self.collection.clone())
-                    .points(Filter::default())
-                    .wait(true),
-            )
-            .await
-            .map_err(|e| server_err("clear", e))?;
-        Ok(())
+        self.delete_points(
+            "clear",
+            DeletePointsBuilder::new(self.collection.clone())
+                .points(Filter::default())
+                .wait(true),
+        )
+        .await
     }
 
     async fn search_view(
@@ -442,10 +553,11 @@ impl VectorIndex for QdrantServerIndex {
             ef => query = query.params(SearchParamsBuilder::default().hnsw_ef(ef as u64)),
         }
         let response = self
-            .client
-            .query(query)
-            .await
-            .map_err(|e| server_err("search", e))?;
+            .request("search", |client: Qdrant| {
+                let request = query.clone();
+                async move { client.query(request).await }
+            })
+            .await?;
         response
             .result
             .into_iter()
@@ -454,15 +566,15 @@ impl VectorIndex for QdrantServerIndex {
     }
 
     async fn count(&self, user: UserId) -> Result<u64, IndexError> {
+        let count = CountPointsBuilder::new(self.collection.clone())
+            .filter(Filter::must([user_condition(user)]))
+            .exact(true);
         let response = self
-            .client
-            .count(
-                CountPointsBuilder::new(self.collection.clone())
-                    .filter(Filter::must([user_condition(user)]))
-                    .exact(true),
-            )
-            .await
-            .map_err(|e| server_err("count", e))?;
+            .request("count", |client: Qdrant| {
+                let request = count.clone();
+                async move { client.count(request).await }
+            })
+            .await?;
         response
             .result
             .map(|r| r.count)
@@ -482,10 +594,11 @@ impl VectorIndex for QdrantServerIndex {
                 request = request.offset(offset);
             }
             let response = self
-                .client
-                .scroll(request)
-                .await
-                .map_err(|e| server_err("scroll", e))?;
+                .request("scroll", |client: Qdrant| {
+                    let request = request.clone();
+                    async move { client.scroll(request).await }
+                })
+                .await?;
             for point in response.result {
                 out.push(memory_id(point.id)?);
             }
@@ -502,11 +615,7 @@ impl VectorIndex for QdrantServerIndex {
     }
 
     async fn layout(&self) -> Result<Option<VectorLayout>, IndexError> {
-        let info = self
-            .client
-            .collection_info(self.collection.clone())
-            .await
-            .map_err(|e| server_err("collection info", e))?;
+        let info = self.collection_info().await?;
         Ok(info.result.map(|info| VectorLayout {
             segments: info.segments_count as usize,
             points: info.points_count.unwrap_or_default() as usize,
@@ -522,20 +631,14 @@ impl VectorIndex for QdrantServerIndex {
 
     async fn flush(&self) -> Result<(), IndexError> {
         // Writes use wait=true: acknowledged means persisted in the server WAL.
-        self.client
-            .collection_exists(self.collection.clone())
-            .await
-            .map_err(|e| server_err("flush check", e))
-            .and_then(|exists| {
-                if exists {
-                    Ok(())
-                } else {
-                    Err(IndexError::Unavailable(format!(
-                        "collection {} no longer exists",
-                        self.collection
-                    )))
-                }
-            })
+        if self.collection_exists("flush check").await? {
+            Ok(())
+        } else {
+            Err(IndexError::Unavailable(format!(
+                "collection {} no longer exists",
+                self.collection
+            )))
+        }
     }
 }
 
@@ -554,24 +657,86 @@ mod tests {
         };
         let api_key = std::env::var("QDRANT_API_KEY").ok();
         let collection = format!("mnemo_conformance_{}", uuid::Uuid::now_v7().simple());
-        let index = QdrantServerIndex::connect(&url, api_key.clone(), &collection, DIM)
-            .await
-            .expect("connect");
+        let index = QdrantServerIndex::connect(
+            &[&url],
+            api_key.clone(),
+            &collection,
+            DIM,
+            CollectionLayout::default(),
+        )
+        .await
+        .expect("connect");
         assert_eq!(index.name(), "qdrant");
         run_conformance(&index).await;
         // Reconnecting to the existing collection works; another dimension is refused.
-        QdrantServerIndex::connect(&url, api_key.clone(), &collection, DIM)
-            .await
-            .expect("reconnect");
-        let err = QdrantServerIndex::connect(&url, api_key, &collection, DIM + 1)
-            .await
-            .expect_err("dimension mismatch");
+        QdrantServerIndex::connect(
+            &[&url],
+            api_key.clone(),
+            &collection,
+            DIM,
+            CollectionLayout::default(),
+        )
+        .await
+        .expect("reconnect");
+        let err = QdrantServerIndex::connect(
+            &[&url],
+            api_key.clone(),
+            &collection,
+            DIM + 1,
+            CollectionLayout::default(),
+        )
+        .await
+        .expect_err("dimension mismatch");
         assert!(matches!(err, IndexError::BadInput(_)), "{err}");
-        index
-            .client
+
+        // A peer that cannot be reached is passed over: the one listed first here refuses
+        // connections, and every request (the first and the later ones) is answered by the next.
+        let refusing = refusing_url();
+        let failing_over = QdrantServerIndex::connect(
+            &[&refusing, &url],
+            api_key,
+            &collection,
+            DIM,
+            CollectionLayout::default(),
+        )
+        .await
+        .expect("connect past a peer that refuses");
+        assert_eq!(failing_over.current.load(Ordering::Relaxed), 1);
+        let someone = UserId::for_tests();
+        failing_over.count(someone).await.expect("count");
+        failing_over
+            .flush()
+            .await
+            .expect("flush through the live peer");
+        index.peers[0]
             .delete_collection(collection.clone())
             .await
             .expect("drop test collection");
+    }
+
+    /// A loopback URL on which nothing listens (a port bound, then released).
+    fn refusing_url() -> String {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .map(|address| address.port())
+            .expect("a free port");
+        format!("http://127.0.0.1:{port}")
+    }
+
+    #[tokio::test]
+    async fn with_every_peer_unreachable_the_error_says_unavailable() {
+        let Err(err) = QdrantServerIndex::connect(
+            &[&refusing_url(), &refusing_url()],
+            None,
+            "nowhere",
+            DIM,
+            CollectionLayout::default(),
+        )
+        .await
+        else {
+            panic!("connected to nothing");
+        };
+        assert!(matches!(err, IndexError::Unavailable(_)), "{err}");
     }
 
     #[test]
