@@ -233,15 +233,29 @@ enum BenchCommand {
         #[arg(long, default_value_t = 3000)]
         bulk: usize,
     },
-    /// Several replicas on one PostgreSQL and one Qdrant server: how long a memory written
-    /// through one takes to be recalled through the others, and recall latency through each.
+    /// Several replicas on one PostgreSQL and one Qdrant server or cluster: how long a memory
+    /// written through one takes to be recalled through the others, and recall latency through
+    /// each; on a cluster it starts itself, recall latency again with one peer down.
     Replicas {
         /// The PostgreSQL database the replicas share (postgres://…).
         #[arg(long)]
         database_url: String,
-        /// The Qdrant server they share (its gRPC URL, e.g. http://127.0.0.1:6334).
+        /// The Qdrant server they share (its gRPC URL, e.g. http://127.0.0.1:6334; peers of a
+        /// cluster separated by commas).
+        #[arg(
+            long,
+            required_unless_present = "qdrant_bin",
+            conflicts_with = "qdrant_bin"
+        )]
+        qdrant_url: Option<String>,
+        /// Start a cluster of `--qdrant-peers` peers of this Qdrant server binary on loopback
+        /// instead (three shards' worth of copies: replication factor 2), and time recall again
+        /// with its first peer killed.
         #[arg(long)]
-        qdrant_url: String,
+        qdrant_bin: Option<PathBuf>,
+        /// Peers of the cluster `--qdrant-bin` starts (at least 2).
+        #[arg(long, default_value_t = 3)]
+        qdrant_peers: usize,
         /// Replicas started (at least 2).
         #[arg(long, default_value_t = 3)]
         replicas: usize,
@@ -492,15 +506,27 @@ async fn bench(command: BenchCommand, settings: Settings) -> Result<(), Failure>
         BenchCommand::Replicas {
             database_url,
             qdrant_url,
+            qdrant_bin,
+            qdrant_peers,
             replicas,
             writes,
             queries,
         } => {
+            let qdrant = match (qdrant_url, qdrant_bin) {
+                (Some(url), _) => crate::tools::bench_replicas::Qdrant::Server(url),
+                (None, Some(binary)) => crate::tools::bench_replicas::Qdrant::Cluster {
+                    binary,
+                    peers: qdrant_peers,
+                },
+                (None, None) => {
+                    return Err(Failure::other("give --qdrant-url or --qdrant-bin"));
+                }
+            };
             let options = crate::tools::bench_replicas::ReplicaBenchOptions {
                 data_dir: settings.data_dir.join("bench-replicas"),
                 model_dir: Some(settings.embedder.model_dir.clone()),
                 database_url,
-                qdrant_url,
+                qdrant,
                 replicas,
                 writes,
                 queries,

@@ -1,8 +1,9 @@
 //! `mnemo bench replicas`: several replicas of the real server (in one process, each with its
 //! own data directory, tantivy index and HTTP listener) on one PostgreSQL database and one
-//! Qdrant server, as `deploy/` runs them. Measured through the HTTP API: how long a memory
-//! written through one replica takes to be recalled through each other one (the index lag a
-//! user sees across replicas), and recall latency through every replica.
+//! Qdrant server or cluster, as `deploy/` runs them. Measured through the HTTP API: how long a
+//! memory written through one replica takes to be recalled through each other one (the index
+//! lag a user sees across replicas), and recall latency through every replica. With a cluster
+//! the benchmark starts itself (`--qdrant-bin`), recall latency again with one peer SIGKILLed.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::tools::bench_server::{bench_user, post_json, release, scratch_settings};
+use crate::tools::qdrant_cluster::QdrantCluster;
 use crate::tools::stats::percentile;
 
 pub struct ReplicaBenchOptions {
@@ -20,13 +22,20 @@ pub struct ReplicaBenchOptions {
     pub model_dir: Option<PathBuf>,
     /// The PostgreSQL database every replica uses.
     pub database_url: String,
-    /// The Qdrant server (gRPC URL) every replica uses.
-    pub qdrant_url: String,
+    pub qdrant: Qdrant,
     pub replicas: usize,
     /// Memories written (round robin over the replicas), each then looked for on the others.
     pub writes: usize,
     /// Recalls through each replica.
     pub queries: usize,
+}
+
+/// The Qdrant every replica uses.
+pub enum Qdrant {
+    /// A running server, or the peers of a running cluster (gRPC URLs separated by commas).
+    Server(String),
+    /// A cluster of `peers` peers of this server binary, started by the benchmark.
+    Cluster { binary: PathBuf, peers: usize },
 }
 
 /// A recall through another replica gives up on a memory after this long.
@@ -95,21 +104,58 @@ pub async fn run_replica_bench(
     if options.replicas < 2 {
         bail!("--replicas must be at least 2");
     }
+    let mut cluster = match &options.qdrant {
+        Qdrant::Server(_) => None,
+        Qdrant::Cluster { peers, .. } if *peers < 2 => bail!("--qdrant-peers must be at least 2"),
+        Qdrant::Cluster { binary, peers } => {
+            eprintln!("starting a Qdrant cluster of {peers} peers…");
+            let dir = options.data_dir.join("qdrant-cluster");
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir)
+                    .with_context(|| format!("clearing {}", dir.display()))?;
+            }
+            Some(QdrantCluster::start(binary, *peers, &dir).await)
+        }
+    };
     let shutdown = CancellationToken::new();
     let mut replicas = Vec::new();
     let mut states = Vec::new();
     let mut servers = Vec::new();
     for index in 0..options.replicas {
         eprintln!("starting replica {}…", index + 1);
-        let env = vec![
+        let mut env = vec![
             ("MNEMO__DATABASE__URL".into(), options.database_url.clone()),
-            ("MNEMO__QDRANT__URL".into(), options.qdrant_url.clone()),
-            (
-                "MNEMO__QDRANT__COLLECTION".into(),
-                "mnemo_bench_replicas".into(),
-            ),
             ("MNEMO__SERVER__REQUESTS_PER_MINUTE".into(), "0".into()),
         ];
+        match (&options.qdrant, &cluster) {
+            (Qdrant::Server(url), _) => env.extend([
+                ("MNEMO__QDRANT__URL".into(), url.clone()),
+                (
+                    "MNEMO__QDRANT__COLLECTION".into(),
+                    "mnemo_bench_replicas".into(),
+                ),
+            ]),
+            (Qdrant::Cluster { .. }, Some(cluster)) => {
+                // Each replica asks another peer first, as replicas listing them in one order
+                // would after their first peer failed.
+                let mut peers = cluster.grpc_urls();
+                let first = index % peers.len();
+                peers.rotate_left(first);
+                env.extend([
+                    ("MNEMO__QDRANT__URL".into(), peers.join(",")),
+                    (
+                        "MNEMO__QDRANT__COLLECTION".into(),
+                        "mnemo_bench_cluster".into(),
+                    ),
+                    (
+                        "MNEMO__QDRANT__SHARD_NUMBER".into(),
+                        peers.len().to_string(),
+                    ),
+                    ("MNEMO__QDRANT__REPLICATION_FACTOR".into(), "2".into()),
+                ]);
+            }
+            (Qdrant::Cluster { .. }, None) => bail!("the cluster did not start"),
+        }
         let settings = scratch_settings(
             &options.data_dir.join(format!("replica-{}", index + 1)),
             options.model_dir.as_deref(),
@@ -139,6 +185,15 @@ pub async fn run_replica_bench(
 
     let (lags, missed) = written_then_recalled(&client, &replicas, options.writes, &run).await?;
     let per_replica = recall_times(&client, &replicas, options.queries).await?;
+    let peer_down = match cluster.as_mut() {
+        Some(cluster) => {
+            eprintln!("killing the cluster's first peer…");
+            cluster.kill(0).await;
+            let times = recall_times(&client, &replicas, options.queries).await?;
+            Some(times.into_iter().flatten().collect::<Vec<_>>())
+        }
+        None => None,
+    };
 
     shutdown.cancel();
     for server in servers {
@@ -148,7 +203,23 @@ pub async fn run_replica_bench(
         release(state).await;
     }
 
-    write_table(out, replicas.len(), &lags, missed, &per_replica)
+    let qdrant = match &options.qdrant {
+        Qdrant::Server(_) => "one Qdrant server".to_string(),
+        Qdrant::Cluster { peers, .. } => format!("a Qdrant cluster of {peers} peers"),
+    };
+    write_table(out, replicas.len(), &qdrant, &lags, missed, &per_replica)?;
+    if let Some(mut times) = peer_down {
+        times.sort_by(f64::total_cmp);
+        writeln!(
+            out,
+            "| recall through any replica, the cluster's first peer down ({} queries) | {:.1} ms | {:.1} ms | {:.1} ms |",
+            times.len(),
+            percentile(&times, 0.5),
+            percentile(&times, 0.99),
+            times.last().copied().unwrap_or(0.0),
+        )?;
+    }
+    Ok(())
 }
 
 /// Writes `writes` memories round robin over the replicas, each looked for through the other
@@ -242,6 +313,7 @@ async fn recall_times(
 fn write_table(
     out: &mut dyn std::io::Write,
     replicas: usize,
+    qdrant: &str,
     lags: &[f64],
     missed: usize,
     per_replica: &[Vec<f64>],
@@ -250,7 +322,7 @@ fn write_table(
     all.sort_by(f64::total_cmp);
     writeln!(
         out,
-        "| measure ({replicas} replicas, one PostgreSQL, one Qdrant server) | p50 | p99 | max |"
+        "| measure ({replicas} replicas, one PostgreSQL, {qdrant}) | p50 | p99 | max |"
     )?;
     writeln!(out, "|---|---|---|---|")?;
     writeln!(

@@ -9,4 +9,9 @@ pub mod bench_replicas;
 pub mod bench_server;
 pub mod bench_write;
 pub mod eval;
+/// Qdrant peers on loopback: the integration tests' helper, compiled in for
+/// `mnemo bench replicas --qdrant-bin` (the tests use more of it).
+#[allow(dead_code)]
+#[path = "../../tests/api/support/qdrant_cluster.rs"]
+pub mod qdrant_cluster;
 pub mod stats;

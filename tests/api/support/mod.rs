@@ -7,6 +7,7 @@
 pub mod binary;
 pub mod databases;
 pub mod fake_llm;
+pub mod qdrant_cluster;
 pub mod real_llm;
 pub mod research_site;
 pub mod site;
