@@ -647,6 +647,23 @@ mod tests {
     use super::*;
     use crate::index::vector::conformance::{DIM, run_conformance};
 
+    /// The collection on the server at `urls`, with the server's default layout.
+    async fn connect(
+        urls: &[&str],
+        api_key: Option<String>,
+        collection: &str,
+        dimension: usize,
+    ) -> Result<QdrantServerIndex, IndexError> {
+        QdrantServerIndex::connect(
+            urls,
+            api_key,
+            collection,
+            dimension,
+            CollectionLayout::default(),
+        )
+        .await
+    }
+
     /// Runs only when `QDRANT_URL` (gRPC, e.g. `http://localhost:6334`) is set;
     /// `QDRANT_API_KEY` is used if present.
     #[tokio::test]
@@ -657,50 +674,26 @@ mod tests {
         };
         let api_key = std::env::var("QDRANT_API_KEY").ok();
         let collection = format!("mnemo_conformance_{}", uuid::Uuid::now_v7().simple());
-        let index = QdrantServerIndex::connect(
-            &[&url],
-            api_key.clone(),
-            &collection,
-            DIM,
-            CollectionLayout::default(),
-        )
-        .await
-        .expect("connect");
+        let index = connect(&[&url], api_key.clone(), &collection, DIM)
+            .await
+            .expect("connect");
         assert_eq!(index.name(), "qdrant");
         run_conformance(&index).await;
         // Reconnecting to the existing collection works; another dimension is refused.
-        QdrantServerIndex::connect(
-            &[&url],
-            api_key.clone(),
-            &collection,
-            DIM,
-            CollectionLayout::default(),
-        )
-        .await
-        .expect("reconnect");
-        let err = QdrantServerIndex::connect(
-            &[&url],
-            api_key.clone(),
-            &collection,
-            DIM + 1,
-            CollectionLayout::default(),
-        )
-        .await
-        .expect_err("dimension mismatch");
+        connect(&[&url], api_key.clone(), &collection, DIM)
+            .await
+            .expect("reconnect");
+        let err = connect(&[&url], api_key.clone(), &collection, DIM + 1)
+            .await
+            .expect_err("dimension mismatch");
         assert!(matches!(err, IndexError::BadInput(_)), "{err}");
 
         // A peer that cannot be reached is passed over: the one listed first here refuses
         // connections, and every request (the first and the later ones) is answered by the next.
         let refusing = refusing_url();
-        let failing_over = QdrantServerIndex::connect(
-            &[&refusing, &url],
-            api_key,
-            &collection,
-            DIM,
-            CollectionLayout::default(),
-        )
-        .await
-        .expect("connect past a peer that refuses");
+        let failing_over = connect(&[&refusing, &url], api_key, &collection, DIM)
+            .await
+            .expect("connect past a peer that refuses");
         assert_eq!(failing_over.current.load(Ordering::Relaxed), 1);
         let someone = UserId::for_tests();
         failing_over.count(someone).await.expect("count");
@@ -725,14 +718,7 @@ mod tests {
 
     #[tokio::test]
     async fn with_every_peer_unreachable_the_error_says_unavailable() {
-        let Err(err) = QdrantServerIndex::connect(
-            &[&refusing_url(), &refusing_url()],
-            None,
-            "nowhere",
-            DIM,
-            CollectionLayout::default(),
-        )
-        .await
+        let Err(err) = connect(&[&refusing_url(), &refusing_url()], None, "nowhere", DIM).await
         else {
             panic!("connected to nothing");
         };

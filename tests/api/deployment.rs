@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use support::binary::{Server, add_user_with, call, get_json, read_log, start_server_with};
 use support::fake_llm::{FakeLlm, Reply};
 use support::qdrant_cluster::QdrantCluster;
-use support::{ReceivedEvent, SseReader};
+use support::{ReceivedEvent, SseReader, collect, follow_to_done};
 use tokio::process::{Child, Command};
 
 const ANSWER: &str = "High tide at the harbour is at 14:20 today.";
@@ -196,16 +196,6 @@ async fn model(released: Arc<AtomicBool>) -> FakeLlm {
     llm
 }
 
-async fn read_until_end(reader: &mut SseReader, into: &mut Vec<ReceivedEvent>) {
-    while let Some(event) = reader.next().await {
-        let done = event.event == "done";
-        into.push(event);
-        if done {
-            return;
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_chat_through_nginx_outlives_the_replica_it_started_on() {
     let Some(nginx) = nginx_binary() else {
@@ -289,7 +279,7 @@ async fn a_chat_through_nginx_outlives_the_replica_it_started_on() {
         .as_str()
         .unwrap_or_else(|| panic!("run id in {first:?}"))
         .to_string();
-    let mut events = vec![first];
+    let seen = Arc::new(std::sync::Mutex::new(vec![first]));
     let deadline = Instant::now() + Duration::from_secs(30);
     let executing = loop {
         if let Some(n) = models.iter().position(|llm| !llm.requests().is_empty()) {
@@ -301,36 +291,26 @@ async fn a_chat_through_nginx_outlives_the_replica_it_started_on() {
     replicas[executing].kill().await;
     released.store(true, Ordering::SeqCst);
     // The stream through nginx ends with the replica; what it carried until then is kept.
-    read_until_end(&mut reader, &mut events).await;
+    collect(reader, seen.clone()).await;
     assert!(
-        events.last().is_none_or(|event| event.event != "done"),
-        "the turn ended before its replica was killed: {events:?}"
+        seen.lock()
+            .expect("events")
+            .last()
+            .is_none_or(|event| event.event != "done"),
+        "the turn ended before its replica was killed"
     );
 
     // Resumed through nginx from the last event seen, until the turn is done on the other
     // replica (it takes the turn over once the dead one's lease has run out).
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while events.last().is_none_or(|event| event.event != "done") {
-        assert!(
-            Instant::now() < deadline,
-            "the turn did not end through nginx: {events:?}\nnginx:\n{}\nsurvivor:\n{}",
-            proxy.log(),
-            read_log(&logs[1 - executing])
-        );
-        let mut request = client
-            .get(format!("{base}/v1/runs/{run}/events"))
-            .bearer_auth(&key);
-        if let Some(last) = events.last() {
-            request = request.header("Last-Event-ID", last.id.to_string());
-        }
-        match request.send().await {
-            Ok(response) if response.status() == StatusCode::OK => {
-                let mut reader = SseReader::new(response).patient(Duration::from_secs(40));
-                read_until_end(&mut reader, &mut events).await;
-            }
-            _ => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
+    let events = follow_to_done(
+        client.clone(),
+        vec![base.clone()],
+        key.clone(),
+        run,
+        None,
+        seen,
+    )
+    .await;
     let seqs: Vec<i64> = events.iter().map(|event| event.id).collect();
     assert_eq!(
         seqs,

@@ -17,7 +17,7 @@ use support::binary::{
 };
 use support::fake_llm::{FakeLlm, Reply, prompt_text};
 use support::research_site::ResearchSite;
-use support::{ReceivedEvent, SseReader};
+use support::{ReceivedEvent, SseReader, collect, follow_to_done};
 
 const TOPICS: [&str; 2] = ["tides moon", "lighthouse lens"];
 
@@ -76,17 +76,6 @@ async fn start_research(
         .expect("research request");
     assert_eq!(response.status(), StatusCode::OK);
     response
-}
-
-/// Reads `reader` into `into` until the stream ends (the server dies) or `done`.
-async fn collect(mut reader: SseReader, into: Arc<std::sync::Mutex<Vec<ReceivedEvent>>>) {
-    while let Some(event) = reader.next().await {
-        let done = event.event == "done";
-        into.lock().expect("events").push(event);
-        if done {
-            return;
-        }
-    }
 }
 
 async fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
@@ -370,47 +359,6 @@ fn replica_model(
             return Some(Reply::text(r#"{"conclusions": []}"#));
         }
         None
-    }
-}
-
-/// A client of one run: reads its stream and, whenever the stream ends before `done` (its
-/// replica died), reconnects to the replicas in turn with `Last-Event-ID`.
-async fn follow_to_done(
-    client: reqwest::Client,
-    bases: Vec<String>,
-    key: String,
-    run: String,
-    first: Option<reqwest::Response>,
-    seen: Arc<std::sync::Mutex<Vec<ReceivedEvent>>>,
-) -> Vec<ReceivedEvent> {
-    if let Some(response) = first {
-        collect(SseReader::new(response), seen.clone()).await;
-    }
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut turn = 0usize;
-    loop {
-        let events = seen.lock().expect("events").clone();
-        if events.last().is_some_and(|event| event.event == "done") {
-            return events;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "run {run} did not end: {events:?}"
-        );
-        let base = &bases[turn % bases.len()];
-        turn += 1;
-        let mut request = client
-            .get(format!("{base}/v1/runs/{run}/events"))
-            .bearer_auth(&key);
-        if let Some(last) = events.last() {
-            request = request.header("Last-Event-ID", last.id.to_string());
-        }
-        match request.send().await {
-            Ok(response) if response.status() == StatusCode::OK => {
-                collect(SseReader::new(response), seen.clone()).await;
-            }
-            _ => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
     }
 }
 

@@ -13,7 +13,8 @@ pub mod research_site;
 pub mod site;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
@@ -636,5 +637,60 @@ impl TestApp {
         )
         .await
         .0
+    }
+}
+
+/// Reads `reader` into `into` until the stream ends (the server dies) or `done`.
+pub async fn collect(mut reader: SseReader, into: Arc<std::sync::Mutex<Vec<ReceivedEvent>>>) {
+    while let Some(event) = reader.next().await {
+        let done = event.event == "done";
+        into.lock().expect("events").push(event);
+        if done {
+            return;
+        }
+    }
+}
+
+/// A client of one run: reads its stream and, whenever the stream ends before `done` (its
+/// replica died), reconnects to the replicas (or the proxy) at `bases` in turn with
+/// `Last-Event-ID`, starting after the events `seen` already holds.
+pub async fn follow_to_done(
+    client: reqwest::Client,
+    bases: Vec<String>,
+    key: String,
+    run: String,
+    first: Option<reqwest::Response>,
+    seen: Arc<std::sync::Mutex<Vec<ReceivedEvent>>>,
+) -> Vec<ReceivedEvent> {
+    if let Some(response) = first {
+        collect(SseReader::new(response), seen.clone()).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut turn = 0usize;
+    loop {
+        let events = seen.lock().expect("events").clone();
+        if events.last().is_some_and(|event| event.event == "done") {
+            return events;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "run {run} did not end: {events:?}"
+        );
+        let base = &bases[turn % bases.len()];
+        turn += 1;
+        let mut request = client
+            .get(format!("{base}/v1/runs/{run}/events"))
+            .bearer_auth(&key);
+        if let Some(last) = events.last() {
+            request = request.header("Last-Event-ID", last.id.to_string());
+        }
+        match request.send().await {
+            Ok(response) if response.status() == StatusCode::OK => {
+                // A run waiting to be taken over may be silent for a lease and a heartbeat.
+                let reader = SseReader::new(response).patient(Duration::from_secs(60));
+                collect(reader, seen.clone()).await;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
     }
 }
