@@ -8,7 +8,7 @@ use crate::support;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use support::fake_llm::{FakeLlm, Reply, prompt_text};
+use support::fake_llm::{FakeLlm, Reply, last_user_text, prompt_text};
 use support::{Backend, Home, ReceivedEvent, TestApp};
 
 /// The chat turn's requests only: the writer's model calls would mix in.
@@ -52,19 +52,6 @@ async fn regenerate(app: &TestApp, key: &str, thread: &str, message: &str) {
     read_run(app, key, &run).await;
 }
 
-/// The text of the last message the model was asked (the user's message as it read it).
-fn last_user_text(request: &Value) -> String {
-    request["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|message| message["role"] == "user")
-        .and_then(|message| message["content"].as_str())
-        .unwrap_or_default()
-        .to_string()
-}
-
 #[tokio::test]
 async fn an_attached_document_is_read_by_the_turn_listed_on_the_message_and_kept_for_a_regenerate()
 {
@@ -93,7 +80,7 @@ async fn an_attached_document_is_read_by_the_turn_listed_on_the_message_and_kept
         // The model read the document's text after the user's words, quoted as data.
         let requests = llm.requests();
         assert_eq!(requests.len(), 1, "{requests:?}");
-        let asked = last_user_text(&requests[0]);
+        let asked = last_user_text(&requests[0]).to_string();
         assert!(
             asked.starts_with("When does my train arrive?"),
             "the user's words come first: {asked}"
@@ -140,7 +127,7 @@ async fn an_attached_document_is_read_by_the_turn_listed_on_the_message_and_kept
         // Regenerating the first answer: the message keeps its document, the new turn reads it.
         llm.push(Reply::text("13:52, on 14 March."));
         regenerate(&app, &key, &thread, stored[0]["id"].as_str().unwrap()).await;
-        let again = last_user_text(&llm.requests()[2]);
+        let again = last_user_text(&llm.requests()[2]).to_string();
         assert!(again.contains("arrives at 13:52"), "{again}");
         let stored = messages(&app, &key, &thread).await;
         assert_eq!(stored.len(), 2, "{stored:?}");
@@ -153,7 +140,7 @@ async fn an_attached_document_is_read_by_the_turn_listed_on_the_message_and_kept
         );
         llm.push(Reply::text("It is gone."));
         regenerate(&app, &key, &thread, stored[0]["id"].as_str().unwrap()).await;
-        let gone = last_user_text(&llm.requests()[3]);
+        let gone = last_user_text(&llm.requests()[3]).to_string();
         assert!(gone.contains("deleted since it was attached"), "{gone}");
         assert!(!gone.contains("Vila Rozmarin"), "{gone}");
         let stored = messages(&app, &key, &thread).await;
@@ -304,7 +291,7 @@ async fn a_long_document_is_read_passage_by_passage_each_once() {
         json!({ "content": "Summarise the walk", "attachments": [walk] }),
     )
     .await;
-    let asked = last_user_text(&llm.requests()[0]);
+    let asked = last_user_text(&llm.requests()[0]).to_string();
     for paragraph in &paragraphs {
         assert_eq!(
             asked.matches(paragraph.as_str()).count(),

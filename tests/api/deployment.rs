@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use support::binary::{Server, add_user_with, call, get_json, read_log, start_server_with};
-use support::fake_llm::{FakeLlm, Reply};
+use support::fake_llm::{FakeLlm, Reply, last_user_text};
 use support::qdrant_cluster::QdrantCluster;
 use support::{ReceivedEvent, SseReader, collect, follow_to_done};
 use tokio::process::{Child, Command};
@@ -175,15 +175,7 @@ impl Proxy {
 async fn model(released: Arc<AtomicBool>) -> FakeLlm {
     let llm = FakeLlm::start().await;
     llm.set_handler(move |request: &Value| {
-        let asked = request["messages"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .rev()
-            .find(|message| message["role"] == "user")
-            .and_then(|message| message["content"].as_str())
-            .is_some_and(|content| content.contains("deploy-chat"));
-        if !asked {
+        if !last_user_text(request).contains("deploy-chat") {
             return None;
         }
         Some(if released.load(Ordering::SeqCst) {

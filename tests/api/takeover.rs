@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use support::binary::{
     Server, add_user, add_user_with, call, get_json, read_log, start_server_with,
 };
-use support::fake_llm::{FakeLlm, Reply, prompt_text};
+use support::fake_llm::{FakeLlm, Reply, last_user_text, prompt_text};
 use support::research_site::ResearchSite;
 use support::{ReceivedEvent, SseReader, collect, follow_to_done};
 
@@ -272,15 +272,7 @@ fn replica_model(
             .flatten()
             .filter(|m| m["role"] == "tool")
             .count();
-        // A chat turn's own message comes last (recalled memories of other turns come first).
-        let last_user = request["messages"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .rev()
-            .find(|m| m["role"] == "user")
-            .and_then(|m| m["content"].as_str())
-            .unwrap_or("");
+        let last_user = last_user_text(request);
         if last_user.starts_with("chat-")
             && let Some(n) = chat_number(last_user)
         {

@@ -175,6 +175,19 @@ impl FakeLlm {
     }
 }
 
+/// The text of the last user message of a recorded request (a chat turn's own message comes
+/// last; recalled memories of other turns come first); empty without one.
+pub fn last_user_text(request: &Value) -> &str {
+    request["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .rev()
+        .find(|message| message["role"] == "user")
+        .and_then(|message| message["content"].as_str())
+        .unwrap_or_default()
+}
+
 /// Flattens every message content of a recorded request into one string.
 pub fn prompt_text(request: &Value) -> String {
     request["messages"]
