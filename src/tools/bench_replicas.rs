@@ -184,12 +184,14 @@ pub async fn run_replica_bench(
     });
 
     let (lags, missed) = written_then_recalled(&client, &replicas, options.writes, &run).await?;
-    let per_replica = recall_times(&client, &replicas, options.queries).await?;
+    let per_replica = recall_times(&client, &replicas, options.queries, 0).await?;
     let peer_down = match cluster.as_mut() {
         Some(cluster) => {
             eprintln!("killing the cluster's first peer…");
             cluster.kill(0).await;
-            let times = recall_times(&client, &replicas, options.queries).await?;
+            // Other questions than before: each embeds its query, as before (none is cached).
+            let asked = options.queries * replicas.len();
+            let times = recall_times(&client, &replicas, options.queries, asked).await?;
             Some(times.into_iter().flatten().collect::<Vec<_>>())
         }
         None => None,
@@ -282,17 +284,20 @@ async fn written_then_recalled(
     Ok((lags, missed))
 }
 
-/// `queries` recalls through each replica: each replica's times (ms, sorted).
+/// `queries` recalls through each replica, of distinct questions numbered from `first`: each
+/// replica's times (ms, sorted).
 async fn recall_times(
     client: &Client,
     replicas: &[Replica],
     queries: usize,
+    first: usize,
 ) -> anyhow::Result<Vec<Vec<f64>>> {
     eprintln!("{queries} recalls through each replica…");
     let mut per_replica = Vec::new();
-    for replica in replicas {
+    for (at, replica) in replicas.iter().enumerate() {
         let mut times = Vec::with_capacity(queries);
-        for index in 0..queries {
+        let from = first + at * queries;
+        for index in from..from + queries {
             let started = Instant::now();
             client
                 .post(
