@@ -125,12 +125,23 @@ fn server_err(context: &str, err: QdrantError) -> IndexError {
 /// message (`channel_pool.rs`), not as `Unavailable`.
 const CONNECT_FAILED: &str = "Failed to connect to ";
 
-/// The status says no connection to the server could be opened.
+/// A request on an open connection to a peer that died (SIGKILL mid-request) ends with an
+/// `Unknown` status with this message, from tonic's transport.
+const TRANSPORT_FAILED: &str = "transport error";
+
+/// The status says the server could not be reached: no connection could be opened, or the
+/// open one broke under the request.
 fn connect_failed(status: &tonic::Status) -> bool {
-    status.code() == tonic::Code::Internal && status.message().starts_with(CONNECT_FAILED)
+    match status.code() {
+        tonic::Code::Internal => status.message().starts_with(CONNECT_FAILED),
+        tonic::Code::Unknown => status.message().starts_with(TRANSPORT_FAILED),
+        _ => false,
+    }
 }
 
-/// The request never reached a server able to answer: another peer may.
+/// The request never reached a server able to answer: another peer may. Every request this
+/// index sends is idempotent (upserts and deletes by id, reads), so sending it again to another
+/// peer is safe even when the first one applied it before it died.
 fn unreachable(err: &QdrantError) -> bool {
     match err {
         QdrantError::ResponseError { status } => {
@@ -723,6 +734,30 @@ mod tests {
             panic!("connected to nothing");
         };
         assert!(matches!(err, IndexError::Unavailable(_)), "{err}");
+    }
+
+    #[test]
+    fn a_peer_that_refused_or_died_mid_request_is_unreachable_and_unavailable() {
+        let died = tonic::Status::unknown("transport error");
+        let refused = tonic::Status::internal(
+            "Failed to connect to http://127.0.0.1:1/: tonic::transport::Error(Transport, ...)",
+        );
+        for status in [died, refused, tonic::Status::unavailable("peer down")] {
+            let err = QdrantError::ResponseError { status };
+            assert!(unreachable(&err), "{err}");
+            assert!(matches!(
+                server_err("search", err),
+                IndexError::Unavailable(_)
+            ));
+        }
+        let refused_by_the_server = QdrantError::ResponseError {
+            status: tonic::Status::invalid_argument("wrong vector size"),
+        };
+        assert!(!unreachable(&refused_by_the_server));
+        let other = QdrantError::ResponseError {
+            status: tonic::Status::unknown("something else"),
+        };
+        assert!(!unreachable(&other));
     }
 
     #[test]
