@@ -249,8 +249,8 @@ enum BenchCommand {
         )]
         qdrant_url: Option<String>,
         /// Start a cluster of `--qdrant-peers` peers of this Qdrant server binary on loopback
-        /// instead (three shards' worth of copies: replication factor 2), and time recall again
-        /// with its first peer killed.
+        /// instead (one shard per peer, two copies of each), and time recall again with its
+        /// first peer killed.
         #[arg(long)]
         qdrant_bin: Option<PathBuf>,
         /// Peers of the cluster `--qdrant-bin` starts (at least 2).

@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use support::binary::{Server, add_user_with, call, get_json, read_log, start_server_with};
+use support::binary::{
+    Server, add_user_with, assistant_messages, call, read_log, start_server_with,
+};
 use support::fake_llm::{FakeLlm, Reply, last_user_text};
 use support::qdrant_cluster::QdrantCluster;
 use support::{ReceivedEvent, SseReader, collect, follow_to_done};
@@ -325,13 +327,7 @@ async fn a_chat_through_nginx_outlives_the_replica_it_started_on() {
         !models[1 - executing].requests().is_empty(),
         "the other replica answered the turn"
     );
-    let messages = get_json(&client, &base, &key, &format!("/v1/threads/{thread}")).await;
-    let answers: Vec<&Value> = messages["messages"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|message| message["role"] == "assistant")
-        .collect();
-    assert_eq!(answers.len(), 1, "{messages}");
+    let answers = assistant_messages(&client, &base, &key, &thread).await;
+    assert_eq!(answers.len(), 1, "{answers:?}");
     assert_eq!(answers[0]["content"], ANSWER);
 }

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use support::binary::{
-    Server, add_user, add_user_with, call, get_json, read_log, start_server_with,
+    Server, add_user, add_user_with, assistant_messages, call, get_json, read_log,
+    start_server_with,
 };
 use support::fake_llm::{FakeLlm, Reply, last_user_text, prompt_text};
 use support::research_site::ResearchSite;
@@ -721,20 +722,8 @@ async fn three_replicas_lose_one_and_every_run_ends_once_on_the_others() {
         }
         let state = get_json(&client, &bases[2], &keys[n % 5], &format!("/v1/runs/{run}")).await;
         assert_eq!(state["status"], "completed", "chat {n}");
-        let messages = get_json(
-            &client,
-            &bases[1],
-            &keys[n % 5],
-            &format!("/v1/threads/{thread}"),
-        )
-        .await;
-        let answers: Vec<&Value> = messages["messages"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|message| message["role"] == "assistant")
-            .collect();
-        assert_eq!(answers.len(), 1, "chat {n}: {messages}");
+        let answers = assistant_messages(&client, &bases[1], &keys[n % 5], &thread).await;
+        assert_eq!(answers.len(), 1, "chat {n}: {answers:?}");
         assert_eq!(answers[0]["content"], answer.as_str());
     }
     assert!(retried > 0, "some turn was cut short on A and retried");

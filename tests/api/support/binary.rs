@@ -183,3 +183,20 @@ pub async fn get_json(client: &reqwest::Client, base: &str, key: &str, path: &st
     assert_eq!(status, StatusCode::OK, "GET {path}: {body}");
     body
 }
+
+/// The assistant messages of `thread`, read through `base`.
+pub async fn assistant_messages(
+    client: &reqwest::Client,
+    base: &str,
+    key: &str,
+    thread: &str,
+) -> Vec<Value> {
+    let messages = get_json(client, base, key, &format!("/v1/threads/{thread}")).await;
+    messages["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|message| message["role"] == "assistant")
+        .cloned()
+        .collect()
+}
