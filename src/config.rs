@@ -539,6 +539,11 @@ pub struct QdrantSettings {
     /// of their own at the next background optimisation (faster, more exact searches for very
     /// large users). 0 keeps everyone in the shared shard.
     pub tenant_shard_points: u64,
+    /// Where keyword (BM25) search runs with a Qdrant server: `replica`, a tantivy index in
+    /// each replica's data directory, rebuilt from the memory log; or `server`, as sparse
+    /// vectors in the server's collection beside the dense ones, so a replica holds no index.
+    /// The embedded backend always keeps tantivy.
+    pub keywords: KeywordPlace,
 }
 
 impl QdrantSettings {
@@ -590,7 +595,20 @@ impl Default for QdrantSettings {
             optimize_after_upserts: 20_000,
             search_ef: None,
             tenant_shard_points: DEFAULT_TENANT_SHARD_POINTS,
+            keywords: KeywordPlace::Replica,
         }
+    }
+}
+
+text_enum! {
+    /// Where keyword search runs with a Qdrant server.
+    #[derive(Default)]
+    KeywordPlace("place of keyword search") {
+        /// A tantivy index in each replica's data directory.
+        #[default]
+        Replica => "replica",
+        /// Sparse vectors in the Qdrant server's collection.
+        Server => "server",
     }
 }
 

@@ -16,11 +16,13 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::chat::{ChatDeps, ChatService};
 use crate::auth::jwt::JwtVerifier;
 use crate::auth::{Authenticator, DEV_USER};
+use crate::config::KeywordPlace;
 use crate::config::Settings;
 use crate::http::AppState;
 use crate::index::edge::EdgeVectorIndex;
 use crate::index::indexer::VectorWatermark;
-use crate::index::keyword::KeywordIndex;
+use crate::index::keyword::sparse::SparseAnalyzer;
+use crate::index::keyword::{KeywordIndex, KeywordSearch};
 use crate::index::qdrant::{CollectionLayout, QdrantServerIndex};
 use crate::index::vector::{IndexError, VectorIndex};
 use crate::llm::roles::Models;
@@ -252,8 +254,40 @@ pub async fn open_memory(
                 query_cache: settings.embedder.query_cache,
             },
         ));
-    let dimension = embedder.dimension();
+    open_memory_with(settings, store, embedder, shutdown).await
+}
+
+/// [`open_memory`] with an embedder already loaded (the evals share one between scratch stores).
+pub async fn open_memory_with(
+    settings: &Settings,
+    store: Arc<dyn Store>,
+    embedder: Arc<dyn crate::llm::embed::Embedder>,
+    shutdown: CancellationToken,
+) -> Result<Arc<MemoryEngine>, MemoryError> {
+    let (vector, keyword, watermark) = open_indexes(settings, embedder.dimension()).await?;
+    MemoryEngine::assemble(
+        store,
+        embedder,
+        vector,
+        keyword,
+        watermark,
+        settings.memory.clone(),
+        settings.qdrant.optimize_after_upserts,
+        shutdown,
+    )
+    .await
+}
+
+/// The vector index and keyword search the settings name, for vectors of `dimension`: Qdrant
+/// Edge and tantivy in the data directory, or a Qdrant server's collection with tantivy in the
+/// data directory or keyword vectors beside the dense ones (`qdrant.keywords`); and where the
+/// vector index records what it has applied of the memory log.
+pub async fn open_indexes(
+    settings: &Settings,
+    dimension: usize,
+) -> Result<(Arc<dyn VectorIndex>, KeywordSearch, VectorWatermark), IndexError> {
     let peers = settings.qdrant.urls();
+    let server_keywords = !peers.is_empty() && settings.qdrant.keywords == KeywordPlace::Server;
     let (vector, watermark): (Arc<dyn VectorIndex>, VectorWatermark) = if peers.is_empty() {
         EdgeVectorIndex::remove_older_layouts(&settings.data_dir, dimension);
         let dir = EdgeVectorIndex::dir(&settings.data_dir, dimension);
@@ -264,7 +298,11 @@ pub async fn open_memory(
             VectorWatermark::File(dir.join("applied.seq")),
         )
     } else {
-        let collection = QdrantServerIndex::collection_name(&settings.qdrant.collection, dimension);
+        let collection = QdrantServerIndex::collection_name(
+            &settings.qdrant.collection,
+            dimension,
+            server_keywords,
+        );
         let index = QdrantServerIndex::connect(
             &peers,
             settings
@@ -278,6 +316,7 @@ pub async fn open_memory(
                 shard_number: settings.qdrant.shard_number,
                 replication_factor: settings.qdrant.replication_factor,
                 write_consistency_factor: settings.qdrant.write_consistency_factor,
+                keywords: server_keywords,
             },
         )
         .await?;
@@ -287,21 +326,17 @@ pub async fn open_memory(
         )
     };
     vector.set_search_ef(settings.qdrant.search_ef);
-    let keyword_dir = settings.data_dir.join("keyword");
-    let keyword = tokio::task::spawn_blocking(move || KeywordIndex::open(Some(&keyword_dir)))
-        .await
-        .map_err(|error| IndexError::Internal(error.to_string()))??;
-    MemoryEngine::assemble(
-        store,
-        embedder,
-        vector,
-        keyword,
-        watermark,
-        settings.memory.clone(),
-        settings.qdrant.optimize_after_upserts,
-        shutdown,
-    )
-    .await
+    let keyword = if server_keywords {
+        KeywordSearch::Beside(SparseAnalyzer::new()?)
+    } else {
+        let keyword_dir = settings.data_dir.join("keyword");
+        KeywordSearch::Local(
+            tokio::task::spawn_blocking(move || KeywordIndex::open(Some(&keyword_dir)))
+                .await
+                .map_err(|error| IndexError::Internal(error.to_string()))??,
+        )
+    };
+    Ok((vector, keyword, watermark))
 }
 
 /// Re-embeds, in the background, memories made by another embedding model than the current
@@ -400,7 +435,14 @@ pub fn describe(state: &AppState) -> Vec<(&'static str, String)> {
         ("vectors", vector),
         (
             "keywords",
-            format!("tantivy in {}", settings.data_dir.join("keyword").display()),
+            match state.memory.indexer().keyword() {
+                KeywordSearch::Local(_) => {
+                    format!("tantivy in {}", settings.data_dir.join("keyword").display())
+                }
+                KeywordSearch::Beside(_) => "sparse vectors beside the dense ones, on the \
+                                             Qdrant server"
+                    .into(),
+            },
         ),
         ("embedding", embedding),
         ("chat model", chat),

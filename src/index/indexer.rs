@@ -16,8 +16,11 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::keyword::{KeywordDoc, KeywordIndex, KeywordOp};
-use super::vector::{IndexError, VectorIndex, VectorPoint};
+use super::keyword::sparse::{SparseAnalyzer, keyword_vectors};
+use super::keyword::{
+    InformativeWords, KeywordDoc, KeywordFilter, KeywordOp, KeywordSearch, ViewHits,
+};
+use super::vector::{IndexError, PointKeywords, VectorIndex, VectorPoint, View};
 use super::views;
 use crate::store::{LogEntry, LogOp, MemoryId, MemoryKind, OwnedMemory, Store, StoreError, UserId};
 
@@ -72,7 +75,7 @@ impl IndexLag {
 pub struct Indexer {
     store: Arc<dyn Store>,
     vector: Arc<dyn VectorIndex>,
-    keyword: KeywordIndex,
+    keyword: KeywordSearch,
     watermark: VectorWatermark,
     /// Applied to the vector index (searchable).
     vector_applied: AtomicI64,
@@ -100,13 +103,23 @@ impl Indexer {
     pub async fn new(
         store: Arc<dyn Store>,
         vector: Arc<dyn VectorIndex>,
-        keyword: KeywordIndex,
+        keyword: KeywordSearch,
         watermark: VectorWatermark,
         dimension: usize,
         optimize_after: u64,
     ) -> Result<Arc<Self>, IndexerError> {
+        if matches!(keyword, KeywordSearch::Beside(_)) && !vector.keeps_keywords() {
+            return Err(IndexerError::Index(IndexError::BadInput(format!(
+                "keyword search beside the vectors needs an index that keeps keyword vectors, \
+                 not {}",
+                vector.name()
+            ))));
+        }
         let vector_applied = read_watermark(store.as_ref(), &watermark).await?;
-        let applied = vector_applied.min(keyword.applied_seq());
+        let applied = match &keyword {
+            KeywordSearch::Local(local) => vector_applied.min(local.applied_seq()),
+            KeywordSearch::Beside(_) => vector_applied,
+        };
         Ok(Arc::new(Self {
             store,
             vector,
@@ -131,8 +144,51 @@ impl Indexer {
         self.wake.notify_one();
     }
 
-    pub fn keyword(&self) -> &KeywordIndex {
+    /// Where keyword search runs.
+    pub fn keyword(&self) -> &KeywordSearch {
         &self.keyword
+    }
+
+    /// What the keyword index has applied of the log: the vector index's part when the
+    /// keywords are written beside the vectors.
+    fn keyword_applied(&self) -> i64 {
+        match &self.keyword {
+            KeywordSearch::Local(local) => local.applied_seq(),
+            KeywordSearch::Beside(_) => self.vector_applied.load(Ordering::Acquire),
+        }
+    }
+
+    /// One view's keyword search with coverage shared between views
+    /// ([`KeywordIndex::search_view_sharing`]), wherever keyword search runs.
+    pub async fn keyword_search_view(
+        &self,
+        user: UserId,
+        query: String,
+        view: View,
+        filter: KeywordFilter,
+        limit: usize,
+        informative: Option<InformativeWords>,
+    ) -> Result<ViewHits, IndexError> {
+        match &self.keyword {
+            KeywordSearch::Local(local) => {
+                local
+                    .search_view_sharing_async(user, query, view, filter, limit, informative)
+                    .await
+            }
+            KeywordSearch::Beside(analyser) => {
+                crate::index::keyword::sparse::search_view_sharing(
+                    self.vector.as_ref(),
+                    analyser,
+                    user,
+                    &query,
+                    view,
+                    &filter,
+                    limit,
+                    informative.as_ref(),
+                )
+                .await
+            }
+        }
     }
 
     pub fn vector(&self) -> &Arc<dyn VectorIndex> {
@@ -156,7 +212,7 @@ impl Indexer {
         Ok(IndexLag {
             log_head: self.store.maintenance().memory_log_head().await?,
             vector_applied: self.vector_applied.load(Ordering::Acquire),
-            keyword_applied: self.keyword.applied_seq(),
+            keyword_applied: self.keyword_applied(),
         })
     }
 
@@ -178,14 +234,14 @@ impl Indexer {
     fn applied_seq(&self) -> i64 {
         self.vector_applied
             .load(Ordering::Acquire)
-            .min(self.keyword.applied_seq())
+            .min(self.keyword_applied())
     }
 
     /// Applies one batch of the log; returns how many entries it covered.
     pub async fn step(&self) -> Result<usize, IndexerError> {
         let _step = self.step_lock.lock().await;
         let vector_from = self.vector_applied.load(Ordering::Acquire);
-        let keyword_from = self.keyword.applied_seq();
+        let keyword_from = self.keyword_applied();
         let from = vector_from.min(keyword_from);
         let entries = self
             .store
@@ -223,16 +279,18 @@ impl Indexer {
                 self.persist_vector().await?;
             }
         }
-        if last > keyword_from {
+        if last > keyword_from
+            && let KeywordSearch::Local(local) = &self.keyword
+        {
             let ops = keyword_ops(&plan, &neighbours);
-            self.keyword.apply_async(ops, last).await?;
+            local.apply_async(ops, last).await?;
         }
         let applied = self.applied_seq();
         self.applied.send_replace(applied);
         metrics::gauge!("mnemo_index_applied_seq", "index" => "vector")
             .set(self.vector_applied.load(Ordering::Acquire) as f64);
         metrics::gauge!("mnemo_index_applied_seq", "index" => "keyword")
-            .set(self.keyword.applied_seq() as f64);
+            .set(self.keyword_applied() as f64);
         Ok(entries.len())
     }
 
@@ -286,7 +344,13 @@ impl Indexer {
                 .upserts
                 .iter()
                 .filter(|owned| owned.memory.embedding.len() == self.dimension)
-                .map(|owned| vector_point(owned, neighbours))
+                .map(|owned| {
+                    let mut point = vector_point(owned, neighbours);
+                    if let KeywordSearch::Beside(analyser) = &self.keyword {
+                        point.keywords = Some(point_keywords(analyser, owned, neighbours));
+                    }
+                    point
+                })
                 .collect();
             // A memory whose vector has another dimension awaits re-embedding: keep it out.
             let mut deletes = segment.deletes.clone();
@@ -440,7 +504,9 @@ impl Indexer {
         let _step = self.step_lock.lock().await;
         let head = self.store.maintenance().memory_log_head().await?;
         let total = self.store.maintenance().count_memories().await?.max(0) as u64;
-        self.keyword.clear_async().await?;
+        if let KeywordSearch::Local(local) = &self.keyword {
+            local.clear_async().await?;
+        }
         self.vector.clear().await?;
         let mut done = 0u64;
         let mut cursor = None;
@@ -457,13 +523,15 @@ impl Indexer {
             self.context_users.note(plan);
             let neighbours = self.neighbours(plan).await?;
             self.apply_vector(plan, &neighbours).await?;
-            self.keyword
-                .apply_async(keyword_ops(plan, &neighbours), 0)
-                .await?;
+            if let KeywordSearch::Local(local) = &self.keyword {
+                local.apply_async(keyword_ops(plan, &neighbours), 0).await?;
+            }
             done += page.len() as u64;
             progress(done, total);
         }
-        self.keyword.apply_async(Vec::new(), head).await?;
+        if let KeywordSearch::Local(local) = &self.keyword {
+            local.apply_async(Vec::new(), head).await?;
+        }
         self.vector.flush().await?;
         write_watermark(self.store.as_ref(), &self.watermark, head).await?;
         self.vector_applied.store(head, Ordering::Release);
@@ -522,8 +590,11 @@ impl Indexer {
         for (user, sql) in &by_user {
             report.memories += sql.len() as u64;
             let vector: HashSet<MemoryId> = self.vector.ids(*user).await?.into_iter().collect();
-            let keyword: HashSet<MemoryId> =
-                self.keyword.ids_async(*user).await?.into_iter().collect();
+            // Keywords kept beside the vectors are in the same points.
+            let keyword: HashSet<MemoryId> = match &self.keyword {
+                KeywordSearch::Local(local) => local.ids_async(*user).await?.into_iter().collect(),
+                KeywordSearch::Beside(_) => vector.clone(),
+            };
             report.vector_missing += sql.difference(&vector).count() as u64;
             report.vector_extra += vector.difference(sql).count() as u64;
             report.keyword_missing += sql.difference(&keyword).count() as u64;
@@ -654,7 +725,23 @@ fn vector_point(owned: &OwnedMemory, neighbours: &Neighbours) -> VectorPoint {
         created_at_ms: memory.created_at.timestamp_millis(),
         archived: memory.archived_at.is_some(),
         valid: memory.invalid_at.is_none(),
+        keywords: None,
     }
+}
+
+/// Both views' keyword vectors of a memory: the texts the keyword index would index.
+fn point_keywords(
+    analyser: &SparseAnalyzer,
+    owned: &OwnedMemory,
+    neighbours: &Neighbours,
+) -> PointKeywords {
+    let memory = &owned.memory;
+    let (previous, next) = neighbours.of(memory.id);
+    keyword_vectors(
+        analyser,
+        &views::own_text(memory),
+        &views::context_text(previous, memory, next),
+    )
 }
 
 fn keyword_ops(plan: &[Segment<'_>], neighbours: &Neighbours) -> Vec<KeywordOp> {
@@ -829,7 +916,7 @@ mod tests {
         let indexer = Indexer::new(
             store.clone(),
             vector.clone(),
-            KeywordIndex::open(None).unwrap(),
+            KeywordSearch::Local(crate::index::keyword::KeywordIndex::open(None).unwrap()),
             VectorWatermark::File(watermark_file.clone()),
             4,
             u64::MAX,

@@ -24,17 +24,38 @@ use qdrant_client::qdrant::vectors_config::Config as VectorsConfigKind;
 use qdrant_client::qdrant::{
     BoolIndexParamsBuilder, Condition, CountPointsBuilder, CreateCollectionBuilder,
     CreateFieldIndexCollectionBuilder, DeletePointsBuilder, Distance, FieldType, Filter,
-    HnswConfigDiffBuilder, IntegerIndexParamsBuilder, KeywordIndexParamsBuilder, NamedVectors,
-    PointId, PointStruct, PointsIdsList, QueryPointsBuilder, Range, ScrollPointsBuilder,
-    SearchParamsBuilder, UpsertPointsBuilder, VectorParamsBuilder, VectorsConfigBuilder,
-    payload_index_params::IndexParams,
+    HnswConfigDiffBuilder, IntegerIndexParamsBuilder, KeywordIndexParamsBuilder, Modifier,
+    NamedVectors, PointId, PointStruct, PointsIdsList, Query, QueryBatchPointsBuilder,
+    QueryPointsBuilder, Range, ScrollPointsBuilder, SearchParamsBuilder, SparseVectorParamsBuilder,
+    SparseVectorsConfigBuilder, UpsertPointsBuilder, Vector, VectorInput, VectorParamsBuilder,
+    VectorsConfigBuilder, VectorsSelector, payload_index_params::IndexParams,
+    with_vectors_selector::SelectorOptions,
 };
 use qdrant_client::{Payload, Qdrant, QdrantError};
 
+use crate::index::keyword::sparse::SparseVector;
 use crate::index::vector::{
-    IndexError, MAX_SEARCH_LIMIT, VectorFilter, VectorIndex, VectorLayout, VectorPoint, View,
-    check_point, check_vector, fields,
+    IndexError, KeywordHit, KeywordQuery, MAX_SEARCH_LIMIT, VectorFilter, VectorIndex,
+    VectorLayout, VectorPoint, View, check_point, check_vector, fields,
 };
+
+/// The name of a view's keyword vector: its terms, valued by BM25's term-frequency part,
+/// scored with the server's IDF ([`crate::index::keyword::sparse`]).
+pub fn keyword_vector_name(view: View) -> String {
+    format!("{}_bm25", view.as_str())
+}
+
+/// The collection's keyword vectors: one per view, idf computed by the server.
+fn sparse_vectors_config() -> SparseVectorsConfigBuilder {
+    let mut config = SparseVectorsConfigBuilder::default();
+    for &view in View::ALL {
+        config.add_named_vector_params(
+            keyword_vector_name(view),
+            SparseVectorParamsBuilder::default().modifier(Modifier::Idf),
+        );
+    }
+    config
+}
 
 /// The collection's vectors: one per view, both cosine.
 fn vectors_config(dimension: usize) -> VectorsConfigBuilder {
@@ -64,6 +85,9 @@ pub struct CollectionLayout {
     pub shard_number: Option<u32>,
     pub replication_factor: Option<u32>,
     pub write_consistency_factor: Option<u32>,
+    /// The collection also keeps both views' keyword terms as sparse vectors, for keyword
+    /// search on the server ([`QdrantServerIndex::keyword_search`]).
+    pub keywords: bool,
 }
 
 /// A collection on a Qdrant server (or a cluster of them).
@@ -74,9 +98,17 @@ pub struct QdrantServerIndex {
     current: AtomicUsize,
     collection: String,
     dimension: usize,
+    /// The collection keeps keyword vectors ([`CollectionLayout::keywords`]).
+    keywords: bool,
     /// HNSW beam width for searches; 0 is the server's default.
     search_ef: AtomicUsize,
+    /// The collection's point count, and when it was read ([`POINTS_FRESH`]).
+    points: parking_lot::Mutex<Option<(std::time::Instant, u64)>>,
 }
+
+/// How long a read of the collection's point count stands for it: the idf of a term no point
+/// holds needs it, at every keyword search with coverage, and it moves slowly.
+const POINTS_FRESH: Duration = Duration::from_secs(10);
 
 impl std::fmt::Debug for QdrantServerIndex {
     // The client holds the API key; never print it.
@@ -162,6 +194,13 @@ fn user_condition(user: UserId) -> Condition {
 
 fn build_filter(user: UserId, filter: &VectorFilter) -> Filter {
     let mut must = vec![user_condition(user)];
+    must.extend(filter_conditions(filter).must);
+    Filter::must(must)
+}
+
+/// The conditions of `filter` alone, for every user's points.
+fn filter_conditions(filter: &VectorFilter) -> Filter {
+    let mut must = Vec::new();
     if let Some(kinds) = &filter.kinds {
         must.push(Condition::matches(fields::KIND, kinds.clone()));
     }
@@ -185,6 +224,36 @@ fn build_filter(user: UserId, filter: &VectorFilter) -> Filter {
     Filter::must(must)
 }
 
+/// The keyword vector `name` of a point as the server returned it (none stored: no terms).
+fn stored_terms(
+    vectors: Option<qdrant_client::qdrant::VectorsOutput>,
+    name: &str,
+) -> Result<SparseVector, IndexError> {
+    use qdrant_client::qdrant::vector_output::Vector as Output;
+    use qdrant_client::qdrant::vectors_output::VectorsOptions;
+    let Some(VectorsOptions::Vectors(named)) = vectors.and_then(|v| v.vectors_options) else {
+        return Ok(SparseVector::default());
+    };
+    match named
+        .vectors
+        .get(name)
+        .cloned()
+        .map(qdrant_client::qdrant::VectorOutput::into_vector)
+    {
+        Some(Output::Sparse(sparse)) => {
+            let mut pairs: Vec<(u32, f32)> =
+                sparse.indices.into_iter().zip(sparse.values).collect();
+            pairs.sort_unstable_by_key(|(index, _)| *index);
+            let (indices, values) = pairs.into_iter().unzip();
+            Ok(SparseVector { indices, values })
+        }
+        None => Ok(SparseVector::default()),
+        Some(_) => Err(IndexError::Internal(format!(
+            "the server returned {name} as a dense vector"
+        ))),
+    }
+}
+
 fn point_id(id: MemoryId) -> PointId {
     PointId::from(id.as_uuid().to_string())
 }
@@ -205,10 +274,15 @@ fn memory_id(id: Option<PointId>) -> Result<MemoryId, IndexError> {
 
 impl QdrantServerIndex {
     /// The collection that holds vectors of `dimension` under `prefix`, named by layout (named
-    /// vectors per view): a new layout starts a new collection, filled from the memory log,
-    /// while replicas of the older version keep theirs.
-    pub fn collection_name(prefix: &str, dimension: usize) -> String {
-        format!("{prefix}_{dimension}_views")
+    /// vectors per view, and keyword vectors beside them when `keywords`): a new layout starts
+    /// a new collection, filled from the memory log, while replicas of another layout keep
+    /// theirs.
+    pub fn collection_name(prefix: &str, dimension: usize, keywords: bool) -> String {
+        if keywords {
+            format!("{prefix}_{dimension}_views_bm25")
+        } else {
+            format!("{prefix}_{dimension}_views")
+        }
     }
 
     /// Connects to the server at `urls` (gRPC endpoints, usually port 6334; several peers of
@@ -248,7 +322,9 @@ impl QdrantServerIndex {
             current: AtomicUsize::new(0),
             collection: collection.to_string(),
             dimension,
+            keywords: layout.keywords,
             search_ef: AtomicUsize::new(0),
+            points: parking_lot::Mutex::new(None),
         };
         index.ensure_collection(layout).await?;
         index.ensure_indexes().await?;
@@ -307,6 +383,9 @@ impl QdrantServerIndex {
             let mut create = CreateCollectionBuilder::new(self.collection.clone())
                 .vectors_config(vectors_config(self.dimension))
                 .hnsw_config(HnswConfigDiffBuilder::default().m(0).payload_m(16));
+            if layout.keywords {
+                create = create.sparse_vectors_config(sparse_vectors_config());
+            }
             if let Some(shards) = layout.shard_number {
                 create = create.shard_number(shards);
             }
@@ -368,12 +447,25 @@ impl QdrantServerIndex {
 
     async fn check_vector_params(&self) -> Result<(), IndexError> {
         let info = self.collection_info().await?;
-        let params = info
-            .result
-            .and_then(|i| i.config)
-            .and_then(|c| c.params)
-            .and_then(|p| p.vectors_config)
-            .and_then(|v| v.config);
+        let params = info.result.and_then(|i| i.config).and_then(|c| c.params);
+        if self.keywords {
+            let sparse = params
+                .as_ref()
+                .and_then(|p| p.sparse_vectors_config.as_ref());
+            for &view in View::ALL {
+                let name = keyword_vector_name(view);
+                let idf = sparse
+                    .and_then(|config| config.map.get(&name))
+                    .is_some_and(|p| p.modifier == Some(Modifier::Idf as i32));
+                if !idf {
+                    return Err(IndexError::BadInput(format!(
+                        "collection {} has no {name} keyword vectors with the IDF modifier",
+                        self.collection
+                    )));
+                }
+            }
+        }
+        let params = params.and_then(|p| p.vectors_config).and_then(|v| v.config);
         let Some(VectorsConfigKind::ParamsMap(map)) = params else {
             return Err(IndexError::BadInput(format!(
                 "collection {} does not have the named vectors {:?} (an older layout?)",
@@ -412,6 +504,29 @@ impl QdrantServerIndex {
             }
         }
         Ok(())
+    }
+
+    /// One keyword search as the server takes it (within a batch).
+    fn keyword_query(&self, search: &KeywordQuery) -> qdrant_client::qdrant::QueryPoints {
+        let name = keyword_vector_name(search.view);
+        let mut query = QueryPointsBuilder::new(self.collection.clone())
+            .query(Query::new_nearest(VectorInput::new_sparse(
+                search.terms.indices.clone(),
+                search.terms.values.clone(),
+            )))
+            .using(name.clone())
+            .limit(search.limit.min(MAX_SEARCH_LIMIT) as u64)
+            .with_payload(false)
+            .with_vectors::<SelectorOptions>(if search.with_terms {
+                VectorsSelector { names: vec![name] }.into()
+            } else {
+                false.into()
+            });
+        query = match search.user {
+            Some(user) => query.filter(build_filter(user, &search.filter)),
+            None => query.filter(filter_conditions(&search.filter)),
+        };
+        query.build()
     }
 
     async fn ensure_indexes(&self) -> Result<(), IndexError> {
@@ -489,6 +604,19 @@ impl VectorIndex for QdrantServerIndex {
                 let mut vectors = NamedVectors::default().add_vector(View::Own.as_str(), p.vector);
                 if let Some(context) = p.context {
                     vectors = vectors.add_vector(View::Context.as_str(), context);
+                }
+                if let Some(keywords) = p.keywords.filter(|_| self.keywords) {
+                    // A text of stop words alone has no terms: no keyword vector.
+                    for &view in View::ALL
+                        .iter()
+                        .filter(|&&view| !keywords.of(view).is_empty())
+                    {
+                        let terms = keywords.of(view).clone();
+                        vectors = vectors.add_vector(
+                            keyword_vector_name(view),
+                            Vector::new_sparse(terms.indices, terms.values),
+                        );
+                    }
                 }
                 PointStruct::new(point_id(p.id), vectors, payload)
             })
@@ -574,6 +702,92 @@ impl VectorIndex for QdrantServerIndex {
             .into_iter()
             .map(|p| Ok((memory_id(p.id)?, p.score)))
             .collect()
+    }
+
+    fn keeps_keywords(&self) -> bool {
+        self.keywords
+    }
+
+    async fn keyword_searches(
+        &self,
+        searches: Vec<KeywordQuery>,
+    ) -> Result<Vec<Vec<KeywordHit>>, IndexError> {
+        if !self.keywords {
+            return Err(IndexError::BadInput(format!(
+                "collection {} keeps no keyword vectors",
+                self.collection
+            )));
+        }
+        // Empty queries and impossible filters find nothing without asking the server.
+        let asked: Vec<usize> = (0..searches.len())
+            .filter(|&at| {
+                let search = &searches[at];
+                !search.terms.is_empty() && search.limit > 0 && !search.filter.is_unsatisfiable()
+            })
+            .collect();
+        let mut answers: Vec<Vec<KeywordHit>> = vec![Vec::new(); searches.len()];
+        if asked.is_empty() {
+            return Ok(answers);
+        }
+        let batch = QueryBatchPointsBuilder::new(
+            self.collection.clone(),
+            asked
+                .iter()
+                .map(|&at| self.keyword_query(&searches[at]))
+                .collect::<Vec<_>>(),
+        );
+        let response = self
+            .request("keyword search", |client: Qdrant| {
+                let request = batch.clone();
+                async move { client.query_batch(request).await }
+            })
+            .await?;
+        if response.result.len() != asked.len() {
+            return Err(IndexError::Internal(format!(
+                "the server answered {} of {} keyword searches",
+                response.result.len(),
+                asked.len()
+            )));
+        }
+        for (&at, result) in asked.iter().zip(response.result) {
+            let search = &searches[at];
+            let name = keyword_vector_name(search.view);
+            answers[at] = result
+                .result
+                .into_iter()
+                .map(|point| {
+                    let terms = if search.with_terms {
+                        Some(stored_terms(point.vectors, &name)?)
+                    } else {
+                        None
+                    };
+                    Ok(KeywordHit {
+                        id: memory_id(point.id)?,
+                        score: point.score,
+                        terms,
+                    })
+                })
+                .collect::<Result<_, IndexError>>()?;
+        }
+        Ok(answers)
+    }
+
+    async fn keyword_points(&self) -> Result<u64, IndexError> {
+        if let Some((at, points)) = *self.points.lock()
+            && at.elapsed() < POINTS_FRESH
+        {
+            return Ok(points);
+        }
+        let count = CountPointsBuilder::new(self.collection.clone()).exact(false);
+        let response = self
+            .request("count", |client: Qdrant| {
+                let request = count.clone();
+                async move { client.count(request).await }
+            })
+            .await?;
+        let points = response.result.map(|r| r.count).unwrap_or(0);
+        *self.points.lock() = Some((std::time::Instant::now(), points));
+        Ok(points)
     }
 
     async fn count(&self, user: UserId) -> Result<u64, IndexError> {
@@ -716,6 +930,127 @@ mod tests {
             .delete_collection(collection.clone())
             .await
             .expect("drop test collection");
+    }
+
+    /// Keyword vectors on the server score as the tantivy index does: the same hits in the
+    /// same order, each score within 2 % (the server's idf is tantivy's formula, over every
+    /// user's points), another user's memories never among them, and each hit's stored terms
+    /// returned as written. Runs only when `QDRANT_URL` is set.
+    #[tokio::test]
+    async fn keyword_search_on_the_server_ranks_as_the_keyword_index() {
+        use crate::index::keyword::sparse::{SparseAnalyzer, corpus};
+        use crate::index::vector::PointKeywords;
+        let Ok(url) = std::env::var("QDRANT_URL") else {
+            println!("skipped: QDRANT_URL is not set, no Qdrant server to test against");
+            return;
+        };
+        let api_key = std::env::var("QDRANT_API_KEY").ok();
+        let collection = format!("mnemo_keywords_{}", uuid::Uuid::now_v7().simple());
+        let layout = CollectionLayout {
+            keywords: true,
+            ..CollectionLayout::default()
+        };
+        let index = QdrantServerIndex::connect(&[&url], api_key.clone(), &collection, DIM, layout)
+            .await
+            .expect("connect");
+        let (alice, bob) = (UserId::for_tests(), UserId::for_tests());
+        let (tantivy, ids) = corpus::tantivy(&[alice, bob]);
+        let analyser = SparseAnalyzer::new().unwrap();
+        let vectors = corpus::vectors(&analyser);
+        let points: Vec<VectorPoint> = [alice, bob]
+            .iter()
+            .zip(&ids)
+            .flat_map(|(user, ids)| {
+                ids.iter().zip(&vectors).map(|(id, terms)| VectorPoint {
+                    id: *id,
+                    user_id: *user,
+                    vector: vec![1.0; DIM],
+                    context: None,
+                    kind: "fact".into(),
+                    importance: 3,
+                    created_at_ms: 0,
+                    archived: false,
+                    valid: true,
+                    keywords: Some(PointKeywords {
+                        own: terms.clone(),
+                        context: terms.clone(),
+                    }),
+                })
+            })
+            .collect();
+        index.upsert(points).await.expect("upsert");
+        let asking = |view: View, query: &str, with_terms: bool| KeywordQuery {
+            user: Some(alice),
+            view,
+            terms: analyser.query(query),
+            filter: VectorFilter::default(),
+            limit: 10,
+            with_terms,
+        };
+        async fn search(
+            index: &QdrantServerIndex,
+            search: KeywordQuery,
+        ) -> Result<Vec<KeywordHit>, IndexError> {
+            let mut answers = index.keyword_searches(vec![search.clone(), search]).await?;
+            assert_eq!(answers[0], answers[1], "a batch answers each search");
+            Ok(answers.remove(0))
+        }
+        for &view in View::ALL {
+            for query in corpus::QUERIES {
+                let hits = search(&index, asking(view, query, true))
+                    .await
+                    .expect("search");
+                let found: Vec<(MemoryId, f32)> = hits.iter().map(|h| (h.id, h.score)).collect();
+                corpus::assert_same_ranking(&tantivy, alice, query, &found);
+                for hit in &hits {
+                    let at = ids[0].iter().position(|id| *id == hit.id);
+                    let at = at.expect("only alice's memories");
+                    assert_eq!(hit.terms.as_ref(), Some(&vectors[at]), "{query}");
+                }
+            }
+        }
+        let asked_nothing = search(&index, asking(View::Own, "what did", false)).await;
+        assert!(asked_nothing.expect("a query of question words").is_empty());
+        // Across users (term statistics): both users' memories holding the term.
+        let everyone = KeywordQuery {
+            user: None,
+            view: View::Own,
+            terms: analyser.query("otters"),
+            filter: VectorFilter::default(),
+            limit: 10,
+            with_terms: false,
+        };
+        let holders = index
+            .keyword_searches(vec![everyone])
+            .await
+            .expect("search");
+        let mut holders: Vec<MemoryId> = holders[0].iter().map(|hit| hit.id).collect();
+        holders.sort();
+        let mut expected = vec![ids[0][2], ids[1][2]];
+        expected.sort();
+        assert_eq!(holders, expected);
+        // A collection made without keyword vectors is refused for keyword search, by the
+        // index that knows it and at connecting with `keywords`.
+        let plain = format!("{collection}_plain");
+        let without = connect(&[&url], api_key.clone(), &plain, DIM)
+            .await
+            .expect("connect");
+        let refused = search(&without, asking(View::Own, "moon", false)).await;
+        assert!(
+            matches!(refused, Err(IndexError::BadInput(_))),
+            "{refused:?}"
+        );
+        let refused = QdrantServerIndex::connect(&[&url], api_key, &plain, DIM, layout).await;
+        assert!(
+            matches!(refused, Err(IndexError::BadInput(_))),
+            "{refused:?}"
+        );
+        for name in [collection, plain] {
+            index.peers[0]
+                .delete_collection(name)
+                .await
+                .expect("drop test collection");
+        }
     }
 
     /// A loopback URL on which nothing listens (a port bound, then released).

@@ -80,6 +80,26 @@ pub struct VectorPoint {
     pub archived: bool,
     /// `false` once the memory has been superseded or contradicted.
     pub valid: bool,
+    /// Both views' keyword terms as sparse vectors, for an index that keeps keyword search
+    /// beside the vectors (a Qdrant collection with `keywords`); `None` elsewhere.
+    pub keywords: Option<PointKeywords>,
+}
+
+/// A memory's keyword terms, one sparse vector per view
+/// ([`crate::index::keyword::sparse`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PointKeywords {
+    pub own: crate::index::keyword::sparse::SparseVector,
+    pub context: crate::index::keyword::sparse::SparseVector,
+}
+
+impl PointKeywords {
+    pub fn of(&self, view: View) -> &crate::index::keyword::sparse::SparseVector {
+        match view {
+            View::Own => &self.own,
+            View::Context => &self.context,
+        }
+    }
 }
 
 /// Optional restrictions applied on top of the mandatory user filter.
@@ -214,6 +234,56 @@ pub trait VectorIndex: Send + Sync {
     async fn layout(&self) -> Result<Option<VectorLayout>, IndexError> {
         Ok(None)
     }
+    /// Whether the index keeps keyword search beside the vectors: it stores the points'
+    /// [`VectorPoint::keywords`] and answers [`VectorIndex::keyword_searches`].
+    fn keeps_keywords(&self) -> bool {
+        false
+    }
+    /// Runs `searches` (one request where the engine can batch them) and returns each one's
+    /// hits, best first. Refused by an index that keeps no keywords.
+    async fn keyword_searches(
+        &self,
+        searches: Vec<KeywordQuery>,
+    ) -> Result<Vec<Vec<KeywordHit>>, IndexError> {
+        let _ = searches;
+        Err(IndexError::BadInput(format!(
+            "the {} index keeps no keyword vectors",
+            self.name()
+        )))
+    }
+    /// How many points of all users the keyword vectors' idf counts (`N`), possibly a moment
+    /// old. Refused by an index that keeps no keywords.
+    async fn keyword_points(&self) -> Result<u64, IndexError> {
+        Err(IndexError::BadInput(format!(
+            "the {} index keeps no keyword vectors",
+            self.name()
+        )))
+    }
+}
+
+/// One keyword search over the keyword vectors of an index that keeps them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeywordQuery {
+    /// Whose memories are searched. `None` searches every user's, for the statistics of a
+    /// term (its idf, read off a score) and never for results: such hits stay inside the
+    /// keyword search.
+    pub user: Option<UserId>,
+    pub view: View,
+    /// The query's terms, weighed.
+    pub terms: crate::index::keyword::sparse::SparseVector,
+    pub filter: VectorFilter,
+    pub limit: usize,
+    /// Return each hit's stored keyword vector (which terms it holds).
+    pub with_terms: bool,
+}
+
+/// One hit of a keyword search: the memory, its BM25 score and, when asked for, the view's
+/// keyword vector as stored.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeywordHit {
+    pub id: MemoryId,
+    pub score: f32,
+    pub terms: Option<crate::index::keyword::sparse::SparseVector>,
 }
 
 /// Storage layout of a vector index: a search visits every segment of the shard holding the
@@ -299,6 +369,7 @@ pub(crate) mod conformance {
             created_at_ms: created,
             archived: false,
             valid: true,
+            keywords: None,
         }
     }
 

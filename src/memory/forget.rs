@@ -234,13 +234,15 @@ impl MemoryEngine {
     /// The user's fact, preference, event or conclusion that `content` (stored with `vector`)
     /// says again: the same words, or each at least `memory.relevance.duplicate` likely about
     /// the other with no value different ("my code is 4471" and "my code is 4472" are two
-    /// statements). Compares stored vectors only, so it embeds nothing.
+    /// statements). Compares stored vectors only, so it embeds nothing; sees every memory
+    /// written before the call ([`MemoryEngine::settle`]).
     pub async fn duplicate_of(
         &self,
         user: UserId,
         content: &str,
         vector: &[f32],
     ) -> MemoryResult<Option<Memory>> {
+        self.settle().await?;
         let filter = crate::index::vector::VectorFilter {
             kinds: Some(
                 [

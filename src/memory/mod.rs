@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 use crate::config::MemorySettings;
 use crate::error::{ErrorKind, HasKind};
 use crate::index::indexer::{Indexer, IndexerError, VectorWatermark};
-use crate::index::keyword::KeywordIndex;
+use crate::index::keyword::KeywordSearch;
 use crate::index::vector::{IndexError, VectorIndex};
 use crate::llm::embed::{EmbedError, Embedder};
 use crate::store::{
@@ -107,7 +107,7 @@ impl MemoryEngine {
         store: Arc<dyn Store>,
         embedder: Arc<dyn Embedder>,
         vector: Arc<dyn VectorIndex>,
-        keyword: KeywordIndex,
+        keyword: KeywordSearch,
         watermark: VectorWatermark,
         settings: MemorySettings,
         optimize_after: u64,
@@ -328,6 +328,21 @@ impl MemoryEngine {
     pub async fn wait_recallable(&self, timeout: Duration) -> MemoryResult<bool> {
         let head = self.store.maintenance().memory_log_head().await?;
         Ok(self.indexer.wait_for(head, timeout).await)
+    }
+
+    /// Waits (up to [`SETTLE_WAIT`]) until the indexes hold everything written before this
+    /// call, by any replica, so that a search for what the user already has sees the user's
+    /// latest writes: the indexes follow the log a moment behind SQL, and a statement written
+    /// just now is otherwise written again. After the wait the search goes on with what the
+    /// indexes hold (an index that cannot be reached fails the search itself).
+    pub(crate) async fn settle(&self) -> MemoryResult<()> {
+        if !self.wait_recallable(SETTLE_WAIT).await? {
+            tracing::warn!(
+                wait = ?SETTLE_WAIT,
+                "the indexes are behind the memory log; a statement written just now may be written again"
+            );
+        }
+        Ok(())
     }
 
     pub async fn get(
@@ -628,6 +643,10 @@ fn spawn_log_wakeups(
 /// pages again; one write a second keeps the cache warm under a stream of recalls. A lone
 /// recall is still written at once.
 const ACCESS_EVERY: Duration = Duration::from_secs(1);
+
+/// How long a search for what the user already has waits for the indexes to catch up with
+/// the log ([`MemoryEngine::settle`]). They are milliseconds behind when healthy.
+const SETTLE_WAIT: Duration = Duration::from_secs(5);
 
 type Access = (UserId, Vec<MemoryId>, DateTime<Utc>);
 

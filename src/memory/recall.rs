@@ -297,13 +297,13 @@ impl MemoryEngine {
         // Coverage feeds relevance (and the legacy gate and floor); a search by one signal
         // alone (an ablation, a diagnostic) keeps what it finds.
         let informative = (request.mode == RecallMode::Hybrid).then(InformativeWords::default);
-        let keyword = self.indexer.keyword();
+        let indexer = &self.indexer;
         let context_keyword_search = async {
             if !use_context_keyword {
                 return Ok::<_, MemoryError>(ViewHits::default());
             }
-            Ok(keyword
-                .search_view_sharing_async(
+            Ok(indexer
+                .keyword_search_view(
                     user,
                     query.to_string(),
                     View::Context,
@@ -318,8 +318,8 @@ impl MemoryEngine {
                 return Ok((ViewHits::default(), 0.0, Vec::new()));
             }
             let started = Instant::now();
-            let hits = keyword
-                .search_view_sharing_async(
+            let hits = indexer
+                .keyword_search_view(
                     user,
                     query.to_string(),
                     View::Own,

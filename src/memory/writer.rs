@@ -992,6 +992,9 @@ impl MemoryWriter {
             keep_irrelevant: true,
             ..RecallRequest::default()
         };
+        // What was written a moment ago is among the nearest: a turn's statements are
+        // consolidated one after another, and the one before may have been written just now.
+        self.memory.settle().await?;
         let similar = self.memory.recall(user, request).await?.results;
         let embedded = self.memory.embed_one(&memory.content).await?;
         // The same statement again, in these words or others, with no value changed ("my code

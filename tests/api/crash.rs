@@ -499,6 +499,8 @@ async fn crash_and_check(home: &Home) {
             .memory
             .indexer()
             .keyword()
+            .local()
+            .expect("the embedded backend keeps tantivy")
             .ids_async(user_id)
             .await
             .expect("keyword ids")

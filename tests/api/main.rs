@@ -18,6 +18,7 @@ mod embedder;
 mod engine;
 mod eval;
 mod http;
+mod keywords;
 mod memory;
 mod memory_switch;
 mod models;

@@ -1110,6 +1110,8 @@ async fn isolation_at_scale(backend: Backend, scale: Scale) {
         let vectors = indexer.vector().count(tenant.user).await.expect("count");
         let keywords = indexer
             .keyword()
+            .local()
+            .expect("the embedded backend keeps tantivy")
             .count_async(tenant.user)
             .await
             .expect("count");
@@ -1127,6 +1129,8 @@ async fn isolation_at_scale(backend: Backend, scale: Scale) {
                 .expect("vector search");
             let by_keyword = indexer
                 .keyword()
+                .local()
+                .expect("the embedded backend keeps tantivy")
                 .search_async(user, canary(other), filter, limit)
                 .await
                 .expect("keyword search");

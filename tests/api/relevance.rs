@@ -25,17 +25,7 @@ const SIX_FACTS: [&str; 6] = [
 const PASSPORT: &str = "My passport number is X1234567.";
 
 async fn remember_all(app: &TestApp, key: &str, facts: &[&str]) {
-    for fact in facts {
-        let (status, body) = app
-            .post(
-                "/v1/memories",
-                Some(key),
-                Some(json!({ "content": fact, "kind": "fact" })),
-            )
-            .await;
-        assert_eq!(status, StatusCode::CREATED, "{body}");
-    }
-    app.wait_indexed().await;
+    app.remember_facts(key, facts).await;
 }
 
 async fn contents(app: &TestApp, key: &str) -> Vec<String> {
@@ -429,6 +419,50 @@ async fn a_research_over_unrelated_notes_cites_and_remembers_nothing() {
     unique.sort();
     unique.dedup();
     assert_eq!(unique.len(), remembered.len(), "{remembered:?}");
+    app.stop().await;
+}
+
+/// A statement written a moment ago — in SQL, not yet in the indexes, which follow the log a
+/// moment behind — is found when the same statement comes again, and not written twice. (The
+/// indexer learns of a write it was not told about on its next poll, a quarter of a second
+/// later; before the check waited for the indexes, the second copy was written in that gap.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_written_a_moment_ago_is_not_written_again() {
+    let home = Home::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&home).await;
+    let key = app.user_key("alice").await;
+    let alice = app.user_named("alice").await;
+    let memory = &app.state.memory;
+    let statement = "Neap tides come at the quarter moons, when the tidal range is smallest.";
+    for round in 0..3 {
+        let content = format!("{statement} (note {round})");
+        let embedded = memory.embed_one(&content).await.unwrap();
+        // Written as another replica would: straight to SQL, this replica's indexer not told.
+        let written = app
+            .state
+            .store
+            .user(alice.id)
+            .insert_memories(vec![(
+                mnemo::store::NewMemory::from_user(mnemo::store::MemoryKind::Fact, &content, 3),
+                embedded,
+            )])
+            .await
+            .unwrap();
+        let again = mnemo::store::NewMemory::from_user(mnemo::store::MemoryKind::Fact, &content, 3);
+        let unique = memory.add_unique(alice.id, vec![again]).await.unwrap();
+        assert!(
+            unique.written.is_empty(),
+            "round {round}: {:?}",
+            unique.written
+        );
+        assert_eq!(
+            unique.repeated.iter().map(|m| m.id).collect::<Vec<_>>(),
+            vec![written[0].id],
+            "round {round}"
+        );
+    }
+    let (_, facts) = app.get("/v1/memories?kinds=fact", Some(&key)).await;
+    assert_eq!(texts_of(&facts["memories"]).len(), 3, "{facts}");
     app.stop().await;
 }
 

@@ -527,6 +527,7 @@ mod tests {
             created_at_ms: seed as i64,
             archived: false,
             valid: true,
+            keywords: None,
         }
     }
 

@@ -80,7 +80,11 @@ pub struct ViewHits {
 /// recall: they depend on the user's own-view statistics only, and counting them is the
 /// costly part of coverage at a user with many memories.
 #[derive(Debug, Clone, Default)]
-pub struct InformativeWords(Arc<parking_lot::Mutex<Option<Vec<String>>>>);
+pub struct InformativeWords(
+    Arc<parking_lot::Mutex<Option<Vec<String>>>>,
+    /// The same for keyword search on a server, with the words' idf.
+    Arc<tokio::sync::OnceCell<sparse::WordStatistics>>,
+);
 
 impl InformativeWords {
     /// The words, computed by `compute` unless a search of another view already has. A
@@ -97,6 +101,18 @@ impl InformativeWords {
         let computed = compute()?;
         *words = Some(computed.clone());
         Ok(computed)
+    }
+
+    /// The statistics of the words on a server, read by `read` unless a search of another
+    /// view already has (a second caller waits for the first).
+    async fn statistics<F>(
+        &self,
+        read: impl FnOnce() -> F,
+    ) -> Result<sparse::WordStatistics, IndexError>
+    where
+        F: std::future::Future<Output = Result<sparse::WordStatistics, IndexError>>,
+    {
+        self.1.get_or_try_init(read).await.cloned()
     }
 }
 
@@ -228,6 +244,7 @@ fn remove_index_files(dir: &Path) -> Result<(), IndexError> {
 }
 
 mod analyzer;
+pub mod sparse;
 use analyzer::*;
 pub use analyzer::{analyze, han_analyzer, informative_words, mnemo_analyzer, split_compounds};
 
@@ -288,6 +305,26 @@ fn holding_query(fields: ViewFields, word: &QueryWord) -> Box<dyn Query> {
         (Occur::Should, whole),
         (Occur::Should, Box::new(BooleanQuery::new(every_gram))),
     ]))
+}
+
+/// Where a deployment's keyword search runs.
+#[derive(Clone, Debug)]
+pub enum KeywordSearch {
+    /// This process's tantivy index (the embedded default: one per data directory).
+    Local(KeywordIndex),
+    /// The vector index's keyword vectors, which the indexer writes with each point's
+    /// vectors, made by this analyser ([`sparse`]): nothing held by the process.
+    Beside(sparse::SparseAnalyzer),
+}
+
+impl KeywordSearch {
+    /// This process's tantivy index, if keyword search runs there.
+    pub fn local(&self) -> Option<&KeywordIndex> {
+        match self {
+            KeywordSearch::Local(local) => Some(local),
+            KeywordSearch::Beside(_) => None,
+        }
+    }
 }
 
 /// Tantivy index plus its writer and reader. Cheap to clone (shared state).

@@ -221,7 +221,7 @@ impl Bench<'_> {
         store: &Arc<dyn Store>,
         dir: &Path,
         total: usize,
-    ) -> anyhow::Result<(Arc<dyn VectorIndex>, KeywordIndex, VectorWatermark)> {
+    ) -> anyhow::Result<(Arc<dyn VectorIndex>, KeywordSearch, VectorWatermark)> {
         let (vector, keyword, watermark) = open_indexes(dir, DIMENSION, &self.options).await?;
         let indexer = Indexer::new(
             store.clone(),

@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 use mnemo::config::{EmbedderSettings, MemorySettings, QdrantSettings};
 use mnemo::index::edge::EdgeVectorIndex;
 use mnemo::index::indexer::{Indexer, VectorWatermark};
-use mnemo::index::keyword::KeywordIndex;
+use mnemo::index::keyword::{KeywordIndex, KeywordSearch};
 use mnemo::index::vector::{VectorFilter, VectorIndex};
 use mnemo::llm::embed::{EmbedError, Embedder, LocalEmbedder};
 use mnemo::memory::rank::RecallMode;
@@ -509,7 +509,7 @@ async fn open_indexes(
     dir: &Path,
     dimension: usize,
     options: &RecallBenchOptions,
-) -> anyhow::Result<(Arc<dyn VectorIndex>, KeywordIndex, VectorWatermark)> {
+) -> anyhow::Result<(Arc<dyn VectorIndex>, KeywordSearch, VectorWatermark)> {
     let vector_dir = EdgeVectorIndex::dir(dir, dimension);
     let vector = EdgeVectorIndex::open(&vector_dir, dimension).await?;
     vector.set_search_ef(options.search_ef);
@@ -520,7 +520,7 @@ async fn open_indexes(
         .context("opening the keyword index")??;
     Ok((
         Arc::new(vector),
-        keyword,
+        KeywordSearch::Local(keyword),
         VectorWatermark::File(vector_dir.join("applied.seq")),
     ))
 }

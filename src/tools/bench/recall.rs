@@ -12,10 +12,12 @@ impl Bench<'_> {
         let n = self.options.queries;
         let quarter = (n / 4).max(1);
         let big = stack.users[0];
-        self.notes.push(format!(
-            "{step}: the keyword index has {} segment(s)",
-            stack.engine.indexer().keyword().segments()
-        ));
+        if let KeywordSearch::Local(keyword) = stack.engine.indexer().keyword() {
+            self.notes.push(format!(
+                "{step}: the keyword index has {} segment(s)",
+                keyword.segments()
+            ));
+        }
         let big_count = count(self.options.user_memories);
         let series = [
             (

@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
@@ -581,9 +581,7 @@ struct Scratch {
 
 impl Scratch {
     async fn open(dir: &Path, settings: &Settings) -> anyhow::Result<Self> {
-        let mut settings = settings.clone();
-        settings.data_dir = dir.to_path_buf();
-        settings.qdrant.url = None;
+        let settings = super::scratch::scratch_settings(settings, dir);
         let url = format!("sqlite://{}?mode=rwc", dir.join("mnemo.db").display());
         let store = store::connect(&url, 4, settings.database.acquire_timeout()).await?;
         let shutdown = CancellationToken::new();
@@ -598,8 +596,7 @@ impl Scratch {
     }
 
     async fn close(self) {
-        self.shutdown.cancel();
-        self.engine.close(Duration::from_secs(10)).await;
+        super::scratch::close_scratch(&self.engine, &self.shutdown).await;
         self.store.close().await;
     }
 }

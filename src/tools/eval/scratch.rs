@@ -13,10 +13,6 @@ use indicatif::ProgressBar;
 use tokio_util::sync::CancellationToken;
 
 use mnemo::config::Settings;
-use mnemo::index::edge::EdgeVectorIndex;
-use mnemo::index::indexer::VectorWatermark;
-use mnemo::index::keyword::KeywordIndex;
-use mnemo::index::vector::VectorIndex;
 use mnemo::llm::embed::Embedder;
 use mnemo::memory::rank::RecallMode;
 use mnemo::memory::{MAX_MEMORY_CHARS, MemoryEngine};
@@ -46,24 +42,11 @@ impl Scratch {
             settings.database.acquire_timeout(),
         )
         .await?;
-        let dimension = embedder.dimension();
-        let vector_dir = EdgeVectorIndex::dir(dir, dimension);
-        let vector = EdgeVectorIndex::open(&vector_dir, dimension).await?;
-        vector.set_search_ef(settings.qdrant.search_ef);
-        vector.set_tenant_shard_points(settings.qdrant.tenant_shard_points);
-        let keyword_dir = dir.join("keyword");
-        let keyword = tokio::task::spawn_blocking(move || KeywordIndex::open(Some(&keyword_dir)))
-            .await
-            .context("opening the keyword index")??;
         let shutdown = CancellationToken::new();
-        let engine = MemoryEngine::assemble(
+        let engine = mnemo::startup::open_memory_with(
+            &scratch_settings(settings, dir),
             store.clone(),
             embedder,
-            Arc::new(vector),
-            keyword,
-            VectorWatermark::File(vector_dir.join("applied.seq")),
-            settings.memory.clone(),
-            settings.qdrant.optimize_after_upserts,
             shutdown.clone(),
         )
         .await?;
@@ -75,9 +58,35 @@ impl Scratch {
     }
 
     pub(super) async fn close(self) {
-        self.shutdown.cancel();
-        self.engine.close(Duration::from_secs(10)).await;
+        close_scratch(&self.engine, &self.shutdown).await;
         self.store.close().await;
+    }
+}
+
+/// The settings of a scratch store in `dir`: its data directory there and, on a Qdrant server,
+/// a collection of its own (each scratch's memories and statistics apart, as in its own data
+/// directory).
+pub fn scratch_settings(settings: &Settings, dir: &Path) -> Settings {
+    let mut settings = settings.clone();
+    settings.data_dir = dir.to_path_buf();
+    if settings.qdrant.url.is_some() {
+        settings.qdrant.collection = format!(
+            "{}_eval_{}",
+            settings.qdrant.collection,
+            uuid::Uuid::now_v7().simple()
+        );
+    }
+    settings
+}
+
+/// Stops a scratch engine; on a Qdrant server its points go too (the collection stays, empty).
+pub async fn close_scratch(engine: &MemoryEngine, shutdown: &CancellationToken) {
+    shutdown.cancel();
+    engine.close(Duration::from_secs(10)).await;
+    if engine.indexer().vector().name() == "qdrant"
+        && let Err(error) = engine.indexer().vector().clear().await
+    {
+        eprintln!("clearing the scratch collection failed: {error}");
     }
 }
 

@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
@@ -571,9 +571,7 @@ struct ProductScratch {
 
 impl ProductScratch {
     async fn open(dir: &Path, settings: &Settings) -> anyhow::Result<Self> {
-        let mut settings = settings.clone();
-        settings.data_dir = dir.to_path_buf();
-        settings.qdrant.url = None;
+        let settings = super::scratch::scratch_settings(settings, dir);
         let url = format!("sqlite://{}?mode=rwc", dir.join("mnemo.db").display());
         let store = store::connect(
             &url,
@@ -594,8 +592,7 @@ impl ProductScratch {
 
     /// Stops the indexer and closes the indexes before the pool goes.
     async fn close(self) {
-        self.shutdown.cancel();
-        self.engine.close(Duration::from_secs(10)).await;
+        super::scratch::close_scratch(&self.engine, &self.shutdown).await;
         self.store.close().await;
     }
 }

@@ -318,6 +318,33 @@ impl TestApp {
         self.add_key(user.id).await
     }
 
+    /// The user called `name`.
+    pub async fn user_named(&self, name: &str) -> mnemo::store::User {
+        self.state
+            .store
+            .accounts()
+            .user_by_name(name)
+            .await
+            .expect("read the user")
+            .expect("the user exists")
+    }
+
+    /// Stores each of `facts` as a fact of the user of `key` and waits until they are
+    /// recallable.
+    pub async fn remember_facts(&self, key: &str, facts: &[&str]) {
+        for fact in facts {
+            let (status, body) = self
+                .post(
+                    "/v1/memories",
+                    Some(key),
+                    Some(serde_json::json!({ "content": fact, "kind": "fact" })),
+                )
+                .await;
+            assert_eq!(status, reqwest::StatusCode::CREATED, "{body}");
+        }
+        self.wait_indexed().await;
+    }
+
     /// A new API key of `user`.
     async fn add_key(&self, user: mnemo::store::UserId) -> String {
         let key = keys::generate();
