@@ -20,7 +20,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
-use crate::index::vector::{KeywordQuery, PointKeywords, VectorIndex};
+use crate::index::vector::{KeywordQuery, MAX_SEARCH_LIMIT, PointKeywords, VectorIndex};
 
 /// BM25's term-frequency saturation (tantivy's).
 const K1: f32 = 1.2;
@@ -400,6 +400,9 @@ async fn word_statistics(
         include_invalid: true,
         ..KeywordFilter::default()
     };
+    // Counting stops past the share; a search returns at most MAX_SEARCH_LIMIT hits, so at a
+    // user with more than 20 times that many memories a word found that often counts as common.
+    let probed = (most as usize + 1).min(MAX_SEARCH_LIMIT);
     let mut searches = Vec::new();
     for word in words {
         let (whole, grams) = SparseAnalyzer::holding_indices(word);
@@ -410,7 +413,7 @@ async fn word_statistics(
             view: View::Own,
             terms: SparseVector::from_map(holding),
             filter: every_memory.clone(),
-            limit: most as usize + 1,
+            limit: probed,
             with_terms: true,
         });
         for &view in View::ALL {
@@ -435,8 +438,8 @@ async fn word_statistics(
         let held = holders
             .iter()
             .filter(|hit| hit.terms.as_ref().is_some_and(|terms| holds(terms, word)))
-            .count() as u64;
-        if held <= most {
+            .count();
+        if held < probed {
             statistics.informative.insert(word.word.clone());
         }
         for &view in View::ALL {
