@@ -166,7 +166,7 @@ async fn bench() {
     state.memory.join_background(Duration::from_secs(10)).await;
     // The vector shard flushes when its last owner is dropped; let that happen here, inside
     // the runtime.
-    let indexer = std::sync::Arc::downgrade(state.memory.indexer());
+    let indexer = std::sync::Arc::downgrade(&state.memory.indexer());
     drop(state);
     for _ in 0..200 {
         if indexer.strong_count() == 0 {

@@ -539,11 +539,17 @@ pub struct QdrantSettings {
     /// of their own at the next background optimisation (faster, more exact searches for very
     /// large users). 0 keeps everyone in the shared shard.
     pub tenant_shard_points: u64,
-    /// Where keyword (BM25) search runs with a Qdrant server: `replica`, a tantivy index in
-    /// each replica's data directory, rebuilt from the memory log; or `server`, as sparse
-    /// vectors in the server's collection beside the dense ones, so a replica holds no index.
-    /// The embedded backend always keeps tantivy.
+    /// Where keyword (BM25) search runs with a Qdrant server: `server` (the default), as
+    /// sparse vectors in the server's collection beside the dense ones, so a replica holds no
+    /// index; or `replica`, a tantivy index in each replica's data directory, rebuilt from the
+    /// memory log. The embedded backend always keeps tantivy.
     pub keywords: KeywordPlace,
+    /// With `keywords = "server"` on a deployment whose collection without keyword vectors
+    /// is ahead (one that ran with `replica`): when the keyword vectors are more than this many
+    /// memory-log entries behind, a replica answers from that collection and its tantivy index
+    /// while it fills them in the background, and moves over once they have caught up; up to
+    /// this many it fills them before it answers.
+    pub keywords_fill_inline: u64,
 }
 
 impl QdrantSettings {
@@ -595,7 +601,8 @@ impl Default for QdrantSettings {
             optimize_after_upserts: 20_000,
             search_ef: None,
             tenant_shard_points: DEFAULT_TENANT_SHARD_POINTS,
-            keywords: KeywordPlace::Replica,
+            keywords: KeywordPlace::Server,
+            keywords_fill_inline: 10_000,
         }
     }
 }
@@ -605,9 +612,9 @@ text_enum! {
     #[derive(Default)]
     KeywordPlace("place of keyword search") {
         /// A tantivy index in each replica's data directory.
-        #[default]
         Replica => "replica",
         /// Sparse vectors in the Qdrant server's collection.
+        #[default]
         Server => "server",
     }
 }

@@ -264,8 +264,18 @@ pub async fn open_memory_with(
     embedder: Arc<dyn crate::llm::embed::Embedder>,
     shutdown: CancellationToken,
 ) -> Result<Arc<MemoryEngine>, MemoryError> {
-    let (vector, keyword, watermark) = open_indexes(settings, embedder.dimension()).await?;
-    MemoryEngine::assemble(
+    let dimension = embedder.dimension();
+    let fill = keywords_to_fill(settings, store.as_ref(), dimension).await?;
+    let place = if fill {
+        KeywordPlace::Replica
+    } else {
+        settings.qdrant.keywords
+    };
+    let (vector, keyword, watermark) = open_indexes_at(settings, dimension, place).await?;
+    if matches!(keyword, KeywordSearch::Beside(_)) {
+        remove_keyword_dir(settings);
+    }
+    let engine = MemoryEngine::assemble(
         store,
         embedder,
         vector,
@@ -273,21 +283,81 @@ pub async fn open_memory_with(
         watermark,
         settings.memory.clone(),
         settings.qdrant.optimize_after_upserts,
-        shutdown,
+        shutdown.clone(),
     )
-    .await
+    .await?;
+    if fill {
+        let target = open_indexes_at(settings, dimension, KeywordPlace::Server).await?;
+        engine
+            .fill_keywords(target, settings.qdrant.optimize_after_upserts, shutdown)
+            .await?;
+    }
+    Ok(engine)
 }
 
-/// The vector index and keyword search the settings name, for vectors of `dimension`: Qdrant
-/// Edge and tantivy in the data directory, or a Qdrant server's collection with tantivy in the
-/// data directory or keyword vectors beside the dense ones (`qdrant.keywords`); and where the
-/// vector index records what it has applied of the memory log.
+/// Removes a keyword index an earlier run left in the data directory, once keyword search
+/// runs on the Qdrant server.
+fn remove_keyword_dir(settings: &Settings) {
+    let dir = settings.data_dir.join("keyword");
+    if !dir.exists() {
+        return;
+    }
+    tracing::info!(
+        dir = %dir.display(),
+        "keyword search runs on the Qdrant server; removing this replica's keyword index"
+    );
+    if let Err(error) = std::fs::remove_dir_all(&dir) {
+        tracing::warn!(%error, "removing the replica's keyword index failed");
+    }
+}
+
+/// Whether keyword vectors are to be filled in the background
+/// ([`MemoryEngine::fill_keywords`]): keyword search is set to run on the Qdrant server, the
+/// collection with keyword vectors is more than `qdrant.keywords_fill_inline` entries of the
+/// memory log behind, and the collection without them is ahead of it (a deployment that ran
+/// with keyword search in its replicas), so this replica can answer from that one and its
+/// tantivy index meanwhile. Otherwise the collection is filled before the replica answers.
+async fn keywords_to_fill(
+    settings: &Settings,
+    store: &dyn Store,
+    dimension: usize,
+) -> Result<bool, MemoryError> {
+    if settings.qdrant.urls().is_empty() || settings.qdrant.keywords != KeywordPlace::Server {
+        return Ok(false);
+    }
+    let watermark = |keywords: bool| {
+        format!(
+            "qdrant:{}",
+            QdrantServerIndex::collection_name(&settings.qdrant.collection, dimension, keywords)
+        )
+    };
+    let maintenance = store.maintenance();
+    let filled = maintenance.watermark(&watermark(true)).await?;
+    let older = maintenance.watermark(&watermark(false)).await?;
+    let head = maintenance.memory_log_head().await?;
+    let behind = u64::try_from(head - filled).unwrap_or(0);
+    Ok(behind > settings.qdrant.keywords_fill_inline && older > filled)
+}
+
+/// [`open_indexes_at`] where the settings put keyword search.
 pub async fn open_indexes(
     settings: &Settings,
     dimension: usize,
 ) -> Result<(Arc<dyn VectorIndex>, KeywordSearch, VectorWatermark), IndexError> {
+    open_indexes_at(settings, dimension, settings.qdrant.keywords).await
+}
+
+/// The vector index and keyword search the settings name, for vectors of `dimension`: Qdrant
+/// Edge and tantivy in the data directory, or a Qdrant server's collection with tantivy in the
+/// data directory or keyword vectors beside the dense ones (`place`); and where the vector
+/// index records what it has applied of the memory log.
+pub async fn open_indexes_at(
+    settings: &Settings,
+    dimension: usize,
+    place: KeywordPlace,
+) -> Result<(Arc<dyn VectorIndex>, KeywordSearch, VectorWatermark), IndexError> {
     let peers = settings.qdrant.urls();
-    let server_keywords = !peers.is_empty() && settings.qdrant.keywords == KeywordPlace::Server;
+    let server_keywords = !peers.is_empty() && place == KeywordPlace::Server;
     let (vector, watermark): (Arc<dyn VectorIndex>, VectorWatermark) = if peers.is_empty() {
         EdgeVectorIndex::remove_older_layouts(&settings.data_dir, dimension);
         let dir = EdgeVectorIndex::dir(&settings.data_dir, dimension);

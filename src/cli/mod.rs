@@ -265,6 +265,10 @@ enum BenchCommand {
         /// Recalls timed through each replica.
         #[arg(long, default_value_t = 300)]
         queries: usize,
+        /// Memories of 1,000 other users written to SQL first (a deployment's history); then
+        /// one more replica is started at the end and its time until it serves is measured.
+        #[arg(long, default_value_t = 0)]
+        memories: usize,
     },
     /// The extraction ceiling: hostile documents and random markup through the extraction
     /// worker, with what each cost it (peak memory, CPU) or why it was refused.
@@ -511,6 +515,7 @@ async fn bench(command: BenchCommand, settings: Settings) -> Result<(), Failure>
             replicas,
             writes,
             queries,
+            memories,
         } => {
             let qdrant = match (qdrant_url, qdrant_bin) {
                 (Some(url), _) => crate::tools::bench_replicas::Qdrant::Server(url),
@@ -530,6 +535,7 @@ async fn bench(command: BenchCommand, settings: Settings) -> Result<(), Failure>
                 replicas,
                 writes,
                 queries,
+                memories,
             };
             crate::tools::bench_replicas::run_replica_bench(options, &mut std::io::stdout())
                 .await

@@ -34,6 +34,11 @@ const PERSIST_EVERY: Duration = Duration::from_secs(1);
 /// and fills a 4 MB term table) a few at a time. A write made while the follower is idle is
 /// applied as soon as it is woken.
 const GATHER: Duration = Duration::from_millis(20);
+/// How often filling a new index in the background ([`Indexer::fill_behind`]) logs progress.
+const FILL_PROGRESS_EVERY: Duration = Duration::from_secs(5);
+/// How long, after a hand-over, the indexer handed over reports what its successor applies
+/// ([`Indexer::hand_over`]): longer than anyone waits for a write to become recallable.
+const HAND_OVER_FOR: Duration = Duration::from_secs(60);
 
 #[derive(Debug, thiserror::Error)]
 pub enum IndexerError {
@@ -231,7 +236,8 @@ impl Indexer {
         Ok(self.applied_seq())
     }
 
-    fn applied_seq(&self) -> i64 {
+    /// What both indexes have applied of the log.
+    pub fn applied_seq(&self) -> i64 {
         self.vector_applied
             .load(Ordering::Acquire)
             .min(self.keyword_applied())
@@ -459,6 +465,14 @@ impl Indexer {
                                 _ = shutdown.cancelled() => {}
                             }
                         }
+                        // Stopped (a shutdown, or another indexer took over) while writes keep
+                        // coming: what is left is applied by the next start or the successor.
+                        if shutdown.is_cancelled() {
+                            if let Err(error) = indexer.persist_vector_waiting().await {
+                                tracing::warn!(%error, "flushing the vector index at shutdown failed");
+                            }
+                            return;
+                        }
                         continue;
                     }
                     Err(error) => {
@@ -479,6 +493,100 @@ impl Indexer {
                 }
             }
         })
+    }
+
+    /// Fills this indexer, which does not serve yet, from the memory log in the background
+    /// until it has applied everything `serving` has, logging progress every
+    /// [`FILL_PROGRESS_EVERY`]. Returns false when `shutdown` came first: what it applied is
+    /// recorded in its watermark, and the next start goes on from there.
+    pub async fn fill_behind(
+        &self,
+        serving: &Indexer,
+        shutdown: &CancellationToken,
+    ) -> Result<bool, IndexerError> {
+        let started = std::time::Instant::now();
+        let from = self.applied_seq();
+        let mut logged = std::time::Instant::now();
+        let mut failures = 0u32;
+        loop {
+            if shutdown.is_cancelled() {
+                self.persist_vector_waiting().await?;
+                return Ok(false);
+            }
+            let pause = match self.step().await {
+                Ok(0) if self.applied_seq() >= serving.applied_seq() => {
+                    tracing::info!(
+                        applied = self.applied_seq(),
+                        elapsed = ?started.elapsed(),
+                        "the new index has caught up with the memory log"
+                    );
+                    return Ok(true);
+                }
+                Ok(applied) => {
+                    failures = 0;
+                    if self.persist_due() {
+                        let _step = self.step_lock.lock().await;
+                        self.persist_vector().await?;
+                    }
+                    if applied == 0 { POLL } else { Duration::ZERO }
+                }
+                Err(error) => {
+                    failures = failures.saturating_add(1);
+                    tracing::warn!(%error, failures, "filling the new index failed; retrying");
+                    POLL * failures.clamp(1, 20)
+                }
+            };
+            if logged.elapsed() >= FILL_PROGRESS_EVERY {
+                logged = std::time::Instant::now();
+                let head = self
+                    .store
+                    .maintenance()
+                    .memory_log_head()
+                    .await
+                    .unwrap_or(0);
+                let applied = self.applied_seq();
+                tracing::info!(
+                    applied,
+                    head,
+                    percent =
+                        ((applied - from) as f64 * 100.0 / (head - from).max(1) as f64).round(),
+                    "filling the new index from the memory log"
+                );
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = shutdown.cancelled() => {}
+            }
+        }
+    }
+
+    /// Holds this indexer still: no batch is applied while the guard lives (for a hand-over,
+    /// so that its successor is known to hold at least what it holds).
+    pub async fn hold(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.step_lock.lock().await
+    }
+
+    /// After this indexer was replaced by `next`: whoever waits on it for a write to become
+    /// recallable (a write begun before the hand-over) is told what `next` applies, for
+    /// [`HAND_OVER_FOR`] or until `shutdown`.
+    pub async fn hand_over(&self, next: &Indexer, shutdown: &CancellationToken) {
+        let mut applied = next.applied.subscribe();
+        let deadline = tokio::time::Instant::now() + HAND_OVER_FOR;
+        loop {
+            let seq = *applied.borrow_and_update();
+            self.applied.send_if_modified(|current| {
+                let newer = seq > *current;
+                if newer {
+                    *current = seq;
+                }
+                newer
+            });
+            tokio::select! {
+                changed = applied.changed() => if changed.is_err() { return },
+                _ = tokio::time::sleep_until(deadline) => return,
+                _ = shutdown.cancelled() => return,
+            }
+        }
     }
 
     async fn maybe_optimize(&self) {

@@ -87,7 +87,7 @@ impl MemoryEngine {
                     .await?;
             }
         }
-        self.indexer.notify();
+        self.indexer().notify();
         tracing::info!(
             user = %user,
             via = via.as_str(),
@@ -163,7 +163,7 @@ impl MemoryEngine {
         {
             self.delete(user, profile.id).await?;
         }
-        self.indexer.notify();
+        self.indexer().notify();
         Ok(taken)
     }
 
@@ -175,7 +175,7 @@ impl MemoryEngine {
     /// Brings a forgotten memory back as it was; it is recallable again once indexed.
     pub async fn restore_forgotten(&self, user: UserId, id: MemoryId) -> MemoryResult<Memory> {
         let memory = self.store.user(user).restore_forgotten(id).await?;
-        self.indexer.notify();
+        self.indexer().notify();
         tracing::info!(user = %user, memory = %id, "forgotten memory restored");
         Ok(memory)
     }
@@ -228,21 +228,22 @@ impl MemoryEngine {
         memory: &NewMemory,
     ) -> MemoryResult<Option<Memory>> {
         let vector = self.embed_one(&memory.content).await?.vector;
+        self.settle().await?;
         self.duplicate_of(user, &memory.content, &vector).await
     }
 
     /// The user's fact, preference, event or conclusion that `content` (stored with `vector`)
     /// says again: the same words, or each at least `memory.relevance.duplicate` likely about
     /// the other with no value different ("my code is 4471" and "my code is 4472" are two
-    /// statements). Compares stored vectors only, so it embeds nothing; sees every memory
-    /// written before the call ([`MemoryEngine::settle`]).
+    /// statements). Compares stored vectors only, so it embeds nothing. Searches the indexes,
+    /// which follow SQL a moment behind: the caller settles them first
+    /// ([`MemoryEngine::settle`], once per batch) so that a memory written just before is seen.
     pub async fn duplicate_of(
         &self,
         user: UserId,
         content: &str,
         vector: &[f32],
     ) -> MemoryResult<Option<Memory>> {
-        self.settle().await?;
         let filter = crate::index::vector::VectorFilter {
             kinds: Some(
                 [
@@ -258,7 +259,7 @@ impl MemoryEngine {
             ..crate::index::vector::VectorFilter::default()
         };
         let hits = self
-            .indexer
+            .indexer()
             .vector()
             .search(user, vector, &filter, DUPLICATE_CANDIDATES)
             .await?;
@@ -313,6 +314,7 @@ impl MemoryEngine {
         let mut fresh: Vec<(NewMemory, crate::store::Embedded)> =
             Vec::with_capacity(memories.len());
         let mut repeated = Vec::new();
+        self.settle().await?;
         for (memory, vector) in memories.into_iter().zip(embedded) {
             if fresh
                 .iter()

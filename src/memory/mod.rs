@@ -78,7 +78,11 @@ const REEMBED_BATCH: i64 = 256;
 pub struct MemoryEngine {
     store: Arc<dyn Store>,
     embedder: Arc<dyn Embedder>,
-    indexer: Arc<Indexer>,
+    /// The indexer recall and writes go through; replaced once if keyword vectors are filled
+    /// in the background ([`MemoryEngine::fill_keywords`]). Shared with the task that wakes it.
+    indexer: Serving,
+    /// The serving indexer's follower and what stops it (a child of the shutdown token).
+    follower: parking_lot::Mutex<Option<Follower>>,
     settings: MemorySettings,
     access: mpsc::UnboundedSender<Access>,
     /// Background tasks that hold parts of the engine; joined at shutdown so the indexes are
@@ -124,7 +128,8 @@ impl MemoryEngine {
         )
         .await?;
         indexer.catch_up().await?;
-        let follower = indexer.spawn(shutdown.clone());
+        let follower = Follower::start(&indexer, &shutdown);
+        let indexer: Serving = Arc::new(parking_lot::RwLock::new(indexer));
         let woken = spawn_log_wakeups(store.clone(), indexer.clone(), shutdown.clone());
         let (access, receiver) = mpsc::unbounded_channel();
         let recorder = tokio::spawn(record_accesses(store.clone(), receiver, shutdown));
@@ -132,9 +137,10 @@ impl MemoryEngine {
             store,
             embedder,
             indexer,
+            follower: parking_lot::Mutex::new(Some(follower)),
             settings,
             access,
-            background: parking_lot::Mutex::new(vec![follower, woken, recorder]),
+            background: parking_lot::Mutex::new(vec![woken, recorder]),
             speakers: parking_lot::Mutex::new(HashMap::new()),
             relevance,
         }))
@@ -148,14 +154,15 @@ impl MemoryEngine {
     /// Waits (up to `limit`) for the background tasks, which end once their shutdown token is
     /// cancelled; tasks still running after that are aborted.
     pub async fn join_background(&self, limit: Duration) {
-        let tasks: Vec<_> = std::mem::take(&mut *self.background.lock());
         let deadline = tokio::time::Instant::now() + limit;
-        for mut task in tasks {
-            if tokio::time::timeout_at(deadline, &mut task).await.is_err() {
-                tracing::warn!("a background task did not stop in time; aborting it");
-                task.abort();
-                let _ = task.await;
-            }
+        let tasks: Vec<_> = std::mem::take(&mut *self.background.lock());
+        for task in tasks {
+            join_by(task, deadline).await;
+        }
+        // The follower last: a hand-over (one of the tasks above) may have replaced it.
+        let follower = self.follower.lock().take();
+        if let Some(follower) = follower {
+            follower.stop(deadline).await;
         }
     }
 
@@ -164,13 +171,79 @@ impl MemoryEngine {
     /// written to them after this; the caller closes the store and lets the data directory go.
     pub async fn close(&self, grace: Duration) {
         self.join_background(grace).await;
-        if let Err(error) = self.indexer.close().await {
+        if let Err(error) = self.indexer().close().await {
             tracing::warn!(%error, "closing the indexes failed; the memory log replays on the next start");
         }
     }
 
-    pub fn indexer(&self) -> &Arc<Indexer> {
-        &self.indexer
+    /// The indexer serving now.
+    pub fn indexer(&self) -> Arc<Indexer> {
+        self.indexer.read().clone()
+    }
+
+    /// Moves keyword search onto `target` (the vector index with keyword vectors beside the
+    /// dense ones) without keeping anyone waiting: a background task fills it from the memory
+    /// log, logging progress, while the serving indexer answers; once it holds everything the
+    /// serving one holds, it serves instead and the old follower stops. A shutdown meanwhile
+    /// keeps what was filled (its watermark) for the next start.
+    pub async fn fill_keywords(
+        self: &Arc<Self>,
+        target: (Arc<dyn VectorIndex>, KeywordSearch, VectorWatermark),
+        optimize_after: u64,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) -> MemoryResult<()> {
+        let (vector, keyword, watermark) = target;
+        let next = Indexer::new(
+            self.store.clone(),
+            vector,
+            keyword,
+            watermark,
+            self.embedder.dimension(),
+            optimize_after,
+        )
+        .await?;
+        let engine = self.clone();
+        self.track(tokio::spawn(async move {
+            if let Err(error) = engine.take_over(next, &shutdown).await {
+                tracing::error!(
+                    %error,
+                    "filling the keyword vectors failed; keyword search stays in this replica until the next start"
+                );
+            }
+        }));
+        Ok(())
+    }
+
+    async fn take_over(
+        &self,
+        next: Arc<Indexer>,
+        shutdown: &tokio_util::sync::CancellationToken,
+    ) -> MemoryResult<()> {
+        let serving = self.indexer();
+        tracing::info!("filling keyword vectors on the Qdrant server in the background");
+        if !next.fill_behind(&serving, shutdown).await? {
+            return Ok(());
+        }
+        let old = {
+            // The serving indexer applies nothing more until `next` serves: `next` holds at
+            // least what any recall or write has seen.
+            let _held = serving.hold().await;
+            next.catch_up().await?;
+            *self.indexer.write() = next.clone();
+            self.follower
+                .lock()
+                .replace(Follower::start(&next, shutdown))
+        };
+        // The old follower stops after the batch it may be applying (it waited on the hold).
+        if let Some(old) = old {
+            old.stop(tokio::time::Instant::now() + Duration::from_secs(30))
+                .await;
+        }
+        tracing::info!(
+            "keyword search runs on the Qdrant server now; this replica's keyword index is removed at its next start"
+        );
+        serving.hand_over(&next, shutdown).await;
+        Ok(())
     }
 
     /// The SQL store the engine writes to (document rows live beside the memories).
@@ -201,7 +274,7 @@ impl MemoryEngine {
         MemoryStatus {
             embedder_model: self.embedder.model_id().to_string(),
             dimension: self.embedder.dimension(),
-            vector_backend: self.indexer.vector().name(),
+            vector_backend: self.indexer().vector().name(),
         }
     }
 
@@ -279,7 +352,7 @@ impl MemoryEngine {
             return Ok(Vec::new());
         }
         let written = self.store.user(user).insert_memories(memories).await?;
-        self.indexer.notify();
+        self.indexer().notify();
         let turns: Vec<MemoryId> = written
             .iter()
             .filter(|memory| memory.kind == MemoryKind::Turn)
@@ -327,7 +400,7 @@ impl MemoryEngine {
     /// Waits until everything written so far is in both indexes; false on timeout.
     pub async fn wait_recallable(&self, timeout: Duration) -> MemoryResult<bool> {
         let head = self.store.maintenance().memory_log_head().await?;
-        Ok(self.indexer.wait_for(head, timeout).await)
+        Ok(self.indexer().wait_for(head, timeout).await)
     }
 
     /// Waits (up to [`SETTLE_WAIT`]) until the indexes hold everything written before this
@@ -411,7 +484,7 @@ impl MemoryEngine {
             invalid_at: None,
         };
         let memory = self.store.user(user).update_memory(id, patch).await?;
-        self.indexer.notify();
+        self.indexer().notify();
         Ok(memory)
     }
 
@@ -426,7 +499,7 @@ impl MemoryEngine {
         scope.delete_memory(id).await?;
         // The neighbours' context views held the deleted turn: embed them again without it.
         self.refresh_contexts(user, &around, false).await?;
-        self.indexer.notify();
+        self.indexer().notify();
         Ok(())
     }
 
@@ -515,7 +588,7 @@ impl MemoryEngine {
 
     pub async fn delete_all(&self, user: UserId) -> MemoryResult<u64> {
         let deleted = self.store.user(user).delete_all_memories().await?;
-        self.indexer.notify();
+        self.indexer().notify();
         Ok(deleted)
     }
 
@@ -570,7 +643,7 @@ impl MemoryEngine {
                 self.refresh_contexts(user, &ids, false).await?;
             }
             done += stale.len() as u64;
-            self.indexer.notify();
+            self.indexer().notify();
         }
     }
 
@@ -609,7 +682,7 @@ impl MemoryEngine {
             self.store.maintenance().set_embeddings(&items).await?;
             done += stale.len() as u64;
             progress(done, total.max(done));
-            self.indexer.notify();
+            self.indexer().notify();
         }
         Ok(done)
     }
@@ -624,14 +697,14 @@ fn elapsed_ms(started: Instant) -> f64 {
 /// indexer's poll; where the backend cannot notify, the task ends and the poll remains.
 fn spawn_log_wakeups(
     store: Arc<dyn Store>,
-    indexer: Arc<Indexer>,
+    indexer: Serving,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         store
             .maintenance()
             .on_wakeups(crate::store::WakeChannel::MemoryLog, &shutdown, |_| {
-                indexer.notify();
+                indexer.read().notify();
             })
             .await;
     })
@@ -649,6 +722,39 @@ const ACCESS_EVERY: Duration = Duration::from_secs(1);
 const SETTLE_WAIT: Duration = Duration::from_secs(5);
 
 type Access = (UserId, Vec<MemoryId>, DateTime<Utc>);
+
+/// The serving indexer, replaceable ([`MemoryEngine::fill_keywords`]).
+type Serving = Arc<parking_lot::RwLock<Arc<Indexer>>>;
+
+/// An indexer's follower task ([`Indexer::spawn`]) and the token that stops it.
+struct Follower {
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Follower {
+    /// Starts `indexer`'s follower, stopped by `shutdown` or by [`Follower::stop`].
+    fn start(indexer: &Arc<Indexer>, shutdown: &tokio_util::sync::CancellationToken) -> Self {
+        let stop = shutdown.child_token();
+        let task = indexer.spawn(stop.clone());
+        Self { stop, task }
+    }
+
+    /// Stops it and waits until it has (aborted at `deadline`).
+    async fn stop(self, deadline: tokio::time::Instant) {
+        self.stop.cancel();
+        join_by(self.task, deadline).await;
+    }
+}
+
+/// Waits for `task` until `deadline`, then aborts it.
+async fn join_by(mut task: tokio::task::JoinHandle<()>, deadline: tokio::time::Instant) {
+    if tokio::time::timeout_at(deadline, &mut task).await.is_err() {
+        tracing::warn!("a background task did not stop in time; aborting it");
+        task.abort();
+        let _ = task.await;
+    }
+}
 
 /// Writes access stats in the background, merging what arrives within [`ACCESS_EVERY`] of the
 /// last write, so recall never waits on them. At shutdown what is pending is written.

@@ -140,6 +140,8 @@ impl MemoryEngine {
             // A statement the user already has in other words is skipped like an exact one.
             let texts: Vec<String> = news.iter().map(|m| m.content.clone()).collect();
             let embedded = self.embed(&texts).await?;
+            // The chunk before was written a moment ago: the indexes hold it before the search.
+            self.settle().await?;
             let mut fresh = Vec::with_capacity(news.len());
             let mut items = Vec::with_capacity(news.len());
             for ((new, vector), (_, item)) in news.into_iter().zip(embedded).zip(chunk) {
@@ -178,7 +180,7 @@ impl MemoryEngine {
             }
             report.imported += written.len();
         }
-        self.indexer.notify();
+        self.indexer().notify();
         Ok(report)
     }
 }

@@ -291,13 +291,15 @@ impl MemoryEngine {
         let use_keyword = request.mode != RecallMode::Vector;
         // A user without turns has no context views: their context view is the own view
         // again, so its keyword hits are the own view's and its vector view is empty.
-        let context_views = self.indexer.has_context_views(user).await?;
+        // One indexer for the whole recall, even if another takes over meanwhile.
+        let indexer = self.indexer();
+        let context_views = indexer.has_context_views(user).await?;
         let wants_context_keyword = use_keyword && fusion.context_bm25_weight > 0.0;
         let use_context_keyword = wants_context_keyword && context_views;
         // Coverage feeds relevance (and the legacy gate and floor); a search by one signal
         // alone (an ablation, a diagnostic) keeps what it finds.
         let informative = (request.mode == RecallMode::Hybrid).then(InformativeWords::default);
-        let indexer = &self.indexer;
+        let indexer = &indexer;
         let context_keyword_search = async {
             if !use_context_keyword {
                 return Ok::<_, MemoryError>(ViewHits::default());
@@ -353,7 +355,7 @@ impl MemoryEngine {
             let vector = self.embedder.embed_query(query).await?;
             let embed_ms = elapsed_ms(embed_started);
             let search_started = Instant::now();
-            let index = self.indexer.vector();
+            let index = indexer.vector();
             let context_search = async {
                 if fusion.context_vector_weight <= 0.0 || !context_views {
                     return Ok(Vec::new());

@@ -4,6 +4,9 @@
 //! memory written through one replica takes to be recalled through each other one (the index
 //! lag a user sees across replicas), and recall latency through every replica. With a cluster
 //! the benchmark starts itself (`--qdrant-bin`), recall latency again with one peer SIGKILLed.
+//! With `--memories N` the store first gets N memories of other users (written to SQL with
+//! synthetic vectors, as another deployment's history), and at the end one more replica starts
+//! on a fresh data directory: its time until it serves, which is what a new replica costs.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,7 +31,14 @@ pub struct ReplicaBenchOptions {
     pub writes: usize,
     /// Recalls through each replica.
     pub queries: usize,
+    /// Memories of other users written to SQL before the measurements.
+    pub memories: usize,
 }
+
+/// Users the `--memories` are spread over.
+const MEMORY_USERS: usize = 1000;
+/// Memories written to SQL in one call.
+const SEED_BATCH: usize = 500;
 
 /// The Qdrant every replica uses.
 pub enum Qdrant {
@@ -123,56 +133,17 @@ pub async fn run_replica_bench(
     let mut servers = Vec::new();
     for index in 0..options.replicas {
         eprintln!("starting replica {}…", index + 1);
-        let mut env = vec![
-            ("MNEMO__DATABASE__URL".into(), options.database_url.clone()),
-            ("MNEMO__SERVER__REQUESTS_PER_MINUTE".into(), "0".into()),
-        ];
-        match (&options.qdrant, &cluster) {
-            (Qdrant::Server(url), _) => env.extend([
-                ("MNEMO__QDRANT__URL".into(), url.clone()),
-                (
-                    "MNEMO__QDRANT__COLLECTION".into(),
-                    "mnemo_bench_replicas".into(),
-                ),
-            ]),
-            (Qdrant::Cluster { .. }, Some(cluster)) => {
-                // Each replica asks another peer first, as replicas listing them in one order
-                // would after their first peer failed.
-                let mut peers = cluster.grpc_urls();
-                let first = index % peers.len();
-                peers.rotate_left(first);
-                env.extend([
-                    ("MNEMO__QDRANT__URL".into(), peers.join(",")),
-                    (
-                        "MNEMO__QDRANT__COLLECTION".into(),
-                        "mnemo_bench_cluster".into(),
-                    ),
-                    (
-                        "MNEMO__QDRANT__SHARD_NUMBER".into(),
-                        peers.len().to_string(),
-                    ),
-                    ("MNEMO__QDRANT__REPLICATION_FACTOR".into(), "2".into()),
-                ]);
-            }
-            (Qdrant::Cluster { .. }, None) => bail!("the cluster did not start"),
-        }
-        let settings = scratch_settings(
-            &options.data_dir.join(format!("replica-{}", index + 1)),
-            options.model_dir.as_deref(),
-            env,
-        )?;
-        let listener = mnemo::startup::bind(&settings).await?;
-        let base = format!("http://{}", listener.local_addr()?);
-        let state = mnemo::startup::build_state(settings, shutdown.clone())
-            .await
-            .with_context(|| format!("starting replica {}", index + 1))?;
-        let server_state = state.clone();
-        servers.push(tokio::spawn(async move {
-            mnemo::http::serve(listener, server_state).await
-        }));
+        let (replica, state, server) =
+            start_replica(&options, cluster.as_ref(), index, &shutdown).await?;
+        replicas.push(replica);
         states.push(state);
-        replicas.push(Replica { base });
+        servers.push(server);
     }
+    let seeded = if options.memories > 0 {
+        Some(seed(&states, options.memories).await?)
+    } else {
+        None
+    };
     // A user of this run only: the database may hold earlier runs.
     let run = uuid::Uuid::now_v7().simple().to_string()[24..].to_string();
     let key = bench_user(&states[0].store, &format!("bench-replicas-{run}")).await?;
@@ -185,6 +156,29 @@ pub async fn run_replica_bench(
 
     let (lags, missed) = written_then_recalled(&client, &replicas, options.writes, &run).await?;
     let per_replica = recall_times(&client, &replicas, options.queries, 0).await?;
+    // A new replica on a fresh data directory: how long until it serves, and its first answer.
+    let newcomer = if options.memories > 0 {
+        eprintln!("starting a new replica…");
+        let index = options.replicas;
+        let started = Instant::now();
+        let (replica, state, server) =
+            start_replica(&options, cluster.as_ref(), index, &shutdown).await?;
+        let serving = started.elapsed();
+        client
+            .post(
+                &replica.base,
+                "/v1/memories/search",
+                json!({ "query": question(0), "k": 5 }),
+            )
+            .await?;
+        let answered = started.elapsed();
+        let keywords = state.memory.indexer().keyword().place();
+        servers.push(server);
+        states.push(state);
+        Some((serving, answered, keywords))
+    } else {
+        None
+    };
     let peer_down = match cluster.as_mut() {
         Some(cluster) => {
             eprintln!("killing the cluster's first peer…");
@@ -210,6 +204,21 @@ pub async fn run_replica_bench(
         Qdrant::Cluster { peers, .. } => format!("a Qdrant cluster of {peers} peers"),
     };
     write_table(out, replicas.len(), &qdrant, &lags, missed, &per_replica)?;
+    if let Some((count, indexed)) = seeded {
+        writeln!(
+            out,
+            "| {count} memories of {MEMORY_USERS} other users written to SQL, then in every replica's indexes | {:.1} s | | |",
+            indexed.as_secs_f64()
+        )?;
+    }
+    if let Some((serving, answered, keywords)) = newcomer {
+        writeln!(
+            out,
+            "| a new replica (fresh data directory, keyword search {keywords}): serving / first recall answered | {:.2} s | {:.2} s | |",
+            serving.as_secs_f64(),
+            answered.as_secs_f64()
+        )?;
+    }
     if let Some(mut times) = peer_down {
         times.sort_by(f64::total_cmp);
         writeln!(
@@ -223,6 +232,195 @@ pub async fn run_replica_bench(
     }
     Ok(())
 }
+
+/// Starts replica number `index` (from 0) with a data directory of its own: its address, its
+/// state and its HTTP server's task.
+async fn start_replica(
+    options: &ReplicaBenchOptions,
+    cluster: Option<&QdrantCluster>,
+    index: usize,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<(
+    Replica,
+    mnemo::http::AppState,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+)> {
+    let mut env: Vec<(String, String)> = vec![
+        ("MNEMO__DATABASE__URL".into(), options.database_url.clone()),
+        ("MNEMO__SERVER__REQUESTS_PER_MINUTE".into(), "0".into()),
+    ];
+    match (&options.qdrant, cluster) {
+        (Qdrant::Server(url), _) => env.extend([
+            ("MNEMO__QDRANT__URL".into(), url.clone()),
+            (
+                "MNEMO__QDRANT__COLLECTION".into(),
+                "mnemo_bench_replicas".into(),
+            ),
+        ]),
+        (Qdrant::Cluster { .. }, Some(cluster)) => {
+            // Each replica asks another peer first, as replicas listing them in one order
+            // would after their first peer failed.
+            let mut peers = cluster.grpc_urls();
+            let first = index % peers.len();
+            peers.rotate_left(first);
+            env.extend([
+                ("MNEMO__QDRANT__URL".into(), peers.join(",")),
+                (
+                    "MNEMO__QDRANT__COLLECTION".into(),
+                    "mnemo_bench_cluster".into(),
+                ),
+                (
+                    "MNEMO__QDRANT__SHARD_NUMBER".into(),
+                    peers.len().to_string(),
+                ),
+                ("MNEMO__QDRANT__REPLICATION_FACTOR".into(), "2".into()),
+            ]);
+        }
+        (Qdrant::Cluster { .. }, None) => bail!("the cluster did not start"),
+    }
+    let settings = scratch_settings(
+        &options.data_dir.join(format!("replica-{}", index + 1)),
+        options.model_dir.as_deref(),
+        env,
+    )?;
+    let listener = mnemo::startup::bind(&settings).await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let state = mnemo::startup::build_state(settings, shutdown.clone())
+        .await
+        .with_context(|| format!("starting replica {}", index + 1))?;
+    let server_state = state.clone();
+    let server = tokio::spawn(async move { mnemo::http::serve(listener, server_state).await });
+    Ok((Replica { base }, state, server))
+}
+
+/// Writes `count` memories of [`MEMORY_USERS`] new users straight to SQL (synthetic sentences
+/// and unit vectors, marked as the replicas' model's so nothing is re-embedded), as the history
+/// of a deployment, and waits until every replica's indexes hold them: how many, and how long
+/// from the first write until then.
+async fn seed(states: &[mnemo::http::AppState], count: usize) -> anyhow::Result<(usize, Duration)> {
+    let store = &states[0].store;
+    let model = states[0].memory.embedder().model_id().to_string();
+    let dimension = states[0].memory.embedder().dimension();
+    let run = uuid::Uuid::now_v7().simple().to_string()[24..].to_string();
+    let mut users = Vec::with_capacity(MEMORY_USERS);
+    for index in 0..MEMORY_USERS {
+        users.push(
+            store
+                .accounts()
+                .create_user(
+                    &format!("bench-history-{run}-{index}"),
+                    mnemo::store::UserKind::Key,
+                )
+                .await?
+                .id,
+        );
+    }
+    eprintln!("writing {count} memories of {MEMORY_USERS} users to SQL…");
+    let started = Instant::now();
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut written = 0;
+    while written < count {
+        let batch = SEED_BATCH.min(count - written);
+        let user = users[(written / SEED_BATCH) % MEMORY_USERS];
+        let memories = (0..batch)
+            .map(|_| {
+                let words: Vec<String> = (0..8 + next() % 10)
+                    .map(|_| {
+                        HISTORY_WORDS[(next() % HISTORY_WORDS.len() as u64) as usize].to_string()
+                    })
+                    .collect();
+                let mut vector: Vec<f32> = (0..dimension)
+                    .map(|_| (next() % 2001) as f32 / 1000.0 - 1.0)
+                    .collect();
+                let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+                vector.iter_mut().for_each(|x| *x /= norm);
+                (
+                    mnemo::store::NewMemory::from_user(
+                        mnemo::store::MemoryKind::Fact,
+                        format!("{}.", words.join(" ")),
+                        3,
+                    ),
+                    mnemo::store::Embedded {
+                        vector,
+                        model: model.clone(),
+                    },
+                )
+            })
+            .collect();
+        store.user(user).insert_memories(memories).await?;
+        written += batch;
+    }
+    eprintln!("waiting until every replica has indexed them…");
+    for state in states {
+        state.memory.indexer().notify();
+        if !state
+            .memory
+            .wait_recallable(Duration::from_secs(3600))
+            .await?
+        {
+            bail!("a replica did not index the memories within an hour");
+        }
+    }
+    Ok((count, started.elapsed()))
+}
+
+/// The words of the seeded history's sentences.
+const HISTORY_WORDS: [&str; 48] = [
+    "garden",
+    "tomatoes",
+    "planted",
+    "sister",
+    "visited",
+    "Lisbon",
+    "train",
+    "ticket",
+    "concert",
+    "violin",
+    "lesson",
+    "Tuesday",
+    "recipe",
+    "lentil",
+    "soup",
+    "marathon",
+    "training",
+    "knee",
+    "doctor",
+    "appointment",
+    "birthday",
+    "present",
+    "novel",
+    "chapter",
+    "finished",
+    "bicycle",
+    "repair",
+    "chain",
+    "holiday",
+    "Norway",
+    "fjord",
+    "camera",
+    "lens",
+    "photographs",
+    "project",
+    "deadline",
+    "meeting",
+    "colleague",
+    "apartment",
+    "rent",
+    "landlord",
+    "kitchen",
+    "painted",
+    "blue",
+    "puppy",
+    "walks",
+    "morning",
+    "coffee",
+];
 
 /// Writes `writes` memories round robin over the replicas, each looked for through the other
 /// replicas until it is recalled (at most `LAG_LIMIT`): the lags (ms, sorted) and how many

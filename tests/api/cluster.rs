@@ -194,14 +194,22 @@ async fn a_qdrant_peer_killed_mid_traffic_loses_no_acknowledged_memory() {
     let bases: Vec<String> = servers.iter().map(|server| server.base.clone()).collect();
     let client = reqwest::Client::new();
 
-    // The collection mnemo created is spread as configured.
+    // The collection mnemo created is spread as configured, with the keyword vectors beside
+    // the dense ones (keyword search runs on the cluster: no replica keeps an index).
     let collection = cluster
-        .get(1, "/collections/cluster_test_384_views")
+        .get(1, "/collections/cluster_test_384_views_bm25")
         .await
         .expect("the collection on the cluster");
     let params = &collection["result"]["config"]["params"];
     assert_eq!(params["shard_number"], json!(3), "{collection}");
     assert_eq!(params["replication_factor"], json!(2), "{collection}");
+    for view in ["own_bm25", "context_bm25"] {
+        assert_eq!(
+            params["sparse_vectors"][view]["modifier"],
+            json!("idf"),
+            "{collection}"
+        );
+    }
 
     let stop = Arc::new(AtomicBool::new(false));
     let answered = Arc::new(AtomicUsize::new(0));
@@ -297,5 +305,8 @@ async fn a_qdrant_peer_killed_mid_traffic_loses_no_acknowledged_memory() {
             written.len()
         )),
         "{report}"
-    );
+    ); // Neither replica keeps a keyword index of its own.
+    for replica in ["a", "b"] {
+        assert!(!dir.path().join(replica).join("keyword").exists());
+    }
 }

@@ -325,6 +325,14 @@ impl KeywordSearch {
             KeywordSearch::Beside(_) => None,
         }
     }
+
+    /// Where it runs, in a few words.
+    pub fn place(&self) -> &'static str {
+        match self {
+            KeywordSearch::Local(_) => "in the replica (tantivy)",
+            KeywordSearch::Beside(_) => "on the Qdrant server",
+        }
+    }
 }
 
 /// Tantivy index plus its writer and reader. Cheap to clone (shared state).

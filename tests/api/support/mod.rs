@@ -206,6 +206,15 @@ impl TestApp {
         Self::spawn_settings(test_settings(home, env)).await
     }
 
+    /// [`Self::spawn_with`] with owned values (built at run time).
+    pub async fn spawn_with_owned(home: &Home, env: Vec<(&str, String)>) -> Self {
+        let env: Vec<(&str, &str)> = env
+            .iter()
+            .map(|(name, value)| (*name, value.as_str()))
+            .collect();
+        Self::spawn_with(home, &env).await
+    }
+
     /// A test app whose LLM is `llm`, with extra environment.
     pub async fn spawn_with_llm(
         home: &Home,
@@ -327,6 +336,13 @@ impl TestApp {
             .await
             .expect("read the user")
             .expect("the user exists")
+    }
+
+    /// A new API key of the existing user called `name` (made by an earlier app on the same
+    /// home).
+    pub async fn key_of(&self, name: &str) -> String {
+        let user = self.user_named(name).await;
+        self.add_key(user.id).await
     }
 
     /// Stores each of `facts` as a fact of the user of `key` and waits until they are
@@ -601,7 +617,7 @@ impl TestApp {
     /// background tasks holding it can outlive `stop`; a test that drops its `Home` right after
     /// `stop` would otherwise delete the directory under that last flush.
     pub async fn stop_and_release(self) {
-        let indexer = std::sync::Arc::downgrade(self.state.memory.indexer());
+        let indexer = std::sync::Arc::downgrade(&self.state.memory.indexer());
         self.stop().await;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         while indexer.strong_count() > 0 {
