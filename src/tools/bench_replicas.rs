@@ -204,21 +204,6 @@ pub async fn run_replica_bench(
         Qdrant::Cluster { peers, .. } => format!("a Qdrant cluster of {peers} peers"),
     };
     write_table(out, replicas.len(), &qdrant, &lags, missed, &per_replica)?;
-    if let Some((count, indexed)) = seeded {
-        writeln!(
-            out,
-            "| {count} memories of {MEMORY_USERS} other users written to SQL, then in every replica's indexes | {:.1} s | | |",
-            indexed.as_secs_f64()
-        )?;
-    }
-    if let Some((serving, answered, keywords)) = newcomer {
-        writeln!(
-            out,
-            "| a new replica (fresh data directory, keyword search {keywords}): serving / first recall answered | {:.2} s | {:.2} s | |",
-            serving.as_secs_f64(),
-            answered.as_secs_f64()
-        )?;
-    }
     if let Some(mut times) = peer_down {
         times.sort_by(f64::total_cmp);
         writeln!(
@@ -228,6 +213,21 @@ pub async fn run_replica_bench(
             percentile(&times, 0.5),
             percentile(&times, 0.99),
             times.last().copied().unwrap_or(0.0),
+        )?;
+    }
+    if let Some((count, indexed)) = seeded {
+        writeln!(
+            out,
+            "\n{count} memories of {MEMORY_USERS} other users written to SQL: in every replica's indexes {:.1} s after the first write.",
+            indexed.as_secs_f64()
+        )?;
+    }
+    if let Some((serving, answered, keywords)) = newcomer {
+        writeln!(
+            out,
+            "A new replica on a fresh data directory (keyword search {keywords}): serving {:.2} s after its start, first recall answered at {:.2} s.",
+            serving.as_secs_f64(),
+            answered.as_secs_f64()
         )?;
     }
     Ok(())
