@@ -200,6 +200,8 @@ async fn a_deployment_moves_its_keyword_search_to_the_server_in_the_background()
                 // Any lag is filled in the background (by default up to 10,000 log entries
                 // are filled before the replica answers).
                 ("MNEMO__QDRANT__KEYWORDS_FILL_INLINE", "0".to_string()),
+                // Questions are asked as fast as answered, for as long as the move takes.
+                ("MNEMO__SERVER__REQUESTS_PER_MINUTE", "0".to_string()),
             ],
         )
     };

@@ -1151,6 +1151,8 @@ async fn isolation_at_scale(backend: Backend, scale: Scale) {
             }
         }
     }
+    // The serving indexer is an owned handle: let it go before the app stops.
+    drop(indexer);
 
     // The query plan: per user, its own canary and one of its own contents in every mode,
     // then other users' canaries and contents, cycling through the modes.
