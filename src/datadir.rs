@@ -176,6 +176,7 @@ impl DataDirLock {
         }
     }
 
+    #[cfg(test)]
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -8,7 +8,7 @@
 //! - `startup`   builds `AppState` from settings; `serve(listener, state)` with ordered shutdown
 //! - `http`      router, `ApiError`, extractors, SSE, one file per resource, OpenAPI and /docs
 //! - `auth`      API keys, JWT, passwords and browser sessions, the `AuthUser` that alone yields a `UserId`
-//! - `index`     derived indexes: vector (Qdrant Edge / server), keyword (tantivy), indexer, RRF
+//! - `index`     derived indexes: vector (Qdrant Edge / server), keyword (tantivy), indexer, decay
 //! - `llm`       embedders (local BERT on our encoder, OpenAI-compatible)
 //! - `memory`    episodic memory: writes, hybrid recall (RRF + decay), export/import, decay job
 //! - `research`  deep research: the request, the workflow (brief → supervisor → researchers → report)

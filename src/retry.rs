@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use backon::{BackoffBuilder as _, ExponentialBuilder, Retryable as _};
+use backon::{ExponentialBuilder, Retryable as _};
 
 /// The longest wait a server's `Retry-After` may impose on one retry; a longer request is cut
 /// to this.
@@ -76,7 +76,9 @@ impl RetryPolicy {
 
     /// The waits this policy would take, in order, when the server asks for none (for the
     /// tests and the docs; every call draws its own jitter).
+    #[cfg(test)]
     pub fn waits(&self) -> Vec<Duration> {
+        use backon::BackoffBuilder as _;
         self.backoff().build().collect()
     }
 

@@ -339,14 +339,6 @@ async fn keywords_to_fill(
     Ok(behind > settings.qdrant.keywords_fill_inline && older > filled)
 }
 
-/// [`open_indexes_at`] where the settings put keyword search.
-pub async fn open_indexes(
-    settings: &Settings,
-    dimension: usize,
-) -> Result<(Arc<dyn VectorIndex>, KeywordSearch, VectorWatermark), IndexError> {
-    open_indexes_at(settings, dimension, settings.qdrant.keywords).await
-}
-
 /// The vector index and keyword search the settings name, for vectors of `dimension`: Qdrant
 /// Edge and tantivy in the data directory, or a Qdrant server's collection with tantivy in the
 /// data directory or keyword vectors beside the dense ones (`place`); and where the vector

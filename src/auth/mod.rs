@@ -13,7 +13,6 @@ pub mod session;
 
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
 use secrecy::SecretString;
 
 use crate::error::{ErrorKind, HasKind};
@@ -141,7 +140,6 @@ pub struct Credentials<'a> {
 /// A sign-in that succeeded: the user, whose `session` holds the new token for the cookie.
 pub struct SignedIn {
     pub user: AuthUser,
-    pub expires_at: DateTime<Utc>,
 }
 
 /// How a local credential starts: `mnemo-local.<secret>.<user name>`.
@@ -357,10 +355,7 @@ impl Authenticator {
             token: SecretString::from(new.token),
             hash: new.hash,
         });
-        Ok(SignedIn {
-            user: signed_in,
-            expires_at: new.expires_at,
-        })
+        Ok(SignedIn { user: signed_in })
     }
 }
 

@@ -368,16 +368,6 @@ impl QdrantServerIndex {
         }
     }
 
-    /// Collection name.
-    pub fn collection(&self) -> &str {
-        &self.collection
-    }
-
-    /// Vector dimension of the collection.
-    pub fn dimension(&self) -> usize {
-        self.dimension
-    }
-
     async fn ensure_collection(&self, layout: CollectionLayout) -> Result<(), IndexError> {
         if !self.collection_exists("check collection").await? {
             let mut create = CreateCollectionBuilder::new(self.collection.clone())

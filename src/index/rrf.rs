@@ -1,38 +1,7 @@
-//! Pure ranking helpers for hybrid retrieval: reciprocal rank fusion of
-//! several ranked id lists, and the time-decay factor applied to memories
-//! that have not been accessed for a while. No I/O, no allocation beyond the
-//! returned vectors.
-
-use std::collections::HashMap;
-
-use crate::store::MemoryId;
+//! Pure ranking helper for hybrid retrieval: the time-decay factor applied to memories that
+//! have not been accessed for a while. No I/O, no allocation.
 
 const MS_PER_DAY: f64 = 86_400_000.0;
-
-/// Fuses ranked lists with reciprocal rank fusion (Cormack et al., 2009).
-///
-/// Each list contributes `1 / (k + rank)` to an id, with `rank` starting at 1.
-/// An id repeated inside one list only counts at its best (first) rank. A
-/// negative or NaN `k` is treated as 0. The result is sorted by descending
-/// fused score; equal scores are ordered by ascending id so the output is
-/// deterministic.
-pub fn reciprocal_rank_fusion(lists: &[&[MemoryId]], k: f64) -> Vec<(MemoryId, f64)> {
-    let k = if k.is_nan() { 0.0 } else { k.max(0.0) };
-    let mut scores: HashMap<MemoryId, f64> = HashMap::new();
-    for list in lists {
-        let mut seen = std::collections::HashSet::with_capacity(list.len());
-        for (position, id) in list.iter().enumerate() {
-            if !seen.insert(*id) {
-                continue;
-            }
-            let rank = position as f64 + 1.0;
-            *scores.entry(*id).or_insert(0.0) += 1.0 / (k + rank);
-        }
-    }
-    let mut fused: Vec<(MemoryId, f64)> = scores.into_iter().collect();
-    fused.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    fused
-}
 
 /// Multiplier in `[floor, 1.0]` that down-weights memories not accessed recently.
 ///
@@ -72,71 +41,6 @@ pub fn decay_factor(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn id(n: u128) -> MemoryId {
-        MemoryId::from_uuid(uuid::Uuid::from_u128(n))
-    }
-
-    #[test]
-    fn rrf_table() {
-        let k = 60.0;
-        let r = |rank: f64| 1.0 / (k + rank);
-        struct Case {
-            name: &'static str,
-            lists: Vec<Vec<MemoryId>>,
-            expected: Vec<(MemoryId, f64)>,
-        }
-        let cases = vec![
-            Case {
-                name: "no lists",
-                lists: vec![],
-                expected: vec![],
-            },
-            Case {
-                name: "single list keeps order",
-                lists: vec![vec![id(3), id(1), id(2)]],
-                expected: vec![(id(3), r(1.0)), (id(1), r(2.0)), (id(2), r(3.0))],
-            },
-            Case {
-                name: "item in both lists wins",
-                lists: vec![vec![id(1), id(2)], vec![id(2), id(3)]],
-                expected: vec![(id(2), r(2.0) + r(1.0)), (id(1), r(1.0)), (id(3), r(2.0))],
-            },
-            Case {
-                name: "ties broken by ascending id",
-                lists: vec![vec![id(9), id(5)], vec![id(5), id(9)]],
-                expected: vec![(id(5), r(1.0) + r(2.0)), (id(9), r(1.0) + r(2.0))],
-            },
-            Case {
-                name: "duplicate inside a list counts once at best rank",
-                lists: vec![vec![id(1), id(1), id(2)]],
-                expected: vec![(id(1), r(1.0)), (id(2), r(3.0))],
-            },
-            Case {
-                name: "empty list contributes nothing",
-                lists: vec![vec![], vec![id(4)]],
-                expected: vec![(id(4), r(1.0))],
-            },
-        ];
-        for case in cases {
-            let slices: Vec<&[MemoryId]> = case.lists.iter().map(Vec::as_slice).collect();
-            let got = reciprocal_rank_fusion(&slices, k);
-            assert_eq!(got.len(), case.expected.len(), "{}", case.name);
-            for ((gid, gs), (eid, es)) in got.iter().zip(&case.expected) {
-                assert_eq!(gid, eid, "{}", case.name);
-                assert!((gs - es).abs() < 1e-12, "{}: {gs} vs {es}", case.name);
-            }
-        }
-    }
-
-    #[test]
-    fn rrf_negative_k_is_zero() {
-        let lists: [&[MemoryId]; 1] = [&[id(1), id(2)]];
-        let got = reciprocal_rank_fusion(&lists, -5.0);
-        assert_eq!(got, vec![(id(1), 1.0), (id(2), 0.5)]);
-        let got = reciprocal_rank_fusion(&lists, f64::NAN);
-        assert_eq!(got, vec![(id(1), 1.0), (id(2), 0.5)]);
-    }
 
     #[test]
     fn decay_table() {

@@ -33,6 +33,7 @@ pub enum IndexError {
 
 impl IndexError {
     /// Stable, lowercase name of the variant, for metrics.
+    #[cfg(test)]
     pub fn label(&self) -> &'static str {
         match self {
             IndexError::Unavailable(_) => "unavailable",

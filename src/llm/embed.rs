@@ -43,6 +43,7 @@ pub enum EmbedError {
 
 impl EmbedError {
     /// Stable, lowercase name of the variant, for metrics.
+    #[cfg(test)]
     pub fn label(&self) -> &'static str {
         match self {
             EmbedError::Unavailable(_) => "unavailable",
@@ -178,7 +179,8 @@ struct LocalModel {
     /// The model's threads (`embedder.threads`).
     pool: rayon::ThreadPool,
     threads: usize,
-    /// The arithmetic of the products in effect.
+    /// The arithmetic of the products in effect (read by the tests).
+    #[cfg(test)]
     precision: mnemo_encoder::Precision,
     /// The forward pass's buffers, kept between batches (a batch that finds them taken, by
     /// the other lane's, uses its own).
@@ -366,6 +368,7 @@ impl LocalEmbedder {
                 tokenizer: loaded.tokenizer,
                 pool,
                 threads,
+                #[cfg(test)]
                 precision,
                 workspace: std::sync::Mutex::default(),
                 pooling: options.pooling.unwrap_or(loaded.pooling),
@@ -478,16 +481,19 @@ impl LocalEmbedder {
 
     /// The arithmetic of the model's products in effect (`auto` resolved to what this CPU
     /// has; `bf16` or `int8` asked for on a CPU without what it needs runs in `f32`).
+    #[cfg(test)]
     pub fn precision(&self) -> mnemo_encoder::Precision {
         self.inner.precision
     }
 
     /// Pooling mode read from the model directory.
+    #[cfg(test)]
     pub fn pooling(&self) -> Pooling {
         self.inner.pooling
     }
 
     /// Token limit per text; longer texts are truncated.
+    #[cfg(test)]
     pub fn max_seq_len(&self) -> usize {
         self.inner.max_seq_len
     }
@@ -500,6 +506,7 @@ impl LocalEmbedder {
     /// The arithmetic of one short search query: 8 bits where `auto` runs batches in
     /// bfloat16 (one short text reads every weight once, and 8-bit weights are half the
     /// bytes), else [`Self::precision`]. Stored texts always run in [`Self::precision`].
+    #[cfg(test)]
     pub fn short_query_precision(&self) -> mnemo_encoder::Precision {
         self.inner.encoder.short_text_precision()
     }

@@ -104,6 +104,7 @@ impl Prompt {
     }
 
     /// The raw template text.
+    #[cfg(test)]
     pub fn text(self) -> &'static str {
         self.source()
     }

@@ -170,6 +170,7 @@ pub struct Lists<'a> {
 
 impl<'a> Lists<'a> {
     /// The own views' lists only.
+    #[cfg(test)]
     pub fn own(vector: &'a [(MemoryId, f32)], keyword: &'a [(MemoryId, f32)]) -> Self {
         Self {
             vector,
@@ -189,6 +190,7 @@ impl<'a> Lists<'a> {
 }
 
 /// Fuses the own views' two lists by Reciprocal Rank Fusion with constant `rrf_k`.
+#[cfg(test)]
 pub fn fuse(
     vector_hits: &[(MemoryId, f32)],
     keyword_hits: &[(MemoryId, f32)],
@@ -488,6 +490,7 @@ where
 }
 
 /// [`fuse`] then [`select`] over rows already read (tests and one-shot callers).
+#[cfg(test)]
 pub fn rank(
     vector_hits: &[(MemoryId, f32)],
     keyword_hits: &[(MemoryId, f32)],

@@ -13,6 +13,7 @@ pub struct Span {
 }
 
 impl Span {
+    #[cfg(test)]
     pub fn contains(&self, time: DateTime<Utc>) -> bool {
         self.start <= time && time < self.end
     }

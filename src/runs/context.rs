@@ -328,11 +328,6 @@ impl RunContext {
                 && self.overrun.get().is_none()
     }
 
-    /// Cancelled when the user cancels the run, nobody follows it, or the server shuts down.
-    pub fn cancellation(&self) -> &CancellationToken {
-        &self.cancel
-    }
-
     pub fn thread_id(&self) -> Option<ThreadId> {
         self.run.thread_id
     }

@@ -77,11 +77,6 @@ pub struct UserScope<'a> {
 }
 
 impl UserScope<'_> {
-    /// Whose data this is.
-    pub fn id(&self) -> UserId {
-        self.user
-    }
-
     /// For each of the user's turn memories among `ids`, the turns just before and after it.
     pub async fn turn_neighbours(
         &self,

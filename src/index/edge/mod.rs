@@ -211,16 +211,6 @@ impl EdgeVectorIndex {
         })
     }
 
-    /// Dimension the shard was opened with.
-    pub fn dimension(&self) -> usize {
-        self.inner.dimension
-    }
-
-    /// Directory holding the shared shard (tenant shards are below it).
-    pub fn path(&self) -> &Path {
-        &self.inner.path
-    }
-
     /// From the next optimisation on, users with at least `points` points in the shared shard
     /// move to a shard of their own (default [`DEFAULT_TENANT_SHARD_POINTS`]); 0 moves nobody.
     /// Users who already moved stay where they are.
@@ -231,6 +221,7 @@ impl EdgeVectorIndex {
     }
 
     /// The ids of the users with a shard of their own.
+    #[cfg(test)]
     pub fn tenant_shard_users(&self) -> Vec<uuid::Uuid> {
         let mut users: Vec<Tenant> = self.inner.tenants().keys().copied().collect();
         users.sort();

@@ -112,6 +112,7 @@ impl Default for AverageLengths {
 
 impl AverageLengths {
     /// The averages of `lengths` (1 for a field no text has terms in).
+    #[cfg(test)]
     pub fn of(lengths: impl IntoIterator<Item = FieldLengths>) -> Self {
         let (mut count, mut words, mut han) = (0u64, 0u64, 0u64);
         for length in lengths {
@@ -141,6 +142,7 @@ pub struct AnalysedText {
 }
 
 impl AnalysedText {
+    #[cfg(test)]
     pub fn lengths(&self) -> FieldLengths {
         self.lengths
     }
@@ -212,6 +214,7 @@ impl SparseAnalyzer {
 
     /// The query vector of `query`: its words, weighed as the keyword index weighs them.
     /// Empty for a query of question words only.
+    #[cfg(test)]
     pub fn query(&self, query: &str) -> SparseVector {
         query_vector(&self.query_words(query))
     }

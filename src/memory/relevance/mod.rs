@@ -256,14 +256,6 @@ impl Relevance {
         }))
     }
 
-    pub fn model_id(&self) -> &str {
-        &self.model_id
-    }
-
-    pub fn calibration(&self) -> &Calibration {
-        &self.calibration
-    }
-
     /// The background of a text's script and the model's spread there.
     fn background(&self, text: &str) -> (&[Vec<f32>], f64) {
         match Script::of(text) {

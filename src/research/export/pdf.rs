@@ -103,12 +103,6 @@ impl Fonts {
         }
     }
 
-    /// What `/health` and the docs show: the font files that will be used.
-    pub fn describe(&self) -> (Option<String>, Option<String>) {
-        let show = |path: &Option<PathBuf>| path.as_ref().map(|p| p.display().to_string());
-        (show(&self.latin), show(&self.cjk))
-    }
-
     /// The font for a document: a CJK one when it needs one.
     fn pick(&self, needs_cjk: bool) -> Result<Font, FontError> {
         let path = if needs_cjk {

@@ -128,6 +128,7 @@ const BLOCKS: &[&str] = &[
 const MAIN_SHARE: f64 = 0.3;
 
 /// Extracts the title and the readable text of an HTML page.
+#[cfg(test)]
 pub fn html_to_text(html: &str) -> Extracted {
     html_within(html, &Budget::default()).unwrap_or_else(|_| Extracted {
         title: None,
