@@ -68,7 +68,7 @@ text_enum! {
 
 impl ModelRole {
     /// `max_tokens` of the role when the configuration sets none.
-    pub fn default_max_tokens(self) -> u32 {
+    pub(crate) fn default_max_tokens(self) -> u32 {
         match self {
             ModelRole::Chat => 2048,
             ModelRole::Research => 4096,
@@ -89,7 +89,7 @@ pub struct Price {
 }
 
 /// Users with at least this many memories get a Qdrant Edge shard of their own.
-pub const DEFAULT_TENANT_SHARD_POINTS: u64 = 20_000;
+pub(crate) const DEFAULT_TENANT_SHARD_POINTS: u64 = 20_000;
 
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
@@ -214,7 +214,7 @@ pub struct LlmSettings {
 impl LlmSettings {
     /// Where a role's model is served and with what limits: its own settings over the
     /// defaults; `None` when the role has no endpoint or no model.
-    pub fn role_endpoint(&self, role: ModelRole) -> Option<RoleEndpoint> {
+    pub(crate) fn role_endpoint(&self, role: ModelRole) -> Option<RoleEndpoint> {
         let llm = self;
         let nonempty = |value: &Option<String>| {
             value
@@ -296,7 +296,7 @@ pub struct RoleSettings {
 
 /// One role's model, resolved from its own settings and the defaults.
 #[derive(Debug, Clone)]
-pub struct RoleEndpoint {
+pub(crate) struct RoleEndpoint {
     pub base_url: String,
     pub api_key: Option<SecretString>,
     pub model: String,
@@ -554,7 +554,7 @@ pub struct QdrantSettings {
 
 impl QdrantSettings {
     /// The peers `url` names (one for a single server), without blanks.
-    pub fn urls(&self) -> Vec<&str> {
+    pub(crate) fn urls(&self) -> Vec<&str> {
         self.url
             .as_deref()
             .unwrap_or_default()
@@ -885,11 +885,11 @@ pub struct ServerSettings {
 }
 
 /// Largest `max_tokens` (completion tokens of one call) a role may be given.
-pub const MAX_COMPLETION_TOKENS: u32 = 131_072;
+pub(crate) const MAX_COMPLETION_TOKENS: u32 = 131_072;
 
 impl ServerSettings {
     /// Whether `name` is one of `admin_users`.
-    pub fn is_admin(&self, name: &str) -> bool {
+    pub(crate) fn is_admin(&self, name: &str) -> bool {
         self.admin_users
             .split(',')
             .map(str::trim)
@@ -1310,7 +1310,7 @@ impl Settings {
     }
 
     /// The listen address, parsed.
-    pub fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {
+    pub(crate) fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {
         self.server.addr.parse().map_err(|_| {
             ConfigError::Invalid(format!(
                 "server.addr {:?} is not HOST:PORT with a numeric host",

@@ -33,11 +33,11 @@ fn make_private_dir(dir: &Path) -> std::io::Result<()> {
 }
 
 /// The lock file's name inside the data directory.
-pub const LOCK_FILE: &str = "mnemo.lock";
+pub(crate) const LOCK_FILE: &str = "mnemo.lock";
 
 /// The file naming the replica id of the process holding the data directory (see
 /// [`DataDirLock::swap_replica`]).
-pub const REPLICA_FILE: &str = "replica.id";
+pub(crate) const REPLICA_FILE: &str = "replica.id";
 
 /// What the holder of a data directory says about itself.
 #[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -72,7 +72,7 @@ impl std::fmt::Debug for Holder {
 
 impl Holder {
     /// One line for messages: `pid 4242 (mnemo serve, listening on 127.0.0.1:8080, since …)`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let mut text = format!("pid {} ({}", self.pid, self.command);
         if let Some(address) = &self.address {
             text.push_str(&format!(", listening on http://{address}"));
@@ -158,7 +158,7 @@ impl DataDirLock {
     }
 
     /// Records the address a server listens on and its local credential's secret.
-    pub fn publish(&self, address: &str, local_token: &str) -> std::io::Result<()> {
+    pub(crate) fn publish(&self, address: &str, local_token: &str) -> std::io::Result<()> {
         {
             let mut holder = self.holder.lock();
             holder.address = Some(address.to_string());
@@ -177,14 +177,14 @@ impl DataDirLock {
     }
 
     #[cfg(test)]
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// Records `replica` as this process's replica id and returns the id the previous holder
     /// recorded: that process is gone (we hold its lock), so the runs it owned can be taken
     /// over at once. `None` when there was none or the file does not hold an id.
-    pub fn swap_replica(&self, replica: uuid::Uuid) -> std::io::Result<Option<uuid::Uuid>> {
+    pub(crate) fn swap_replica(&self, replica: uuid::Uuid) -> std::io::Result<Option<uuid::Uuid>> {
         let dir = self.path.parent().unwrap_or_else(|| Path::new("."));
         let path = dir.join(REPLICA_FILE);
         let previous = match std::fs::read_to_string(&path) {

@@ -40,7 +40,7 @@ use crate::store::{
 use crate::text::extract::{self, ExtractError};
 
 /// Extracted text above this is refused rather than embedded for minutes.
-pub const MAX_DOCUMENT_CHARS: usize = 2_000_000;
+pub(crate) const MAX_DOCUMENT_CHARS: usize = 2_000_000;
 /// Chunks embedded and written per memory transaction.
 const CHUNKS_PER_BATCH: usize = 32;
 /// Titles are cut to this many characters.
@@ -129,7 +129,7 @@ pub struct IngestedDocument {
 }
 
 /// The content hash of a document: sha256 of its bytes, lowercase hex (as `sha256sum`).
-pub fn content_hash(bytes: &[u8]) -> String {
+pub(crate) fn content_hash(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
@@ -476,7 +476,7 @@ fn chunk_memory(document: DocumentId, index: usize, text: &str) -> NewMemory {
 }
 
 /// Newest first, before an optional cursor.
-pub async fn list(
+pub(crate) async fn list(
     memory: &MemoryEngine,
     user: UserId,
     limit: i64,
@@ -491,7 +491,7 @@ pub async fn list(
 
 /// One chunk of a document: its number (from 0), the memory that holds it, its text.
 #[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
-pub struct DocumentChunk {
+pub(crate) struct DocumentChunk {
     pub n: usize,
     #[schema(value_type = String, format = Uuid)]
     pub memory_id: MemoryId,
@@ -499,7 +499,7 @@ pub struct DocumentChunk {
 }
 
 /// A document with its chunks in order. Another user's document is `NotFound`.
-pub async fn get(
+pub(crate) async fn get(
     memory: &MemoryEngine,
     user: UserId,
     id: DocumentId,
@@ -526,7 +526,7 @@ pub async fn get(
 
 /// Deletes a document and its chunk memories (from SQL and, through the memory log, from both
 /// indexes); returns how many chunks went. Another user's document is `NotFound`.
-pub async fn delete(
+pub(crate) async fn delete(
     memory: &MemoryEngine,
     user: UserId,
     id: DocumentId,
@@ -541,7 +541,7 @@ pub async fn delete(
 }
 
 /// The media type without parameters, lowercased (`text/HTML; charset=utf-8` → `text/html`).
-pub fn essence(content_type: &str) -> String {
+pub(crate) fn essence(content_type: &str) -> String {
     content_type
         .split(';')
         .next()
@@ -657,7 +657,7 @@ impl Corpus for DocumentCorpus {
 }
 
 /// The document and chunk a chunk memory's `source_refs` name (`doc:<id>`, `doc:<id>#<n>`).
-pub fn chunk_reference(source_refs: &[String]) -> Option<(DocumentId, Option<usize>)> {
+pub(crate) fn chunk_reference(source_refs: &[String]) -> Option<(DocumentId, Option<usize>)> {
     let mut document = None;
     let mut chunk = None;
     for reference in source_refs {

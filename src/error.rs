@@ -32,7 +32,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Whether trying the same thing again later may succeed.
-    pub fn retryable(self) -> bool {
+    pub(crate) fn retryable(self) -> bool {
         matches!(
             self,
             ErrorKind::RateLimited | ErrorKind::Busy | ErrorKind::Timeout | ErrorKind::Unavailable
@@ -40,7 +40,7 @@ impl ErrorKind {
     }
 
     /// The stable lowercase name used in API error bodies.
-    pub fn code(self) -> &'static str {
+    pub(crate) fn code(self) -> &'static str {
         match self {
             ErrorKind::BadRequest => "bad_request",
             ErrorKind::Unauthenticated => "unauthenticated",
@@ -72,7 +72,7 @@ impl ErrorKind {
     /// What a client may be told of an error of this kind: the error's own message for the
     /// client's mistakes, a fixed text for the server's faults, whose messages can name
     /// database or backend details.
-    pub fn public_message(self, message: &str) -> String {
+    pub(crate) fn public_message(self, message: &str) -> String {
         match self {
             ErrorKind::Unavailable => "a backend is unavailable, try again later".to_string(),
             ErrorKind::Busy => "the server is busy, try again in a moment".to_string(),
@@ -85,7 +85,7 @@ impl ErrorKind {
 
 /// [`ErrorKind::public_message`] of `error`; a server fault is logged with its real message,
 /// which the client does not see.
-pub fn public_message<E: HasKind + std::fmt::Display>(error: &E) -> String {
+pub(crate) fn public_message<E: HasKind + std::fmt::Display>(error: &E) -> String {
     let kind = error.kind();
     let public = kind.public_message(&error.to_string());
     if matches!(

@@ -20,17 +20,17 @@
 //! - `agent`     what executes runs: the chat turn (tool loop over memory tools)
 //! - `store`     the `Store` trait (SQL source of truth), SQLite and PostgreSQL implementations
 
-pub mod agent;
+pub(crate) mod agent;
 pub mod auth;
 pub mod config;
 pub mod datadir;
 pub mod documents;
-pub mod enums;
+pub(crate) mod enums;
 pub mod error;
 pub mod http;
 pub mod index;
 pub mod llm;
-pub mod mcp;
+pub(crate) mod mcp;
 pub mod memory;
 pub mod research;
 pub mod retry;

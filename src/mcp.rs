@@ -38,7 +38,7 @@ const REMEMBERED_WAIT: Duration = Duration::from_secs(30);
 
 /// The MCP tool server; one per MCP session, all sharing the engines.
 #[derive(Clone)]
-pub struct McpServer {
+pub(crate) struct McpServer {
     memory: Arc<MemoryEngine>,
     research: Arc<ResearchService>,
     runs: Arc<RunHub>,
@@ -48,7 +48,7 @@ pub struct McpServer {
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[schemars(crate = "rmcp::schemars")]
-pub struct RecallArgs {
+pub(crate) struct RecallArgs {
     /// What to look for, in the user's words or yours.
     pub query: String,
     /// How many memories at most (1–20, default 5).
@@ -57,7 +57,7 @@ pub struct RecallArgs {
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[schemars(crate = "rmcp::schemars")]
-pub struct RememberArgs {
+pub(crate) struct RememberArgs {
     /// One short, self-contained statement about the user, e.g. "Ana is allergic to peanuts".
     pub content: String,
     /// preference, fact (default) or event.
@@ -68,14 +68,14 @@ pub struct RememberArgs {
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[schemars(crate = "rmcp::schemars")]
-pub struct ForgetArgs {
+pub(crate) struct ForgetArgs {
     /// A description of what to forget; the memories that match it are deleted.
     pub query: String,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[schemars(crate = "rmcp::schemars")]
-pub struct ListArgs {
+pub(crate) struct ListArgs {
     /// Only this kind: turn, preference, fact, event, conclusion, profile or document.
     pub kind: Option<String>,
     /// How many, newest first (1–100, default 20).
@@ -84,14 +84,14 @@ pub struct ListArgs {
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[schemars(crate = "rmcp::schemars")]
-pub struct HistoryArgs {
+pub(crate) struct HistoryArgs {
     /// The memory's id (as `recall_memory` or `list_memories` give it).
     pub id: String,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[schemars(crate = "rmcp::schemars")]
-pub struct ResearchArgs {
+pub(crate) struct ResearchArgs {
     /// The research question, self-contained.
     pub query: String,
     /// Where to search: "local" (the user's own documents) or a configured web search
@@ -136,7 +136,7 @@ fn kind_named(name: Option<&str>) -> Result<Option<MemoryKind>, String> {
 
 #[tool_router]
 impl McpServer {
-    pub fn new(
+    pub(crate) fn new(
         memory: Arc<MemoryEngine>,
         research: Arc<ResearchService>,
         runs: Arc<RunHub>,

@@ -12,11 +12,11 @@ use backon::{ExponentialBuilder, Retryable as _};
 
 /// The longest wait a server's `Retry-After` may impose on one retry; a longer request is cut
 /// to this.
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
+pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
 
 /// The wait a server asked for in its `Retry-After` header (seconds; at most an hour is
 /// read, and [`RetryPolicy::run`] cuts it further to [`MAX_RETRY_AFTER`]).
-pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let value = headers
         .get(reqwest::header::RETRY_AFTER)?
         .to_str()
@@ -28,7 +28,7 @@ pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
 
 /// What a failed call says about trying again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Attempt {
+pub(crate) enum Attempt {
     /// Not passing (a refusal, a bad request, a parse error): fail now.
     Final,
     /// Passing (a rate limit, a server error, a timeout): try again after the policy's wait,
@@ -38,7 +38,7 @@ pub enum Attempt {
 
 impl Attempt {
     /// `Again` without a wait asked for when `passing`, else `Final`.
-    pub fn passing(passing: bool) -> Self {
+    pub(crate) fn passing(passing: bool) -> Self {
         if passing {
             Attempt::Again { after: None }
         } else {
@@ -70,14 +70,14 @@ impl RetryPolicy {
     }
 
     /// One attempt only.
-    pub const fn never() -> Self {
+    pub(crate) const fn never() -> Self {
         Self::new(0, Duration::ZERO)
     }
 
     /// The waits this policy would take, in order, when the server asks for none (for the
     /// tests and the docs; every call draws its own jitter).
     #[cfg(test)]
-    pub fn waits(&self) -> Vec<Duration> {
+    pub(crate) fn waits(&self) -> Vec<Duration> {
         use backon::BackoffBuilder as _;
         self.backoff().build().collect()
     }
@@ -94,7 +94,7 @@ impl RetryPolicy {
     /// Runs `call` until it succeeds, fails in a way `classify` calls final, or the retries
     /// are spent; the last error is returned. Each retry is logged with `what` (never with
     /// the error's payload beyond its message).
-    pub async fn run<T, E, F, Fut>(
+    pub(crate) async fn run<T, E, F, Fut>(
         &self,
         what: &str,
         call: F,

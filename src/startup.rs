@@ -60,7 +60,7 @@ const LATENCY_BUCKETS: &[f64] = &[
 ];
 
 /// The process-wide Prometheus recorder (metrics macros use one global recorder).
-pub fn metrics_handle() -> PrometheusHandle {
+pub(crate) fn metrics_handle() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
@@ -343,7 +343,7 @@ async fn keywords_to_fill(
 /// Edge and tantivy in the data directory, or a Qdrant server's collection with tantivy in the
 /// data directory or keyword vectors beside the dense ones (`place`); and where the vector
 /// index records what it has applied of the memory log.
-pub async fn open_indexes_at(
+pub(crate) async fn open_indexes_at(
     settings: &Settings,
     dimension: usize,
     place: KeywordPlace,

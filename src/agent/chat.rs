@@ -40,7 +40,7 @@ use crate::store::{
 
 /// What a chat turn needs.
 #[derive(Clone)]
-pub struct ChatDeps {
+pub(crate) struct ChatDeps {
     pub store: Arc<dyn Store>,
     pub memory: Arc<MemoryEngine>,
     pub models: Models,
@@ -54,7 +54,7 @@ pub struct ChatDeps {
     pub memory_on: bool,
 }
 
-pub use crate::store::MAX_MESSAGE_CHARS;
+pub(crate) use crate::store::MAX_MESSAGE_CHARS;
 
 /// Why a turn could not start.
 #[derive(Debug, thiserror::Error)]
@@ -93,7 +93,7 @@ impl HasKind for ChatError {
 /// are offered to the model beside mnemo's, and a call to one of them ends the turn: the call
 /// goes back to the client unchanged, as a `tool_call` event marked `"client": true`.
 #[derive(Clone, Default)]
-pub struct ClientConversation {
+pub(crate) struct ClientConversation {
     pub messages: Vec<ChatMessage>,
     pub tools: Vec<ToolSpec>,
     /// The model the client asked for; `None` is the chat role's.
@@ -103,7 +103,7 @@ pub struct ClientConversation {
 impl ClientConversation {
     /// The client's newest message, when it is the user's (a new turn); `None` when the
     /// conversation ends with tool results or an assistant message (the turn goes on).
-    pub fn new_user_message(&self) -> Option<&str> {
+    pub(crate) fn new_user_message(&self) -> Option<&str> {
         self.messages
             .last()
             .filter(|message| message.role == ChatRole::User)
@@ -112,7 +112,7 @@ impl ClientConversation {
 }
 
 /// The names of mnemo's own tools, which a client may not define.
-pub const SERVER_TOOLS: [&str; 4] = ["recall_memory", "remember", "forget", "deep_research"];
+pub(crate) const SERVER_TOOLS: [&str; 4] = ["recall_memory", "remember", "forget", "deep_research"];
 
 /// Starts chat turns: the one path every surface (the HTTP API, the benchmarks) takes to
 /// store the user's message, run the turn and queue its memory work.
@@ -123,7 +123,7 @@ pub struct ChatService {
 }
 
 impl ChatService {
-    pub fn new(deps: ChatDeps, runs: Arc<RunHub>) -> Self {
+    pub(crate) fn new(deps: ChatDeps, runs: Arc<RunHub>) -> Self {
         Self { deps, runs }
     }
 
@@ -146,7 +146,7 @@ impl ChatService {
     /// request's run instead of storing anything again), the configured model to answer with
     /// (any role's, as [`Models::names`] lists them; an unknown name is refused before anything
     /// is stored), and the user's documents the message attaches (each must be theirs).
-    pub async fn send_turn(
+    pub(crate) async fn send_turn(
         &self,
         user: UserId,
         thread: ThreadId,
@@ -198,7 +198,10 @@ impl ChatService {
     }
 
     /// The configured model a client asked for by name (`None`: the chat role's).
-    pub fn chosen_model(&self, name: Option<&str>) -> Result<Option<ChosenModel>, ChatError> {
+    pub(crate) fn chosen_model(
+        &self,
+        name: Option<&str>,
+    ) -> Result<Option<ChosenModel>, ChatError> {
         let Some(name) = name else {
             return Ok(None);
         };
@@ -224,7 +227,7 @@ impl ChatService {
     /// stored and answered as [`ChatService::send`] does; a conversation that ends with the
     /// results of the client's own tools continues the turn of the thread's last user message
     /// in a new run (its reply remembered like any turn's).
-    pub async fn send_conversation(
+    pub(crate) async fn send_conversation(
         &self,
         user: UserId,
         thread: ThreadId,
@@ -268,7 +271,7 @@ impl ChatService {
     /// and the message, with its new text or the same, starts a new turn in the same thread.
     /// Refused (nothing removed) when the message is not the user's, the text is not
     /// acceptable, or the user may not start a run now.
-    pub async fn retry(
+    pub(crate) async fn retry(
         &self,
         user: UserId,
         thread: ThreadId,
@@ -318,7 +321,7 @@ impl ChatService {
 
     /// The body retrying a turn of a thread taken over from a replica that stopped: the turn
     /// starts over from the user's message (saved by [`run_chat_turn`] as its checkpoint).
-    pub async fn resume(
+    pub(crate) async fn resume(
         &self,
         user: UserId,
         run: &Run,
@@ -425,7 +428,7 @@ impl ChatService {
 
 /// What a user's message asks of its turn besides its text ([`ChatService::send_turn`]).
 #[derive(Debug, Default, Clone, Copy)]
-pub struct TurnOptions<'a> {
+pub(crate) struct TurnOptions<'a> {
     /// The client's `Idempotency-Key`.
     pub idempotency_key: Option<&'a str>,
     /// A configured model's name (`None`: the chat role's).
@@ -445,7 +448,7 @@ struct TurnParts<'a> {
 }
 
 /// Longest `Idempotency-Key` accepted.
-pub const MAX_IDEMPOTENCY_KEY_CHARS: usize = 255;
+pub(crate) const MAX_IDEMPOTENCY_KEY_CHARS: usize = 255;
 
 /// A checked idempotency key and the digest of the request it stands for.
 fn idempotency(
@@ -519,10 +522,10 @@ struct TurnMessage {
 /// A configured model a turn was asked to answer with instead of the chat role's
 /// ([`ChatService::chosen_model`]).
 #[derive(Clone)]
-pub struct ChosenModel(RoleModel);
+pub(crate) struct ChosenModel(RoleModel);
 
 /// One turn answering `message` in the run's thread.
-pub async fn run_chat_turn(
+pub(crate) async fn run_chat_turn(
     context: Arc<RunContext>,
     deps: ChatDeps,
     message: Message,
@@ -1511,7 +1514,7 @@ async fn run_tool(
 
 /// The `recall_memory` tool (chat and MCP): `query`, optional `k` (1–20, default 5) and
 /// `kinds`. Returns the memories as recall events show them, and the least trust among them.
-pub async fn recall_tool(
+pub(crate) async fn recall_tool(
     memory: &MemoryEngine,
     user: UserId,
     arguments: &Value,
@@ -1546,7 +1549,7 @@ pub async fn recall_tool(
 /// The `forget` tool (chat and MCP): forgets the memories that clearly match `query`, at most
 /// `memory.forget_tool_limit` at once; says what it forgot, how many more matched and until
 /// when they can be restored.
-pub async fn forget_tool(
+pub(crate) async fn forget_tool(
     memory: &MemoryEngine,
     user: UserId,
     arguments: &Value,

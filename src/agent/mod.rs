@@ -1,3 +1,3 @@
 //! What executes runs: the chat turn (`chat`); deep research lives in `crate::research`.
 
-pub mod chat;
+pub(crate) mod chat;

@@ -19,22 +19,22 @@ pub enum JwtError {
 }
 
 /// The longest `sub` accepted.
-pub const MAX_SUBJECT_BYTES: usize = 256;
+pub(crate) const MAX_SUBJECT_BYTES: usize = 256;
 
 #[derive(Debug, Deserialize)]
-pub struct Claims {
+pub(crate) struct Claims {
     pub sub: String,
     pub iss: String,
 }
 
-pub struct JwtVerifier {
+pub(crate) struct JwtVerifier {
     key: DecodingKey,
     validation: Validation,
 }
 
 impl JwtVerifier {
     /// Builds a verifier from settings; `None` when no JWT key is configured.
-    pub fn from_settings(settings: &JwtSettings) -> Result<Option<Self>, JwtError> {
+    pub(crate) fn from_settings(settings: &JwtSettings) -> Result<Option<Self>, JwtError> {
         let (algorithm, key) = if let Some(secret) = &settings.hs256_secret {
             (
                 Algorithm::HS256,
@@ -67,7 +67,7 @@ impl JwtVerifier {
     }
 
     /// Verifies signature, algorithm and claims; any failure is the same opaque `Invalid`.
-    pub fn verify(&self, token: &str) -> Result<Claims, JwtError> {
+    pub(crate) fn verify(&self, token: &str) -> Result<Claims, JwtError> {
         let header = decode_header(token).map_err(|_| JwtError::Invalid)?;
         if !self.validation.algorithms.contains(&header.alg) {
             return Err(JwtError::Invalid);

@@ -4,7 +4,7 @@
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-pub const KEY_PREFIX: &str = "mnemo_";
+pub(crate) const KEY_PREFIX: &str = "mnemo_";
 
 /// A freshly generated key: the plaintext (shown once), its hash and display prefix.
 pub struct NewKey {
@@ -25,12 +25,12 @@ pub fn generate() -> NewKey {
 }
 
 /// The stored form of a key.
-pub fn hash(plaintext: &str) -> String {
+pub(crate) fn hash(plaintext: &str) -> String {
     hex::encode(Sha256::digest(plaintext.as_bytes()))
 }
 
 /// Whether a bearer token has the shape of one of our API keys (as opposed to a JWT).
-pub fn looks_like_key(token: &str) -> bool {
+pub(crate) fn looks_like_key(token: &str) -> bool {
     token.starts_with(KEY_PREFIX)
         && token.len() == KEY_PREFIX.len() + 64
         && token[KEY_PREFIX.len()..]

@@ -6,7 +6,7 @@
 //! `Authorization` and the session cookie is ever taken as identity. A disabled user's
 //! credentials of every kind are refused.
 
-pub mod jwt;
+pub(crate) mod jwt;
 pub mod keys;
 pub mod password;
 pub mod session;
@@ -20,8 +20,8 @@ use crate::store::{NewAccount, Store, StoreError, User, UserId, UserKind};
 use jwt::JwtVerifier;
 
 /// Failed sign-ins for a name after which sign-in is refused for `LOCKOUT_MINUTES`.
-pub const MAX_FAILED_SIGN_INS: i64 = 5;
-pub const LOCKOUT_MINUTES: i64 = 15;
+pub(crate) const MAX_FAILED_SIGN_INS: i64 = 5;
+pub(crate) const LOCKOUT_MINUTES: i64 = 15;
 
 /// Name of the single local user served by `--dev`.
 pub const DEV_USER: &str = "dev";
@@ -85,7 +85,7 @@ impl HasKind for AuthError {
 /// How the caller of a request signed in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum SignedInVia {
+pub(crate) enum SignedInVia {
     /// The web app's session cookie (name and password).
     Session,
     /// An API key (`Authorization: Bearer mnemo_…`).
@@ -100,7 +100,7 @@ pub enum SignedInVia {
 
 /// The authenticated caller of a request.
 #[derive(Debug, Clone)]
-pub struct AuthUser {
+pub(crate) struct AuthUser {
     pub user_id: UserId,
     pub name: String,
     /// The user's admin flag (`server.admin_users` and `--dev` are added by the HTTP layer).
@@ -113,7 +113,7 @@ pub struct AuthUser {
 
 /// A browser session's token and its stored hash.
 #[derive(Debug, Clone)]
-pub struct SessionToken {
+pub(crate) struct SessionToken {
     pub token: SecretString,
     pub hash: String,
 }
@@ -132,13 +132,13 @@ impl AuthUser {
 
 /// A request's credentials: its `Authorization` header and its session cookie's token.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Credentials<'a> {
+pub(crate) struct Credentials<'a> {
     pub authorization: Option<&'a str>,
     pub session: Option<&'a str>,
 }
 
 /// A sign-in that succeeded: the user, whose `session` holds the new token for the cookie.
-pub struct SignedIn {
+pub(crate) struct SignedIn {
     pub user: AuthUser,
 }
 
@@ -157,7 +157,11 @@ pub struct Authenticator {
 }
 
 impl Authenticator {
-    pub fn new(store: Arc<dyn Store>, jwt: Option<JwtVerifier>, dev_user: Option<User>) -> Self {
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        jwt: Option<JwtVerifier>,
+        dev_user: Option<User>,
+    ) -> Self {
         let mut bytes = [0u8; 32];
         rand::RngCore::fill_bytes(&mut rand::rng(), &mut bytes);
         Self {
@@ -173,12 +177,15 @@ impl Authenticator {
         &self.local_secret
     }
 
-    pub fn jwt_enabled(&self) -> bool {
+    pub(crate) fn jwt_enabled(&self) -> bool {
         self.jwt.is_some()
     }
 
     /// The user behind an `Authorization` header (the local user in `--dev` without one).
-    pub async fn authenticate(&self, authorization: Option<&str>) -> Result<AuthUser, AuthError> {
+    pub(crate) async fn authenticate(
+        &self,
+        authorization: Option<&str>,
+    ) -> Result<AuthUser, AuthError> {
         self.authenticate_request(Credentials {
             authorization,
             session: None,
@@ -188,7 +195,7 @@ impl Authenticator {
 
     /// The user behind a request's credentials: `Authorization` first, else the session
     /// cookie, else (in `--dev`) the local user. A disabled user is refused.
-    pub async fn authenticate_request(
+    pub(crate) async fn authenticate_request(
         &self,
         credentials: Credentials<'_>,
     ) -> Result<AuthUser, AuthError> {
@@ -270,7 +277,7 @@ impl Authenticator {
     /// Signs `name` in with `password`: a new session, or why not. After
     /// `MAX_FAILED_SIGN_INS` failures the name is locked for `LOCKOUT_MINUTES`; an unknown
     /// name costs the same hash verification as a known one.
-    pub async fn sign_in(
+    pub(crate) async fn sign_in(
         &self,
         name: &str,
         password: &SecretString,
@@ -312,7 +319,11 @@ impl Authenticator {
 
     /// Makes the first administrator, while the server has neither an administrator nor a
     /// user with a password, and signs them in.
-    pub async fn set_up(&self, name: &str, password: &SecretString) -> Result<SignedIn, AuthError> {
+    pub(crate) async fn set_up(
+        &self,
+        name: &str,
+        password: &SecretString,
+    ) -> Result<SignedIn, AuthError> {
         validate_user_name(name).map_err(AuthError::BadInput)?;
         validate_new_password(password)?;
         if !self.store.accounts().setup_open().await? {
@@ -335,7 +346,7 @@ impl Authenticator {
     }
 
     /// Ends the session with this token hash (sign-out).
-    pub async fn sign_out(&self, session_hash: &str) -> Result<(), AuthError> {
+    pub(crate) async fn sign_out(&self, session_hash: &str) -> Result<(), AuthError> {
         self.store.accounts().delete_session(session_hash).await?;
         Ok(())
     }

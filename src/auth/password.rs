@@ -12,8 +12,8 @@ use secrecy::{ExposeSecret, SecretString};
 use tokio::sync::Semaphore;
 
 /// Shortest and longest passwords accepted (in characters).
-pub const MIN_PASSWORD_CHARS: usize = 8;
-pub const MAX_PASSWORD_CHARS: usize = 1024;
+pub(crate) const MIN_PASSWORD_CHARS: usize = 8;
+pub(crate) const MAX_PASSWORD_CHARS: usize = 1024;
 
 /// Hashes running at once, across the process.
 static HASHING: Semaphore = Semaphore::const_new(2);
@@ -26,7 +26,7 @@ static DUMMY_HASH: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// Whether a password is acceptable; `Err` says why not.
-pub fn validate_password(password: &str) -> Result<(), String> {
+pub(crate) fn validate_password(password: &str) -> Result<(), String> {
     let chars = password.chars().count();
     if chars < MIN_PASSWORD_CHARS {
         return Err(format!(
@@ -74,7 +74,7 @@ pub async fn hash(password: &SecretString) -> Result<String, PasswordError> {
 
 /// Whether `password` matches `hash`; with no hash (an unknown name, a user without a
 /// password), verifies against the dummy hash and says no.
-pub async fn verify(password: &SecretString, hash: Option<&str>) -> bool {
+pub(crate) async fn verify(password: &SecretString, hash: Option<&str>) -> bool {
     let password = password.clone();
     let hash = hash.map(str::to_string);
     let real = hash.is_some();

@@ -7,20 +7,20 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 
 /// The cookie's name.
-pub const COOKIE_NAME: &str = "mnemo_session";
+pub(crate) const COOKIE_NAME: &str = "mnemo_session";
 /// A session ends this long after its last use.
-pub const SESSION_DAYS: i64 = 30;
+pub(crate) const SESSION_DAYS: i64 = 30;
 /// A session's last use is written at most this often.
 const TOUCH_EVERY_SECS: i64 = 60;
 
 /// A fresh token (shown once, in the cookie) and its stored hash.
-pub struct NewSession {
+pub(crate) struct NewSession {
     pub token: String,
     pub hash: String,
     pub expires_at: DateTime<Utc>,
 }
 
-pub fn generate(now: DateTime<Utc>) -> NewSession {
+pub(crate) fn generate(now: DateTime<Utc>) -> NewSession {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
     let token = hex::encode(bytes);
@@ -32,12 +32,12 @@ pub fn generate(now: DateTime<Utc>) -> NewSession {
 }
 
 /// When a session used at `now` ends.
-pub fn expiry(now: DateTime<Utc>) -> DateTime<Utc> {
+pub(crate) fn expiry(now: DateTime<Utc>) -> DateTime<Utc> {
     now + Duration::days(SESSION_DAYS)
 }
 
 /// Whether a session last written at `last_seen` should be written again at `now`.
-pub fn needs_touch(last_seen: DateTime<Utc>, now: DateTime<Utc>) -> bool {
+pub(crate) fn needs_touch(last_seen: DateTime<Utc>, now: DateTime<Utc>) -> bool {
     now - last_seen >= Duration::seconds(TOUCH_EVERY_SECS)
 }
 
@@ -47,12 +47,14 @@ pub fn hash(token: &str) -> String {
 }
 
 /// Whether a cookie value has the shape of a session token (64 hex digits).
-pub fn looks_like_token(token: &str) -> bool {
+pub(crate) fn looks_like_token(token: &str) -> bool {
     token.len() == 64 && token.bytes().all(|byte| byte.is_ascii_hexdigit())
 }
 
 /// The session token among `Cookie` header values, if one is there.
-pub fn token_from_cookies<'a>(headers: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub(crate) fn token_from_cookies<'a>(
+    headers: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
     headers
         .into_iter()
         .flat_map(|header| header.split(';'))

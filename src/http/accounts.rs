@@ -23,7 +23,7 @@ use crate::store::{User, UserKind, UserUpdate};
 
 /// What the sign-in page needs to know before anyone is signed in.
 #[derive(Serialize, utoipa::ToSchema)]
-pub struct AuthStatus {
+pub(crate) struct AuthStatus {
     /// No administrator and no user with a password exist yet: the first visitor creates the
     /// administrator (`POST /v1/auth/setup`).
     setup_required: bool,
@@ -34,7 +34,7 @@ pub struct AuthStatus {
 /// Whether the server needs its first administrator, and whether it runs with `--dev`.
 #[utoipa::path(get, path = "/v1/auth/status", tag = "auth",
     responses((status = 200, body = AuthStatus)))]
-pub async fn status(State(state): State<AppState>) -> ApiResult<Json<AuthStatus>> {
+pub(crate) async fn status(State(state): State<AppState>) -> ApiResult<Json<AuthStatus>> {
     Ok(Json(AuthStatus {
         setup_required: state.store.accounts().setup_open().await?,
         dev: state.settings.server.dev,
@@ -44,7 +44,7 @@ pub async fn status(State(state): State<AppState>) -> ApiResult<Json<AuthStatus>
 /// A name and a password.
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct SignInBody {
+pub(crate) struct SignInBody {
     /// 1-64 letters, digits, '.', '_', '-' or '@'.
     #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9._@-]{1,64}$")]
     name: String,
@@ -54,7 +54,7 @@ pub struct SignInBody {
 
 /// Who is signed in now.
 #[derive(Serialize, utoipa::ToSchema)]
-pub struct SignedInUser {
+pub(crate) struct SignedInUser {
     #[schema(value_type = String, format = Uuid)]
     id: crate::store::UserId,
     name: String,
@@ -68,7 +68,7 @@ pub struct SignedInUser {
         (status = 200, body = SignedInUser, description = "Created and signed in; `Set-Cookie: mnemo_session=…`"),
         (status = 400, body = ErrorBody, description = "An invalid name or a password too short or too long"),
         (status = 409, body = ErrorBody, description = "The first administrator exists already")))]
-pub async fn setup(
+pub(crate) async fn setup(
     State(state): State<AppState>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<SignInBody>,
@@ -85,7 +85,7 @@ pub async fn setup(
         (status = 200, body = SignedInUser, description = "Signed in; `Set-Cookie: mnemo_session=…`"),
         (status = 401, body = ErrorBody, description = "Wrong name or password, or the account is disabled"),
         (status = 429, body = ErrorBody, description = "Too many failed sign-ins for this name")))]
-pub async fn login(
+pub(crate) async fn login(
     State(state): State<AppState>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<SignInBody>,
@@ -100,7 +100,7 @@ pub async fn login(
 /// Signs out: deletes the session and clears the cookie (also when there was none).
 #[utoipa::path(post, path = "/v1/auth/logout", tag = "auth",
     responses((status = 204, description = "Signed out; the cookie is cleared")))]
-pub async fn logout(
+pub(crate) async fn logout(
     State(state): State<AppState>,
     headers: HeaderMap,
     user: Result<AuthUser, ApiError>,
@@ -135,7 +135,7 @@ fn signed_in_response(state: &AppState, headers: &HeaderMap, signed_in: SignedIn
 
 /// The cookie carrying `user`'s session for another `SESSION_DAYS`, when they are signed in
 /// by one.
-pub fn renewed_cookie(headers: &HeaderMap, user: &AuthUser) -> Option<HeaderValue> {
+pub(crate) fn renewed_cookie(headers: &HeaderMap, user: &AuthUser) -> Option<HeaderValue> {
     let session = user.session.as_ref()?;
     Some(cookie(
         headers,
@@ -167,7 +167,7 @@ fn behind_tls(headers: &HeaderMap) -> bool {
 
 /// Whether the caller administers users: their admin flag, `server.admin_users`, or `--dev`'s
 /// local user.
-pub fn is_admin(state: &AppState, user: &AuthUser) -> bool {
+pub(crate) fn is_admin(state: &AppState, user: &AuthUser) -> bool {
     user.is_admin || user.via == SignedInVia::Dev || state.settings.server.is_admin(&user.name)
 }
 
@@ -184,7 +184,7 @@ fn require_admin(state: &AppState, user: &AuthUser) -> ApiResult<()> {
 
 /// A user as an administrator sees them.
 #[derive(Serialize, utoipa::ToSchema)]
-pub struct AdminUser {
+pub(crate) struct AdminUser {
     #[schema(value_type = String, format = Uuid)]
     id: crate::store::UserId,
     name: String,
@@ -218,7 +218,7 @@ impl From<User> for AdminUser {
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
-pub struct AdminUserList {
+pub(crate) struct AdminUserList {
     users: Vec<AdminUser>,
 }
 
@@ -227,7 +227,7 @@ pub struct AdminUserList {
     responses((status = 200, body = AdminUserList),
         (status = 403, body = ErrorBody, description = "The caller is not an administrator")),
     security(("bearer" = [])))]
-pub async fn list_users(
+pub(crate) async fn list_users(
     State(state): State<AppState>,
     user: AuthUser,
 ) -> ApiResult<Json<AdminUserList>> {
@@ -241,7 +241,7 @@ pub async fn list_users(
 /// A new account.
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct NewUserBody {
+pub(crate) struct NewUserBody {
     /// 1-64 letters, digits, '.', '_', '-' or '@'.
     #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9._@-]{1,64}$")]
     name: String,
@@ -258,7 +258,7 @@ pub struct NewUserBody {
         (status = 403, body = ErrorBody, description = "The caller is not an administrator"),
         (status = 409, body = ErrorBody, description = "A user with this name exists")),
     security(("bearer" = [])))]
-pub async fn create_user(
+pub(crate) async fn create_user(
     State(state): State<AppState>,
     user: AuthUser,
     ApiJson(body): ApiJson<NewUserBody>,
@@ -278,7 +278,7 @@ pub async fn create_user(
 /// What an administrator changes about a user; absent fields stay as they are.
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct UserPatch {
+pub(crate) struct UserPatch {
     /// Disabling ends the user's sessions and refuses their keys and tokens at once.
     disabled: Option<bool>,
     is_admin: Option<bool>,
@@ -295,7 +295,7 @@ pub struct UserPatch {
         (status = 403, body = ErrorBody, description = "The caller is not an administrator"),
         (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn update_user(
+pub(crate) async fn update_user(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(id): ApiPath<uuid::Uuid>,
@@ -337,7 +337,7 @@ pub async fn update_user(
 
 /// A new API key, shown this once.
 #[derive(Serialize, utoipa::ToSchema)]
-pub struct IssuedKey {
+pub(crate) struct IssuedKey {
     /// The key: send it as `Authorization: Bearer <key>`. It cannot be shown again.
     key: String,
     /// Its first characters, as key lists show them.
@@ -351,7 +351,7 @@ pub struct IssuedKey {
         (status = 403, body = ErrorBody, description = "The caller is not an administrator"),
         (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn issue_key(
+pub(crate) async fn issue_key(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(id): ApiPath<uuid::Uuid>,
@@ -380,7 +380,7 @@ pub async fn issue_key(
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
-pub struct RevokedKeys {
+pub(crate) struct RevokedKeys {
     /// How many keys were revoked.
     revoked: u64,
 }
@@ -392,7 +392,7 @@ pub struct RevokedKeys {
         (status = 403, body = ErrorBody, description = "The caller is not an administrator"),
         (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn revoke_keys(
+pub(crate) async fn revoke_keys(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(id): ApiPath<uuid::Uuid>,

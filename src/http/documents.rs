@@ -35,7 +35,7 @@ impl From<DocumentError> for ApiError {
 /// A document sent inline as JSON.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct IngestBody {
+pub(crate) struct IngestBody {
     /// The document's text.
     pub content: String,
     /// Default: the HTML title or the first line of the text.
@@ -49,14 +49,14 @@ pub struct IngestBody {
 
 /// Query parameters of a raw-body upload.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
-pub struct IngestQuery {
+pub(crate) struct IngestQuery {
     pub title: Option<String>,
     /// Where the document came from; it identifies the document (see `IngestBody.source`).
     pub source: Option<String>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct DocumentList {
+pub(crate) struct DocumentList {
     pub documents: Vec<Document>,
     #[schema(value_type = Option<String>, format = Uuid)]
     pub next_before: Option<DocumentId>,
@@ -80,7 +80,7 @@ const INLINE_TYPES: &[&str] = &["text/markdown", "text/plain", "text/html"];
         (status = 409, description = "Another ingest of this document changed it meanwhile", body = ErrorBody),
         (status = 413, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn ingest(
+pub(crate) async fn ingest(
     State(state): State<AppState>,
     user: AuthUser,
     ApiQuery(query): ApiQuery<IngestQuery>,
@@ -137,7 +137,7 @@ pub async fn ingest(
 #[utoipa::path(get, path = "/v1/documents", tag = "documents", params(Page<DocumentId, 500>),
     responses((status = 200, body = DocumentList), (status = 400, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn list(
+pub(crate) async fn list(
     State(state): State<AppState>,
     user: AuthUser,
     page: Page<DocumentId, 500>,
@@ -151,7 +151,7 @@ pub async fn list(
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct DocumentWithChunks {
+pub(crate) struct DocumentWithChunks {
     pub document: Document,
     /// The chunks local research searches and cites (`doc:<id>#<n>`), in order.
     pub chunks: Vec<DocumentChunk>,
@@ -161,7 +161,7 @@ pub struct DocumentWithChunks {
     params(("id" = String, Path, format = Uuid)),
     responses((status = 200, body = DocumentWithChunks), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn get(
+pub(crate) async fn get(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(id): ApiPath<DocumentId>,
@@ -175,7 +175,7 @@ pub async fn get(
     responses((status = 204, description = "The document and its chunks are deleted"),
         (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn delete(
+pub(crate) async fn delete(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(id): ApiPath<DocumentId>,

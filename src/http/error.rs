@@ -13,12 +13,12 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-pub use crate::error::{ErrorKind, HasKind};
+pub(crate) use crate::error::{ErrorKind, HasKind};
 
 type Source = Arc<dyn std::error::Error + Send + Sync>;
 
 #[derive(Debug)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     pub kind: ErrorKind,
     pub message: String,
     source: Option<Source>,
@@ -27,14 +27,14 @@ pub struct ApiError {
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
-pub struct ErrorBody {
+pub(crate) struct ErrorBody {
     pub error: ErrorDetail,
 }
 
 /// One error shape for the whole API, which is also OpenAI's (`message`, `type`, `param`,
 /// `code`), so the OpenAI SDKs report mnemo's errors as their own.
 #[derive(Serialize, utoipa::ToSchema)]
-pub struct ErrorDetail {
+pub(crate) struct ErrorDetail {
     /// Machine-readable: bad_request, unauthenticated, forbidden, not_found, method_not_allowed, conflict,
     /// payload_too_large, rate_limited, timeout, unavailable, internal.
     pub code: &'static str,
@@ -74,7 +74,7 @@ struct FailureReport {
 }
 
 impl ApiError {
-    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+    pub(crate) fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         Self {
             kind,
             message: message.into(),
@@ -85,13 +85,13 @@ impl ApiError {
 
     /// Tells a rate-limited client when to try again.
     #[must_use]
-    pub fn retry_after(mut self, seconds: u64) -> Self {
+    pub(crate) fn retry_after(mut self, seconds: u64) -> Self {
         self.retry_after = Some(seconds);
         self
     }
 
     /// An error of `error`'s own kind with its message, keeping it as the source.
-    pub fn from_error<E>(error: E) -> Self
+    pub(crate) fn from_error<E>(error: E) -> Self
     where
         E: HasKind + std::error::Error + Send + Sync + 'static,
     {
@@ -103,15 +103,15 @@ impl ApiError {
         }
     }
 
-    pub fn bad_request(message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::BadRequest, message)
     }
 
-    pub fn not_found(message: impl Into<String>) -> Self {
+    pub(crate) fn not_found(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::NotFound, message)
     }
 
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         match self.kind {
             ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
             ErrorKind::Unauthenticated => StatusCode::UNAUTHORIZED,
@@ -128,7 +128,7 @@ impl ApiError {
         }
     }
 
-    pub fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         self.kind.code()
     }
 
@@ -206,7 +206,7 @@ impl IntoResponse for ApiError {
 }
 
 /// Middleware: logs the cause chain of every failed (5xx) request once.
-pub async fn log_errors(request: Request, next: Next) -> Response {
+pub(crate) async fn log_errors(request: Request, next: Next) -> Response {
     let method = request.method().clone();
     let route = request
         .extensions()
@@ -278,4 +278,4 @@ impl From<QueryRejection> for ApiError {
     }
 }
 
-pub type ApiResult<T> = Result<T, ApiError>;
+pub(crate) type ApiResult<T> = Result<T, ApiError>;

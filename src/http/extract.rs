@@ -14,7 +14,7 @@ use super::error::ApiError;
 use crate::auth::{AuthError, AuthUser, Authenticator, Credentials};
 
 /// `axum::Json` with JSON errors, refusing text that holds a NUL character.
-pub struct ApiJson<T>(pub T);
+pub(crate) struct ApiJson<T>(pub T);
 
 impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
@@ -55,7 +55,7 @@ fn json_content_type(headers: &axum::http::HeaderMap) -> bool {
 /// Text anywhere in the API must not hold NUL: PostgreSQL cannot store it, and one rule holds
 /// for both backends. Refuses a JSON (or JSON lines) body with a `\u0000` escape or a raw NUL
 /// byte.
-pub fn reject_nul(json: &[u8]) -> Result<(), ApiError> {
+pub(crate) fn reject_nul(json: &[u8]) -> Result<(), ApiError> {
     let mut i = 0;
     while i < json.len() {
         match json[i] {
@@ -86,10 +86,10 @@ impl<T: serde::Serialize> IntoResponse for ApiJson<T> {
 /// `axum::extract::Path` with JSON errors.
 #[derive(FromRequestParts)]
 #[from_request(via(axum::extract::Path), rejection(ApiError))]
-pub struct ApiPath<T>(pub T);
+pub(crate) struct ApiPath<T>(pub T);
 
 /// `axum::extract::Query` with JSON errors, refusing an encoded NUL (`%00`).
-pub struct ApiQuery<T>(pub T);
+pub(crate) struct ApiQuery<T>(pub T);
 
 impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
     type Rejection = ApiError;
@@ -105,7 +105,7 @@ impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Api
 }
 
 /// The raw body with JSON errors (a too-large body is a JSON 413).
-pub struct ApiBytes(pub axum::body::Bytes);
+pub(crate) struct ApiBytes(pub axum::body::Bytes);
 
 impl<S: Send + Sync> FromRequest<S> for ApiBytes {
     type Rejection = ApiError;
@@ -179,7 +179,7 @@ where
 /// The header a request authenticated by the session cookie must carry when it writes.
 /// A cross-site form cannot send it, and a cross-site script cannot without a CORS preflight
 /// the server never grants.
-pub const CSRF_HEADER: &str = "x-mnemo-csrf";
+pub(crate) const CSRF_HEADER: &str = "x-mnemo-csrf";
 
 /// The session cookie's token, if the request carries one.
 fn session_token(headers: &axum::http::HeaderMap) -> Option<&str> {
@@ -236,7 +236,7 @@ fn csrf_check(
 /// A page of a list: `?limit=` (1–`MAX`, default 50) and the cursor `?before=` (the
 /// `next_before` of the previous page). Out-of-range limits answer 400.
 #[derive(Debug, Clone, Copy)]
-pub struct Page<Id, const MAX: i64> {
+pub(crate) struct Page<Id, const MAX: i64> {
     pub limit: i64,
     pub before: Option<Id>,
 }
@@ -265,7 +265,7 @@ where
 }
 
 /// A list's page size: 1–`max`, default 50.
-pub fn page_limit(limit: Option<i64>, max: i64) -> Result<i64, ApiError> {
+pub(crate) fn page_limit(limit: Option<i64>, max: i64) -> Result<i64, ApiError> {
     let limit = limit.unwrap_or(50);
     if (1..=max).contains(&limit) {
         Ok(limit)
@@ -278,7 +278,7 @@ pub fn page_limit(limit: Option<i64>, max: i64) -> Result<i64, ApiError> {
 
 impl<Id, const MAX: i64> Page<Id, MAX> {
     /// The cursor of the next page: the last item's id when this page is full.
-    pub fn next<T>(&self, items: &[T], id: impl Fn(&T) -> Id) -> Option<Id> {
+    pub(crate) fn next<T>(&self, items: &[T], id: impl Fn(&T) -> Id) -> Option<Id> {
         (items.len() as i64 == self.limit)
             .then(|| items.last().map(id))
             .flatten()

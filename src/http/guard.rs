@@ -29,7 +29,7 @@ use super::AppState;
 use super::error::{ApiError, ErrorKind};
 use super::limits::InFlightSlot;
 
-pub async fn check_request(
+pub(crate) async fn check_request(
     State(state): State<AppState>,
     request: Request,
     next: Next,
@@ -150,7 +150,7 @@ fn loopback_host(host: &str) -> bool {
 }
 
 /// A loopback origin (`http://localhost:8080`, `http://127.0.0.1`, `http://[::1]:3000`).
-pub fn loopback_origin(origin: &HeaderValue) -> bool {
+pub(crate) fn loopback_origin(origin: &HeaderValue) -> bool {
     let Ok(origin) = origin.to_str() else {
         return false;
     };

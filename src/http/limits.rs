@@ -28,7 +28,7 @@ pub struct UserRateLimit {
 
 /// One request in progress; dropping it (when the request's body has been read, or its
 /// stream ended) frees its place.
-pub struct InFlight {
+pub(crate) struct InFlight {
     counts: Arc<Mutex<HashMap<UserId, usize>>>,
     user: UserId,
 }
@@ -49,15 +49,15 @@ impl Drop for InFlight {
 /// `guard::check_request`), so the place is freed when the body has been read and dropped —
 /// not when the extractors are done with the request's head, which happens before.
 #[derive(Clone, Default)]
-pub struct InFlightSlot(Arc<Mutex<Option<InFlight>>>);
+pub(crate) struct InFlightSlot(Arc<Mutex<Option<InFlight>>>);
 
 impl InFlightSlot {
     /// Whether the request was counted already.
-    pub fn is_filled(&self) -> bool {
+    pub(crate) fn is_filled(&self) -> bool {
         self.0.lock().is_some()
     }
 
-    pub fn fill(&self, in_flight: InFlight) {
+    pub(crate) fn fill(&self, in_flight: InFlight) {
         *self.0.lock() = Some(in_flight);
     }
 }
@@ -65,7 +65,7 @@ impl InFlightSlot {
 impl UserRateLimit {
     /// `per_minute` requests a minute per user (0 turns the limit off), `max_in_flight` in
     /// progress at once.
-    pub fn new(per_minute: u32, max_in_flight: usize) -> Self {
+    pub(crate) fn new(per_minute: u32, max_in_flight: usize) -> Self {
         Self {
             limiter: NonZeroU32::new(per_minute)
                 .map(|rate| RateLimiter::keyed(Quota::per_minute(rate))),
@@ -77,7 +77,7 @@ impl UserRateLimit {
 
     /// Counts a request of `user` in progress until the returned guard drops; `None` when
     /// they already have `max_in_flight`.
-    pub fn enter(&self, user: UserId) -> Option<InFlight> {
+    pub(crate) fn enter(&self, user: UserId) -> Option<InFlight> {
         let mut counts = self.in_flight.lock();
         let count = counts.entry(user).or_insert(0);
         if *count >= self.max_in_flight {
@@ -91,7 +91,7 @@ impl UserRateLimit {
     }
 
     /// Counts one request of `user`; `Err(wait)` when over the quota.
-    pub fn check(&self, user: UserId) -> Result<(), Duration> {
+    pub(crate) fn check(&self, user: UserId) -> Result<(), Duration> {
         let Some(limiter) = &self.limiter else {
             return Ok(());
         };

@@ -76,7 +76,7 @@ impl Sessions {
 }
 
 /// The `/mcp` routes, guarded.
-pub fn routes(state: &AppState) -> Router<AppState> {
+pub(crate) fn routes(state: &AppState) -> Router<AppState> {
     let server = McpServer::new(
         state.memory.clone(),
         state.research.clone(),

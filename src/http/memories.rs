@@ -23,7 +23,7 @@ use crate::store::{
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct SearchBody {
+pub(crate) struct SearchBody {
     #[schema(min_length = 1, pattern = r"\S")]
     pub query: String,
     /// How many memories to return (default 10, at most `memory.max_k`).
@@ -43,7 +43,7 @@ pub struct SearchBody {
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
-pub struct ListQuery {
+pub(crate) struct ListQuery {
     /// Comma-separated kinds, e.g. `fact,preference`; without it, every kind but `document`.
     pub kinds: Option<String>,
     pub since: Option<DateTime<Utc>>,
@@ -60,7 +60,7 @@ pub struct ListQuery {
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct MemoryList {
+pub(crate) struct MemoryList {
     pub memories: Vec<Memory>,
     #[schema(value_type = Option<String>, format = Uuid)]
     pub next_before: Option<MemoryId>,
@@ -68,7 +68,7 @@ pub struct MemoryList {
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct AddBody {
+pub(crate) struct AddBody {
     #[schema(min_length = 1, max_length = 8000, pattern = r"\S")]
     pub content: String,
     /// Default `fact`.
@@ -81,14 +81,14 @@ pub struct AddBody {
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct MemoryWithHistory {
+pub(crate) struct MemoryWithHistory {
     pub memory: Memory,
     pub versions: Vec<MemoryVersion>,
 }
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct PatchBody {
+pub(crate) struct PatchBody {
     #[schema(min_length = 1, max_length = 8000, pattern = r"\S")]
     pub content: Option<String>,
     pub kind: Option<MemoryKind>,
@@ -100,7 +100,7 @@ pub struct PatchBody {
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ForgetBody {
+pub(crate) struct ForgetBody {
     /// A description of what to forget, e.g. "my old address". Without `ids`, the memories
     /// that clearly match it are forgotten; with `ids`, it is only recorded.
     pub query: Option<String>,
@@ -113,7 +113,7 @@ pub struct ForgetBody {
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ForgetResponse {
+pub(crate) struct ForgetResponse {
     pub dry_run: bool,
     /// What a `query` matches, most relevant first (a dry run's answer).
     pub matches: Vec<ForgetMatch>,
@@ -129,7 +129,7 @@ const MAX_FORGET_IDS: usize = 100;
 #[utoipa::path(post, path = "/v1/memories/forget", tag = "memories", request_body = ForgetBody,
     responses((status = 200, body = ForgetResponse), (status = 400, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn forget(
+pub(crate) async fn forget(
     State(state): State<AppState>,
     user: AuthUser,
     ApiJson(body): ApiJson<ForgetBody>,
@@ -185,14 +185,14 @@ pub async fn forget(
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ForgottenList {
+pub(crate) struct ForgottenList {
     pub forgotten: Vec<ForgottenMemory>,
 }
 
 #[utoipa::path(get, path = "/v1/memories/forgotten", tag = "memories",
     responses((status = 200, body = ForgottenList)),
     security(("bearer" = [])))]
-pub async fn forgotten(
+pub(crate) async fn forgotten(
     State(state): State<AppState>,
     user: AuthUser,
 ) -> ApiResult<Json<ForgottenList>> {
@@ -205,7 +205,7 @@ pub async fn forgotten(
     responses((status = 200, body = Memory), (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn restore(
+pub(crate) async fn restore(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(id): ApiPath<MemoryId>,
@@ -216,14 +216,14 @@ pub async fn restore(
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
-pub struct ConfirmQuery {
+pub(crate) struct ConfirmQuery {
     /// Must be `true`: deleting every memory cannot be undone.
     #[serde(default)]
     pub confirm: bool,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct Deleted {
+pub(crate) struct Deleted {
     pub deleted: u64,
 }
 
@@ -234,7 +234,7 @@ fn engine(state: &AppState) -> &MemoryEngine {
 #[utoipa::path(post, path = "/v1/memories/search", tag = "memories", request_body = SearchBody,
     responses((status = 200, body = RecallResponse), (status = 400, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn search(
+pub(crate) async fn search(
     State(state): State<AppState>,
     user: AuthUser,
     ApiJson(body): ApiJson<SearchBody>,
@@ -296,7 +296,7 @@ fn parse_list<T: Copy>(
 #[utoipa::path(get, path = "/v1/memories", tag = "memories", params(ListQuery, Page<MemoryId, 500>),
     responses((status = 200, body = MemoryList), (status = 400, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn list(
+pub(crate) async fn list(
     State(state): State<AppState>,
     user: AuthUser,
     ApiQuery(query): ApiQuery<ListQuery>,
@@ -324,7 +324,7 @@ pub async fn list(
 #[utoipa::path(post, path = "/v1/memories", tag = "memories", request_body = AddBody,
     responses((status = 201, body = Memory), (status = 400, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn add(
+pub(crate) async fn add(
     State(state): State<AppState>,
     user: AuthUser,
     ApiJson(body): ApiJson<AddBody>,
@@ -350,7 +350,7 @@ pub async fn add(
     params(("id" = String, Path, format = Uuid)),
     responses((status = 200, body = MemoryWithHistory), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn get(
+pub(crate) async fn get(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(id): ApiPath<MemoryId>,
@@ -363,7 +363,7 @@ pub async fn get(
     params(("id" = String, Path, format = Uuid)), request_body = PatchBody,
     responses((status = 200, body = Memory), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn patch(
+pub(crate) async fn patch(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(id): ApiPath<MemoryId>,
@@ -391,7 +391,7 @@ pub async fn patch(
     params(("id" = String, Path, format = Uuid)),
     responses((status = 204), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn delete(
+pub(crate) async fn delete(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(id): ApiPath<MemoryId>,
@@ -403,7 +403,7 @@ pub async fn delete(
 #[utoipa::path(delete, path = "/v1/memories", tag = "memories", params(ConfirmQuery),
     responses((status = 200, body = Deleted), (status = 400, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn delete_all(
+pub(crate) async fn delete_all(
     State(state): State<AppState>,
     user: AuthUser,
     ApiQuery(query): ApiQuery<ConfirmQuery>,
@@ -421,7 +421,7 @@ pub async fn delete_all(
     responses((status = 200, body = PortableMemory, content_type = "application/x-ndjson",
         description = "One `PortableMemory` per line (the import format)")),
     security(("bearer" = [])))]
-pub async fn export(State(state): State<AppState>, user: AuthUser) -> ApiResult<Response> {
+pub(crate) async fn export(State(state): State<AppState>, user: AuthUser) -> ApiResult<Response> {
     let memories = engine(&state).export(user.user_id).await?;
     let mut body = String::new();
     for memory in &memories {
@@ -439,7 +439,7 @@ pub async fn export(State(state): State<AppState>, user: AuthUser) -> ApiResult<
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
-pub struct ImportQuery {
+pub(crate) struct ImportQuery {
     /// Queue the lines as background jobs of 500 lines (durable, retried) and answer 202 at
     /// once, instead of importing before answering.
     #[serde(default)]
@@ -447,7 +447,7 @@ pub struct ImportQuery {
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ImportQueued {
+pub(crate) struct ImportQueued {
     /// Follow each at `GET /v1/memories/import/{id}`.
     pub batches: Vec<crate::memory::writer::ImportBatch>,
 }
@@ -460,7 +460,7 @@ pub struct ImportQueued {
     responses((status = 200, body = ImportReport), (status = 202, body = ImportQueued),
         (status = 400, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn import(
+pub(crate) async fn import(
     State(state): State<AppState>,
     user: AuthUser,
     ApiQuery(query): ApiQuery<ImportQuery>,
@@ -477,7 +477,7 @@ pub async fn import(
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ImportStatus {
+pub(crate) struct ImportStatus {
     pub id: String,
     /// `queued`, `running`, `done` or `failed`.
     pub status: crate::store::JobStatus,
@@ -487,7 +487,7 @@ pub struct ImportStatus {
     params(("id" = String, Path)),
     responses((status = 200, body = ImportStatus), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn import_status(
+pub(crate) async fn import_status(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(id): ApiPath<String>,

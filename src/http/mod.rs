@@ -4,10 +4,10 @@
 
 mod accounts;
 mod documents;
-pub mod error;
-pub mod extract;
+pub(crate) mod error;
+pub(crate) mod extract;
 mod guard;
-pub mod limits;
+pub(crate) mod limits;
 mod mcp;
 mod memories;
 mod openai;
@@ -19,7 +19,7 @@ mod threads;
 mod web;
 
 pub use state::AppState;
-pub use web::app_built as web_app_built;
+pub(crate) use web::app_built as web_app_built;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -390,7 +390,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     finish_document(api_routes().into_openapi())
 }
 
-pub fn router(state: AppState) -> Router {
+pub(crate) fn router(state: AppState) -> Router {
     let max_body = state.settings.server.max_body_bytes;
     let (api, _) = api_routes().split_for_parts();
     api.route("/assets/{*path}", get(web::asset))

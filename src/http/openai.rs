@@ -29,7 +29,7 @@ use crate::llm::chat::{ChatMessage, ChatRole, ToolCall, ToolSpec};
 use crate::store::{EventType, Run, StoredEvent, Thread, ThreadId, UserId};
 
 /// The model name that always means the chat role's model.
-pub const MNEMO_MODEL: &str = "mnemo";
+pub(crate) const MNEMO_MODEL: &str = "mnemo";
 /// Names the thread a conversation belongs to, in requests and responses.
 const THREAD_HEADER: &str = "x-mnemo-thread";
 /// Longest thread title derived from a conversation's first message.
@@ -38,7 +38,7 @@ const TITLE_CHARS: usize = 80;
 /// An OpenAI chat-completions request. Other OpenAI parameters (`temperature`, `max_tokens`,
 /// `user`, …) are accepted and ignored.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
-pub struct CompletionRequest {
+pub(crate) struct CompletionRequest {
     /// `mnemo` (the chat role's model) or the name of a configured model (`GET /v1/models`).
     pub model: String,
     /// The conversation so far: `system`/`developer`, `user`, `assistant` (with `tool_calls`)
@@ -58,7 +58,7 @@ pub struct CompletionRequest {
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ModelObject {
+pub(crate) struct ModelObject {
     pub id: String,
     pub object: &'static str,
     pub created: i64,
@@ -66,7 +66,7 @@ pub struct ModelObject {
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ModelList {
+pub(crate) struct ModelList {
     pub object: &'static str,
     pub data: Vec<ModelObject>,
 }
@@ -92,7 +92,7 @@ fn model_objects(state: &AppState) -> Vec<ModelObject> {
 #[utoipa::path(get, path = "/v1/models", tag = "openai",
     responses((status = 200, body = ModelList, description = "`mnemo` (always the chat role's model) and every configured model, in OpenAI's list shape")),
     security(("bearer" = [])))]
-pub async fn list_models(State(state): State<AppState>, _user: AuthUser) -> Json<ModelList> {
+pub(crate) async fn list_models(State(state): State<AppState>, _user: AuthUser) -> Json<ModelList> {
     Json(ModelList {
         object: "list",
         data: model_objects(&state),
@@ -103,7 +103,7 @@ pub async fn list_models(State(state): State<AppState>, _user: AuthUser) -> Json
     params(("id" = String, Path)),
     responses((status = 200, body = ModelObject), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn get_model(
+pub(crate) async fn get_model(
     State(state): State<AppState>,
     _user: AuthUser,
     ApiPath(id): ApiPath<String>,
@@ -131,7 +131,7 @@ fn unknown_model(name: &str) -> ApiError {
         (status = 200, description = "A `chat.completion` object, or with `stream: true` server-sent `chat.completion.chunk` objects ending with `data: [DONE]`"),
         (status = 400, body = ErrorBody), (status = 404, body = ErrorBody, description = "Unknown model or thread")),
     security(("bearer" = [])))]
-pub async fn completions(
+pub(crate) async fn completions(
     State(state): State<AppState>,
     user: AuthUser,
     headers: HeaderMap,

@@ -44,7 +44,7 @@ const MAX_COMPARED_MODELS: usize = 4;
         (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody, description = "`thread_id` names none of your threads")),
     security(("bearer" = [])))]
-pub async fn stream(
+pub(crate) async fn stream(
     State(state): State<AppState>,
     user: AuthUser,
     ApiJson(request): ApiJson<ResearchRequest>,
@@ -62,7 +62,7 @@ pub async fn stream(
         (status = 404, body = ErrorBody, description = "No research of yours has this id"),
         (status = 409, body = ErrorBody, description = "That research is still running")),
     security(("bearer" = [])))]
-pub async fn follow_up(
+pub(crate) async fn follow_up(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(id): ApiPath<RunId>,
@@ -77,7 +77,7 @@ pub async fn follow_up(
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
-pub struct ExportQuery {
+pub(crate) struct ExportQuery {
     /// `markdown` (default; also `md`), `docx` or `pdf`.
     pub format: Option<crate::research::export::Format>,
 }
@@ -103,7 +103,7 @@ impl From<ExportError> for ApiError {
         (status = 409, body = ErrorBody, description = "The research has no report (it failed or is still running)"),
         (status = 501, body = ErrorBody, description = "No font on the server can write this PDF (the message says what to install)")),
     security(("bearer" = [])))]
-pub async fn export(
+pub(crate) async fn export(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(id): ApiPath<RunId>,
@@ -135,7 +135,7 @@ pub async fn export(
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ResearchModels {
+pub(crate) struct ResearchModels {
     pub llm_configured: bool,
     /// The server's default model (a request may name another with `model`).
     pub default_model: Option<String>,
@@ -154,7 +154,7 @@ pub struct ResearchModels {
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct SearchProviderStatus {
+pub(crate) struct SearchProviderStatus {
     pub name: &'static str,
     pub configured: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -163,7 +163,7 @@ pub struct SearchProviderStatus {
 
 #[utoipa::path(get, path = "/models", tag = "research",
     responses((status = 200, body = ResearchModels)), security(("bearer" = [])))]
-pub async fn models(State(state): State<AppState>, _user: AuthUser) -> Json<ResearchModels> {
+pub(crate) async fn models(State(state): State<AppState>, _user: AuthUser) -> Json<ResearchModels> {
     Json(ResearchModels {
         llm_configured: state.models.configured(),
         default_model: state.settings.llm.model.clone(),
@@ -186,14 +186,14 @@ pub async fn models(State(state): State<AppState>, _user: AuthUser) -> Json<Rese
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
-pub struct HistoryQuery {
+pub(crate) struct HistoryQuery {
     /// 1–200, default 50.
     pub limit: Option<i64>,
 }
 
 /// One research in the history (the report itself is at `GET /research/{id}`).
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct HistoryItem {
+pub(crate) struct HistoryItem {
     #[schema(value_type = String)]
     pub id: RunId,
     #[schema(value_type = String)]
@@ -214,14 +214,14 @@ pub struct HistoryItem {
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct History {
+pub(crate) struct History {
     pub research: Vec<HistoryItem>,
 }
 
 #[utoipa::path(get, path = "/research/history", tag = "research", params(HistoryQuery),
     responses((status = 200, body = History), (status = 400, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn history(
+pub(crate) async fn history(
     State(state): State<AppState>,
     user: AuthUser,
     ApiQuery(query): ApiQuery<HistoryQuery>,
@@ -265,7 +265,7 @@ pub async fn history(
     params(("id" = String, Path, format = Uuid)),
     responses((status = 200, body = ResearchRecord), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn get(
+pub(crate) async fn get(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(id): ApiPath<RunId>,
@@ -277,7 +277,7 @@ pub async fn get(
     params(("id" = String, Path, format = Uuid)),
     responses((status = 204), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn delete(
+pub(crate) async fn delete(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(id): ApiPath<RunId>,
@@ -288,7 +288,7 @@ pub async fn delete(
 
 /// How one model has done over the user's researches.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ModelStats {
+pub(crate) struct ModelStats {
     pub model: String,
     pub runs: usize,
     pub completed: usize,
@@ -304,13 +304,13 @@ pub struct ModelStats {
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct Comparison {
+pub(crate) struct Comparison {
     pub models: Vec<ModelStats>,
 }
 
 #[utoipa::path(get, path = "/research/comparison", tag = "research",
     responses((status = 200, body = Comparison)), security(("bearer" = [])))]
-pub async fn comparison(
+pub(crate) async fn comparison(
     State(state): State<AppState>,
     user: AuthUser,
 ) -> ApiResult<Json<Comparison>> {
@@ -325,7 +325,7 @@ fn mean(values: &[f64]) -> Option<f64> {
 }
 
 /// Per-model statistics; researches still running are left out.
-pub fn model_stats(records: &[ResearchRecord]) -> Vec<ModelStats> {
+pub(crate) fn model_stats(records: &[ResearchRecord]) -> Vec<ModelStats> {
     let mut by_model: BTreeMap<String, Vec<&ResearchRecord>> = BTreeMap::new();
     for record in records.iter().filter(|r| r.status != "running") {
         let model = record.model.clone().unwrap_or_else(|| "(no model)".into());
@@ -372,7 +372,7 @@ pub fn model_stats(records: &[ResearchRecord]) -> Vec<ModelStats> {
 }
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
-pub struct CompareBody {
+pub(crate) struct CompareBody {
     /// The models to compare (2–4); every other field is a research request.
     pub models: Vec<String>,
     #[serde(flatten)]
@@ -380,13 +380,13 @@ pub struct CompareBody {
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct CompareResult {
+pub(crate) struct CompareResult {
     pub model: String,
     pub research: ResearchRecord,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct CompareResults {
+pub(crate) struct CompareResults {
     pub query: String,
     pub results: Vec<CompareResult>,
 }
@@ -395,7 +395,7 @@ pub struct CompareResults {
     responses((status = 200, body = CompareResults), (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody, description = "`thread_id` names none of your threads")),
     security(("bearer" = [])))]
-pub async fn compare(
+pub(crate) async fn compare(
     State(state): State<AppState>,
     user: AuthUser,
     ApiJson(body): ApiJson<CompareBody>,
@@ -475,7 +475,7 @@ async fn wait_for(state: &AppState, user: UserId, run: RunId) -> ApiResult<Resea
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct TestResult {
+pub(crate) struct TestResult {
     pub valid: bool,
     /// What is wrong with the request, when it is not valid.
     pub error: Option<String>,
@@ -485,7 +485,7 @@ pub struct TestResult {
 
 #[utoipa::path(post, path = "/research/test", tag = "research", request_body = ResearchRequest,
     responses((status = 200, body = TestResult)), security(("bearer" = [])))]
-pub async fn test(
+pub(crate) async fn test(
     State(state): State<AppState>,
     user: AuthUser,
     ApiJson(request): ApiJson<ResearchRequest>,
@@ -532,7 +532,7 @@ pub async fn test(
 
 /// `POST /v1/runs/{id}/input`: approve or edit a plan, answer a clarifying question.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
-pub struct RunInput {
+pub(crate) struct RunInput {
     /// `false` rejects the plan (the research ends).
     pub approve: Option<bool>,
     /// An edited list of research topics replacing the plan.
@@ -545,7 +545,7 @@ pub struct RunInput {
     params(("id" = String, Path, format = Uuid)), request_body = RunInput,
     responses((status = 202), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn input(
+pub(crate) async fn input(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(id): ApiPath<RunId>,

@@ -17,7 +17,7 @@ use crate::store::{JobResult, JobStatus, Run, RunId};
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct EventsQuery {
+pub(crate) struct EventsQuery {
     /// Replay events after this sequence number (as `Last-Event-ID` does); default 0.
     pub after: Option<i64>,
 }
@@ -26,7 +26,7 @@ pub struct EventsQuery {
     params(("id" = String, Path, format = Uuid)),
     responses((status = 200, body = Run), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn get_run(
+pub(crate) async fn get_run(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(id): ApiPath<RunId>,
@@ -41,7 +41,7 @@ pub async fn get_run(
         (status = 200, description = "Server-sent events: the log after the cursor, then live events until `done`", content_type = "text/event-stream"),
         (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn run_events(
+pub(crate) async fn run_events(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(id): ApiPath<RunId>,
@@ -76,7 +76,7 @@ pub async fn run_events(
     responses((status = 202, body = Run, description = "Cancellation requested"),
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody, description = "The run already ended")),
     security(("bearer" = [])))]
-pub async fn cancel_run(
+pub(crate) async fn cancel_run(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(id): ApiPath<RunId>,
@@ -97,7 +97,7 @@ pub async fn cancel_run(
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct RunMemoryQuery {
+pub(crate) struct RunMemoryQuery {
     /// Wait up to this many seconds (at most 30) for the job to finish; default 0 (answer now).
     #[param(maximum = 30)]
     pub wait: Option<u64>,
@@ -106,7 +106,7 @@ pub struct RunMemoryQuery {
 /// The memory work of a chat turn: its writer job's state and, once done, what it stored or
 /// changed.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct RunMemory {
+pub(crate) struct RunMemory {
     /// The job's key (also answered by `GET /v1/jobs/{job}`).
     pub job: String,
     pub status: JobStatus,
@@ -117,7 +117,7 @@ pub struct RunMemory {
 }
 
 /// Longest `wait` of `GET /v1/runs/{id}/memory`, in seconds.
-pub const MAX_MEMORY_WAIT_SECS: u64 = 30;
+pub(crate) const MAX_MEMORY_WAIT_SECS: u64 = 30;
 
 #[utoipa::path(get, path = "/v1/runs/{id}/memory", tag = "runs",
     description = "What the memory writer did with a chat turn: the state of the turn's job and, \
@@ -129,7 +129,7 @@ pub const MAX_MEMORY_WAIT_SECS: u64 = 30;
         (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody, description = "No such run, or the run queued no memory job (a research, a client's tool results)")),
     security(("bearer" = [])))]
-pub async fn run_memory(
+pub(crate) async fn run_memory(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(id): ApiPath<RunId>,

@@ -40,7 +40,12 @@ fn to_sse(event: StoredEvent) -> Event {
 
 /// The SSE response following `run` from the event after `after`. The caller has checked that
 /// `user` owns the run.
-pub fn run_event_response(state: &AppState, user: UserId, run: RunId, after: i64) -> Response {
+pub(crate) fn run_event_response(
+    state: &AppState,
+    user: UserId,
+    run: RunId,
+    after: i64,
+) -> Response {
     let guard = OpenStream::new();
     let events = state
         .runs
@@ -59,7 +64,7 @@ pub fn run_event_response(state: &AppState, user: UserId, run: RunId, after: i64
 
 /// An SSE response of `events` with keep-alive comments every `server.keep_alive_secs`, not to
 /// be cached or buffered by proxies.
-pub fn event_stream<S>(state: &AppState, events: S) -> Response
+pub(crate) fn event_stream<S>(state: &AppState, events: S) -> Response
 where
     S: futures::Stream<Item = Result<Event, Infallible>> + Send + 'static,
 {

@@ -20,7 +20,7 @@ const MAX_TITLE_CHARS: usize = 200;
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CreateThread {
+pub(crate) struct CreateThread {
     /// Optional title; defaults to "New thread".
     #[serde(default)]
     #[schema(max_length = 200)]
@@ -31,7 +31,7 @@ pub struct CreateThread {
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ThreadList {
+pub(crate) struct ThreadList {
     pub threads: Vec<Thread>,
     /// Pass as `before` to get the next page; absent on the last page.
     #[schema(value_type = Option<String>, format = Uuid)]
@@ -39,14 +39,14 @@ pub struct ThreadList {
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ThreadWithMessages {
+pub(crate) struct ThreadWithMessages {
     pub thread: Thread,
     pub messages: Vec<Message>,
 }
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct PostMessage {
+pub(crate) struct PostMessage {
     /// The user's message.
     #[schema(min_length = 1, max_length = 1000000, pattern = r"\S")]
     pub content: String,
@@ -75,7 +75,7 @@ fn default_true() -> bool {
     request_body = CreateThread,
     responses((status = 201, body = Thread), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn create_thread(
+pub(crate) async fn create_thread(
     State(state): State<AppState>,
     user: AuthUser,
     ApiBytes(body): ApiBytes,
@@ -118,7 +118,7 @@ fn checked_title(title: &str) -> ApiResult<String> {
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RenameThread {
+pub(crate) struct RenameThread {
     /// The new title (trimmed; not empty).
     #[schema(min_length = 1, max_length = 200, pattern = r"\S")]
     pub title: String,
@@ -129,7 +129,7 @@ pub struct RenameThread {
     request_body = RenameThread,
     responses((status = 200, body = Thread), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn rename_thread(
+pub(crate) async fn rename_thread(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(id): ApiPath<ThreadId>,
@@ -147,7 +147,7 @@ pub async fn rename_thread(
 #[utoipa::path(get, path = "/v1/threads", tag = "threads", params(Page<ThreadId, 200>),
     responses((status = 200, body = ThreadList), (status = 401, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn list_threads(
+pub(crate) async fn list_threads(
     State(state): State<AppState>,
     user: AuthUser,
     page: Page<ThreadId, 200>,
@@ -168,7 +168,7 @@ pub async fn list_threads(
     params(("id" = String, Path, format = Uuid)),
     responses((status = 200, body = ThreadWithMessages), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn get_thread(
+pub(crate) async fn get_thread(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(id): ApiPath<ThreadId>,
@@ -179,7 +179,7 @@ pub async fn get_thread(
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
-pub struct DeleteThreadQuery {
+pub(crate) struct DeleteThreadQuery {
     /// Also delete the memories made from this thread only (default false).
     #[serde(default)]
     pub forget_memories: bool,
@@ -189,7 +189,7 @@ pub struct DeleteThreadQuery {
     params(("id" = String, Path, format = Uuid), DeleteThreadQuery),
     responses((status = 204), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn delete_thread(
+pub(crate) async fn delete_thread(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(id): ApiPath<ThreadId>,
@@ -227,7 +227,7 @@ pub async fn delete_thread(
         (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody, description = "The Idempotency-Key was used for another request")),
     security(("bearer" = [])))]
-pub async fn post_message(
+pub(crate) async fn post_message(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(thread): ApiPath<ThreadId>,
@@ -270,7 +270,7 @@ fn turn_response(state: &AppState, user: crate::store::UserId, run: Run, stream:
 /// Edit-and-resend or regenerate; the message keeps the documents it attached.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RetryMessage {
+pub(crate) struct RetryMessage {
     /// The message's new text (edit and resend); absent: the same text answered again
     /// (regenerate).
     #[serde(default)]
@@ -298,7 +298,7 @@ pub struct RetryMessage {
         (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 429, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn retry_message(
+pub(crate) async fn retry_message(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath((thread, message)): ApiPath<(ThreadId, MessageId)>,
@@ -322,7 +322,7 @@ pub async fn retry_message(
 /// A past conversation to import into a thread.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ImportConversation {
+pub(crate) struct ImportConversation {
     /// The messages in the order they were said (at most 10,000).
     pub messages: Vec<NewMessage>,
 }
@@ -334,7 +334,7 @@ pub struct ImportConversation {
         (status = 202, body = ImportedConversation, description = "Stored; the memory job runs in the background"),
         (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn import_conversation(
+pub(crate) async fn import_conversation(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(thread): ApiPath<ThreadId>,
@@ -349,7 +349,7 @@ pub async fn import_conversation(
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct JobState {
+pub(crate) struct JobState {
     pub job: String,
     pub status: JobStatus,
 }
@@ -358,7 +358,7 @@ pub struct JobState {
     params(("job" = String, Path, description = "The `job` of an import")),
     responses((status = 200, body = JobState), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn job_state(
+pub(crate) async fn job_state(
     State(state): State<AppState>,
     user: AuthUser,
     ApiPath(job): ApiPath<String>,

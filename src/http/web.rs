@@ -21,7 +21,7 @@ const DIST_STAMP: &str = env!("MNEMO_WEB_DIST_STAMP");
 
 /// The policy the app is built for: no inline script or style, no eval, nothing from another
 /// origin, not framed.
-pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
+pub(crate) const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
      img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; \
      form-action 'self'; frame-ancestors 'none'";
 
@@ -41,17 +41,17 @@ cargo build --release</pre>
 ";
 
 /// True when this binary holds the built app.
-pub fn app_built() -> bool {
+pub(crate) fn app_built() -> bool {
     WebAssets::get("index.html").is_some()
 }
 
 /// The build stamp of the embedded app (changes with `web/dist`).
-pub fn dist_stamp() -> &'static str {
+pub(crate) fn dist_stamp() -> &'static str {
     DIST_STAMP
 }
 
 /// True when the client asks for a page rather than data.
-pub fn wants_html(headers: &HeaderMap) -> bool {
+pub(crate) fn wants_html(headers: &HeaderMap) -> bool {
     headers
         .get(header::ACCEPT)
         .and_then(|value| value.to_str().ok())
@@ -60,7 +60,7 @@ pub fn wants_html(headers: &HeaderMap) -> bool {
 
 /// The app's page (`index.html`), never cached without revalidation; or the page that says
 /// how to build it.
-pub fn index_page() -> Response {
+pub(crate) fn index_page() -> Response {
     match WebAssets::get("index.html") {
         Some(file) => asset_response(
             "index.html",
@@ -82,7 +82,7 @@ pub fn index_page() -> Response {
 }
 
 /// `GET|HEAD /assets/{*path}`.
-pub async fn asset(
+pub(crate) async fn asset(
     axum::extract::Path(path): axum::extract::Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -90,7 +90,7 @@ pub async fn asset(
 }
 
 /// `GET|HEAD /favicon.svg`.
-pub async fn favicon(headers: HeaderMap) -> Result<Response, ApiError> {
+pub(crate) async fn favicon(headers: HeaderMap) -> Result<Response, ApiError> {
     file("favicon.svg", &headers)
 }
 
@@ -179,7 +179,7 @@ fn content_type(path: &str) -> &'static str {
 
 /// The API reference (`/redoc`): a read-only page over `/openapi.json`, its script and style
 /// files served from the binary under the web app's policy (no inline script or style).
-pub async fn reference_page() -> Response {
+pub(crate) async fn reference_page() -> Response {
     with_security_headers(
         (
             [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
@@ -189,7 +189,7 @@ pub async fn reference_page() -> Response {
     )
 }
 
-pub async fn reference_script() -> Response {
+pub(crate) async fn reference_script() -> Response {
     with_security_headers(
         (
             [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
@@ -199,7 +199,7 @@ pub async fn reference_script() -> Response {
     )
 }
 
-pub async fn reference_style() -> Response {
+pub(crate) async fn reference_style() -> Response {
     with_security_headers(
         (
             [(header::CONTENT_TYPE, "text/css; charset=utf-8")],

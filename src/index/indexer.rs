@@ -68,11 +68,11 @@ pub struct IndexLag {
 }
 
 impl IndexLag {
-    pub fn vector_lag(&self) -> i64 {
+    pub(crate) fn vector_lag(&self) -> i64 {
         (self.log_head - self.vector_applied).max(0)
     }
 
-    pub fn keyword_lag(&self) -> i64 {
+    pub(crate) fn keyword_lag(&self) -> i64 {
         (self.log_head - self.keyword_applied).max(0)
     }
 }
@@ -165,7 +165,7 @@ impl Indexer {
 
     /// One view's keyword search with coverage shared between views
     /// ([`KeywordIndex::search_view_sharing`]), wherever keyword search runs.
-    pub async fn keyword_search_view(
+    pub(crate) async fn keyword_search_view(
         &self,
         user: UserId,
         query: String,
@@ -205,7 +205,7 @@ impl Indexer {
     /// view's find: no point in the vector index's context view, the own text in the keyword
     /// index's context field. Asked of SQL once per user; the follower records every turn it
     /// indexes before applying it, so `false` never hides an indexed turn.
-    pub async fn has_context_views(&self, user: UserId) -> Result<bool, IndexerError> {
+    pub(crate) async fn has_context_views(&self, user: UserId) -> Result<bool, IndexerError> {
         if let Some(known) = self.context_users.get(user) {
             return Ok(known);
         }
@@ -222,7 +222,7 @@ impl Indexer {
     }
 
     /// Waits until both indexes have applied the log up to `seq`; false on timeout.
-    pub async fn wait_for(&self, seq: i64, timeout: Duration) -> bool {
+    pub(crate) async fn wait_for(&self, seq: i64, timeout: Duration) -> bool {
         let mut receiver = self.applied.subscribe();
         self.notify();
         tokio::time::timeout(timeout, receiver.wait_for(|applied| *applied >= seq))
@@ -237,7 +237,7 @@ impl Indexer {
     }
 
     /// What both indexes have applied of the log.
-    pub fn applied_seq(&self) -> i64 {
+    pub(crate) fn applied_seq(&self) -> i64 {
         self.vector_applied
             .load(Ordering::Acquire)
             .min(self.keyword_applied())
@@ -390,7 +390,7 @@ impl Indexer {
     /// Ends the indexer's part of a shutdown, after its follower has stopped: waits for a
     /// running optimisation, makes the vector index durable with its watermark recorded, and
     /// closes it (no write after this). The keyword index commits every batch it applies.
-    pub async fn close(&self) -> Result<(), IndexerError> {
+    pub(crate) async fn close(&self) -> Result<(), IndexerError> {
         self.tasks.close();
         self.tasks.wait().await;
         self.persist_vector_waiting().await?;
@@ -431,7 +431,10 @@ impl Indexer {
     /// Follows the log until `shutdown`: applies batches as soon as it is woken, polls for
     /// writes made by other replicas, and optimises the vector index when enough has changed
     /// and the log is quiet.
-    pub fn spawn(self: &Arc<Self>, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
+    pub(crate) fn spawn(
+        self: &Arc<Self>,
+        shutdown: CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
         let indexer = self.clone();
         tokio::spawn(async move {
             let mut failures = 0u32;
@@ -499,7 +502,7 @@ impl Indexer {
     /// until it has applied everything `serving` has, logging progress every
     /// [`FILL_PROGRESS_EVERY`]. Returns false when `shutdown` came first: what it applied is
     /// recorded in its watermark, and the next start goes on from there.
-    pub async fn fill_behind(
+    pub(crate) async fn fill_behind(
         &self,
         serving: &Indexer,
         shutdown: &CancellationToken,
@@ -562,14 +565,14 @@ impl Indexer {
 
     /// Holds this indexer still: no batch is applied while the guard lives (for a hand-over,
     /// so that its successor is known to hold at least what it holds).
-    pub async fn hold(&self) -> tokio::sync::MutexGuard<'_, ()> {
+    pub(crate) async fn hold(&self) -> tokio::sync::MutexGuard<'_, ()> {
         self.step_lock.lock().await
     }
 
     /// After this indexer was replaced by `next`: whoever waits on it for a write to become
     /// recallable (a write begun before the hand-over) is told what `next` applies, for
     /// [`HAND_OVER_FOR`] or until `shutdown`.
-    pub async fn hand_over(&self, next: &Indexer, shutdown: &CancellationToken) {
+    pub(crate) async fn hand_over(&self, next: &Indexer, shutdown: &CancellationToken) {
         let mut applied = next.applied.subscribe();
         let deadline = tokio::time::Instant::now() + HAND_OVER_FOR;
         loop {

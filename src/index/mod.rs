@@ -5,7 +5,7 @@
 pub mod edge;
 pub mod indexer;
 pub mod keyword;
-pub mod qdrant;
-pub mod rrf;
+pub(crate) mod qdrant;
+pub(crate) mod rrf;
 pub mod vector;
-pub mod views;
+pub(crate) mod views;

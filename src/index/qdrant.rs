@@ -41,7 +41,7 @@ use crate::index::vector::{
 
 /// The name of a view's keyword vector: its terms, valued by BM25's term-frequency part,
 /// scored with the server's IDF ([`crate::index::keyword::sparse`]).
-pub fn keyword_vector_name(view: View) -> String {
+pub(crate) fn keyword_vector_name(view: View) -> String {
     format!("{}_bm25", view.as_str())
 }
 
@@ -81,7 +81,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// How a new collection is spread over a cluster's peers; `None` leaves the server's default.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CollectionLayout {
+pub(crate) struct CollectionLayout {
     pub shard_number: Option<u32>,
     pub replication_factor: Option<u32>,
     pub write_consistency_factor: Option<u32>,
@@ -91,7 +91,7 @@ pub struct CollectionLayout {
 }
 
 /// A collection on a Qdrant server (or a cluster of them).
-pub struct QdrantServerIndex {
+pub(crate) struct QdrantServerIndex {
     /// One client per peer, in the order configured.
     peers: Vec<Qdrant>,
     /// The peer that answered last: where the next request goes first.
@@ -277,7 +277,7 @@ impl QdrantServerIndex {
     /// vectors per view, and keyword vectors beside them when `keywords`): a new layout starts
     /// a new collection, filled from the memory log, while replicas of another layout keep
     /// theirs.
-    pub fn collection_name(prefix: &str, dimension: usize, keywords: bool) -> String {
+    pub(crate) fn collection_name(prefix: &str, dimension: usize, keywords: bool) -> String {
         if keywords {
             format!("{prefix}_{dimension}_views_bm25")
         } else {
@@ -289,7 +289,7 @@ impl QdrantServerIndex {
     /// one cluster), creating the collection (spread as `layout` says) and payload indexes if
     /// they are missing. Fails with [`IndexError::BadInput`] if the collection exists with
     /// another dimension or distance.
-    pub async fn connect(
+    pub(crate) async fn connect(
         urls: &[&str],
         api_key: Option<String>,
         collection: &str,

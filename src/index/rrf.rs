@@ -11,7 +11,7 @@ const MS_PER_DAY: f64 = 86_400_000.0;
 /// * A zero or negative age (clock skew, future timestamps) gives 1.0.
 /// * `floor` is clamped into `[0, 1]` (NaN counts as 0); a non-positive or
 ///   NaN half-life means "decays instantly", i.e. any positive age yields `floor`.
-pub fn decay_factor(
+pub(crate) fn decay_factor(
     importance: u8,
     last_access_ms: i64,
     now_ms: i64,

@@ -34,7 +34,7 @@ pub enum IndexError {
 impl IndexError {
     /// Stable, lowercase name of the variant, for metrics.
     #[cfg(test)]
-    pub fn label(&self) -> &'static str {
+    pub(crate) fn label(&self) -> &'static str {
         match self {
             IndexError::Unavailable(_) => "unavailable",
             IndexError::BadInput(_) => "bad_input",
@@ -95,7 +95,7 @@ pub struct PointKeywords {
 }
 
 impl PointKeywords {
-    pub fn of(&self, view: View) -> &crate::index::keyword::sparse::SparseVector {
+    pub(crate) fn of(&self, view: View) -> &crate::index::keyword::sparse::SparseVector {
         match view {
             View::Own => &self.own,
             View::Context => &self.context,
@@ -123,7 +123,7 @@ pub struct VectorFilter {
 impl VectorFilter {
     /// True when no point can ever match (empty kind list or empty time range),
     /// so backends can skip the round trip.
-    pub fn is_unsatisfiable(&self) -> bool {
+    pub(crate) fn is_unsatisfiable(&self) -> bool {
         if self.kinds.as_ref().is_some_and(Vec::is_empty) {
             return true;
         }
@@ -134,7 +134,7 @@ impl VectorFilter {
     /// "one of these" equals "none of the others"; for tantivy, excluding a short list costs
     /// far less than matching a long one (the default, every kind but `document`, becomes a
     /// single exclusion).
-    pub fn kind_condition(&self) -> KindCondition {
+    pub(crate) fn kind_condition(&self) -> KindCondition {
         let Some(kinds) = &self.kinds else {
             return KindCondition::Any;
         };
@@ -160,7 +160,7 @@ impl VectorFilter {
 
 /// How a backend restricts kinds (see [`VectorFilter::kind_condition`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum KindCondition {
+pub(crate) enum KindCondition {
     /// No restriction.
     Any,
     /// The kind is one of these.
@@ -303,16 +303,16 @@ pub struct VectorLayout {
 /// Upper bound applied to every `limit` (vector and keyword search): larger
 /// requests are clamped, so a hostile limit cannot make an engine
 /// pre-allocate a huge result heap.
-pub const MAX_SEARCH_LIMIT: usize = 10_000;
+pub(crate) const MAX_SEARCH_LIMIT: usize = 10_000;
 
 /// Payload field names used by both Qdrant backends.
 pub(crate) mod fields {
-    pub const USER_ID: &str = "user_id";
-    pub const KIND: &str = "kind";
-    pub const IMPORTANCE: &str = "importance";
-    pub const CREATED_AT_MS: &str = "created_at_ms";
-    pub const ARCHIVED: &str = "archived";
-    pub const VALID: &str = "valid";
+    pub(crate) const USER_ID: &str = "user_id";
+    pub(crate) const KIND: &str = "kind";
+    pub(crate) const IMPORTANCE: &str = "importance";
+    pub(crate) const CREATED_AT_MS: &str = "created_at_ms";
+    pub(crate) const ARCHIVED: &str = "archived";
+    pub(crate) const VALID: &str = "valid";
 }
 
 /// Checks both vectors of a point (see [`check_vector`]).

@@ -15,7 +15,7 @@ fn day(time: DateTime<Utc>) -> String {
 }
 
 /// The memory's own view.
-pub fn own_text(memory: &Memory) -> String {
+pub(crate) fn own_text(memory: &Memory) -> String {
     if memory.kind == MemoryKind::Turn {
         format!("[{}] {}", day(memory.created_at), memory.content)
     } else {
@@ -24,7 +24,11 @@ pub fn own_text(memory: &Memory) -> String {
 }
 
 /// The context view: a turn with its neighbours in the thread; other memories' own view.
-pub fn context_text(previous: Option<&Memory>, memory: &Memory, next: Option<&Memory>) -> String {
+pub(crate) fn context_text(
+    previous: Option<&Memory>,
+    memory: &Memory,
+    next: Option<&Memory>,
+) -> String {
     if memory.kind != MemoryKind::Turn {
         return own_text(memory);
     }
@@ -39,7 +43,7 @@ pub fn context_text(previous: Option<&Memory>, memory: &Memory, next: Option<&Me
 
 /// The text embedded for a turn's context view: its neighbours and itself, one per line, no
 /// date (own vectors are of the bare `Speaker: text` too).
-pub fn context_embedding_text(
+pub(crate) fn context_embedding_text(
     previous: Option<&Memory>,
     memory: &Memory,
     next: Option<&Memory>,
@@ -55,7 +59,7 @@ pub fn context_embedding_text(
 
 /// The context view's vector: the normalised mean of the turn's and its neighbours' own
 /// vectors (those of the memory's dimension); the memory's own vector for anything else.
-pub fn context_vector(
+pub(crate) fn context_vector(
     previous: Option<&Memory>,
     memory: &Memory,
     next: Option<&Memory>,

@@ -40,7 +40,7 @@ pub struct ChatMessage {
 }
 
 impl ChatMessage {
-    pub fn system(content: impl Into<String>) -> Self {
+    pub(crate) fn system(content: impl Into<String>) -> Self {
         Self::text(ChatRole::System, content)
     }
 
@@ -48,11 +48,11 @@ impl ChatMessage {
         Self::text(ChatRole::User, content)
     }
 
-    pub fn assistant(content: impl Into<String>) -> Self {
+    pub(crate) fn assistant(content: impl Into<String>) -> Self {
         Self::text(ChatRole::Assistant, content)
     }
 
-    pub fn tool_result(call_id: impl Into<String>, content: impl Into<String>) -> Self {
+    pub(crate) fn tool_result(call_id: impl Into<String>, content: impl Into<String>) -> Self {
         Self {
             role: ChatRole::Tool,
             content: content.into(),
@@ -127,7 +127,7 @@ pub struct Usage {
 }
 
 impl Usage {
-    pub fn add(&mut self, other: &Usage) {
+    pub(crate) fn add(&mut self, other: &Usage) {
         self.prompt_tokens += other.prompt_tokens;
         self.completion_tokens += other.completion_tokens;
         self.total_tokens += other.total_tokens;
@@ -179,7 +179,7 @@ pub struct LlmError {
 }
 
 impl LlmError {
-    pub fn new(kind: LlmErrorKind, message: impl Into<String>) -> Self {
+    pub(crate) fn new(kind: LlmErrorKind, message: impl Into<String>) -> Self {
         Self {
             kind,
             message: message.into(),
@@ -190,7 +190,7 @@ impl LlmError {
     }
 
     /// Whether trying again later may succeed.
-    pub fn retryable(&self) -> bool {
+    pub(crate) fn retryable(&self) -> bool {
         !self.final_attempt
             && matches!(
                 self.kind,
@@ -238,10 +238,10 @@ pub trait ChatModel: Send + Sync {
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError>;
 }
 
-pub use crate::config::Price;
+pub(crate) use crate::config::Price;
 
 /// Cost of usage under a price table keyed by model name.
-pub fn cost(prices: &HashMap<String, Price>, model: &str, usage: &Usage) -> Option<f64> {
+pub(crate) fn cost(prices: &HashMap<String, Price>, model: &str, usage: &Usage) -> Option<f64> {
     prices.get(model).map(|price| {
         (usage.prompt_tokens as f64 * price.input_per_mtok
             + usage.completion_tokens as f64 * price.output_per_mtok)
@@ -251,7 +251,7 @@ pub fn cost(prices: &HashMap<String, Price>, model: &str, usage: &Usage) -> Opti
 
 /// Retries `call` on retryable errors under `policy` (the server's `Retry-After` when it sent
 /// one): the one retry policy of every outside call, [`crate::retry::RetryPolicy`].
-pub async fn with_retries<T, F, Fut>(policy: RetryPolicy, call: F) -> Result<T, LlmError>
+pub(crate) async fn with_retries<T, F, Fut>(policy: RetryPolicy, call: F) -> Result<T, LlmError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, LlmError>>,
@@ -308,7 +308,7 @@ pub async fn complete_json<T>(
 }
 
 /// Extracts and parses the JSON object in a model's reply.
-pub fn repair_json(text: &str) -> Result<Value, serde_json::Error> {
+pub(crate) fn repair_json(text: &str) -> Result<Value, serde_json::Error> {
     if let Ok(value) = serde_json::from_str::<Value>(text.trim()) {
         return Ok(value);
     }

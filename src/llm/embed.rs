@@ -44,7 +44,7 @@ pub enum EmbedError {
 impl EmbedError {
     /// Stable, lowercase name of the variant, for metrics.
     #[cfg(test)]
-    pub fn label(&self) -> &'static str {
+    pub(crate) fn label(&self) -> &'static str {
         match self {
             EmbedError::Unavailable(_) => "unavailable",
             EmbedError::BadInput(_) => "bad_input",
@@ -101,7 +101,7 @@ fn l2_normalize(v: &mut [f32]) {
 // Local candle BERT
 // ---------------------------------------------------------------------------
 
-pub use crate::config::Pooling;
+pub(crate) use crate::config::Pooling;
 
 #[derive(Deserialize)]
 struct PoolingConfig {
@@ -142,7 +142,7 @@ pub struct LocalEmbedder {
 
 /// What a model directory does not say, or what the settings override.
 #[derive(Clone, Debug, Default)]
-pub struct LocalOptions {
+pub(crate) struct LocalOptions {
     /// Threads of the model's matrix products (0: one per core).
     pub threads: usize,
     /// The arithmetic of the model's matrix products.
@@ -236,7 +236,7 @@ fn read_optional_json<T: serde::de::DeserializeOwned>(
 }
 
 /// The packed model file of `dir`: its one `*.bin` file that starts with the packed magic.
-pub fn packed_model_file(dir: &Path) -> Option<PathBuf> {
+pub(crate) fn packed_model_file(dir: &Path) -> Option<PathBuf> {
     let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
         .ok()?
         .filter_map(Result::ok)
@@ -302,7 +302,7 @@ impl LocalEmbedder {
     }
 
     /// [`LocalEmbedder::load`] with settings that override the model's.
-    pub fn load_with(dir: &Path, options: &LocalOptions) -> Result<Self, EmbedError> {
+    pub(crate) fn load_with(dir: &Path, options: &LocalOptions) -> Result<Self, EmbedError> {
         let model_id = dir
             .file_name()
             .and_then(|n| n.to_str())
@@ -482,19 +482,19 @@ impl LocalEmbedder {
     /// The arithmetic of the model's products in effect (`auto` resolved to what this CPU
     /// has; `bf16` or `int8` asked for on a CPU without what it needs runs in `f32`).
     #[cfg(test)]
-    pub fn precision(&self) -> mnemo_encoder::Precision {
+    pub(crate) fn precision(&self) -> mnemo_encoder::Precision {
         self.inner.precision
     }
 
     /// Pooling mode read from the model directory.
     #[cfg(test)]
-    pub fn pooling(&self) -> Pooling {
+    pub(crate) fn pooling(&self) -> Pooling {
         self.inner.pooling
     }
 
     /// Token limit per text; longer texts are truncated.
     #[cfg(test)]
-    pub fn max_seq_len(&self) -> usize {
+    pub(crate) fn max_seq_len(&self) -> usize {
         self.inner.max_seq_len
     }
 
@@ -507,7 +507,7 @@ impl LocalEmbedder {
     /// bfloat16 (one short text reads every weight once, and 8-bit weights are half the
     /// bytes), else [`Self::precision`]. Stored texts always run in [`Self::precision`].
     #[cfg(test)]
-    pub fn short_query_precision(&self) -> mnemo_encoder::Precision {
+    pub(crate) fn short_query_precision(&self) -> mnemo_encoder::Precision {
         self.inner.encoder.short_text_precision()
     }
 
@@ -648,7 +648,7 @@ impl Embedder for LocalEmbedder {
 
 /// Client for `POST {base_url}/embeddings` (OpenAI, Azure-compatible
 /// gateways, vLLM, Ollama, ...).
-pub struct OpenAiEmbedder {
+pub(crate) struct OpenAiEmbedder {
     client: reqwest::Client,
     base_url: String,
     api_key: Option<String>,
@@ -713,7 +713,7 @@ impl OpenAiEmbedder {
     /// `base_url` is the API root including the version, e.g.
     /// `https://api.openai.com/v1`. `dimension` must match what the model
     /// returns; every response is checked against it.
-    pub fn new(
+    pub(crate) fn new(
         base_url: impl Into<String>,
         api_key: Option<String>,
         model: impl Into<String>,
@@ -754,7 +754,7 @@ impl OpenAiEmbedder {
     /// Tries failed calls again under `retry` (rate limits, server errors, network trouble;
     /// never a refused key or request).
     #[must_use]
-    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+    pub(crate) fn with_retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
         self
     }
@@ -762,7 +762,7 @@ impl OpenAiEmbedder {
     /// Puts `query` before every search query and `passage` before every stored text (for a
     /// served model trained with prompts, e.g. e5's `query: ` / `passage: `).
     #[must_use]
-    pub fn with_prefixes(mut self, query: String, passage: String) -> Self {
+    pub(crate) fn with_prefixes(mut self, query: String, passage: String) -> Self {
         self.query_prefix = query;
         self.passage_prefix = passage;
         self

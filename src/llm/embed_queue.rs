@@ -30,7 +30,7 @@ use super::embed::{EmbedError, Embedder};
 
 /// How the queue batches (from `[embedder]` settings).
 #[derive(Debug, Clone, Copy)]
-pub struct QueueSettings {
+pub(crate) struct QueueSettings {
     /// Longest wait for more texts before an idle model runs a batch.
     pub batch_wait: Duration,
     /// Texts per model call at most.
@@ -115,7 +115,7 @@ impl Request {
 }
 
 /// The [`Embedder`] every part of the server uses: the model behind one batching queue.
-pub struct EmbedQueue {
+pub(crate) struct EmbedQueue {
     model_id: String,
     vectors_id: String,
     earlier_vectors_id: Option<String>,
@@ -130,7 +130,7 @@ pub struct EmbedQueue {
 impl EmbedQueue {
     /// Starts the two workers (queries, bulk) on the current tokio runtime; they end when the
     /// queue is dropped.
-    pub fn start(inner: Arc<dyn Embedder>, settings: QueueSettings) -> Self {
+    pub(crate) fn start(inner: Arc<dyn Embedder>, settings: QueueSettings) -> Self {
         let settings = QueueSettings {
             max_batch: settings.max_batch.max(1),
             ..settings

@@ -21,7 +21,7 @@ use super::chat::{
 
 /// Counts tokens: the model's own tokenizer when known, else the calibrated estimate.
 #[derive(Clone, Default)]
-pub enum TokenCounter {
+pub(crate) enum TokenCounter {
     #[default]
     Estimate,
     Tokenizer(Arc<tokenizers::Tokenizer>),
@@ -38,13 +38,13 @@ impl std::fmt::Debug for TokenCounter {
 
 impl TokenCounter {
     /// The tokenizer in a Hugging Face `tokenizer.json`.
-    pub fn from_file(path: &std::path::Path) -> Result<Self, String> {
+    pub(crate) fn from_file(path: &std::path::Path) -> Result<Self, String> {
         tokenizers::Tokenizer::from_file(path)
             .map(|tokenizer| TokenCounter::Tokenizer(Arc::new(tokenizer)))
             .map_err(|error| format!("cannot read the tokenizer {}: {error}", path.display()))
     }
 
-    pub fn count(&self, text: &str) -> usize {
+    pub(crate) fn count(&self, text: &str) -> usize {
         match self {
             TokenCounter::Estimate => estimate(text),
             TokenCounter::Tokenizer(tokenizer) => tokenizer
@@ -98,7 +98,7 @@ const MESSAGE_OVERHEAD: usize = 6;
 const MIN_PROMPT: usize = 64;
 
 /// A request's prompt tokens as sent (messages, tool calls and tool definitions).
-pub fn prompt_tokens(counter: &TokenCounter, request: &ChatRequest) -> usize {
+pub(crate) fn prompt_tokens(counter: &TokenCounter, request: &ChatRequest) -> usize {
     let messages: usize = request
         .messages
         .iter()
@@ -128,7 +128,7 @@ fn message_tokens(counter: &TokenCounter, message: &ChatMessage) -> usize {
 
 /// Fits `request` into `budget` prompt tokens. Returns how many tokens were taken out (0 when
 /// it fitted), or an error when even the cut prompt cannot fit.
-pub fn fit(
+pub(crate) fn fit(
     counter: &TokenCounter,
     request: &mut ChatRequest,
     budget: usize,
@@ -225,7 +225,7 @@ fn cut_middle(counter: &TokenCounter, text: &str, keep: usize) -> String {
 }
 
 /// A model whose requests are fitted to its context window before they are sent.
-pub struct Fitted {
+pub(crate) struct Fitted {
     inner: Arc<dyn ChatModel>,
     context_tokens: usize,
     /// The answer's cap when the request names none.
@@ -234,7 +234,7 @@ pub struct Fitted {
 }
 
 impl Fitted {
-    pub fn new(
+    pub(crate) fn new(
         inner: Arc<dyn ChatModel>,
         context_tokens: u32,
         max_tokens: u32,

@@ -3,10 +3,10 @@
 
 pub mod chat;
 pub mod embed;
-pub mod embed_queue;
+pub(crate) mod embed_queue;
 pub mod fit;
 pub mod openai;
 pub mod prompts;
 pub mod roles;
 pub mod schemas;
-pub mod unigram;
+pub(crate) mod unigram;

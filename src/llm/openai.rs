@@ -86,7 +86,7 @@ pub struct Endpoint {
 
 impl Endpoint {
     /// `{base_url}/{path}`, the base URL's query string kept after the path.
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         let (base, query) = match self.base_url.split_once('?') {
             Some((base, query)) => (base, Some(query)),
             None => (self.base_url.as_str(), None),
@@ -107,7 +107,7 @@ impl Endpoint {
 
     /// The headers every request to this endpoint carries: the key as a bearer token (and as
     /// Azure's `api-key`). Local servers that need no key get none.
-    pub fn headers(&self) -> HeaderMap {
+    pub(crate) fn headers(&self) -> HeaderMap {
         let mut headers = HeaderMap::new();
         if let Some(key) = self.api_key.as_deref().filter(|key| !key.is_empty()) {
             if let Ok(value) = format!("Bearer {key}").parse() {
@@ -504,7 +504,7 @@ fn error_detail(text: &str) -> String {
 /// Whether a refusal says the prompt does not fit the model's context (OpenAI's
 /// `context_length_exceeded`, vLLM's "maximum context length", llama.cpp's "exceeds the
 /// available context size", Ollama's and others' variants).
-pub fn is_context_length(detail: &str) -> bool {
+pub(crate) fn is_context_length(detail: &str) -> bool {
     let detail = detail.to_lowercase();
     [
         "context_length_exceeded",
@@ -554,7 +554,7 @@ fn stream_error(chunk: &Value) -> Option<(LlmErrorKind, String)> {
 /// that may still turn out to be the opening tag is held back until it is known. Text after the
 /// block loses its leading whitespace. A block never closed hides everything after it.
 #[derive(Debug, Default)]
-pub struct ThinkFilter {
+pub(crate) struct ThinkFilter {
     state: ThinkState,
     held: String,
 }
@@ -575,7 +575,7 @@ const CLOSE: &str = "</think>";
 
 impl ThinkFilter {
     /// Feeds a chunk; returns the text to show now.
-    pub fn push(&mut self, text: &str) -> String {
+    pub(crate) fn push(&mut self, text: &str) -> String {
         let mut shown = String::new();
         self.held.push_str(text);
         loop {
@@ -631,7 +631,7 @@ impl ThinkFilter {
     }
 
     /// The end of the stream: text held back that was not a tag after all.
-    pub fn finish(&mut self) -> String {
+    pub(crate) fn finish(&mut self) -> String {
         let rest = match self.state {
             ThinkState::Start => self.held.trim_start().to_string(),
             _ => String::new(),
@@ -642,7 +642,7 @@ impl ThinkFilter {
 }
 
 /// The content without a leading reasoning block.
-pub fn strip_think(text: &str) -> String {
+pub(crate) fn strip_think(text: &str) -> String {
     let mut filter = ThinkFilter::default();
     let mut shown = filter.push(text);
     shown.push_str(&filter.finish());

@@ -50,7 +50,7 @@ impl crate::error::HasKind for PromptError {
 
 impl Prompt {
     /// The file stem under `prompts/`.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         self.into()
     }
 
@@ -78,7 +78,7 @@ impl Prompt {
     }
 
     /// The variables the prompt takes, all required.
-    pub fn variables(self) -> &'static [&'static str] {
+    pub(crate) fn variables(self) -> &'static [&'static str] {
         match self {
             Prompt::ChatSystem => &["memories", "profile", "summary", "today"],
             Prompt::SummarizeThread => &["messages", "previous"],
@@ -105,7 +105,7 @@ impl Prompt {
 
     /// The raw template text.
     #[cfg(test)]
-    pub fn text(self) -> &'static str {
+    pub(crate) fn text(self) -> &'static str {
         self.source()
     }
 
@@ -142,7 +142,7 @@ static ENVIRONMENT: LazyLock<Environment<'static>> = LazyLock::new(|| {
 });
 
 /// Checks every prompt at start: it parses and uses exactly its declared variables.
-pub fn check() -> Result<(), PromptError> {
+pub(crate) fn check() -> Result<(), PromptError> {
     for &prompt in <Prompt as strum::VariantArray>::VARIANTS {
         let error = |reason: String| PromptError {
             name: prompt.name(),

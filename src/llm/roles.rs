@@ -33,7 +33,7 @@ pub struct Probe {
 /// What the last probe of the model endpoint found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
-pub enum Reachability {
+pub(crate) enum Reachability {
     Ok,
     /// The endpoint did not answer, or answered with an error; `error` says how (never the
     /// key).
@@ -178,7 +178,7 @@ impl Models {
 
     /// Whether every model endpoint answers (each cached for a few seconds); the first one
     /// down is named with the roles it serves. `None` when no model is configured.
-    pub async fn reachability(&self) -> Option<Reachability> {
+    pub(crate) async fn reachability(&self) -> Option<Reachability> {
         if !self.configured() {
             return None;
         }
@@ -216,7 +216,7 @@ impl Models {
 
     /// A configured model by name, to answer as the chat role does (its token cap is the
     /// chat role's): the model of any role may be asked for by name.
-    pub fn named(&self, name: &str) -> Option<RoleModel> {
+    pub(crate) fn named(&self, name: &str) -> Option<RoleModel> {
         let model = self.roles.iter().find(|role| role.model.model() == name)?;
         Some(RoleModel {
             role: ModelRole::Chat,
@@ -229,7 +229,7 @@ impl Models {
     }
 
     /// The distinct names of the configured models, the chat role's first.
-    pub fn names(&self) -> Vec<String> {
+    pub(crate) fn names(&self) -> Vec<String> {
         let mut names: Vec<String> = Vec::new();
         let chat = self.role(ModelRole::Chat).into_iter();
         for role in chat.chain(self.roles.iter()) {
@@ -245,7 +245,7 @@ impl Models {
         !self.roles.is_empty()
     }
 
-    pub fn list(&self) -> Vec<ModelInfo> {
+    pub(crate) fn list(&self) -> Vec<ModelInfo> {
         self.roles
             .iter()
             .map(|role| ModelInfo {

@@ -44,7 +44,7 @@ pub fn memories() -> JsonSchema {
 
 /// The writer's decision about a new memory beside similar ones
 /// (`prompts/consolidate_memory.md`).
-pub fn decision() -> JsonSchema {
+pub(crate) fn decision() -> JsonSchema {
     JsonSchema {
         name: "memory_decision",
         schema: object(
@@ -58,7 +58,7 @@ pub fn decision() -> JsonSchema {
 }
 
 /// The schema of a research step's structured answer, by the step's name.
-pub fn research_step(step: &str) -> Option<JsonSchema> {
+pub(crate) fn research_step(step: &str) -> Option<JsonSchema> {
     let (name, schema) = match step {
         "clarification" => (
             "clarification",

@@ -17,7 +17,7 @@ use tokenizers::processors::template::TemplateProcessing;
 use tokenizers::{Encoding, Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
 /// A SentencePiece unigram tokenizer with its character normaliser.
-pub struct SentencePieceTokenizer {
+pub(crate) struct SentencePieceTokenizer {
     tokenizer: Tokenizer,
     normalization: HashMap<char, String>,
 }
@@ -34,7 +34,7 @@ impl std::fmt::Debug for SentencePieceTokenizer {
 impl SentencePieceTokenizer {
     /// The tokenizer of `vocabulary`, cutting texts to `max_length` tokens (`<s>`, `</s>`
     /// included).
-    pub fn new(vocabulary: &Vocabulary, max_length: usize) -> Result<Self, String> {
+    pub(crate) fn new(vocabulary: &Vocabulary, max_length: usize) -> Result<Self, String> {
         let piece = |id: u32| {
             vocabulary
                 .pieces
@@ -77,7 +77,7 @@ impl SentencePieceTokenizer {
 
     /// `text` as the model's normaliser leaves it: characters replaced by the map, runs of
     /// spaces collapsed to one.
-    pub fn normalize(&self, text: &str) -> String {
+    pub(crate) fn normalize(&self, text: &str) -> String {
         let mut out = String::with_capacity(text.len());
         for c in text.chars() {
             match self.normalization.get(&c) {
@@ -93,7 +93,7 @@ impl SentencePieceTokenizer {
     }
 
     /// Token ids of every text, with `<s>` and `</s>`.
-    pub fn encode_batch(&self, texts: &[&str]) -> Result<Vec<Encoding>, String> {
+    pub(crate) fn encode_batch(&self, texts: &[&str]) -> Result<Vec<Encoding>, String> {
         let normalized: Vec<String> = texts.iter().map(|t| self.normalize(t)).collect();
         self.tokenizer
             .encode_batch(normalized, true)

@@ -8,7 +8,7 @@ use super::relevance::{Terms, query_words};
 
 /// What a tool does to memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     Forget,
     Remember,
 }
@@ -44,7 +44,7 @@ impl Action {
 /// Whether `message` (the user's own) asks for `action` on `subject`: it holds one of the
 /// action's verbs, and at least one of the subject's informative words (all of them when the
 /// subject has one or two).
-pub fn user_asked(message: &str, action: Action, subject: &str) -> bool {
+pub(crate) fn user_asked(message: &str, action: Action, subject: &str) -> bool {
     let lower = message.to_lowercase();
     if !action.verbs().iter().any(|verb| lower.contains(verb)) {
         return false;
@@ -65,7 +65,7 @@ pub fn user_asked(message: &str, action: Action, subject: &str) -> bool {
 /// message (an extraction rephrases: "we moved to PostgreSQL 17" → "The user uses PostgreSQL
 /// 17 at work"), and so is every word holding a digit — values come from the user, never
 /// from text they read. "The user" itself does not count.
-pub fn grounded_in(text: &str, message: &str) -> bool {
+pub(crate) fn grounded_in(text: &str, message: &str) -> bool {
     let words: Vec<String> = query_words(text)
         .into_iter()
         .filter(|word| !matches!(word.as_str(), "user" | "users" | "user'" | "user's"))

@@ -14,7 +14,7 @@ use crate::index::indexer::Indexer;
 use crate::store::{MemoryId, Store, StoreResult};
 
 /// One pass at `now`; returns the archived ids.
-pub async fn run_once(
+pub(crate) async fn run_once(
     store: &dyn Store,
     settings: &MemorySettings,
     now: chrono::DateTime<chrono::Utc>,
@@ -30,7 +30,7 @@ pub async fn run_once(
 }
 
 /// Runs the job every `decay_interval_secs` until shutdown.
-pub fn spawn(
+pub(crate) fn spawn(
     store: Arc<dyn Store>,
     indexer: Arc<Indexer>,
     settings: MemorySettings,

@@ -9,7 +9,7 @@ use crate::text::script::is_han;
 
 /// A statement worth remembering, before consolidation.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Candidate {
+pub(crate) struct Candidate {
     pub kind: MemoryKind,
     pub content: String,
     pub importance: u8,
@@ -51,7 +51,7 @@ fn after_prefix<'a>(sentence: &'a str, prefixes: &[&str]) -> Option<&'a str> {
 }
 
 /// Candidates from the user's own words. Assistant text is never passed here.
-pub fn rule_candidates(user_text: &str) -> Vec<Candidate> {
+pub(crate) fn rule_candidates(user_text: &str) -> Vec<Candidate> {
     let mut found = Vec::new();
     for (sentence, asked) in crate::text::split::clauses(user_text) {
         match english_candidate(sentence) {
@@ -461,7 +461,7 @@ const FILLER_CHARS: &str =
 
 /// A message with nothing to remember: a greeting, thanks, an acknowledgement, a lone
 /// slash-command (`/help`), or no letters or digits at all. Such turns are not stored.
-pub fn content_free(text: &str) -> bool {
+pub(crate) fn content_free(text: &str) -> bool {
     let text = text.trim();
     if text.starts_with('/') && !text.contains(char::is_whitespace) {
         return true;
@@ -474,7 +474,7 @@ pub fn content_free(text: &str) -> bool {
 }
 
 /// Lowercased word tokens; CJK characters count one each.
-pub fn tokens(text: &str) -> Vec<String> {
+pub(crate) fn tokens(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut word = String::new();
     for c in text.chars() {
@@ -496,7 +496,7 @@ pub fn tokens(text: &str) -> Vec<String> {
 }
 
 /// Two Chinese statements that fill the same slot (我的猫叫…, 喜欢…) with different values.
-pub fn chinese_slot_changed(old: &str, new: &str) -> bool {
+pub(crate) fn chinese_slot_changed(old: &str, new: &str) -> bool {
     matches!(
         (chinese_slot(old), chinese_slot(new)),
         (Some((old_slot, old_value)), Some((new_slot, new_value)))
@@ -507,7 +507,7 @@ pub fn chinese_slot_changed(old: &str, new: &str) -> bool {
 /// Same statement: equal token sequences (case, spacing and punctuation aside), the speaker
 /// named either way — "I am vegetarian", "I'm vegetarian" and "The user is vegetarian" are
 /// one statement (the rules write the first person, models often the third).
-pub fn same_statement(a: &str, b: &str) -> bool {
+pub(crate) fn same_statement(a: &str, b: &str) -> bool {
     first_person(tokens(a)) == first_person(tokens(b))
 }
 
@@ -582,7 +582,7 @@ fn third_person_stem(word: &str) -> Option<String> {
 /// Same subject with a new value: most words shared, but not all — e.g. "I use PostgreSQL 16
 /// at work" and "I use PostgreSQL 17 at work", or "My dentist is Dr. Wu" and "My dentist is
 /// Dr. Lee". Returns false for equal statements.
-pub fn same_subject_new_value(old: &str, new: &str) -> bool {
+pub(crate) fn same_subject_new_value(old: &str, new: &str) -> bool {
     // Chinese statements that name their slot: the same slot with another value, or not at
     // all (我的猫叫小白 and 我的狗叫豆豆 share most characters but no subject).
     if let (Some((old_slot, old_value)), Some((new_slot, new_value))) =

@@ -24,7 +24,7 @@ pub struct ForgetMatch {
 
 /// What a forget removed, and what it left.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct ForgetOutcome {
+pub(crate) struct ForgetOutcome {
     pub forgotten: Vec<Memory>,
     /// Memories that matched too but were left because of the limit (ask again to forget
     /// them).
@@ -37,7 +37,7 @@ impl MemoryEngine {
     /// Forgets the memories `request` clearly names ([`MemoryEngine::forget_preview`]), the
     /// most relevant `limit` of them when a limit is given; they stay restorable for
     /// `memory.forget_retention_days`.
-    pub async fn forget(
+    pub(crate) async fn forget(
         &self,
         user: UserId,
         request: &str,
@@ -103,7 +103,7 @@ impl MemoryEngine {
     /// whose every source is one of them), makes valid again what such a fact had superseded,
     /// and drops a profile distilled from them (the writer rebuilds it). Memories that also
     /// rest on other messages stay. Returns the deleted memories.
-    pub async fn unlearn_messages(
+    pub(crate) async fn unlearn_messages(
         &self,
         user: UserId,
         thread: crate::store::ThreadId,
@@ -238,7 +238,7 @@ impl MemoryEngine {
     /// statements). Compares stored vectors only, so it embeds nothing. Searches the indexes,
     /// which follow SQL a moment behind: the caller settles them first
     /// ([`MemoryEngine::settle`], once per batch) so that a memory written just before is seen.
-    pub async fn duplicate_of(
+    pub(crate) async fn duplicate_of(
         &self,
         user: UserId,
         content: &str,

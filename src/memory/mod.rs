@@ -2,20 +2,23 @@
 //! export/import, re-embedding after a model change, and the decay job. Every function takes
 //! the owner's `UserId`.
 
-pub mod asked;
-pub mod decay;
-pub mod extract;
+pub(crate) mod asked;
+pub(crate) mod decay;
+pub(crate) mod extract;
 mod forget;
 mod portable;
 pub mod rank;
 mod recall;
 pub mod relevance;
-pub mod when;
+pub(crate) mod when;
 pub mod writer;
 
-pub use forget::{ForgetMatch, ForgetOutcome, Unique, values_differ};
-pub use portable::{ImportLineError, ImportReport, PortableMemory};
-pub use recall::{RecallRequest, RecallResponse, RecallTimings};
+pub(crate) use forget::ForgetMatch;
+pub use forget::values_differ;
+pub(crate) use portable::ImportReport;
+pub use portable::PortableMemory;
+pub(crate) use recall::RecallResponse;
+pub use recall::{RecallRequest, RecallTimings};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -68,7 +71,7 @@ impl HasKind for MemoryError {
     }
 }
 
-pub type MemoryResult<T> = Result<T, MemoryError>;
+pub(crate) type MemoryResult<T> = Result<T, MemoryError>;
 
 /// Memory content is capped so one memory stays a short statement.
 pub const MAX_MEMORY_CHARS: usize = 8_000;
@@ -97,7 +100,7 @@ pub struct MemoryEngine {
 
 /// What `/health` shows of the memory engine.
 #[derive(Debug, Clone, Serialize)]
-pub struct MemoryStatus {
+pub(crate) struct MemoryStatus {
     pub embedder_model: String,
     pub dimension: usize,
     pub vector_backend: &'static str,
@@ -147,7 +150,7 @@ impl MemoryEngine {
     }
 
     /// Adds a background task to be joined at shutdown.
-    pub fn track(&self, task: tokio::task::JoinHandle<()>) {
+    pub(crate) fn track(&self, task: tokio::task::JoinHandle<()>) {
         self.background.lock().push(task);
     }
 
@@ -186,7 +189,7 @@ impl MemoryEngine {
     /// log, logging progress, while the serving indexer answers; once it holds everything the
     /// serving one holds, it serves instead and the old follower stops. A shutdown meanwhile
     /// keeps what was filled (its watermark) for the next start.
-    pub async fn fill_keywords(
+    pub(crate) async fn fill_keywords(
         self: &Arc<Self>,
         target: (Arc<dyn VectorIndex>, KeywordSearch, VectorWatermark),
         optimize_after: u64,
@@ -247,7 +250,7 @@ impl MemoryEngine {
     }
 
     /// The SQL store the engine writes to (document rows live beside the memories).
-    pub fn store(&self) -> &Arc<dyn Store> {
+    pub(crate) fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
 
@@ -270,7 +273,7 @@ impl MemoryEngine {
         Ok(self.relevance.profile(query, vector))
     }
 
-    pub fn status(&self) -> MemoryStatus {
+    pub(crate) fn status(&self) -> MemoryStatus {
         MemoryStatus {
             embedder_model: self.embedder.model_id().to_string(),
             dimension: self.embedder.dimension(),
@@ -290,7 +293,7 @@ impl MemoryEngine {
     }
 
     /// The user's current profile text, if one has been built.
-    pub async fn profile(&self, user: UserId) -> MemoryResult<Option<Memory>> {
+    pub(crate) async fn profile(&self, user: UserId) -> MemoryResult<Option<Memory>> {
         let filter = MemoryFilter {
             kinds: Some(vec![MemoryKind::Profile]),
             ..MemoryFilter::default()
@@ -418,7 +421,7 @@ impl MemoryEngine {
         Ok(())
     }
 
-    pub async fn get(
+    pub(crate) async fn get(
         &self,
         user: UserId,
         id: MemoryId,
@@ -454,7 +457,7 @@ impl MemoryEngine {
     }
 
     /// Changes content (re-embedding it), kind, importance, or archives/restores.
-    pub async fn update(
+    pub(crate) async fn update(
         &self,
         user: UserId,
         id: MemoryId,
@@ -488,7 +491,7 @@ impl MemoryEngine {
         Ok(memory)
     }
 
-    pub async fn delete(&self, user: UserId, id: MemoryId) -> MemoryResult<()> {
+    pub(crate) async fn delete(&self, user: UserId, id: MemoryId) -> MemoryResult<()> {
         let scope = self.store.user(user);
         let around: Vec<MemoryId> = scope
             .turn_neighbours(&[id])
@@ -586,7 +589,7 @@ impl MemoryEngine {
         Ok(())
     }
 
-    pub async fn delete_all(&self, user: UserId) -> MemoryResult<u64> {
+    pub(crate) async fn delete_all(&self, user: UserId) -> MemoryResult<u64> {
         let deleted = self.store.user(user).delete_all_memories().await?;
         self.indexer().notify();
         Ok(deleted)
@@ -596,7 +599,7 @@ impl MemoryEngine {
     /// same way ([`Embedder::earlier_vectors_id`]: the bare model id, when the arithmetic is
     /// the default's), so that recording the arithmetic does not make them all again. Returns
     /// how many memories' and context views' vectors were relabelled.
-    pub async fn adopt_earlier_vectors(&self) -> MemoryResult<u64> {
+    pub(crate) async fn adopt_earlier_vectors(&self) -> MemoryResult<u64> {
         let Some(earlier) = self.embedder.earlier_vectors_id() else {
             return Ok(0);
         };
@@ -622,7 +625,7 @@ impl MemoryEngine {
 
     /// Embeds the context views of turns that have none of the current model (after a crash
     /// between a turn and its context, or a model change), in batches. Returns how many.
-    pub async fn reembed_stale_contexts(&self) -> MemoryResult<u64> {
+    pub(crate) async fn reembed_stale_contexts(&self) -> MemoryResult<u64> {
         self.adopt_earlier_vectors().await?;
         let model = self.embedder.vectors_id().to_string();
         let mut done = 0u64;
@@ -649,7 +652,7 @@ impl MemoryEngine {
 
     /// Re-embeds memories made by another model (after a model change), in batches, calling
     /// `progress(done, total)`. Returns how many were re-embedded.
-    pub async fn reembed_stale(&self, progress: impl Fn(u64, u64)) -> MemoryResult<u64> {
+    pub(crate) async fn reembed_stale(&self, progress: impl Fn(u64, u64)) -> MemoryResult<u64> {
         self.adopt_earlier_vectors().await?;
         let model = self.embedder.vectors_id().to_string();
         let total = self
@@ -818,7 +821,7 @@ async fn write_accesses(store: &dyn Store, batch: Vec<Access>) {
 
 /// Whether a chat turn in `thread` may recall and store memories: not in a temporary chat,
 /// and not while the user's memory switch is off.
-pub async fn memory_on(
+pub(crate) async fn memory_on(
     store: &dyn crate::store::Store,
     user: crate::store::UserId,
     thread: crate::store::ThreadId,

@@ -22,7 +22,7 @@ pub enum RecallMode {
     Keyword,
 }
 
-pub use crate::store::Signals;
+pub(crate) use crate::store::Signals;
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Recalled {
@@ -34,7 +34,7 @@ pub struct Recalled {
 /// What a query says beyond its words: the span of time it names, and the one speaker it
 /// names. Both lift matching memories (`memory.time_boost`, `memory.speaker_boost`).
 #[derive(Debug, Clone, Default)]
-pub struct QueryHints {
+pub(crate) struct QueryHints {
     pub span: Option<Span>,
     pub speaker: Option<String>,
 }
@@ -95,7 +95,7 @@ impl QueryHints {
 
 /// A fused hit before its row is read: its fused score and where each signal ranked it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Candidate {
+pub(crate) struct Candidate {
     pub id: MemoryId,
     /// The fused score.
     pub rrf: f64,
@@ -151,7 +151,7 @@ impl Candidate {
 
 /// The hit lists of one recall, best first, one per signal; any may be empty.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Lists<'a> {
+pub(crate) struct Lists<'a> {
     pub vector: &'a [(MemoryId, f32)],
     pub keyword: &'a [(MemoryId, f32)],
     pub vector_context: &'a [(MemoryId, f32)],
@@ -171,7 +171,7 @@ pub struct Lists<'a> {
 impl<'a> Lists<'a> {
     /// The own views' lists only.
     #[cfg(test)]
-    pub fn own(vector: &'a [(MemoryId, f32)], keyword: &'a [(MemoryId, f32)]) -> Self {
+    pub(crate) fn own(vector: &'a [(MemoryId, f32)], keyword: &'a [(MemoryId, f32)]) -> Self {
         Self {
             vector,
             keyword,
@@ -191,7 +191,7 @@ impl<'a> Lists<'a> {
 
 /// Fuses the own views' two lists by Reciprocal Rank Fusion with constant `rrf_k`.
 #[cfg(test)]
-pub fn fuse(
+pub(crate) fn fuse(
     vector_hits: &[(MemoryId, f32)],
     keyword_hits: &[(MemoryId, f32)],
     rrf_k: f64,
@@ -212,7 +212,7 @@ pub fn fuse(
 /// lagging a delete by milliseconds) is dropped later but keeps its slot. When the lists
 /// carry coverage, the query gate may return nothing at all, and candidates below the
 /// relevance floor are left out (`FusionSettings`).
-pub fn fuse_lists(lists: &Lists<'_>, fusion: &FusionSettings, rrf_k: f64) -> Vec<Candidate> {
+pub(crate) fn fuse_lists(lists: &Lists<'_>, fusion: &FusionSettings, rrf_k: f64) -> Vec<Candidate> {
     let weights = [
         fusion.vector_weight,
         fusion.bm25_weight,
@@ -355,7 +355,7 @@ fn candidate_cosine(candidate: &Candidate) -> f64 {
 /// Scores the candidates whose rows are in `memories` (read for the user and checked
 /// against the request's filters; the others are skipped), applies decay at `now`, removes
 /// near-duplicates and keeps the best `k`.
-pub fn select(
+pub(crate) fn select(
     candidates: &[Candidate],
     memories: &HashMap<MemoryId, Memory>,
     settings: &MemorySettings,
@@ -439,7 +439,12 @@ pub fn select(
 /// factors of at most `ceiling` (decay and trust are at most 1; the time boost may be more),
 /// so a candidate not yet read (candidates are in fused order) scores at most its fused score
 /// × `ceiling`, and once that is below the k-th kept score it would sort after everything kept.
-pub fn settled(kept: &[Recalled], k: usize, next_unread: Option<&Candidate>, ceiling: f64) -> bool {
+pub(crate) fn settled(
+    kept: &[Recalled],
+    k: usize,
+    next_unread: Option<&Candidate>,
+    ceiling: f64,
+) -> bool {
     match next_unread {
         None => true,
         Some(next) => {
@@ -456,7 +461,7 @@ pub fn settled(kept: &[Recalled], k: usize, next_unread: Option<&Candidate>, cei
 /// the ids, already checked for the user and the request's filters; missing ones are
 /// dropped. Returns the results and how many candidates were read.
 #[allow(clippy::too_many_arguments)]
-pub async fn select_reading<F, Fut, E>(
+pub(crate) async fn select_reading<F, Fut, E>(
     fused: &[Candidate],
     settings: &MemorySettings,
     decay: bool,
@@ -491,7 +496,7 @@ where
 
 /// [`fuse`] then [`select`] over rows already read (tests and one-shot callers).
 #[cfg(test)]
-pub fn rank(
+pub(crate) fn rank(
     vector_hits: &[(MemoryId, f32)],
     keyword_hits: &[(MemoryId, f32)],
     memories: Vec<Memory>,

@@ -7,14 +7,14 @@ use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Utc};
 
 /// A span of time named by a query: `[start, end)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Span {
+pub(crate) struct Span {
     pub start: DateTime<Utc>,
     pub end: DateTime<Utc>,
 }
 
 impl Span {
     #[cfg(test)]
-    pub fn contains(&self, time: DateTime<Utc>) -> bool {
+    pub(crate) fn contains(&self, time: DateTime<Utc>) -> bool {
         self.start <= time && time < self.end
     }
 }
@@ -86,7 +86,7 @@ fn days_back(now: DateTime<Utc>, back: i64, days: i64) -> Span {
 }
 
 /// The span the query names, read at `now`; `None` when it names none.
-pub fn span(query: &str, now: DateTime<Utc>) -> Option<Span> {
+pub(crate) fn span(query: &str, now: DateTime<Utc>) -> Option<Span> {
     chinese_span(query, now).or_else(|| english_span(query, now))
 }
 

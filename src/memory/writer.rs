@@ -30,7 +30,7 @@ use crate::store::{
 
 /// Attempts of a job before it fails for good (also the cap the claim enforces on jobs whose
 /// worker died mid-job).
-pub const MAX_ATTEMPTS: i64 = 5;
+pub(crate) const MAX_ATTEMPTS: i64 = 5;
 const LEASE_SECS: i64 = 120;
 
 /// Why a memory job failed.
@@ -84,7 +84,7 @@ impl HasKind for WriterError {
 impl WriterError {
     /// Whether the job is worth another attempt: a client-side mistake in the job itself (bad
     /// payload, refused input) fails at once; anything else may pass.
-    pub fn retry(&self) -> bool {
+    pub(crate) fn retry(&self) -> bool {
         !matches!(self, WriterError::Panicked(_))
             && !matches!(
                 self.kind(),
@@ -102,7 +102,7 @@ fn parse_payload<T: serde::de::DeserializeOwned>(job: &Job) -> Result<T, WriterE
 
 /// Payload of a `turn` job.
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
-pub struct TurnJob {
+pub(crate) struct TurnJob {
     pub thread_id: ThreadId,
     pub user_message_id: MessageId,
     /// The run that answered; its assistant message (if any) is found by run id.
@@ -111,7 +111,7 @@ pub struct TurnJob {
 
 /// Payload of an `import_chat` job: the messages of a past conversation, in order.
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
-pub struct ImportChatJob {
+pub(crate) struct ImportChatJob {
     pub thread_id: ThreadId,
     pub message_ids: Vec<MessageId>,
 }
@@ -127,19 +127,19 @@ pub struct ImportedConversation {
 }
 
 /// Messages one import may bring.
-pub const MAX_IMPORTED_MESSAGES: usize = 10_000;
+pub(crate) const MAX_IMPORTED_MESSAGES: usize = 10_000;
 
 /// Turn memories written per transaction by an imported conversation.
 const IMPORT_ADD_BATCH: usize = 256;
 
 /// Longest part of a message kept as one turn memory; a longer message becomes several.
-pub const TURN_PART_CHARS: usize = 2_000;
+pub(crate) const TURN_PART_CHARS: usize = 2_000;
 
 /// The turn memories of one message: `Speaker: text` (the author's name when the message
 /// has one, else `User` or `Assistant`), at the speaker's trust, with the message's time and
 /// id. A message longer than [`TURN_PART_CHARS`] is cut into parts at sentence ends; a
 /// content-free message (a greeting, thanks, a slash-command) gives none.
-pub fn turn_memories(message: &Message) -> Vec<NewMemory> {
+pub(crate) fn turn_memories(message: &Message) -> Vec<NewMemory> {
     if extract::content_free(&message.content) {
         return Vec::new();
     }
@@ -193,7 +193,7 @@ fn user_trust() -> Trust {
 
 /// Payload of an `import` job: one batch of an export's JSON lines.
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
-pub struct ImportJob {
+pub(crate) struct ImportJob {
     pub lines: String,
     /// The line number of the batch's first line in the whole upload (for messages).
     pub first_line: usize,
@@ -201,7 +201,7 @@ pub struct ImportJob {
 
 /// One queued import batch.
 #[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
-pub struct ImportBatch {
+pub(crate) struct ImportBatch {
     pub id: String,
     pub first_line: usize,
     pub lines: usize,
@@ -213,11 +213,11 @@ fn import_key(user: UserId, batch: &str) -> String {
 }
 
 /// Lines per import job.
-pub const IMPORT_BATCH_LINES: usize = 500;
+pub(crate) const IMPORT_BATCH_LINES: usize = 500;
 
 /// What consolidation did with a candidate.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// A message kept as the conversation's record (a `turn` memory), not something learnt.
     Recorded(MemoryId),
     Added(MemoryId),
@@ -259,13 +259,13 @@ impl MemoryWriter {
     }
 
     /// Wakes the workers (after an enqueue or when a run ends).
-    pub fn notify(&self) {
+    pub(crate) fn notify(&self) {
         self.wake.notify_waiters();
     }
 
     /// The user's `turn` job queued by `run`, with what it did once done; waits up to `wait`
     /// for it to finish (woken by this replica's workers, else looking again every 500 ms).
-    pub async fn run_memory_job(
+    pub(crate) async fn run_memory_job(
         &self,
         user: UserId,
         run: crate::store::RunId,
@@ -400,7 +400,7 @@ impl MemoryWriter {
     }
 
     /// Queues the memory work of an imported conversation (one job for all its messages).
-    pub async fn enqueue_import_chat(
+    pub(crate) async fn enqueue_import_chat(
         &self,
         user: UserId,
         job: &ImportChatJob,
@@ -425,13 +425,17 @@ impl MemoryWriter {
 
     /// The queue key and payload of a turn's job: one job per user message, so storing it
     /// twice is a no-op.
-    pub fn turn_job_entry(job: &TurnJob) -> (String, Value) {
+    pub(crate) fn turn_job_entry(job: &TurnJob) -> (String, Value) {
         let key = format!("turn:{}", job.user_message_id);
         (key, serde_json::to_value(job).unwrap_or(Value::Null))
     }
 
     /// Queues the memory work of a finished turn; runs once `run` has ended.
-    pub async fn enqueue_turn(&self, user: UserId, job: &TurnJob) -> crate::store::StoreResult<()> {
+    pub(crate) async fn enqueue_turn(
+        &self,
+        user: UserId,
+        job: &TurnJob,
+    ) -> crate::store::StoreResult<()> {
         let run = job.run_id;
         let (key, payload) = Self::turn_job_entry(job);
         self.store
@@ -459,7 +463,7 @@ impl MemoryWriter {
 
     /// Queues an upload's JSON lines as import jobs of `IMPORT_BATCH_LINES` lines; returns each
     /// batch's id (a digest of its lines: the same batch uploaded again is the same job).
-    pub async fn enqueue_import(
+    pub(crate) async fn enqueue_import(
         &self,
         user: UserId,
         jsonl: &str,
@@ -493,7 +497,7 @@ impl MemoryWriter {
     }
 
     /// The state of one of the user's import batches (`queued`, `running`, `done`, `failed`).
-    pub async fn import_status(
+    pub(crate) async fn import_status(
         &self,
         user: UserId,
         batch: &str,
@@ -505,7 +509,7 @@ impl MemoryWriter {
     }
 
     /// Starts `workers` loops that run until `shutdown` (0 leaves jobs queued).
-    pub fn spawn(
+    pub(crate) fn spawn(
         self: &Arc<Self>,
         workers: usize,
         shutdown: CancellationToken,
@@ -971,7 +975,7 @@ impl MemoryWriter {
     }
 
     /// Adds, skips or supersedes one candidate against the user's similar memories.
-    pub async fn consolidate(
+    pub(crate) async fn consolidate(
         &self,
         user: UserId,
         memory: NewMemory,
@@ -1135,7 +1139,7 @@ impl MemoryWriter {
         Ok(target)
     }
 
-    pub async fn health(&self) -> Value {
+    pub(crate) async fn health(&self) -> Value {
         match self.store.maintenance().queue_stats().await {
             Ok(stats) => {
                 metrics::gauge!("mnemo_writer_queue_depth").set(stats.queued as f64);

@@ -7,7 +7,7 @@
 
 pub mod export;
 pub mod request;
-pub mod workflow;
+pub(crate) mod workflow;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -71,7 +71,7 @@ pub struct ResearchService {
 const SEARCH_PROBE_TTL: Duration = Duration::from_secs(15);
 
 /// A checked request: its configuration and everything it runs with.
-pub struct Prepared {
+pub(crate) struct Prepared {
     pub config: ResolvedConfig,
     pub deps: ResearchDeps,
     /// The request as a checkpoint keeps it, when another attempt could rebuild the research
@@ -80,7 +80,7 @@ pub struct Prepared {
 }
 
 impl ResearchService {
-    pub fn new(
+    pub(crate) fn new(
         settings: Arc<Settings>,
         store: Arc<dyn Store>,
         memory: Arc<MemoryEngine>,
@@ -113,7 +113,7 @@ impl ResearchService {
 
     /// Every provider name with whether it can run here (its key or URL is configured) and,
     /// when it cannot, why; in the order of `search::provider_names`.
-    pub fn search_providers(&self) -> Vec<(&'static str, Option<String>)> {
+    pub(crate) fn search_providers(&self) -> Vec<(&'static str, Option<String>)> {
         search::provider_names()
             .into_iter()
             .map(|name| {
@@ -130,7 +130,7 @@ impl ResearchService {
     /// `/health`'s view of the default search provider: `ok`, `down` (its address does not
     /// answer: the error says where and why) or `not_configured` (what is missing). A probe is
     /// reused for a few seconds.
-    pub async fn search_health(&self) -> serde_json::Value {
+    pub(crate) async fn search_health(&self) -> serde_json::Value {
         let mut last = self.probed.lock().await;
         if let Some((at, found)) = last.as_ref()
             && at.elapsed() < SEARCH_PROBE_TTL
@@ -168,12 +168,12 @@ impl ResearchService {
     }
 
     /// The search provider used when a request names none.
-    pub fn default_search_api(&self) -> &str {
+    pub(crate) fn default_search_api(&self) -> &str {
         self.settings.research.search.default_provider.as_str()
     }
 
     /// Checks a request and resolves what it would run with, without running it.
-    pub fn prepare(&self, request: &ResearchRequest) -> Result<Prepared, StartError> {
+    pub(crate) fn prepare(&self, request: &ResearchRequest) -> Result<Prepared, StartError> {
         let (config, models) = request
             .resolve(
                 &self.settings.research,
@@ -226,7 +226,7 @@ impl ResearchService {
     }
 
     /// `start` for a request already checked by `prepare`.
-    pub async fn start_prepared(
+    pub(crate) async fn start_prepared(
         &self,
         user: UserId,
         prepared: Prepared,
@@ -276,7 +276,7 @@ impl ResearchService {
 
     /// Runs a research inside another run (the chat agent's `deep_research` tool); its events
     /// go to that run's log.
-    pub async fn run_inside(
+    pub(crate) async fn run_inside(
         &self,
         context: Arc<RunContext>,
         request: &ResearchRequest,
@@ -295,7 +295,7 @@ impl ResearchService {
 
     /// The body continuing a research taken over from a replica that stopped: rebuilt from the
     /// request its checkpoint keeps, it goes on after the last step it finished.
-    pub fn resume(
+    pub(crate) fn resume(
         &self,
         checkpoint: &crate::runs::Checkpoint,
     ) -> Result<crate::runs::ResumedBody, String> {

@@ -13,7 +13,7 @@ use crate::llm::roles::{ModelInfo, Models};
 use crate::store::{RunId, ThreadId};
 
 /// Longest accepted query, in characters.
-pub const MAX_QUERY_CHARS: usize = 4_000;
+pub(crate) const MAX_QUERY_CHARS: usize = 4_000;
 /// Providers one research may search together.
 const MAX_PROVIDERS: usize = 5;
 
@@ -87,7 +87,7 @@ pub enum SearchApiChoice {
 
 impl SearchApiChoice {
     /// The provider names, trimmed, each once, in the order given.
-    pub fn names(&self) -> Vec<String> {
+    pub(crate) fn names(&self) -> Vec<String> {
         let given: Vec<&String> = match self {
             SearchApiChoice::One(name) => vec![name],
             SearchApiChoice::Many(names) => names.iter().collect(),
@@ -333,13 +333,13 @@ pub struct ResolvedConfig {
 
 impl ResolvedConfig {
     /// The search providers' names.
-    pub fn providers(&self) -> Vec<String> {
+    pub(crate) fn providers(&self) -> Vec<String> {
         self.search_api.names()
     }
 
     /// Whether a source at `url` may be used: the user's own documents always; a web page
     /// when its host is on no excluded domain and, when domains are included, on one of them.
-    pub fn allows(&self, url: &str) -> bool {
+    pub(crate) fn allows(&self, url: &str) -> bool {
         let Ok(parsed) = url::Url::parse(url) else {
             return true;
         };
@@ -359,7 +359,7 @@ impl ResolvedConfig {
     }
 
     /// The model named in events and history: the final-report model, else any.
-    pub fn headline_model(&self) -> Option<String> {
+    pub(crate) fn headline_model(&self) -> Option<String> {
         self.models
             .iter()
             .find(|model| model.role == ModelRole::FinalReport)
@@ -395,7 +395,7 @@ impl ResearchRequest {
     /// use (with the request's key when it brings one). Errors are client mistakes.
     /// `server` are the server's models, reused when the request chooses no model, role
     /// model, token cap or key (otherwise the request's models are built from `llm`).
-    pub fn resolve(
+    pub(crate) fn resolve(
         &self,
         settings: &ResearchSettings,
         llm: &LlmSettings,

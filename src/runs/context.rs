@@ -28,7 +28,7 @@ impl InputWait<'_> {
 
 /// What every event of a research carries besides its own fields.
 #[derive(Debug, Clone)]
-pub struct ResearchEnvelope {
+pub(crate) struct ResearchEnvelope {
     pub research_id: RunId,
     /// The research's main model (`null` without one).
     pub model: Option<String>,
@@ -131,7 +131,7 @@ impl RunContext {
 
     /// As `emit`, for an event of a research running inside this run: it carries that
     /// research's id and, when the event names none, its model.
-    pub async fn emit_for(
+    pub(crate) async fn emit_for(
         &self,
         event: RunEvent,
         research: Option<&ResearchEnvelope>,
@@ -260,7 +260,7 @@ impl RunContext {
     }
 
     /// Which execution of the run this is: 1 the first, more when it was taken over.
-    pub fn attempt(&self) -> u32 {
+    pub(crate) fn attempt(&self) -> u32 {
         self.attempt
     }
 
@@ -315,20 +315,20 @@ impl RunContext {
     }
 
     /// Whether another replica has taken the run over from this one (see `lost`).
-    pub fn lost(&self) -> bool {
+    pub(crate) fn lost(&self) -> bool {
         self.lost.load(Ordering::SeqCst)
     }
 
     /// Whether the run is being stopped by a shutdown and left for the next replica to
     /// continue from its checkpoint (rather than ended).
-    pub fn handed_over(&self) -> bool {
+    pub(crate) fn handed_over(&self) -> bool {
         self.lost()
             || self.shutdown.is_cancelled()
                 && self.checkpointed.load(Ordering::SeqCst)
                 && self.overrun.get().is_none()
     }
 
-    pub fn thread_id(&self) -> Option<ThreadId> {
+    pub(crate) fn thread_id(&self) -> Option<ThreadId> {
         self.run.thread_id
     }
 }

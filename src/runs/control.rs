@@ -185,7 +185,7 @@ impl RunHub {
 
     /// Lets `run` go on without readers (a client's `stream: false`): the abandon watchdog
     /// leaves it alone.
-    pub fn run_in_background(&self, run: RunId) {
+    pub(crate) fn run_in_background(&self, run: RunId) {
         if let Some(live) = self.live().get(&run) {
             live.background.store(true, Ordering::Relaxed);
         }
@@ -244,7 +244,7 @@ impl RunHub {
 
     /// Delivers the user's input to a run executing here that waits for it. The owner check
     /// must have been done by the caller.
-    pub fn send_input(&self, run: RunId, value: Value) -> Result<(), InputRefused> {
+    pub(crate) fn send_input(&self, run: RunId, value: Value) -> Result<(), InputRefused> {
         let live = self.live();
         let live = live.get(&run).ok_or(InputRefused::NotLive)?;
         if !live.input.awaiting.load(Ordering::SeqCst) {

@@ -50,7 +50,7 @@ pub enum RunEvent {
 
 impl RunEvent {
     /// The SSE `event:` name.
-    pub fn event_type(&self) -> EventType {
+    pub(crate) fn event_type(&self) -> EventType {
         match self {
             RunEvent::SessionStart(_) => EventType::SessionStart,
             RunEvent::StageUpdate(_) => EventType::StageUpdate,
@@ -73,7 +73,7 @@ impl RunEvent {
     }
 
     /// A stage update (`stage_update`) with empty metadata.
-    pub fn stage(stage: impl Into<String>, content: impl Into<String>) -> Self {
+    pub(crate) fn stage(stage: impl Into<String>, content: impl Into<String>) -> Self {
         RunEvent::StageUpdate(Stage {
             stage: stage.into(),
             content: content.into(),
@@ -91,7 +91,7 @@ impl RunEvent {
     }
 
     /// The end of a run.
-    pub fn done(status: RunStatus) -> Self {
+    pub(crate) fn done(status: RunStatus) -> Self {
         RunEvent::Done(Done { status })
     }
 }
@@ -99,7 +99,7 @@ impl RunEvent {
 /// What every stored and streamed event carries beside its own fields (the SSE `data:` is
 /// a [`RunEvent`] and its envelope in one object).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct Envelope {
+pub(crate) struct Envelope {
     #[schema(value_type = String, format = Uuid)]
     pub run_id: RunId,
     /// The event's place in its run's log (1, 2, …): the SSE `id`, what `Last-Event-ID` and
@@ -228,7 +228,7 @@ pub struct StepMeta {
 
 impl StepMeta {
     /// The event of a researcher working on a topic.
-    pub fn researcher(number: usize, topic: &str) -> Self {
+    pub(crate) fn researcher(number: usize, topic: &str) -> Self {
         StepMeta {
             researcher: Some(number),
             topic: Some(topic.to_string()),
@@ -237,7 +237,7 @@ impl StepMeta {
     }
 
     /// An event of a stage (an error's stage).
-    pub fn stage(stage: &str) -> Self {
+    pub(crate) fn stage(stage: &str) -> Self {
         StepMeta {
             stage: Some(stage.to_string()),
             ..Default::default()
@@ -265,7 +265,7 @@ pub struct FoundSource {
 
 impl FoundSource {
     /// A source with its address and title only.
-    pub fn new(url: &str, title: &str) -> Self {
+    pub(crate) fn new(url: &str, title: &str) -> Self {
         FoundSource {
             n: None,
             url: url.to_string(),
@@ -352,7 +352,7 @@ pub struct RecalledMemory {
 impl RecalledMemory {
     /// The event's view of a recall result: the memory, its provenance and its signals (the
     /// model reads none of this; it gets the memories as quoted data).
-    pub fn new(memory: &Memory, score: f64, signals: &Signals) -> Self {
+    pub(crate) fn new(memory: &Memory, score: f64, signals: &Signals) -> Self {
         RecalledMemory {
             id: memory.id,
             kind: memory.kind,

@@ -34,19 +34,20 @@ use tokio_util::task::TaskTracker;
 
 mod context;
 mod control;
-pub mod events;
+pub(crate) mod events;
 mod follow;
 mod lease;
-pub mod resume;
-pub mod stream;
+pub(crate) mod resume;
+pub(crate) mod stream;
 
-pub use context::{InputWait, ResearchEnvelope, RunContext};
+pub(crate) use context::{ResearchEnvelope, RunContext};
 use context::{RunInput, event_data};
 pub use control::InputRefused;
-pub use events::{Envelope, ErrorEvent, RunErrorType, RunEvent};
+pub use events::RunEvent;
+pub(crate) use events::{Envelope, ErrorEvent, RunErrorType};
 pub use lease::Leases;
 pub use resume::{Checkpoint, Resume, ResumedBody};
-pub use stream::stream_to_events;
+pub(crate) use stream::stream_to_events;
 
 use crate::store::{
     CommandSent, EventType, ExpiredRun, ReplicaId, Run, RunCommand, RunId, RunKind, RunStatus,
@@ -251,7 +252,7 @@ impl RunHub {
     }
 
     /// The per-user cap as the store enforces it when a run is stored.
-    pub fn max_running(&self) -> i64 {
+    pub(crate) fn max_running(&self) -> i64 {
         i64::try_from(self.limits.max_per_user).unwrap_or(i64::MAX)
     }
 
@@ -284,7 +285,7 @@ impl RunHub {
 
     /// Executes `body` in the background for a run row the caller has just stored (in the
     /// transaction that stored what the run answers), as [`RunHub::start`] does for its own.
-    pub fn launch<F, Fut>(self: &Arc<Self>, user: UserId, run: Run, body: F)
+    pub(crate) fn launch<F, Fut>(self: &Arc<Self>, user: UserId, run: Run, body: F)
     where
         F: FnOnce(Arc<RunContext>) -> Fut + Send + 'static,
         Fut: Future<Output = Result<(), RunFailure>> + Send + 'static,

@@ -20,7 +20,7 @@ use crate::store::{Run, UserId};
 /// A run is continued after at most this many attempts that did not end by a handover (a body
 /// that kills its replica every time, such as a page that exhausts memory, is not retried for
 /// ever; restarts that hand runs over do not count).
-pub const MAX_ATTEMPTS: u32 = 3;
+pub(crate) const MAX_ATTEMPTS: u32 = 3;
 
 /// What a run saved to be continued by another attempt.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -40,7 +40,7 @@ pub struct Checkpoint {
 
 impl Checkpoint {
     /// Attempts that did not end by a handover: those that crashed or are still running.
-    pub fn unhanded(&self) -> u32 {
+    pub(crate) fn unhanded(&self) -> u32 {
         self.attempt.saturating_sub(self.handovers)
     }
 }

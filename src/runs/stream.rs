@@ -12,7 +12,7 @@ use crate::llm::chat::{ChatRequest, ChatResponse, LlmError, RoleModel};
 
 /// Which delta event the text becomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeltaKind {
+pub(crate) enum DeltaKind {
     Message,
     Report,
 }
@@ -28,7 +28,7 @@ impl DeltaKind {
 
 /// Rewrites streamed text before it becomes an event (a report's citations of sources that do
 /// not exist are cut as they arrive). It may hold text back until it can decide.
-pub trait DeltaFilter: Send {
+pub(crate) trait DeltaFilter: Send {
     /// The text ready to emit after `text` arrived.
     fn push(&mut self, text: &str) -> String;
     /// What is still held when the stream ends.
@@ -38,7 +38,7 @@ pub trait DeltaFilter: Send {
 /// Streams one model call, turning its text deltas into delta events flushed every
 /// `interval` (through `filter`, when given). Returns the model's result and, once every
 /// delta is recorded, how many delta events were emitted.
-pub async fn stream_to_events(
+pub(crate) async fn stream_to_events(
     context: &RunContext,
     research: Option<&ResearchEnvelope>,
     model: &RoleModel,

@@ -3,7 +3,7 @@
 use super::*;
 
 /// Brave Search (`GET {base}/res/v1/web/search?q=&count=`, `X-Subscription-Token: <key>`).
-pub struct Brave {
+pub(crate) struct Brave {
     http: reqwest::Client,
     retry: RetryPolicy,
     base: String,
@@ -14,12 +14,16 @@ impl Brave {
     /// Tries a failed search again under `retry` (rate limits, server errors, network
     /// trouble).
     #[must_use]
-    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+    pub(crate) fn with_retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
         self
     }
 
-    pub fn new(base: &str, key: SecretString, timeout: Duration) -> Result<Self, SearchError> {
+    pub(crate) fn new(
+        base: &str,
+        key: SecretString,
+        timeout: Duration,
+    ) -> Result<Self, SearchError> {
         if key.expose_secret().trim().is_empty() {
             return Err(SearchError::Config("the brave api key is empty".into()));
         }

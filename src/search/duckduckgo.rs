@@ -6,7 +6,7 @@ use super::*;
 /// DuckDuckGo's HTML results page (`POST {base}/html/` with the form field `q`), parsed with
 /// CSS selectors. Result links are redirects (`//duckduckgo.com/l/?uddg=<target>`) and are
 /// unwrapped to their target; ads are skipped.
-pub struct DuckDuckGo {
+pub(crate) struct DuckDuckGo {
     http: reqwest::Client,
     retry: RetryPolicy,
     base: String,
@@ -16,12 +16,12 @@ impl DuckDuckGo {
     /// Tries a failed search again under `retry` (rate limits, server errors, network
     /// trouble).
     #[must_use]
-    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+    pub(crate) fn with_retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
         self
     }
 
-    pub fn new(base: &str, timeout: Duration) -> Result<Self, SearchError> {
+    pub(crate) fn new(base: &str, timeout: Duration) -> Result<Self, SearchError> {
         Ok(Self {
             http: client(timeout)?,
             retry: RetryPolicy::never(),
@@ -37,7 +37,7 @@ fn css(selector: &str) -> Result<Selector, SearchError> {
 
 /// The target of a DuckDuckGo result link: `uddg` of a `/l/` redirect, or the link itself
 /// when it already points elsewhere. `None` for ads and non-http(s) links.
-pub fn unwrap_duckduckgo_link(href: &str, base: &str) -> Option<String> {
+pub(crate) fn unwrap_duckduckgo_link(href: &str, base: &str) -> Option<String> {
     let absolute = if href.starts_with("//") {
         format!("https:{href}")
     } else if href.starts_with('/') {
@@ -64,7 +64,7 @@ pub fn unwrap_duckduckgo_link(href: &str, base: &str) -> Option<String> {
 }
 
 /// Parses DuckDuckGo's HTML results page.
-pub fn parse_duckduckgo(
+pub(crate) fn parse_duckduckgo(
     html: &str,
     base: &str,
     max_results: usize,

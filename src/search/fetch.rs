@@ -105,7 +105,7 @@ pub enum FetchError {
 impl FetchError {
     /// Whether fetching the URL again would fail the same way (its content cannot be read,
     /// is too large, or the URL is refused): a research remembers it as a bad source.
-    pub fn is_permanent(&self) -> bool {
+    pub(crate) fn is_permanent(&self) -> bool {
         matches!(
             self,
             FetchError::InvalidUrl(_)

@@ -18,12 +18,12 @@ pub trait Corpus: Send + Sync {
 
 /// The user's own ingested documents. The corpus filters by the user, so one user's search never
 /// sees another's documents.
-pub struct Local {
+pub(crate) struct Local {
     corpus: Arc<dyn Corpus>,
 }
 
 impl Local {
-    pub fn new(corpus: Arc<dyn Corpus>) -> Self {
+    pub(crate) fn new(corpus: Arc<dyn Corpus>) -> Self {
         Self { corpus }
     }
 }

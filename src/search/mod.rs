@@ -27,20 +27,22 @@ mod multi;
 mod searxng;
 mod tavily;
 
-pub use brave::Brave;
-pub use duckduckgo::{DuckDuckGo, parse_duckduckgo, unwrap_duckduckgo_link};
-pub use local::{Corpus, Local};
-pub use multi::Multi;
-pub use searxng::SearXng;
-pub use tavily::Tavily;
+pub(crate) use brave::Brave;
+pub(crate) use duckduckgo::DuckDuckGo;
+#[cfg(test)]
+use duckduckgo::unwrap_duckduckgo_link;
+pub(crate) use local::{Corpus, Local};
+pub(crate) use multi::Multi;
+pub(crate) use searxng::SearXng;
+pub(crate) use tavily::Tavily;
 
 /// Every provider by name, built once: a web provider holds its HTTP client (connection
 /// pool); one that is not configured holds the reason.
-pub type Providers =
+pub(crate) type Providers =
     std::collections::HashMap<&'static str, Result<Arc<dyn SearchProvider>, String>>;
 
 /// Builds every provider the settings can make (`local` searches `corpus`).
-pub fn build_all(settings: &SearchSettings, corpus: Arc<dyn Corpus>) -> Providers {
+pub(crate) fn build_all(settings: &SearchSettings, corpus: Arc<dyn Corpus>) -> Providers {
     provider_names()
         .into_iter()
         .map(|name| {
@@ -51,7 +53,7 @@ pub fn build_all(settings: &SearchSettings, corpus: Arc<dyn Corpus>) -> Provider
 }
 
 /// The provider names `provider` resolves, in the order of [`SearchApi`].
-pub fn provider_names() -> Vec<&'static str> {
+pub(crate) fn provider_names() -> Vec<&'static str> {
     SearchApi::VARIANTS.iter().map(|api| api.as_str()).collect()
 }
 
@@ -88,7 +90,7 @@ pub enum SearchError {
 
 impl SearchError {
     /// Whether trying again later may succeed (rate limits, server errors, network trouble).
-    pub fn retryable(&self) -> bool {
+    pub(crate) fn retryable(&self) -> bool {
         match self {
             SearchError::Http { status, .. } => {
                 matches!(status, 202 | 408 | 425 | 429) || *status >= 500
@@ -140,7 +142,7 @@ pub fn provider(
 }
 
 /// `provider` for every name but `local`: the web providers, which need no corpus.
-pub fn web_provider(
+pub(crate) fn web_provider(
     name: &str,
     settings: &SearchSettings,
 ) -> Result<Arc<dyn SearchProvider>, SearchError> {
@@ -277,7 +279,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Whether a web provider's address answers at all. Any HTTP answer counts: only reaching it
 /// is checked, never a search (which would spend the operator's quota). `local` always does.
-pub async fn probe(provider: &dyn SearchProvider) -> Result<(), SearchError> {
+pub(crate) async fn probe(provider: &dyn SearchProvider) -> Result<(), SearchError> {
     let Some(base) = provider.endpoint() else {
         return Ok(());
     };
@@ -290,7 +292,7 @@ pub async fn probe(provider: &dyn SearchProvider) -> Result<(), SearchError> {
 }
 
 /// A provider's address as messages and `/health` show it: no credentials, query or fragment.
-pub fn endpoint(url: &url::Url) -> String {
+pub(crate) fn endpoint(url: &url::Url) -> String {
     let mut shown = url.clone();
     // Fails only for URLs that cannot carry credentials.
     let _ = shown.set_username("");

@@ -7,12 +7,12 @@ use super::*;
 /// each one's second, …), a URL kept once, every hit labelled with the provider that found
 /// it. A provider that fails costs its hits only; all failing is the search's failure, naming
 /// each.
-pub struct Multi {
+pub(crate) struct Multi {
     providers: Vec<Arc<dyn SearchProvider>>,
 }
 
 impl Multi {
-    pub fn new(providers: Vec<Arc<dyn SearchProvider>>) -> Self {
+    pub(crate) fn new(providers: Vec<Arc<dyn SearchProvider>>) -> Self {
         Self { providers }
     }
 }

@@ -4,7 +4,7 @@ use super::*;
 
 /// A SearXNG instance (`GET {base}/search?q=&format=json`; the instance must allow the JSON
 /// format).
-pub struct SearXng {
+pub(crate) struct SearXng {
     http: reqwest::Client,
     retry: RetryPolicy,
     base: String,
@@ -14,12 +14,12 @@ impl SearXng {
     /// Tries a failed search again under `retry` (rate limits, server errors, network
     /// trouble).
     #[must_use]
-    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+    pub(crate) fn with_retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
         self
     }
 
-    pub fn new(base: &str, timeout: Duration) -> Result<Self, SearchError> {
+    pub(crate) fn new(base: &str, timeout: Duration) -> Result<Self, SearchError> {
         Ok(Self {
             http: client(timeout)?,
             retry: RetryPolicy::never(),

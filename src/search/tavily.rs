@@ -5,7 +5,7 @@ use super::*;
 
 /// Tavily (`POST {base}/search`, `Authorization: Bearer <key>`), asking for each page's raw
 /// content so research can skip fetching it.
-pub struct Tavily {
+pub(crate) struct Tavily {
     http: reqwest::Client,
     retry: RetryPolicy,
     base: String,
@@ -17,12 +17,12 @@ impl Tavily {
     /// Tries a failed search again under `retry` (rate limits, server errors, network
     /// trouble).
     #[must_use]
-    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+    pub(crate) fn with_retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
         self
     }
 
-    pub fn new(
+    pub(crate) fn new(
         base: &str,
         key: SecretString,
         search_depth: &str,

@@ -60,7 +60,7 @@ impl MemoryKind {
 
     /// What a recall without kinds searches: the ordinary kinds but the profile, which the
     /// chat model is always shown whole and which would only repeat the facts it sums up.
-    pub fn recalled() -> Vec<MemoryKind> {
+    pub(crate) fn recalled() -> Vec<MemoryKind> {
         Self::ordinary()
             .into_iter()
             .filter(|kind| *kind != MemoryKind::Profile)
@@ -80,12 +80,12 @@ impl Trust {
     }
 
     /// Whether this trust is below `other`.
-    pub fn below(self, other: Trust) -> bool {
+    pub(crate) fn below(self, other: Trust) -> bool {
         self.rank() < other.rank()
     }
 
     /// The lower of two trusts.
-    pub fn min(self, other: Trust) -> Trust {
+    pub(crate) fn min(self, other: Trust) -> Trust {
         if self.rank() <= other.rank() {
             self
         } else {
@@ -132,7 +132,7 @@ pub struct Memory {
 
 impl Memory {
     /// When the memory was last used (or created, if never recalled).
-    pub fn last_activity(&self) -> DateTime<Utc> {
+    pub(crate) fn last_activity(&self) -> DateTime<Utc> {
         self.last_accessed_at.unwrap_or(self.created_at)
     }
 }
@@ -238,7 +238,7 @@ pub struct MemoryFilter {
 
 impl MemoryFilter {
     /// Whether a memory passes the filter (used to re-check index hits against SQL).
-    pub fn admits(&self, memory: &Memory) -> bool {
+    pub(crate) fn admits(&self, memory: &Memory) -> bool {
         (self.include_archived || memory.archived_at.is_none())
             && (self.include_invalid || memory.invalid_at.is_none())
             && self
@@ -285,14 +285,14 @@ pub struct OwnedMemory {
 }
 
 /// Little-endian f32 bytes, the stored form of a vector.
-pub fn vector_to_bytes(vector: &[f32]) -> Vec<u8> {
+pub(crate) fn vector_to_bytes(vector: &[f32]) -> Vec<u8> {
     vector
         .iter()
         .flat_map(|value| value.to_le_bytes())
         .collect()
 }
 
-pub fn vector_from_bytes(bytes: &[u8]) -> Vec<f32> {
+pub(crate) fn vector_from_bytes(bytes: &[u8]) -> Vec<f32> {
     bytes
         .chunks_exact(4)
         .map(|chunk| f32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]))

@@ -97,20 +97,26 @@ use crate::enums::text_enum;
 use crate::error::{ErrorKind, HasKind};
 
 use account::AccountStore;
-pub use account::{NewAccount, PasswordLogin, SessionUser, UserUpdate};
-pub use document::{Document, DocumentState, NewDocument};
-pub use ids::{DocumentId, JobId, MemoryId, MessageId, ReplicaId, RunId, ThreadId, UserId};
+pub use account::UserUpdate;
+pub(crate) use account::{NewAccount, PasswordLogin, SessionUser};
+pub(crate) use document::{Document, DocumentState, NewDocument};
+pub(crate) use ids::{DocumentId, JobId, MessageId, ReplicaId};
+pub use ids::{MemoryId, RunId, ThreadId, UserId};
 pub use memory::{
-    Embedded, ForgetVia, ForgottenMemory, LogEntry, LogOp, Memory, MemoryFilter, MemoryKind,
-    MemoryPatch, MemorySource, MemoryVersion, NewMemory, OwnedMemory, Trust, vector_from_bytes,
+    Embedded, ForgetVia, Memory, MemoryFilter, MemoryKind, MemorySource, NewMemory, Trust,
+};
+pub(crate) use memory::{
+    ForgottenMemory, LogEntry, LogOp, MemoryPatch, MemoryVersion, OwnedMemory, vector_from_bytes,
     vector_to_bytes,
 };
-pub use postgres::PostgresStore;
+pub(crate) use postgres::PostgresStore;
 use research::ResearchStore;
-pub use research::{NewResearch, ResearchOutcome, ResearchRecord};
-pub use run_control::{CommandSent, ExpiredRun, RunCommand, RunCommandKind, Sweep, WakeChannel};
+pub(crate) use research::{NewResearch, ResearchOutcome, ResearchRecord};
+pub(crate) use run_control::{
+    CommandSent, ExpiredRun, RunCommand, RunCommandKind, Sweep, WakeChannel,
+};
 use run_control::{RunControlStore, Wakeups};
-pub use scope::{Accounts, Maintenance, UserScope};
+pub(crate) use scope::UserScope;
 pub use sqlite::SqliteStore;
 
 /// Errors of the SQL layer.
@@ -148,7 +154,7 @@ impl HasKind for StoreError {
     }
 }
 
-pub type StoreResult<T> = Result<T, StoreError>;
+pub(crate) type StoreResult<T> = Result<T, StoreError>;
 
 /// The current time, truncated to microseconds so it round-trips through both backends unchanged.
 pub fn now() -> DateTime<Utc> {
@@ -246,7 +252,7 @@ pub struct Attachment {
 }
 
 /// Most documents one message may attach.
-pub const MAX_ATTACHMENTS: usize = 10;
+pub(crate) const MAX_ATTACHMENTS: usize = 10;
 
 impl Message {
     fn default_trust() -> Trust {
@@ -264,7 +270,7 @@ impl Message {
 }
 
 /// Longest message a thread accepts (a chat turn or an imported one), in characters.
-pub const MAX_MESSAGE_CHARS: usize = 1_000_000;
+pub(crate) const MAX_MESSAGE_CHARS: usize = 1_000_000;
 
 /// A user's message to store together with the run answering it and the turn's memory job
 /// ([`Store::begin_turn`]). The ids are chosen by the caller so the job's payload can name them.
@@ -975,7 +981,7 @@ pub async fn connect(
 }
 
 /// A database URL with any password replaced, for logs and `/health`.
-pub fn redact_url(url: &str) -> String {
+pub(crate) fn redact_url(url: &str) -> String {
     match url.split_once("://") {
         Some((scheme, rest)) => match rest.rsplit_once('@') {
             Some((credentials, host)) => {

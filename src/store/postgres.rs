@@ -14,13 +14,13 @@ use super::sql_research::sql_research_store;
 use super::sql_run_control::sql_run_control_store;
 use super::*;
 
-pub struct PostgresStore {
+pub(crate) struct PostgresStore {
     pool: Pool<Postgres>,
 }
 
 impl PostgresStore {
     /// Connects and runs the PostgreSQL migrations.
-    pub async fn connect(
+    pub(crate) async fn connect(
         url: &str,
         max_connections: u32,
         acquire_timeout: Duration,

@@ -67,7 +67,7 @@ pub struct ResearchOutcome {
 
 impl ResearchOutcome {
     /// An end with `status` and nothing else to record.
-    pub fn ended(status: RunStatus) -> Self {
+    pub(crate) fn ended(status: RunStatus) -> Self {
         Self {
             status,
             report: None,

@@ -48,7 +48,7 @@ pub enum RunCommand {
 }
 
 impl RunCommand {
-    pub fn kind(&self) -> RunCommandKind {
+    pub(crate) fn kind(&self) -> RunCommandKind {
         match self {
             RunCommand::Cancel => RunCommandKind::Cancel,
             RunCommand::Input(_) => RunCommandKind::Input,
@@ -152,7 +152,7 @@ pub(in crate::store) trait RunControlStore: Send + Sync + 'static {
 
 /// What a wake-up is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WakeChannel {
+pub(crate) enum WakeChannel {
     /// A command was stored for some run (the payload is empty).
     RunCommands,
     /// An event was appended to a run's log (the payload is the run's id).

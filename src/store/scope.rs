@@ -54,12 +54,12 @@ impl dyn Store {
     }
 
     /// "sqlite" or "postgres".
-    pub fn backend(&self) -> &'static str {
+    pub(crate) fn backend(&self) -> &'static str {
         StoreCore::backend(self)
     }
 
     /// A cheap round trip, for `/health`.
-    pub async fn ping(&self) -> StoreResult<()> {
+    pub(crate) async fn ping(&self) -> StoreResult<()> {
         StoreCore::ping(self).await
     }
 
@@ -78,7 +78,7 @@ pub struct UserScope<'a> {
 
 impl UserScope<'_> {
     /// For each of the user's turn memories among `ids`, the turns just before and after it.
-    pub async fn turn_neighbours(
+    pub(crate) async fn turn_neighbours(
         &self,
         ids: &[MemoryId],
     ) -> StoreResult<Vec<(MemoryId, Option<MemoryId>, Option<MemoryId>)>> {
@@ -219,7 +219,7 @@ pub struct Maintenance<'a> {
 
 impl Maintenance<'_> {
     /// For each of these turn memories, the turns just before and after it in its thread.
-    pub async fn turn_neighbours(
+    pub(crate) async fn turn_neighbours(
         &self,
         ids: &[MemoryId],
     ) -> StoreResult<Vec<(MemoryId, Option<MemoryId>, Option<MemoryId>)>> {
@@ -287,7 +287,7 @@ impl Maintenance<'_> {
 
     /// Calls `wake` with every payload notified on `channel` until `stop` is cancelled, or
     /// at once returns where the backend cannot notify (or once it no longer can).
-    pub async fn on_wakeups(
+    pub(crate) async fn on_wakeups(
         &self,
         channel: WakeChannel,
         stop: &tokio_util::sync::CancellationToken,
@@ -309,7 +309,7 @@ impl Maintenance<'_> {
 
     /// The payloads notified on `channel` (PostgreSQL's NOTIFY); `None` where the backend
     /// cannot notify, and readers only poll.
-    pub async fn wakeups(
+    pub(crate) async fn wakeups(
         &self,
         channel: WakeChannel,
     ) -> Option<futures::stream::BoxStream<'static, String>> {

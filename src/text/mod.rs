@@ -5,11 +5,11 @@
 //! except `extract`'s worker; nothing here knows memories, runs or the store.
 
 pub mod extract;
-pub mod script;
-pub mod split;
+pub(crate) mod script;
+pub(crate) mod split;
 
 /// At most `max` characters of `text`, cut at a character boundary, with `…` when cut.
-pub fn truncate(text: &str, max: usize) -> String {
+pub(crate) fn truncate(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
         Some((at, _)) => format!("{}…", &text[..at]),
         None => text.to_string(),

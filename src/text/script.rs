@@ -4,7 +4,7 @@
 
 /// A Han character (CJK unified ideographs and their extensions, compatibility ideographs,
 /// 〇), simplified or traditional alike. Punctuation, kana, Hangul, Latin and digits are not.
-pub fn is_han(c: char) -> bool {
+pub(crate) fn is_han(c: char) -> bool {
     matches!(
         c as u32,
         0x3007
@@ -20,13 +20,13 @@ pub fn is_han(c: char) -> bool {
 
 /// A character of a script written without spaces between words: Han, kana or Hangul. Each
 /// such character counts as a word.
-pub fn is_cjk(c: char) -> bool {
+pub(crate) fn is_cjk(c: char) -> bool {
     is_han(c) || matches!(c as u32, 0x3040..=0x30FF | 0xAC00..=0xD7AF)
 }
 
 /// A character that takes about one token of a language model's tokenizer: CJK (as
 /// [`is_cjk`]), CJK punctuation and radicals, and full-width forms.
-pub fn is_wide(c: char) -> bool {
+pub(crate) fn is_wide(c: char) -> bool {
     is_cjk(c) || matches!(c as u32, 0x2E80..=0x303F | 0xFF00..=0xFFEF)
 }
 

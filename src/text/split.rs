@@ -4,14 +4,14 @@
 //! characters, so Chinese text and other multi-byte UTF-8 is never broken.
 
 /// A chunk grows by whole paragraphs up to about this many characters…
-pub const CHUNK_TARGET_CHARS: usize = 1000;
+pub(crate) const CHUNK_TARGET_CHARS: usize = 1000;
 /// …may grow to this many when it is still short (under `CHUNK_MIN_CHARS`)…
-pub const CHUNK_MAX_CHARS: usize = 1200;
+pub(crate) const CHUNK_MAX_CHARS: usize = 1200;
 const CHUNK_MIN_CHARS: usize = 800;
 /// …and starts with about this much of the previous chunk's end, for context.
-pub const CHUNK_OVERLAP_CHARS: usize = 150;
+pub(crate) const CHUNK_OVERLAP_CHARS: usize = 150;
 /// Sentences, ended by `.`, `!`, `?` (before whitespace or the end) or their CJK forms.
-pub fn sentences(text: &str) -> Vec<&str> {
+pub(crate) fn sentences(text: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let mut start = 0;
     let mut chars = text.char_indices().peekable();
@@ -33,7 +33,7 @@ pub fn sentences(text: &str) -> Vec<&str> {
 
 /// Clauses: text split on `.!?;。！？；` and newlines, trimmed, each with whether it ended with
 /// a question mark (the memory writer's rules read statements this way).
-pub fn clauses(text: &str) -> Vec<(&str, bool)> {
+pub(crate) fn clauses(text: &str) -> Vec<(&str, bool)> {
     let mut out = Vec::new();
     let mut start = 0;
     for (at, c) in text
@@ -52,7 +52,7 @@ pub fn clauses(text: &str) -> Vec<(&str, bool)> {
 }
 
 /// Pieces of at most `size` characters, cut anywhere.
-pub fn fixed(text: &str, size: usize) -> Vec<String> {
+pub(crate) fn fixed(text: &str, size: usize) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
     chars
         .chunks(size.max(1))
@@ -66,7 +66,7 @@ pub fn fixed(text: &str, size: usize) -> Vec<String> {
 /// spaces, else anywhere — always between characters, so Chinese text and other multi-byte
 /// UTF-8 is never broken. Each chunk after the first starts with the last
 /// `CHUNK_OVERLAP_CHARS` or so of the previous one. Lengths are counted in characters.
-pub fn chunk(text: &str) -> Vec<String> {
+pub(crate) fn chunk(text: &str) -> Vec<String> {
     let mut pieces: Vec<&str> = Vec::new();
     for paragraph in text.split("\n\n").map(str::trim).filter(|p| !p.is_empty()) {
         split_long(paragraph, CHUNK_TARGET_CHARS, &mut pieces);
@@ -100,7 +100,7 @@ pub fn chunk(text: &str) -> Vec<String> {
 }
 
 /// Splits `paragraph` into pieces of at most `max` characters, preferring sentence ends.
-pub fn split_long<'a>(paragraph: &'a str, max: usize, out: &mut Vec<&'a str>) {
+pub(crate) fn split_long<'a>(paragraph: &'a str, max: usize, out: &mut Vec<&'a str>) {
     let mut rest = paragraph;
     while rest.chars().count() > max {
         let end = split_point(rest, max);
@@ -185,7 +185,7 @@ fn overlap_of(chunk: &str) -> String {
 /// `chunk` without the overlap [`chunk`] gave it from `previous` (the chunk before it), so
 /// that consecutive chunks read as the text once; the first chunk (`None`), or one that does
 /// not start with its predecessor's tail, is returned whole.
-pub fn without_overlap<'a>(previous: Option<&str>, chunk: &'a str) -> &'a str {
+pub(crate) fn without_overlap<'a>(previous: Option<&str>, chunk: &'a str) -> &'a str {
     let Some(previous) = previous else {
         return chunk;
     };

@@ -89,7 +89,7 @@ const READY: &str = ".ready";
 const PROMOTION_CANDIDATES: usize = 64;
 
 /// Default of [`EdgeVectorIndex::set_tenant_shard_points`].
-pub use crate::config::DEFAULT_TENANT_SHARD_POINTS;
+pub(crate) use crate::config::DEFAULT_TENANT_SHARD_POINTS;
 
 /// Qdrant Edge shards stored under one local directory.
 #[derive(Clone)]
@@ -177,7 +177,7 @@ impl EdgeVectorIndex {
     }
 
     /// Deletes indexes of earlier layouts for `dimension` (derived data; the log rebuilds it).
-    pub fn remove_older_layouts(data_dir: &Path, dimension: usize) {
+    pub(crate) fn remove_older_layouts(data_dir: &Path, dimension: usize) {
         let old = data_dir.join(format!("vectors-{dimension}"));
         if old.is_dir() {
             match std::fs::remove_dir_all(&old) {
@@ -222,7 +222,7 @@ impl EdgeVectorIndex {
 
     /// The ids of the users with a shard of their own.
     #[cfg(test)]
-    pub fn tenant_shard_users(&self) -> Vec<uuid::Uuid> {
+    pub(crate) fn tenant_shard_users(&self) -> Vec<uuid::Uuid> {
         let mut users: Vec<Tenant> = self.inner.tenants().keys().copied().collect();
         users.sort();
         users

@@ -47,7 +47,7 @@ impl TokenStream for WordTokens<'_> {
 
 /// The `mnemo` analyzer: jieba words (English runs stay whole words),
 /// long-token removal, lowercase, English stop words, English stemming.
-pub fn mnemo_analyzer() -> Result<TextAnalyzer, IndexError> {
+pub(crate) fn mnemo_analyzer() -> Result<TextAnalyzer, IndexError> {
     let stop_words = StopWordFilter::new(Language::English).ok_or_else(|| {
         IndexError::Internal("tantivy built without the English stop-word list".into())
     })?;
@@ -152,7 +152,7 @@ impl TokenStream for HanGramTokens {
 
 /// The `mnemo_han` analyzer: every Han character and pair of neighbouring Han characters,
 /// nothing else (English text leaves its `*_han` field empty).
-pub fn han_analyzer() -> TextAnalyzer {
+pub(crate) fn han_analyzer() -> TextAnalyzer {
     TextAnalyzer::builder(HanGramTokenizer).build()
 }
 
@@ -260,7 +260,7 @@ pub(super) fn names_the_month_may(query: &str) -> bool {
 
 /// The analysed words of a query, each once and sorted, without the words that only make it
 /// a question ("what", "did", 什么, 吗, ...; "may" stays when it names the month).
-pub fn informative_words(analyzer: &mut TextAnalyzer, query: &str) -> Vec<String> {
+pub(crate) fn informative_words(analyzer: &mut TextAnalyzer, query: &str) -> Vec<String> {
     let month_may = names_the_month_may(query);
     analyze(analyzer, &split_compounds(query))
         .into_iter()
@@ -272,7 +272,7 @@ pub fn informative_words(analyzer: &mut TextAnalyzer, query: &str) -> Vec<String
 
 /// Splits hyphen-, slash- and underscore-joined compounds (`zq7-kestrel-4471`, `555-0142`,
 /// `room_101`) so every part is its own term, in documents and queries alike.
-pub fn split_compounds(text: &str) -> String {
+pub(crate) fn split_compounds(text: &str) -> String {
     let chars: Vec<char> = text.chars().collect();
     chars
         .iter()
@@ -290,7 +290,7 @@ pub fn split_compounds(text: &str) -> String {
 }
 
 /// Runs `text` through `analyzer` and returns the token texts in order.
-pub fn analyze(analyzer: &mut TextAnalyzer, text: &str) -> Vec<String> {
+pub(crate) fn analyze(analyzer: &mut TextAnalyzer, text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut stream = analyzer.token_stream(text);
     while stream.advance() {

@@ -69,7 +69,7 @@ fn bm25_idf(n: u64, total: u64) -> f64 {
 /// common words with the query, 1 for one holding every term; a memory's length does not
 /// matter (its BM25 score does depend on it).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ViewHits {
+pub(crate) struct ViewHits {
     pub hits: Vec<(MemoryId, f32)>,
     /// One per hit, in the same order; empty unless asked for.
     pub coverage: Vec<f32>,
@@ -80,7 +80,7 @@ pub struct ViewHits {
 /// recall: they depend on the user's own-view statistics only, and counting them is the
 /// costly part of coverage at a user with many memories.
 #[derive(Debug, Clone, Default)]
-pub struct InformativeWords(
+pub(crate) struct InformativeWords(
     Arc<parking_lot::Mutex<Option<Vec<String>>>>,
     /// The same for keyword search on a server, with the words' idf.
     Arc<tokio::sync::OnceCell<sparse::WordStatistics>>,
@@ -120,9 +120,9 @@ impl InformativeWords {
 type Hits = Vec<(MemoryId, f32)>;
 
 /// Name under which the analyzer is registered in the index's tokenizer manager.
-pub const TOKENIZER_NAME: &str = "mnemo";
+pub(crate) const TOKENIZER_NAME: &str = "mnemo";
 /// Name of the Han n-gram analyzer of the `*_han` fields.
-pub const HAN_TOKENIZER_NAME: &str = "mnemo_han";
+pub(crate) const HAN_TOKENIZER_NAME: &str = "mnemo_han";
 
 /// The weight of a Han n-gram match (a one-character word, or a pair of a longer word)
 /// against a word match: a memory that holds the query's Chinese word as jieba segments it
@@ -136,7 +136,7 @@ const HAN_GRAM_BOOST: f32 = 1.0;
 const HAN_CHARACTER_BOOST: f32 = 0.1;
 
 /// Same restrictions as the vector side.
-pub type KeywordFilter = VectorFilter;
+pub(crate) type KeywordFilter = VectorFilter;
 
 /// Fast-field names of the id's two halves.
 const ID_HI: &str = "id_hi";
@@ -244,9 +244,11 @@ fn remove_index_files(dir: &Path) -> Result<(), IndexError> {
 }
 
 mod analyzer;
-pub mod sparse;
+pub(crate) mod sparse;
 use analyzer::*;
-pub use analyzer::{analyze, han_analyzer, informative_words, mnemo_analyzer, split_compounds};
+pub(crate) use analyzer::{
+    analyze, han_analyzer, informative_words, mnemo_analyzer, split_compounds,
+};
 
 fn tantivy_err(context: &str, err: TantivyError) -> IndexError {
     match err {
@@ -509,7 +511,7 @@ impl KeywordIndex {
     }
 
     /// Removes every document and resets the applied seq to 0 (for rebuilds).
-    pub fn clear(&self) -> Result<(), IndexError> {
+    pub(crate) fn clear(&self) -> Result<(), IndexError> {
         let mut writer = self.writer()?;
         writer
             .delete_all_documents()
@@ -560,7 +562,7 @@ impl KeywordIndex {
     }
 
     /// BM25 search of `query` over one view of `user`'s memories.
-    pub fn search_view(
+    pub(crate) fn search_view(
         &self,
         user: UserId,
         query: &str,
@@ -575,7 +577,7 @@ impl KeywordIndex {
 
     /// [`Self::search_view`], and with `covered` how much of the query each hit covers
     /// ([`ViewHits::coverage`]).
-    pub fn search_view_covered(
+    pub(crate) fn search_view_covered(
         &self,
         user: UserId,
         query: &str,
@@ -590,7 +592,7 @@ impl KeywordIndex {
 
     /// [`Self::search_view_covered`] with the coverage's informative words shared with the
     /// searches of the other views of the same query and user (`None`: no coverage).
-    pub fn search_view_sharing(
+    pub(crate) fn search_view_sharing(
         &self,
         user: UserId,
         query: &str,
@@ -877,7 +879,7 @@ impl KeywordIndex {
     }
 
     /// Number of documents stored for `user`.
-    pub fn count(&self, user: UserId) -> Result<u64, IndexError> {
+    pub(crate) fn count(&self, user: UserId) -> Result<u64, IndexError> {
         let searcher = self.inner.reader.searcher();
         let n = searcher
             .search(&self.user_query(user), &Count)
@@ -902,7 +904,11 @@ impl KeywordIndex {
     }
 
     /// [`Self::apply`] on the blocking pool.
-    pub async fn apply_async(&self, ops: Vec<KeywordOp>, seq: i64) -> Result<(), IndexError> {
+    pub(crate) async fn apply_async(
+        &self,
+        ops: Vec<KeywordOp>,
+        seq: i64,
+    ) -> Result<(), IndexError> {
         self.blocking(move |k| k.apply(&ops, seq)).await
     }
 
@@ -919,7 +925,7 @@ impl KeywordIndex {
     }
 
     /// [`Self::search_view_sharing`] on the blocking pool.
-    pub async fn search_view_sharing_async(
+    pub(crate) async fn search_view_sharing_async(
         &self,
         user: UserId,
         query: String,
@@ -945,7 +951,7 @@ impl KeywordIndex {
     }
 
     /// [`Self::clear`] on the blocking pool.
-    pub async fn clear_async(&self) -> Result<(), IndexError> {
+    pub(crate) async fn clear_async(&self) -> Result<(), IndexError> {
         self.blocking(KeywordIndex::clear).await
     }
 

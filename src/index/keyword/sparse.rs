@@ -73,12 +73,12 @@ impl SparseVector {
         Self { indices, values }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.indices.is_empty()
     }
 
     /// The value at `index`, if the vector holds it.
-    pub fn get(&self, index: u32) -> Option<f32> {
+    pub(crate) fn get(&self, index: u32) -> Option<f32> {
         self.indices
             .binary_search(&index)
             .ok()
@@ -89,14 +89,14 @@ impl SparseVector {
 /// The number of terms of one view's text in each field: what a document vector's length
 /// normalisation needs, and what the averages are made of.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FieldLengths {
+pub(crate) struct FieldLengths {
     pub words: u32,
     pub han: u32,
 }
 
 /// The average number of terms of a view's text in each field, over the views indexed.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct AverageLengths {
+pub(crate) struct AverageLengths {
     pub words: f32,
     pub han: f32,
 }
@@ -113,7 +113,7 @@ impl Default for AverageLengths {
 impl AverageLengths {
     /// The averages of `lengths` (1 for a field no text has terms in).
     #[cfg(test)]
-    pub fn of(lengths: impl IntoIterator<Item = FieldLengths>) -> Self {
+    pub(crate) fn of(lengths: impl IntoIterator<Item = FieldLengths>) -> Self {
         let (mut count, mut words, mut han) = (0u64, 0u64, 0u64);
         for length in lengths {
             count += 1;
@@ -136,19 +136,19 @@ impl AverageLengths {
 
 /// One view's text analysed: each field's terms with their frequencies.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct AnalysedText {
+pub(crate) struct AnalysedText {
     terms: BTreeMap<(SparseField, String), u32>,
     lengths: FieldLengths,
 }
 
 impl AnalysedText {
     #[cfg(test)]
-    pub fn lengths(&self) -> FieldLengths {
+    pub(crate) fn lengths(&self) -> FieldLengths {
         self.lengths
     }
 
     /// The document vector of this text, normalised against `average`.
-    pub fn vector(&self, average: AverageLengths) -> SparseVector {
+    pub(crate) fn vector(&self, average: AverageLengths) -> SparseVector {
         let mut map = BTreeMap::new();
         for ((field, term), tf) in &self.terms {
             let (length, average) = match field {
@@ -177,7 +177,7 @@ impl std::fmt::Debug for SparseAnalyzer {
 }
 
 impl SparseAnalyzer {
-    pub fn new() -> Result<Self, IndexError> {
+    pub(crate) fn new() -> Result<Self, IndexError> {
         Ok(Self {
             words: mnemo_analyzer()?,
         })
@@ -185,7 +185,7 @@ impl SparseAnalyzer {
 
     /// A view's text as the keyword index would index it: the words of its compounds split
     /// apart, and every Han character and pair of neighbours.
-    pub fn analyse(&self, text: &str) -> AnalysedText {
+    pub(crate) fn analyse(&self, text: &str) -> AnalysedText {
         let mut analysed = AnalysedText::default();
         let mut words = self.words.clone();
         for word in analyze(&mut words, &split_compounds(text)) {
@@ -215,7 +215,7 @@ impl SparseAnalyzer {
     /// The query vector of `query`: its words, weighed as the keyword index weighs them.
     /// Empty for a query of question words only.
     #[cfg(test)]
-    pub fn query(&self, query: &str) -> SparseVector {
+    pub(crate) fn query(&self, query: &str) -> SparseVector {
         query_vector(&self.query_words(query))
     }
 
@@ -240,7 +240,7 @@ impl SparseAnalyzer {
 /// 22 terms, with its neighbours about 59; a fact fewer). Han characters and pairs: the
 /// Chinese set `eval/zh` (24 per memory); a text without Han characters has no such terms,
 /// so this average only weighs Chinese texts against each other.
-pub const AVERAGE_LENGTHS: [AverageLengths; 2] = [
+pub(crate) const AVERAGE_LENGTHS: [AverageLengths; 2] = [
     // Own view.
     AverageLengths {
         words: 20.0,
@@ -254,7 +254,11 @@ pub const AVERAGE_LENGTHS: [AverageLengths; 2] = [
 ];
 
 /// Both views' keyword vectors of a memory whose views read `own` and `context`.
-pub fn keyword_vectors(analyser: &SparseAnalyzer, own: &str, context: &str) -> PointKeywords {
+pub(crate) fn keyword_vectors(
+    analyser: &SparseAnalyzer,
+    own: &str,
+    context: &str,
+) -> PointKeywords {
     let own_terms = analyser.analyse(own);
     let own_vector = own_terms.vector(AVERAGE_LENGTHS[0]);
     let context = if context == own {
@@ -316,7 +320,7 @@ pub(super) struct WordStatistics {
 /// with `informative`, the same coverage — the idf of the informative query words a hit holds
 /// over the idf of all the query's words, each idf read off the engine's own scores.
 #[allow(clippy::too_many_arguments)]
-pub async fn search_view_sharing(
+pub(crate) async fn search_view_sharing(
     index: &dyn VectorIndex,
     analyser: &SparseAnalyzer,
     user: UserId,

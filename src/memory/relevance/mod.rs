@@ -25,7 +25,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-pub use terms::{Corpus, Terms, forget_subject, query_words};
+pub(crate) use terms::query_words;
+pub use terms::{Corpus, Terms, forget_subject};
 
 use crate::llm::embed::{EmbedError, Embedder};
 
@@ -49,7 +50,7 @@ const MIN_SPREAD: f64 = 1e-3;
 /// meaning curve: a model's cosines are not spread alike in every language.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Coefficients {
+pub(crate) struct Coefficients {
     pub meaning_intercept: f64,
     pub meaning_z: f64,
     #[serde(default)]
@@ -67,7 +68,7 @@ pub struct Coefficients {
 /// names, every word of it meant?) and duplicate (do two statements say the same thing?).
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Calibration {
+pub(crate) struct Calibration {
     pub recall: Coefficients,
     pub forget: Coefficients,
     pub duplicate: Coefficients,
@@ -85,7 +86,7 @@ struct CoefficientsFile {
 impl Calibration {
     /// The committed calibration for `model_id`: its own when the fit saw it, else the one
     /// fitted on every model.
-    pub fn shipped(model_id: &str) -> Self {
+    pub(crate) fn shipped(model_id: &str) -> Self {
         match serde_json::from_str::<CoefficientsFile>(COEFFICIENTS) {
             Ok(file) => file.models.get(model_id).copied().unwrap_or(file.default),
             Err(error) => {
@@ -129,7 +130,7 @@ fn sigmoid(x: f64) -> f64 {
 }
 
 impl Features {
-    pub fn probability(&self, c: &Coefficients) -> f64 {
+    pub(crate) fn probability(&self, c: &Coefficients) -> f64 {
         let turn = if self.turn { 1.0 } else { 0.0 };
         let han = if self.han { 1.0 } else { 0.0 };
         let meaning = sigmoid(
@@ -228,7 +229,7 @@ fn background_texts() -> (Vec<String>, Vec<String>) {
 impl Relevance {
     /// Embeds the background statements with `embedder` (as stored texts, like memories and
     /// passages) once.
-    pub async fn calibrate(embedder: &dyn Embedder) -> Result<Arc<Self>, EmbedError> {
+    pub(crate) async fn calibrate(embedder: &dyn Embedder) -> Result<Arc<Self>, EmbedError> {
         let (latin_texts, han_texts) = background_texts();
         let count = latin_texts.len();
         let all: Vec<String> = latin_texts.into_iter().chain(han_texts).collect();
@@ -269,7 +270,7 @@ impl Relevance {
     /// baseline, and the model's spread of unrelated cosines the unit. (The query's own
     /// spread, from 36 cosines, is too noisy a unit: it cost LoCoMo's held-out pairs 10 % more
     /// log loss.)
-    pub fn profile(&self, query: &str, vector: Vec<f32>) -> QueryProfile {
+    pub(crate) fn profile(&self, query: &str, vector: Vec<f32>) -> QueryProfile {
         let (background, spread) = self.background(query);
         let (mean, _) = trimmed_mean_and_spread(background, &vector);
         QueryProfile {
@@ -326,14 +327,14 @@ impl Relevance {
     }
 
     /// The probability that two stored statements (text and vector each) say the same thing.
-    pub fn duplicate_score(&self, a: (&str, &[f32]), b: (&str, &[f32])) -> f64 {
+    pub(crate) fn duplicate_score(&self, a: (&str, &[f32]), b: (&str, &[f32])) -> f64 {
         self.duplicate_features(a, b)
             .probability(&self.calibration.duplicate)
     }
 
     /// [`Relevance::score`] for a text and its vector, with its coverage among `corpus` (the
     /// texts it was found with; every word counts as informative without one).
-    pub fn score_text(
+    pub(crate) fn score_text(
         &self,
         query: &QueryProfile,
         text: &Terms,

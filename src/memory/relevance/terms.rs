@@ -173,7 +173,7 @@ fn function_words() -> &'static HashSet<String> {
 /// The words of a query that say what it is about, each once: analysed as the keyword index
 /// analyses it, without the words that only make it a question (what, did, 什么, 吗 …) and
 /// without function words (my, about, 我, 的 …).
-pub fn query_words(query: &str) -> Vec<String> {
+pub(crate) fn query_words(query: &str) -> Vec<String> {
     let Some(mut analyzer) = analyzer() else {
         return Vec::new();
     };
@@ -224,7 +224,7 @@ impl Terms {
 
     /// Whether the text holds `word`: as a word, or — for a Chinese word — as all its pairs
     /// (a single character: the character).
-    pub fn holds(&self, word: &str) -> bool {
+    pub(crate) fn holds(&self, word: &str) -> bool {
         if self.words.contains(word) {
             return true;
         }

@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use crate::store::ResearchRecord;
 
-pub use pdf::{FontError, Fonts};
+pub(crate) use pdf::{FontError, Fonts};
 
 /// What `GET /research/{id}/export?format=` can make.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
@@ -23,7 +23,7 @@ pub enum Format {
 }
 
 impl Format {
-    pub fn content_type(self) -> &'static str {
+    pub(crate) fn content_type(self) -> &'static str {
         match self {
             Format::Markdown => "text/markdown; charset=utf-8",
             Format::Docx => {

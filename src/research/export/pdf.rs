@@ -76,7 +76,7 @@ pub struct Fonts {
 
 impl Fonts {
     /// Looks for fonts in `MNEMO_FONT_DIRS` and the system's font directories.
-    pub fn system() -> Self {
+    pub(crate) fn system() -> Self {
         let mut dirs: Vec<PathBuf> = std::env::var("MNEMO_FONT_DIRS")
             .unwrap_or_default()
             .split(':')

@@ -9,7 +9,7 @@ pub(super) fn strip_citations(text: &str) -> String {
 
 /// Checks `[n]` / `[n, m]` citations against `count` sources: returns the report with
 /// citations of unknown sources removed, and the unknown numbers.
-pub fn check_citations(report: &str, count: usize) -> (String, Vec<usize>) {
+pub(crate) fn check_citations(report: &str, count: usize) -> (String, Vec<usize>) {
     let mut invalid = BTreeSet::new();
     let (cleaned, _) = rewrite_citations(report, |n| {
         let ok = (1..=count).contains(&n);
@@ -153,7 +153,7 @@ impl crate::runs::stream::DeltaFilter for CitationFilter {
 }
 
 /// The citation numbers used in a report.
-pub fn citations(report: &str) -> BTreeSet<usize> {
+pub(crate) fn citations(report: &str) -> BTreeSet<usize> {
     let (_, kept) = rewrite_citations(report, |_| true);
     kept.into_iter().collect()
 }

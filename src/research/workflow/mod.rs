@@ -22,9 +22,9 @@ mod supervisor;
 mod text;
 mod verify;
 
-pub use crate::runs::events::{CitationCheck, CitedSource, UnsupportedCitation};
+pub(crate) use crate::runs::events::{CitationCheck, CitedSource, UnsupportedCitation};
 use citations::*;
-pub use citations::{check_citations, citations};
+pub(crate) use citations::{check_citations, citations};
 use follow::Earlier;
 use progress::*;
 use sources::*;
@@ -61,7 +61,7 @@ use crate::store::{NewResearch, ResearchOutcome, RunId, RunStatus, Store, StoreE
 
 /// What a research needs besides its configuration.
 #[derive(Clone)]
-pub struct ResearchDeps {
+pub(crate) struct ResearchDeps {
     pub store: Arc<dyn Store>,
     pub memory: Arc<MemoryEngine>,
     /// The models of this research (the request's choices and key applied).
@@ -73,7 +73,7 @@ pub struct ResearchDeps {
 
 /// What a finished research produced.
 #[derive(Debug, Clone, Serialize)]
-pub struct ResearchSummary {
+pub(crate) struct ResearchSummary {
     pub research_id: RunId,
     /// `completed`, or `partial` when some topics could not be researched (`gaps`).
     pub status: RunStatus,
@@ -93,7 +93,7 @@ pub struct ResearchSummary {
 impl ResearchSummary {
     /// The sources without their excerpts (those stay in the stored record,
     /// `GET /research/{id}`): what events and tool results list.
-    pub fn listed_sources(&self) -> Vec<CitedSource> {
+    pub(crate) fn listed_sources(&self) -> Vec<CitedSource> {
         self.sources
             .iter()
             .map(|source| CitedSource {
@@ -122,7 +122,7 @@ const FALLBACK_REASON_CHARS: usize = 300;
 
 /// A research that checkpoints its finished steps with its run (a research in a run of its
 /// own; one inside a chat turn is done again with the turn).
-pub struct Durable {
+pub(crate) struct Durable {
     /// The request, without secrets, that the research is rebuilt from.
     pub request: Value,
     /// What the finished steps produced, when a new attempt continues the research.
@@ -132,7 +132,7 @@ pub struct Durable {
 /// The finished steps of a research and what it had gathered when they finished: the body of
 /// its run's checkpoint.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Journal {
+pub(crate) struct Journal {
     /// Each finished step's result, by step (`brief`, `researcher.3`, `report`, …).
     steps: BTreeMap<String, Value>,
     sources: Vec<Source>,
@@ -148,19 +148,19 @@ pub struct Journal {
 
 /// A research run's checkpoint body.
 #[derive(Debug, Serialize, Deserialize)]
-pub struct SavedResearch {
+pub(crate) struct SavedResearch {
     pub research: SavedState,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
-pub struct SavedState {
+pub(crate) struct SavedState {
     pub request: Value,
     pub journal: Journal,
 }
 
 /// Runs one research in `context`'s run and records it under `research_id`. With `durable`,
 /// it checkpoints every finished step, and continues from `durable.journal` when given one.
-pub async fn run_research(
+pub(crate) async fn run_research(
     context: Arc<RunContext>,
     deps: ResearchDeps,
     config: ResolvedConfig,

@@ -13,9 +13,8 @@ use std::io::Read;
 use std::time::{Duration, Instant};
 
 mod worker;
-pub use worker::{
-    Ceilings, Cost, WORKER_COMMAND, configure, extract_isolated, extract_with_cost, worker_main,
-};
+pub(crate) use worker::extract_isolated;
+pub use worker::{WORKER_COMMAND, configure, extract_with_cost, worker_main};
 
 use ego_tree::iter::Edge;
 use scraper::{ElementRef, Html, Node, Selector};
@@ -46,23 +45,23 @@ pub enum ExtractError {
 }
 
 /// Deeper element nesting than this is not parsed as HTML.
-pub const MAX_NESTING: usize = 512;
+pub(crate) const MAX_NESTING: usize = 512;
 /// PDFs with more pages are refused.
-pub const MAX_PDF_PAGES: usize = 2_000;
+pub(crate) const MAX_PDF_PAGES: usize = 2_000;
 /// PDFs whose text-bearing streams inflate to more bytes than this are refused.
-pub const MAX_PDF_EXPANDED_BYTES: u64 = 32 * 1024 * 1024;
+pub(crate) const MAX_PDF_EXPANDED_BYTES: u64 = 32 * 1024 * 1024;
 /// One extraction may take this long.
-pub const EXTRACT_TIME_LIMIT: Duration = Duration::from_secs(20);
+pub(crate) const EXTRACT_TIME_LIMIT: Duration = Duration::from_secs(20);
 
 /// When an extraction must stop (checked between pages and tree walks; the worker's CPU
 /// ceiling bounds the time between checks).
 #[derive(Debug, Clone)]
-pub struct Budget {
+pub(crate) struct Budget {
     deadline: Instant,
 }
 
 impl Budget {
-    pub fn new(limit: Duration) -> Self {
+    pub(crate) fn new(limit: Duration) -> Self {
         Self {
             deadline: Instant::now() + limit,
         }
@@ -129,7 +128,7 @@ const MAIN_SHARE: f64 = 0.3;
 
 /// Extracts the title and the readable text of an HTML page.
 #[cfg(test)]
-pub fn html_to_text(html: &str) -> Extracted {
+pub(crate) fn html_to_text(html: &str) -> Extracted {
     html_within(html, &Budget::default()).unwrap_or_else(|_| Extracted {
         title: None,
         text: strip_tags(html),
@@ -247,7 +246,7 @@ fn check_expansion(document: &pdf_extract::Document, budget: &Budget) -> Result<
 }
 
 /// Extracts text by content type (`text/html`, `application/pdf`, `text/*`, markdown).
-pub fn by_content_type(content_type: &str, bytes: &[u8]) -> Result<Extracted, ExtractError> {
+pub(crate) fn by_content_type(content_type: &str, bytes: &[u8]) -> Result<Extracted, ExtractError> {
     by_content_type_within(content_type, bytes, &Budget::default())
 }
 
@@ -387,7 +386,7 @@ fn tag_at(bytes: &[u8], at: usize) -> Option<Tag> {
 /// of the open elements (an end tag closes up to its name when open, and is ignored when not,
 /// as an HTML parser does; elements closed implicitly are counted as open, so it
 /// over-estimates, never under).
-pub fn nested_deeper_than(html: &str, limit: usize) -> bool {
+pub(crate) fn nested_deeper_than(html: &str, limit: usize) -> bool {
     let bytes = html.as_bytes();
     let mut open: Vec<String> = Vec::new();
     let mut i = 0;
@@ -442,7 +441,7 @@ fn find_ignoring_case(bytes: &[u8], from: usize, needle: &[u8]) -> Option<usize>
 
 /// The text of a page without parsing it: tags, comments and raw-text elements' content
 /// dropped, block tags ending paragraphs, the common entities decoded.
-pub fn strip_tags(html: &str) -> String {
+pub(crate) fn strip_tags(html: &str) -> String {
     let bytes = html.as_bytes();
     let mut out = String::with_capacity(html.len() / 2);
     let mut text_from = 0;
@@ -484,7 +483,7 @@ pub fn strip_tags(html: &str) -> String {
 }
 
 /// Whitespace collapsed inside paragraphs; paragraphs separated by one blank line.
-pub fn paragraphs(text: &str) -> String {
+pub(crate) fn paragraphs(text: &str) -> String {
     // NUL is never text (and PostgreSQL cannot store it).
     text.replace("\r\n", "\n")
         .replace('\0', "")

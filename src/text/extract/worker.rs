@@ -27,7 +27,7 @@ pub const WORKER_COMMAND: &str = "__extract";
 
 /// The ceilings of one extraction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ceilings {
+pub(crate) struct Ceilings {
     pub memory_bytes: u64,
     pub cpu_secs: u64,
     pub max_text_bytes: usize,
@@ -112,7 +112,7 @@ fn program(configured: Option<&Path>) -> Option<PathBuf> {
 }
 
 /// Extracts `bytes` of `content_type` in a worker process under the configured ceilings.
-pub async fn extract_isolated(
+pub(crate) async fn extract_isolated(
     content_type: &str,
     bytes: Vec<u8>,
 ) -> Result<Extracted, ExtractError> {
