@@ -19,18 +19,27 @@
 //! - `runs`      durable runs: the run-event log, live following, cancellation
 //! - `agent`     what executes runs: the chat turn (tool loop over memory tools)
 //! - `store`     the `Store` trait (SQL source of truth), SQLite and PostgreSQL implementations
+//!
+//! The facade: the `pub mod` list below is the library's whole public surface, the modules the
+//! binary (`src/main.rs`, `cli/`, `tools/`), `tests/api` and `benches/` use. Inside them only
+//! what those name, and the types their signatures carry, is `pub`; the rest of the crate is
+//! `pub(crate)`, so rustc's dead-code lint sees whatever nothing uses. `scripts/check-invariants`
+//! keeps the list as it is here.
 
+// Crate-private: nothing outside the library names them.
 pub(crate) mod agent;
+pub(crate) mod enums;
+pub(crate) mod mcp;
+
+// The facade.
 pub mod auth;
 pub mod config;
 pub mod datadir;
 pub mod documents;
-pub(crate) mod enums;
 pub mod error;
 pub mod http;
 pub mod index;
 pub mod llm;
-pub(crate) mod mcp;
 pub mod memory;
 pub mod research;
 pub mod retry;
@@ -39,8 +48,9 @@ pub mod search;
 pub mod startup;
 pub mod store;
 pub mod telemetry;
+pub mod text;
+
 /// Fresh test databases, shared with the integration tests (compiled only for tests).
 #[cfg(test)]
 #[path = "../tests/api/support/databases.rs"]
 mod testing;
-pub mod text;
