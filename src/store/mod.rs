@@ -592,7 +592,6 @@ pub struct Job {
     pub id: JobId,
     pub user: UserId,
     pub kind: JobKind,
-    pub key: String,
     pub payload: serde_json::Value,
     pub attempts: i64,
     pub created_at: DateTime<Utc>,

@@ -11,7 +11,6 @@ macro_rules! sql_job_store {
                 id: JobId::from_uuid(row.try_get("id")?),
                 user: UserId::from_trusted(row.try_get("user_id")?),
                 kind: text_enum::decode("jobs.kind", row.try_get::<&str, _>("kind")?)?,
-                key: row.try_get("key")?,
                 payload: payload.0,
                 attempts: row.try_get("attempts")?,
                 created_at: row.try_get("created_at")?,
@@ -67,7 +66,7 @@ macro_rules! sql_job_store {
                      (SELECT 1 FROM runs r WHERE r.id = jobs.run_id AND r.status = 'running') \
                      ORDER BY run_after LIMIT 1 ",
                     $skip_locked,
-                    ") RETURNING id, user_id, kind, key, payload, attempts, created_at"
+                    ") RETURNING id, user_id, kind, payload, attempts, created_at"
                 );
                 let row = sqlx::query(sql)
                     .bind(at + lease)
