@@ -1,8 +1,9 @@
 //! The SQL source of truth: domain types, the `Store` trait and its two implementations
 //! (SQLite, the embedded default, and PostgreSQL), chosen once from the database URL scheme.
 //!
-//! Both implementations share their SQL text through the `sql_store!` macro in `sql.rs`; each
-//! has its own migrations under `migrations/{sqlite,postgres}`.
+//! Both implementations share their SQL text through the `sql_store!` macro in `sql.rs` and
+//! read rows into the `sqlx::FromRow` structs of `rows.rs`; each has its own migrations under
+//! `migrations/{sqlite,postgres}`.
 
 mod account;
 mod document;
@@ -10,6 +11,7 @@ mod ids;
 mod memory;
 mod postgres;
 mod research;
+mod rows;
 mod run_control;
 mod scope;
 mod sql;

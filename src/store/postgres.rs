@@ -44,40 +44,32 @@ impl PostgresStore {
 sql_store!(
     PostgresStore,
     Postgres,
-    sqlx::postgres::PgRow,
     "postgres",
     Some("SELECT pg_notify('mnemo_run_events', $1)")
 );
 
-sql_account_store!(PostgresStore, sqlx::postgres::PgRow);
+sql_account_store!(PostgresStore);
 
 sql_memory_store!(
     PostgresStore,
     Postgres,
-    sqlx::postgres::PgRow,
     // The lock serialises log appends; the notification (sent at commit) wakes the indexers
     // of the other replicas at once rather than at their next poll.
     "SELECT pg_advisory_xact_lock(727362), pg_notify('mnemo_memory_log', '')",
     true
 );
 
-sql_job_store!(
-    PostgresStore,
-    sqlx::postgres::PgRow,
-    "FOR UPDATE SKIP LOCKED"
-);
+sql_job_store!(PostgresStore, "FOR UPDATE SKIP LOCKED");
 
-sql_research_store!(PostgresStore, sqlx::postgres::PgRow);
+sql_research_store!(PostgresStore);
 
 sql_document_store!(
     PostgresStore,
-    sqlx::postgres::PgRow,
     "memories.source_refs @> jsonb_build_array($3::text)"
 );
 
 sql_run_control_store!(
     PostgresStore,
-    sqlx::postgres::PgRow,
     Some("SELECT pg_notify('mnemo_run_commands', '')")
 );
 

@@ -1,93 +1,15 @@
 //! The SQL shared by both backends. `sql_store!` expands to the `Store` implementation for one
 //! backend type; the text of every statement is the same for SQLite and PostgreSQL (numbered
 //! `$N` parameters work on both), and the column types each backend uses (UUID vs blob,
-//! timestamptz vs RFC 3339 text, jsonb vs text) are chosen by sqlx's encoders.
+//! timestamptz vs RFC 3339 text, jsonb vs text) are chosen by sqlx's encoders. Rows are read
+//! with `query_as` into the `sqlx::FromRow` structs of `rows.rs`, shared by both backends.
 
 /// Expands to `impl Store for $store` where `$store` has a `pool: sqlx::Pool<$db>` field.
 /// `$notify_event` is run in every transaction that appends a run event, with the run's id
 /// as `$1` (PostgreSQL's `pg_notify`, waking followers on other replicas); `None` on SQLite.
 macro_rules! sql_store {
-    ($store:ty, $db:ty, $row:ty, $backend:literal, $notify_event:expr) => {
+    ($store:ty, $db:ty, $backend:literal, $notify_event:expr) => {
         const NOTIFY_EVENT: Option<&str> = $notify_event;
-
-        mod rows {
-            use chrono::{DateTime, Utc};
-            use sqlx::Row as _;
-            use uuid::Uuid;
-
-            use crate::store::*;
-
-            pub(super) fn user(row: &$row) -> Result<User, sqlx::Error> {
-                Ok(User {
-                    id: UserId::from_trusted(row.try_get("id")?),
-                    name: row.try_get("name")?,
-                    kind: text_enum::decode("users.kind", row.try_get::<&str, _>("kind")?)?,
-                    created_at: row.try_get("created_at")?,
-                    active_keys: row.try_get("active_keys")?,
-                    memory_enabled: row.try_get("memory_enabled")?,
-                    is_admin: row.try_get("is_admin")?,
-                    disabled_at: row.try_get::<Option<DateTime<Utc>>, _>("disabled_at")?,
-                    has_password: row.try_get("has_password")?,
-                })
-            }
-
-            pub(super) fn thread(row: &$row) -> Result<Thread, sqlx::Error> {
-                Ok(Thread {
-                    id: ThreadId::from_uuid(row.try_get("id")?),
-                    title: row.try_get("title")?,
-                    temporary: row.try_get("temporary")?,
-                    created_at: row.try_get("created_at")?,
-                    updated_at: row.try_get("updated_at")?,
-                })
-            }
-
-            pub(super) fn message(row: &$row) -> Result<Message, sqlx::Error> {
-                Ok(Message {
-                    id: MessageId::from_uuid(row.try_get("id")?),
-                    thread_id: ThreadId::from_uuid(row.try_get("thread_id")?),
-                    role: text_enum::decode("messages.role", row.try_get::<&str, _>("role")?)?,
-                    content: row.try_get("content")?,
-                    author: row.try_get("author")?,
-                    run_id: row.try_get::<Option<Uuid>, _>("run_id")?.map(RunId::from_uuid),
-                    created_at: row.try_get("created_at")?,
-                    trust: match row.try_get::<Option<&str>, _>("trust")? {
-                        Some(trust) => text_enum::decode("messages.trust", trust)?,
-                        None => Message::trust_of(text_enum::decode(
-                            "messages.role",
-                            row.try_get::<&str, _>("role")?,
-                        )?),
-                    },
-                    attachments: row
-                        .try_get::<Option<sqlx::types::Json<Vec<Attachment>>>, _>("attachments")?
-                        .map(|attached| attached.0)
-                        .unwrap_or_default(),
-                })
-            }
-
-            pub(super) fn run(row: &$row) -> Result<Run, sqlx::Error> {
-                Ok(Run {
-                    id: RunId::from_uuid(row.try_get("id")?),
-                    thread_id: row.try_get::<Option<Uuid>, _>("thread_id")?.map(ThreadId::from_uuid),
-                    kind: text_enum::decode("runs.kind", row.try_get::<&str, _>("kind")?)?,
-                    status: text_enum::decode("runs.status", row.try_get::<&str, _>("status")?)?,
-                    error: row.try_get("error")?,
-                    last_seq: row.try_get("last_seq")?,
-                    created_at: row.try_get("created_at")?,
-                    updated_at: row.try_get("updated_at")?,
-                    finished_at: row.try_get::<Option<DateTime<Utc>>, _>("finished_at")?,
-                })
-            }
-
-            pub(super) fn event(row: &$row) -> Result<StoredEvent, sqlx::Error> {
-                let data: sqlx::types::Json<serde_json::Value> = row.try_get("data")?;
-                Ok(StoredEvent {
-                    seq: row.try_get("seq")?,
-                    event_type: text_enum::decode("run_events.event_type", row.try_get::<&str, _>("event_type")?)?,
-                    data: data.0,
-                    created_at: row.try_get("created_at")?,
-                })
-            }
-        }
 
         /// In `tx`, before a run is inserted: waits for the user's other run starts to commit
         /// (the user's row is locked on PostgreSQL, the database's write lock taken on SQLite),
@@ -275,8 +197,11 @@ macro_rules! sql_store {
 
             async fn user_by_name(&self, name: &str) -> StoreResult<Option<User>> {
                 let sql = format!("SELECT {USER_COLUMNS} FROM users u WHERE u.name = $1");
-                let row = sqlx::query(&sql).bind(name).fetch_optional(&self.pool).await?;
-                Ok(row.as_ref().map(rows::user).transpose()?)
+                let row = sqlx::query_as::<_, rows::UserRow>(&sql)
+                    .bind(name)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                Ok(rows::optional(row)?)
             }
 
             async fn set_memory_enabled(&self, user: UserId, enabled: bool) -> StoreResult<()> {
@@ -302,8 +227,8 @@ macro_rules! sql_store {
 
             async fn list_users(&self) -> StoreResult<Vec<User>> {
                 let sql = format!("SELECT {USER_COLUMNS} FROM users u ORDER BY u.name");
-                let found = sqlx::query(&sql).fetch_all(&self.pool).await?;
-                Ok(found.iter().map(rows::user).collect::<Result<_, _>>()?)
+                let found = sqlx::query_as::<_, rows::UserRow>(&sql).fetch_all(&self.pool).await?;
+                Ok(rows::all(found)?)
             }
 
             async fn add_api_key(
@@ -331,8 +256,11 @@ macro_rules! sql_store {
                     "SELECT {USER_COLUMNS} FROM users u JOIN api_keys key ON key.user_id = u.id \
                      WHERE key.key_hash = $1 AND key.revoked_at IS NULL AND u.disabled_at IS NULL"
                 );
-                let row = sqlx::query(&sql).bind(key_hash).fetch_optional(&self.pool).await?;
-                Ok(row.as_ref().map(rows::user).transpose()?)
+                let row = sqlx::query_as::<_, rows::UserRow>(&sql)
+                    .bind(key_hash)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                Ok(rows::optional(row)?)
             }
 
             async fn revoke_keys(&self, name: &str) -> StoreResult<u64> {
@@ -385,26 +313,15 @@ macro_rules! sql_store {
             }
 
             async fn api_keys(&self, name: &str) -> StoreResult<Vec<ApiKeyInfo>> {
-                use sqlx::Row as _;
                 let user = self.user_by_name(name).await?.ok_or(StoreError::NotFound("user"))?;
-                let found = sqlx::query(
+                let found = sqlx::query_as::<_, rows::ApiKeyRow>(
                     "SELECT prefix, created_at, revoked_at FROM api_keys \
                      WHERE user_id = $1 ORDER BY created_at DESC, id DESC",
                 )
                 .bind(user.id.as_uuid())
                 .fetch_all(&self.pool)
                 .await?;
-                found
-                    .iter()
-                    .map(|row| {
-                        Ok(ApiKeyInfo {
-                            prefix: row.try_get("prefix")?,
-                            created_at: row.try_get("created_at")?,
-                            revoked_at: row.try_get("revoked_at")?,
-                        })
-                    })
-                    .collect::<Result<_, sqlx::Error>>()
-                    .map_err(Into::into)
+                Ok(rows::all(found)?)
             }
 
             async fn create_thread(
@@ -443,7 +360,7 @@ macro_rules! sql_store {
             ) -> StoreResult<Vec<Thread>> {
                 let found = match before {
                     Some(cursor) => {
-                        sqlx::query(
+                        sqlx::query_as::<_, rows::ThreadRow>(
                             "SELECT id, title, temporary, created_at, updated_at FROM threads \
                              WHERE user_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
                         )
@@ -454,7 +371,7 @@ macro_rules! sql_store {
                         .await?
                     }
                     None => {
-                        sqlx::query(
+                        sqlx::query_as::<_, rows::ThreadRow>(
                             "SELECT id, title, temporary, created_at, updated_at FROM threads \
                              WHERE user_id = $1 ORDER BY id DESC LIMIT $2",
                         )
@@ -464,11 +381,11 @@ macro_rules! sql_store {
                         .await?
                     }
                 };
-                Ok(found.iter().map(rows::thread).collect::<Result<_, _>>()?)
+                Ok(rows::all(found)?)
             }
 
             async fn get_thread(&self, user: UserId, id: ThreadId) -> StoreResult<Thread> {
-                let row = sqlx::query(
+                let row = sqlx::query_as::<_, rows::ThreadRow>(
                     "SELECT id, title, temporary, created_at, updated_at FROM threads \
                      WHERE id = $1 AND user_id = $2",
                 )
@@ -476,10 +393,7 @@ macro_rules! sql_store {
                 .bind(user.as_uuid())
                 .fetch_optional(&self.pool)
                 .await?;
-                row.as_ref()
-                    .map(rows::thread)
-                    .transpose()?
-                    .ok_or(StoreError::NotFound("thread"))
+                rows::optional(row)?.ok_or(StoreError::NotFound("thread"))
             }
 
             async fn conversation_thread(
@@ -490,13 +404,13 @@ macro_rules! sql_store {
             ) -> StoreResult<Thread> {
                 let select = "SELECT id, title, temporary, created_at, updated_at FROM threads \
                               WHERE user_id = $1 AND conversation_key = $2";
-                let found = sqlx::query(select)
+                let found = sqlx::query_as::<_, rows::ThreadRow>(select)
                     .bind(user.as_uuid())
                     .bind(conversation_key)
                     .fetch_optional(&self.pool)
                     .await?;
                 if let Some(row) = found {
-                    return Ok(rows::thread(&row)?);
+                    return Ok(Thread::try_from(row)?);
                 }
                 let at = now();
                 // A concurrent request may have made it meanwhile: the unique index keeps one.
@@ -512,12 +426,12 @@ macro_rules! sql_store {
                 .bind(conversation_key)
                 .execute(&self.pool)
                 .await?;
-                let row = sqlx::query(select)
+                let row = sqlx::query_as::<_, rows::ThreadRow>(select)
                     .bind(user.as_uuid())
                     .bind(conversation_key)
                     .fetch_one(&self.pool)
                     .await?;
-                Ok(rows::thread(&row)?)
+                Ok(Thread::try_from(row)?)
             }
 
             async fn rename_thread(
@@ -526,7 +440,7 @@ macro_rules! sql_store {
                 id: ThreadId,
                 title: &str,
             ) -> StoreResult<Thread> {
-                let row = sqlx::query(
+                let row = sqlx::query_as::<_, rows::ThreadRow>(
                     "UPDATE threads SET title = $1, updated_at = $2 \
                      WHERE id = $3 AND user_id = $4 \
                      RETURNING id, title, temporary, created_at, updated_at",
@@ -537,10 +451,7 @@ macro_rules! sql_store {
                 .bind(user.as_uuid())
                 .fetch_optional(&self.pool)
                 .await?;
-                row.as_ref()
-                    .map(rows::thread)
-                    .transpose()?
-                    .ok_or(StoreError::NotFound("thread"))
+                rows::optional(row)?.ok_or(StoreError::NotFound("thread"))
             }
 
             async fn delete_thread(&self, user: UserId, id: ThreadId) -> StoreResult<()> {
@@ -675,10 +586,9 @@ macro_rules! sql_store {
                 thread: ThreadId,
                 from: MessageId,
             ) -> StoreResult<Vec<MessageId>> {
-                use sqlx::Row as _;
                 self.get_thread(user, thread).await?;
                 let mut tx = self.pool.begin().await?;
-                let removed = sqlx::query(
+                let removed: Vec<MessageId> = sqlx::query_scalar(
                     "DELETE FROM messages WHERE thread_id = $1 AND user_id = $2 AND id >= $3 \
                      RETURNING id",
                 )
@@ -687,9 +597,9 @@ macro_rules! sql_store {
                 .bind(from.as_uuid())
                 .fetch_all(&mut *tx)
                 .await?
-                .iter()
-                .map(|row| row.try_get("id").map(MessageId::from_uuid))
-                .collect::<Result<Vec<_>, _>>()?;
+                .into_iter()
+                .map(MessageId::from_uuid)
+                .collect();
                 // A rolling summary that covers a removed message quotes it: it goes too (the
                 // next turn summarises again).
                 sqlx::query(
@@ -717,7 +627,7 @@ macro_rules! sql_store {
                 thread: ThreadId,
             ) -> StoreResult<Vec<Message>> {
                 self.get_thread(user, thread).await?;
-                let found = sqlx::query(
+                let found = sqlx::query_as::<_, rows::MessageRow>(
                     "SELECT id, thread_id, role, content, author, run_id, created_at, trust, attachments \
                      FROM messages \
                      WHERE thread_id = $1 AND user_id = $2 ORDER BY id",
@@ -726,7 +636,7 @@ macro_rules! sql_store {
                 .bind(user.as_uuid())
                 .fetch_all(&self.pool)
                 .await?;
-                Ok(found.iter().map(rows::message).collect::<Result<_, _>>()?)
+                Ok(rows::all(found)?)
             }
 
             async fn message_authors(&self, user: UserId) -> StoreResult<Vec<String>> {
@@ -744,8 +654,7 @@ macro_rules! sql_store {
                 user: UserId,
                 thread: ThreadId,
             ) -> StoreResult<Option<(String, MessageId)>> {
-                use sqlx::Row as _;
-                let row = sqlx::query(
+                let row: Option<(String, uuid::Uuid)> = sqlx::query_as(
                     "SELECT summary, covered_until FROM thread_summaries \
                      WHERE thread_id = $1 AND user_id = $2",
                 )
@@ -753,13 +662,7 @@ macro_rules! sql_store {
                 .bind(user.as_uuid())
                 .fetch_optional(&self.pool)
                 .await?;
-                match row {
-                    Some(row) => Ok(Some((
-                        row.try_get("summary")?,
-                        MessageId::from_uuid(row.try_get("covered_until")?),
-                    ))),
-                    None => Ok(None),
-                }
+                Ok(row.map(|(summary, covered_until)| (summary, MessageId::from_uuid(covered_until))))
             }
 
             async fn set_thread_summary(
@@ -795,7 +698,7 @@ macro_rules! sql_store {
                         "SELECT {RUN_COLUMNS}, request_digest FROM runs \
                          WHERE user_id = $1 AND idempotency_key = $2"
                     );
-                    let Some(row) = sqlx::query(&sql)
+                    let Some(row) = sqlx::query_as::<_, rows::IdempotentRunRow>(&sql)
                         .bind(user.as_uuid())
                         .bind(&idempotency.key)
                         .fetch_optional(pool)
@@ -803,13 +706,12 @@ macro_rules! sql_store {
                     else {
                         return Ok(None);
                     };
-                    let digest: Option<String> = sqlx::Row::try_get(&row, "request_digest")?;
-                    if digest.as_deref() != Some(idempotency.digest.as_str()) {
+                    if row.request_digest.as_deref() != Some(idempotency.digest.as_str()) {
                         return Err(StoreError::Conflict(
                             "this Idempotency-Key was used for a different request".into(),
                         ));
                     }
-                    Ok(Some(BegunTurn::Replayed(rows::run(&row)?)))
+                    Ok(Some(BegunTurn::Replayed(Run::try_from(row.run)?)))
                 }
 
                 if let Some(idempotency) = &turn.idempotency {
@@ -989,12 +891,12 @@ macro_rules! sql_store {
 
             async fn get_run(&self, user: UserId, id: RunId) -> StoreResult<Run> {
                 let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = $1 AND user_id = $2");
-                let row = sqlx::query(&sql)
+                let row = sqlx::query_as::<_, rows::RunRow>(&sql)
                     .bind(id.as_uuid())
                     .bind(user.as_uuid())
                     .fetch_optional(&self.pool)
                     .await?;
-                row.as_ref().map(rows::run).transpose()?.ok_or(StoreError::NotFound("run"))
+                rows::optional(row)?.ok_or(StoreError::NotFound("run"))
             }
 
             async fn list_runs(
@@ -1007,13 +909,13 @@ macro_rules! sql_store {
                     "SELECT {RUN_COLUMNS} FROM runs WHERE user_id = $1 AND kind = $2 \
                      ORDER BY id DESC LIMIT $3"
                 );
-                let found = sqlx::query(&sql)
+                let found = sqlx::query_as::<_, rows::RunRow>(&sql)
                     .bind(user.as_uuid())
                     .bind(kind.as_str())
                     .bind(limit)
                     .fetch_all(&self.pool)
                     .await?;
-                Ok(found.iter().map(rows::run).collect::<Result<_, _>>()?)
+                Ok(rows::all(found)?)
             }
 
             async fn finish_run(
@@ -1082,7 +984,7 @@ macro_rules! sql_store {
                 after: i64,
                 limit: i64,
             ) -> StoreResult<Vec<StoredEvent>> {
-                let found = sqlx::query(
+                let found = sqlx::query_as::<_, rows::EventRow>(
                     "SELECT e.seq, e.event_type, e.data, e.created_at FROM run_events e \
                      JOIN runs r ON r.id = e.run_id \
                      WHERE e.run_id = $1 AND r.user_id = $2 AND e.seq > $3 \
@@ -1094,7 +996,7 @@ macro_rules! sql_store {
                 .bind(limit)
                 .fetch_all(&self.pool)
                 .await?;
-                Ok(found.iter().map(rows::event).collect::<Result<_, _>>()?)
+                Ok(rows::all(found)?)
             }
         }
     };

@@ -1,13 +1,13 @@
 //! The account SQL shared by both backends (passwords, admin flags, lockout, sessions),
-//! expanded per backend by `sql_account_store!` next to `sql_store!`, whose `USER_COLUMNS`,
-//! `rows::user` and `unique_violation` it uses.
+//! expanded per backend by `sql_account_store!` next to `sql_store!`, whose `USER_COLUMNS` and
+//! `unique_violation` it uses; its rows are read into the structs of `rows.rs`.
 //!
 //! The first administrator made from the browser also inserts the single row of
 //! `account_setup` in its transaction: of two setups racing, the second fails on that row's
 //! primary key.
 
 macro_rules! sql_account_store {
-    ($store:ty, $row:ty) => {
+    ($store:ty) => {
         #[async_trait::async_trait]
         impl crate::store::AccountStore for $store {
             async fn create_account(&self, account: NewAccount<'_>) -> StoreResult<User> {
@@ -110,24 +110,29 @@ macro_rules! sql_account_store {
 
             async fn user_by_id(&self, id: uuid::Uuid) -> StoreResult<Option<User>> {
                 let sql = format!("SELECT {USER_COLUMNS} FROM users u WHERE u.id = $1");
-                let row = sqlx::query(&sql).bind(id).fetch_optional(&self.pool).await?;
-                Ok(row.as_ref().map(rows::user).transpose()?)
+                let row = sqlx::query_as::<_, rows::UserRow>(&sql)
+                    .bind(id)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                Ok(rows::optional(row)?)
             }
 
             async fn password_login(&self, name: &str) -> StoreResult<Option<PasswordLogin>> {
-                use sqlx::Row as _;
                 let sql = format!(
                     "SELECT {USER_COLUMNS}, u.password_hash, u.locked_until \
                      FROM users u WHERE u.name = $1"
                 );
-                let Some(row) = sqlx::query(&sql).bind(name).fetch_optional(&self.pool).await?
+                let Some(row) = sqlx::query_as::<_, rows::PasswordLoginRow>(&sql)
+                    .bind(name)
+                    .fetch_optional(&self.pool)
+                    .await?
                 else {
                     return Ok(None);
                 };
                 Ok(Some(PasswordLogin {
-                    user: rows::user(&row)?,
-                    password_hash: row.try_get("password_hash")?,
-                    locked_until: row.try_get("locked_until")?,
+                    user: row.user.try_into()?,
+                    password_hash: row.password_hash,
+                    locked_until: row.locked_until,
                 }))
             }
 
@@ -243,13 +248,12 @@ macro_rules! sql_account_store {
                 token_hash: &str,
                 now: DateTime<Utc>,
             ) -> StoreResult<Option<SessionUser>> {
-                use sqlx::Row as _;
                 let sql = format!(
                     "SELECT {USER_COLUMNS}, s.last_seen_at, s.expires_at \
                      FROM sessions s JOIN users u ON u.id = s.user_id \
                      WHERE s.token_hash = $1 AND u.disabled_at IS NULL"
                 );
-                let Some(row) = sqlx::query(&sql)
+                let Some(row) = sqlx::query_as::<_, rows::SessionUserRow>(&sql)
                     .bind(token_hash)
                     .fetch_optional(&self.pool)
                     .await?
@@ -257,9 +261,9 @@ macro_rules! sql_account_store {
                     return Ok(None);
                 };
                 let found = SessionUser {
-                    user: rows::user(&row)?,
-                    last_seen_at: row.try_get("last_seen_at")?,
-                    expires_at: row.try_get("expires_at")?,
+                    user: row.user.try_into()?,
+                    last_seen_at: row.last_seen_at,
+                    expires_at: row.expires_at,
                 };
                 // Compared here, not in SQL: both backends then agree to the microsecond.
                 Ok((found.expires_at > now).then_some(found))

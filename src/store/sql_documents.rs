@@ -7,34 +7,9 @@
 //! so two ingests racing to insert the same document cannot both succeed.
 
 macro_rules! sql_document_store {
-    ($store:ty, $row:ty, $has_ref:literal) => {
+    ($store:ty, $has_ref:literal) => {
         const DOCUMENT_COLUMNS: &str = "id, title, source, content_type, content_hash, chars, \
              chunks, created_at, generation, ingested_at";
-
-        fn document_row(row: &$row) -> Result<Document, sqlx::Error> {
-            use sqlx::Row as _;
-            Ok(Document {
-                id: DocumentId::from_uuid(row.try_get("id")?),
-                title: row.try_get("title")?,
-                source: row.try_get("source")?,
-                content_type: row.try_get("content_type")?,
-                content_hash: row.try_get("content_hash")?,
-                chars: row.try_get("chars")?,
-                chunks: row.try_get("chunks")?,
-                created_at: row.try_get("created_at")?,
-            })
-        }
-
-        fn document_state_row(row: &$row) -> Result<DocumentState, sqlx::Error> {
-            use sqlx::Row as _;
-            Ok(DocumentState {
-                document: document_row(row)?,
-                generation: row.try_get("generation")?,
-                complete: row
-                    .try_get::<Option<chrono::DateTime<chrono::Utc>>, _>("ingested_at")?
-                    .is_some(),
-            })
-        }
 
         #[async_trait::async_trait]
         impl crate::store::DocumentStore for $store {
@@ -88,13 +63,13 @@ macro_rules! sql_document_store {
                 limit: i64,
                 before: Option<DocumentId>,
             ) -> StoreResult<Vec<Document>> {
-                let rows = match before {
+                let found = match before {
                     Some(cursor) => {
                         let sql = format!(
                             "SELECT {DOCUMENT_COLUMNS} FROM documents WHERE user_id = $1 AND id < $2 \
                              ORDER BY id DESC LIMIT $3"
                         );
-                        sqlx::query(&sql)
+                        sqlx::query_as::<_, rows::DocumentRow>(&sql)
                             .bind(user.as_uuid())
                             .bind(cursor.as_uuid())
                             .bind(limit)
@@ -106,14 +81,14 @@ macro_rules! sql_document_store {
                             "SELECT {DOCUMENT_COLUMNS} FROM documents WHERE user_id = $1 \
                              ORDER BY id DESC LIMIT $2"
                         );
-                        sqlx::query(&sql)
+                        sqlx::query_as::<_, rows::DocumentRow>(&sql)
                             .bind(user.as_uuid())
                             .bind(limit)
                             .fetch_all(&self.pool)
                             .await?
                     }
                 };
-                Ok(rows.iter().map(document_row).collect::<Result<_, _>>()?)
+                Ok(rows::all(found)?)
             }
 
             async fn get_document(&self, user: UserId, id: DocumentId) -> StoreResult<Document> {
@@ -128,13 +103,13 @@ macro_rules! sql_document_store {
                 let sql = format!(
                     "SELECT {DOCUMENT_COLUMNS} FROM documents WHERE id = $1 AND user_id = $2"
                 );
-                let row = sqlx::query(&sql)
+                let row = sqlx::query_as::<_, rows::DocumentStateRow>(&sql)
                     .bind(id.as_uuid())
                     .bind(user.as_uuid())
                     .fetch_optional(&self.pool)
                     .await?
                     .ok_or(StoreError::NotFound("document"))?;
-                Ok(document_state_row(&row)?)
+                Ok(row.try_into()?)
             }
 
             async fn documents_from_source(
@@ -146,12 +121,12 @@ macro_rules! sql_document_store {
                     "SELECT {DOCUMENT_COLUMNS} FROM documents WHERE user_id = $1 AND source = $2 \
                      ORDER BY id DESC"
                 );
-                let rows = sqlx::query(&sql)
+                let found = sqlx::query_as::<_, rows::DocumentStateRow>(&sql)
                     .bind(user.as_uuid())
                     .bind(source)
                     .fetch_all(&self.pool)
                     .await?;
-                Ok(rows.iter().map(document_state_row).collect::<Result<_, _>>()?)
+                Ok(rows::all(found)?)
             }
 
             async fn document_with_content(
@@ -163,12 +138,12 @@ macro_rules! sql_document_store {
                     "SELECT {DOCUMENT_COLUMNS} FROM documents \
                      WHERE user_id = $1 AND source IS NULL AND content_hash = $2"
                 );
-                let row = sqlx::query(&sql)
+                let row = sqlx::query_as::<_, rows::DocumentStateRow>(&sql)
                     .bind(user.as_uuid())
                     .bind(content_hash)
                     .fetch_optional(&self.pool)
                     .await?;
-                Ok(row.as_ref().map(document_state_row).transpose()?)
+                Ok(rows::optional(row)?)
             }
 
             async fn claim_document(

@@ -3,20 +3,7 @@
 //! without waiting) and empty on SQLite, whose single writer makes the claim atomic.
 
 macro_rules! sql_job_store {
-    ($store:ty, $row:ty, $skip_locked:literal) => {
-        fn job_row(row: &$row) -> Result<Job, sqlx::Error> {
-            use sqlx::Row as _;
-            let payload: sqlx::types::Json<serde_json::Value> = row.try_get("payload")?;
-            Ok(Job {
-                id: JobId::from_uuid(row.try_get("id")?),
-                user: UserId::from_trusted(row.try_get("user_id")?),
-                kind: text_enum::decode("jobs.kind", row.try_get::<&str, _>("kind")?)?,
-                payload: payload.0,
-                attempts: row.try_get("attempts")?,
-                created_at: row.try_get("created_at")?,
-            })
-        }
-
+    ($store:ty, $skip_locked:literal) => {
         #[async_trait::async_trait]
         impl crate::store::JobStore for $store {
             async fn enqueue_job(
@@ -68,13 +55,13 @@ macro_rules! sql_job_store {
                     $skip_locked,
                     ") RETURNING id, user_id, kind, payload, attempts, created_at"
                 );
-                let row = sqlx::query(sql)
+                let row = sqlx::query_as::<_, rows::JobRow>(sql)
                     .bind(at + lease)
                     .bind(at)
                     .bind(max_attempts)
                     .fetch_optional(&self.pool)
                     .await?;
-                Ok(row.as_ref().map(job_row).transpose()?)
+                Ok(rows::optional(row)?)
             }
 
             async fn complete_job(&self, id: JobId, result: &JobResult) -> StoreResult<()> {
@@ -115,22 +102,20 @@ macro_rules! sql_job_store {
             }
 
             async fn queue_stats(&self) -> StoreResult<QueueStats> {
-                use sqlx::Row as _;
-                let rows = sqlx::query(
+                let counts = sqlx::query_as::<_, rows::JobCountRow>(
                     "SELECT status, COUNT(*) AS n, MIN(created_at) AS oldest FROM jobs \
                      WHERE status IN ('queued', 'running', 'failed') GROUP BY status",
                 )
                 .fetch_all(&self.pool)
                 .await?;
                 let mut stats = QueueStats::default();
-                for row in rows {
-                    let status: String = row.try_get("status")?;
-                    let count: i64 = row.try_get("n")?;
-                    match status.as_str() {
+                for row in counts {
+                    let count = row.n;
+                    match row.status.as_str() {
                         "queued" => {
                             stats.queued = count;
-                            let oldest: Option<DateTime<Utc>> = row.try_get("oldest")?;
-                            stats.oldest_queued_secs = oldest
+                            stats.oldest_queued_secs = row
+                                .oldest
                                 .map(|oldest| (now() - oldest).num_milliseconds().max(0) as f64 / 1000.0)
                                 .unwrap_or(0.0);
                         }
@@ -138,22 +123,13 @@ macro_rules! sql_job_store {
                         _ => stats.failed = count,
                     }
                 }
-                let failures = sqlx::query(
+                let failures = sqlx::query_as::<_, rows::FailedJobRow>(
                     "SELECT kind, attempts, last_error, finished_at FROM jobs WHERE status = 'failed' \
                      ORDER BY finished_at DESC LIMIT 5",
                 )
                 .fetch_all(&self.pool)
                 .await?;
-                for row in failures {
-                    let error: Option<String> = row.try_get("last_error")?;
-                    let first_line = error.as_deref().unwrap_or("").lines().next().unwrap_or("");
-                    stats.recent_failures.push(FailedJob {
-                        kind: text_enum::decode("jobs.kind", row.try_get::<&str, _>("kind")?)?,
-                        attempts: row.try_get("attempts")?,
-                        error: crate::text::prefix(first_line, 200).to_string(),
-                        failed_at: row.try_get("finished_at")?,
-                    });
-                }
+                stats.recent_failures = rows::all(failures)?;
                 Ok(stats)
             }
 
@@ -174,8 +150,7 @@ macro_rules! sql_job_store {
                 user: UserId,
                 run: RunId,
             ) -> StoreResult<Option<JobRecord>> {
-                use sqlx::Row as _;
-                let row = sqlx::query(
+                let row = sqlx::query_as::<_, rows::JobRecordRow>(
                     "SELECT key, kind, status, result FROM jobs \
                      WHERE run_id = $1 AND user_id = $2 AND kind = 'turn' LIMIT 1",
                 )
@@ -183,16 +158,7 @@ macro_rules! sql_job_store {
                 .bind(user.as_uuid())
                 .fetch_optional(&self.pool)
                 .await?;
-                let Some(row) = row else {
-                    return Ok(None);
-                };
-                let result: Option<sqlx::types::Json<JobResult>> = row.try_get("result")?;
-                Ok(Some(JobRecord {
-                    key: row.try_get("key")?,
-                    kind: text_enum::decode("jobs.kind", row.try_get::<&str, _>("kind")?)?,
-                    status: text_enum::decode("jobs.status", row.try_get::<&str, _>("status")?)?,
-                    result: result.map(|result| result.0),
-                }))
+                Ok(rows::optional(row)?)
             }
         }
     };

@@ -1,74 +1,18 @@
 //! The memory SQL shared by both backends, expanded per backend by `sql_memory_store!` like
 //! `sql.rs`. `$log_lock` is the backend's statement that serialises memory-log appends
 //! (PostgreSQL: a transaction-level advisory lock; SQLite has a single writer already).
-
-/// Placeholders `$from, $from+1, …` for `count` values.
-pub(crate) fn placeholders(from: usize, count: usize) -> String {
-    (from..from + count)
-        .map(|index| format!("${index}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
+//!
+//! Rows are read into the `sqlx::FromRow` structs of `rows.rs`; statements with a variable
+//! number of parameters (`IN (…)` lists, optional filters) are built with `sqlx::QueryBuilder`,
+//! which numbers the parameters itself.
 
 macro_rules! sql_memory_store {
-    ($store:ty, $db:ty, $row:ty, $log_lock:literal, $access_row_by_row:literal) => {
+    ($store:ty, $db:ty, $log_lock:literal, $access_row_by_row:literal) => {
         mod memory_rows {
-            use chrono::{DateTime, Utc};
-            use sqlx::Row as _;
-            use uuid::Uuid;
-
-            use crate::store::*;
-
+            /// The columns of `rows::MemoryRow` and `rows::OwnedMemoryRow`.
             pub(super) const COLUMNS: &str = "id, user_id, kind, content, source, trust, importance, \
                 thread_id, source_refs, valid_from, invalid_at, supersedes, created_at, updated_at, \
                 last_accessed_at, access_count, archived_at, version, embedding, embedding_model";
-
-            pub(super) fn memory(row: &$row) -> Result<Memory, sqlx::Error> {
-                let kind: String = row.try_get("kind")?;
-                let source: String = row.try_get("source")?;
-                let trust: String = row.try_get("trust")?;
-                let refs: sqlx::types::Json<Vec<String>> = row.try_get("source_refs")?;
-                let embedding: Vec<u8> = row.try_get("embedding")?;
-                Ok(Memory {
-                    id: MemoryId::from_uuid(row.try_get("id")?),
-                    kind: text_enum::decode("memories.kind", &kind)?,
-                    content: row.try_get("content")?,
-                    source: text_enum::decode("memories.source", &source)?,
-                    trust: text_enum::decode("memories.trust", &trust)?,
-                    importance: row.try_get::<i64, _>("importance")?.clamp(1, 5) as u8,
-                    thread_id: row.try_get::<Option<Uuid>, _>("thread_id")?.map(ThreadId::from_uuid),
-                    source_refs: refs.0,
-                    valid_from: row.try_get("valid_from")?,
-                    invalid_at: row.try_get::<Option<DateTime<Utc>>, _>("invalid_at")?,
-                    supersedes: row.try_get::<Option<Uuid>, _>("supersedes")?.map(MemoryId::from_uuid),
-                    created_at: row.try_get("created_at")?,
-                    updated_at: row.try_get("updated_at")?,
-                    last_accessed_at: row.try_get::<Option<DateTime<Utc>>, _>("last_accessed_at")?,
-                    access_count: row.try_get("access_count")?,
-                    archived_at: row.try_get::<Option<DateTime<Utc>>, _>("archived_at")?,
-                    version: row.try_get("version")?,
-                    embedding_model: row.try_get("embedding_model")?,
-                    superseded_by: None,
-                    embedding: vector_from_bytes(&embedding),
-                })
-            }
-
-            pub(super) fn owned(row: &$row) -> Result<OwnedMemory, sqlx::Error> {
-                Ok(OwnedMemory {
-                    user: UserId::from_trusted(row.try_get("user_id")?),
-                    memory: memory(row)?,
-                })
-            }
-
-            pub(super) fn log_entry(row: &$row) -> Result<LogEntry, sqlx::Error> {
-                let op: String = row.try_get("op")?;
-                Ok(LogEntry {
-                    seq: row.try_get("seq")?,
-                    user: UserId::from_trusted(row.try_get("user_id")?),
-                    memory: row.try_get::<Option<Uuid>, _>("memory_id")?.map(MemoryId::from_uuid),
-                    op: text_enum::decode("memory_log.op", &op)?,
-                })
-            }
         }
 
         /// Appends a log row and a version row for `memory` inside `tx`.
@@ -127,7 +71,6 @@ macro_rules! sql_memory_store {
             before: bool,
             after: bool,
         ) -> Result<(), sqlx::Error> {
-            use sqlx::Row as _;
             let sides = [
                 (before, "(created_at < $3 OR (created_at = $3 AND id < $4)) ORDER BY created_at DESC, id DESC"),
                 (after, "(created_at > $3 OR (created_at = $3 AND id > $4)) ORDER BY created_at, id"),
@@ -140,15 +83,15 @@ macro_rules! sql_memory_store {
                     "SELECT id FROM memories WHERE user_id = $1 AND thread_id = $2 AND kind = 'turn' \
                      AND {condition} LIMIT 1"
                 );
-                let neighbour = sqlx::query(&sql)
+                let neighbour: Option<uuid::Uuid> = sqlx::query_scalar(&sql)
                     .bind(user.as_uuid())
                     .bind(thread.as_uuid())
                     .bind(created_at)
                     .bind(id.as_uuid())
                     .fetch_optional(&mut **tx)
                     .await?;
-                if let Some(row) = neighbour {
-                    let neighbour = MemoryId::from_uuid(row.try_get("id")?);
+                if let Some(neighbour) = neighbour {
+                    let neighbour = MemoryId::from_uuid(neighbour);
                     append_log(tx, user, Some(neighbour), LogOp::Upsert).await?;
                 }
             }
@@ -204,15 +147,12 @@ macro_rules! sql_memory_store {
                 "SELECT {} FROM memories WHERE id = $1 AND user_id = $2",
                 memory_rows::COLUMNS
             );
-            let row = sqlx::query(&sql)
+            let row = sqlx::query_as::<_, rows::MemoryRow>(&sql)
                 .bind(id.as_uuid())
                 .bind(user.as_uuid())
                 .fetch_optional(&mut **tx)
                 .await?;
-            row.as_ref()
-                .map(memory_rows::memory)
-                .transpose()?
-                .ok_or(StoreError::NotFound("memory"))
+            rows::optional(row)?.ok_or(StoreError::NotFound("memory"))
         }
 
         /// The memory's version history, oldest first.
@@ -221,8 +161,7 @@ macro_rules! sql_memory_store {
             user: UserId,
             id: MemoryId,
         ) -> StoreResult<Vec<MemoryVersion>> {
-            use sqlx::Row as _;
-            let found = sqlx::query(
+            let found = sqlx::query_as::<_, rows::MemoryVersionRow>(
                 "SELECT version, change, snapshot, changed_at FROM memory_versions \
                  WHERE memory_id = $1 AND user_id = $2 ORDER BY version",
             )
@@ -230,19 +169,7 @@ macro_rules! sql_memory_store {
             .bind(user.as_uuid())
             .fetch_all(&mut **tx)
             .await?;
-            found
-                .iter()
-                .map(|row| {
-                    let snapshot: sqlx::types::Json<serde_json::Value> = row.try_get("snapshot")?;
-                    Ok(MemoryVersion {
-                        version: row.try_get("version")?,
-                        change: row.try_get("change")?,
-                        snapshot: snapshot.0,
-                        changed_at: row.try_get("changed_at")?,
-                    })
-                })
-                .collect::<Result<_, sqlx::Error>>()
-                .map_err(StoreError::from)
+            Ok(rows::all(found)?)
         }
 
         /// Deletes the memory and its history, and logs it (a turn's neighbours' context views
@@ -252,8 +179,7 @@ macro_rules! sql_memory_store {
             user: UserId,
             id: MemoryId,
         ) -> StoreResult<bool> {
-            use sqlx::Row as _;
-            let deleted = sqlx::query(
+            let deleted: Option<(String, Option<uuid::Uuid>, DateTime<Utc>)> = sqlx::query_as(
                 "DELETE FROM memories WHERE id = $1 AND user_id = $2 \
                  RETURNING kind, thread_id, created_at",
             )
@@ -261,15 +187,10 @@ macro_rules! sql_memory_store {
             .bind(user.as_uuid())
             .fetch_optional(&mut **tx)
             .await?;
-            let Some(deleted) = deleted else {
+            let Some((kind, thread, created_at)) = deleted else {
                 return Ok(false);
             };
-            let kind: String = deleted.try_get("kind")?;
-            if let (true, Some(thread)) = (
-                kind == MemoryKind::Turn.as_str(),
-                deleted.try_get::<Option<uuid::Uuid>, _>("thread_id")?,
-            ) {
-                let created_at: DateTime<Utc> = deleted.try_get("created_at")?;
+            if let (true, Some(thread)) = (kind == MemoryKind::Turn.as_str(), thread) {
                 touch_turn_neighbours(tx, user, ThreadId::from_uuid(thread), created_at, id, true, true)
                     .await?;
             }
@@ -362,15 +283,12 @@ macro_rules! sql_memory_store {
                     "SELECT {} FROM memories WHERE id = $1 AND user_id = $2",
                     memory_rows::COLUMNS
                 );
-                let row = sqlx::query(&sql)
+                let row = sqlx::query_as::<_, rows::MemoryRow>(&sql)
                     .bind(id.as_uuid())
                     .bind(user.as_uuid())
                     .fetch_optional(&self.pool)
                     .await?;
-                row.as_ref()
-                    .map(memory_rows::memory)
-                    .transpose()?
-                    .ok_or(StoreError::NotFound("memory"))
+                rows::optional(row)?.ok_or(StoreError::NotFound("memory"))
             }
 
             async fn memory_history(
@@ -509,8 +427,7 @@ macro_rules! sql_memory_store {
                 user: UserId,
                 limit: i64,
             ) -> StoreResult<Vec<ForgottenMemory>> {
-                use sqlx::Row as _;
-                let found = sqlx::query(
+                let found = sqlx::query_as::<_, rows::ForgottenRow>(
                     "SELECT snapshot, embedding, request, via, forgotten_at, purge_after \
                      FROM forgotten_memories WHERE user_id = $1 AND snapshot IS NOT NULL \
                      ORDER BY forgotten_at DESC, id DESC LIMIT $2",
@@ -519,28 +436,10 @@ macro_rules! sql_memory_store {
                 .bind(limit)
                 .fetch_all(&self.pool)
                 .await?;
-                found
-                    .iter()
-                    .map(|row| {
-                        let snapshot: sqlx::types::Json<Memory> = row.try_get("snapshot")?;
-                        let mut memory = snapshot.0;
-                        let embedding: Option<Vec<u8>> = row.try_get("embedding")?;
-                        memory.embedding = embedding.map(|bytes| vector_from_bytes(&bytes)).unwrap_or_default();
-                        let via: String = row.try_get("via")?;
-                        Ok(ForgottenMemory {
-                            memory,
-                            request: row.try_get("request")?,
-                            via: text_enum::decode("forgotten_memories.via", &via)?,
-                            forgotten_at: row.try_get("forgotten_at")?,
-                            purge_after: row.try_get("purge_after")?,
-                        })
-                    })
-                    .collect::<Result<_, sqlx::Error>>()
-                    .map_err(StoreError::from)
+                Ok(rows::all(found)?)
             }
 
             async fn restore_forgotten(&self, user: UserId, id: MemoryId) -> StoreResult<Memory> {
-                use sqlx::Row as _;
                 let mut tx = self.pool.begin().await?;
                 // Take the write lock first (SQLite) so the reads below cannot go stale.
                 sqlx::query(
@@ -550,7 +449,7 @@ macro_rules! sql_memory_store {
                 .bind(id.as_uuid())
                 .execute(&mut *tx)
                 .await?;
-                let row = sqlx::query(
+                let row = sqlx::query_as::<_, rows::RestorableRow>(
                     "SELECT id, snapshot, versions, embedding FROM forgotten_memories \
                      WHERE user_id = $1 AND memory_id = $2 AND snapshot IS NOT NULL \
                      ORDER BY id DESC LIMIT 1",
@@ -560,14 +459,14 @@ macro_rules! sql_memory_store {
                 .fetch_optional(&mut *tx)
                 .await?
                 .ok_or(StoreError::NotFound("forgotten memory"))?;
-                let entry: i64 = row.try_get("id")?;
-                let mut memory = row.try_get::<sqlx::types::Json<Memory>, _>("snapshot")?.0;
-                let versions: Vec<MemoryVersion> = row
-                    .try_get::<Option<sqlx::types::Json<Vec<MemoryVersion>>>, _>("versions")?
-                    .map(|json| json.0)
+                let entry = row.id;
+                let mut memory = row.snapshot.0;
+                let versions: Vec<MemoryVersion> =
+                    row.versions.map(|json| json.0).unwrap_or_default();
+                memory.embedding = row
+                    .embedding
+                    .map(|bytes| vector_from_bytes(&bytes))
                     .unwrap_or_default();
-                let embedding: Option<Vec<u8>> = row.try_get("embedding")?;
-                memory.embedding = embedding.map(|bytes| vector_from_bytes(&bytes)).unwrap_or_default();
                 memory.superseded_by = None;
                 let exists: Option<uuid::Uuid> =
                     sqlx::query_scalar("SELECT id FROM memories WHERE id = $1")
@@ -641,87 +540,68 @@ macro_rules! sql_memory_store {
                 limit: i64,
                 before: Option<MemoryId>,
             ) -> StoreResult<Vec<Memory>> {
-                let mut sql = format!(
-                    "SELECT {} FROM memories WHERE user_id = $1",
-                    memory_rows::COLUMNS
-                );
-                let mut next = 2;
-                if before.is_some() {
-                    sql.push_str(&format!(" AND id < ${next}"));
-                    next += 1;
-                }
-                if filter.since.is_some() {
-                    sql.push_str(&format!(" AND created_at >= ${next}"));
-                    next += 1;
-                }
-                if filter.until.is_some() {
-                    sql.push_str(&format!(" AND created_at <= ${next}"));
-                    next += 1;
-                }
                 let kinds: Vec<&str> = filter
                     .kinds
                     .iter()
                     .flatten()
                     .map(|kind| kind.as_str())
                     .collect();
-                if filter.kinds.is_some() {
-                    if kinds.is_empty() {
-                        return Ok(Vec::new());
-                    }
-                    sql.push_str(&format!(
-                        " AND kind IN ({})",
-                        super::sql_memory::placeholders(next, kinds.len())
-                    ));
-                    next += kinds.len();
-                }
                 let trusts: Vec<&str> = filter
                     .trusts
                     .iter()
                     .flatten()
                     .map(|trust| trust.as_str())
                     .collect();
-                if filter.trusts.is_some() {
-                    if trusts.is_empty() {
-                        return Ok(Vec::new());
-                    }
-                    sql.push_str(&format!(
-                        " AND trust IN ({})",
-                        super::sql_memory::placeholders(next, trusts.len())
-                    ));
-                    next += trusts.len();
+                if (filter.kinds.is_some() && kinds.is_empty())
+                    || (filter.trusts.is_some() && trusts.is_empty())
+                {
+                    return Ok(Vec::new());
                 }
-                if filter.thread.is_some() {
-                    sql.push_str(&format!(" AND thread_id = ${next}"));
-                    next += 1;
-                }
-                if !filter.include_archived {
-                    sql.push_str(" AND archived_at IS NULL");
-                }
-                if !filter.include_invalid {
-                    sql.push_str(" AND invalid_at IS NULL");
-                }
-                sql.push_str(&format!(" ORDER BY id DESC LIMIT ${next}"));
-                let mut query = sqlx::query(&sql).bind(user.as_uuid());
+                let mut query = sqlx::QueryBuilder::<$db>::new(format!(
+                    "SELECT {} FROM memories WHERE user_id = ",
+                    memory_rows::COLUMNS
+                ));
+                query.push_bind(user.as_uuid());
                 if let Some(cursor) = before {
-                    query = query.bind(cursor.as_uuid());
+                    query.push(" AND id < ").push_bind(cursor.as_uuid());
                 }
                 if let Some(since) = filter.since {
-                    query = query.bind(since);
+                    query.push(" AND created_at >= ").push_bind(since);
                 }
                 if let Some(until) = filter.until {
-                    query = query.bind(until);
+                    query.push(" AND created_at <= ").push_bind(until);
                 }
-                for kind in kinds {
-                    query = query.bind(kind);
+                if filter.kinds.is_some() {
+                    query.push(" AND kind IN (");
+                    let mut list = query.separated(", ");
+                    for kind in kinds {
+                        list.push_bind(kind);
+                    }
+                    query.push(")");
                 }
-                for trust in trusts {
-                    query = query.bind(trust);
+                if filter.trusts.is_some() {
+                    query.push(" AND trust IN (");
+                    let mut list = query.separated(", ");
+                    for trust in trusts {
+                        list.push_bind(trust);
+                    }
+                    query.push(")");
                 }
                 if let Some(thread) = filter.thread {
-                    query = query.bind(thread.as_uuid());
+                    query.push(" AND thread_id = ").push_bind(thread.as_uuid());
                 }
-                let found = query.bind(limit).fetch_all(&self.pool).await?;
-                Ok(found.iter().map(memory_rows::memory).collect::<Result<_, _>>()?)
+                if !filter.include_archived {
+                    query.push(" AND archived_at IS NULL");
+                }
+                if !filter.include_invalid {
+                    query.push(" AND invalid_at IS NULL");
+                }
+                query.push(" ORDER BY id DESC LIMIT ").push_bind(limit);
+                let found = query
+                    .build_query_as::<rows::MemoryRow>()
+                    .fetch_all(&self.pool)
+                    .await?;
+                Ok(rows::all(found)?)
             }
 
             async fn thread_turns(
@@ -734,12 +614,12 @@ macro_rules! sql_memory_store {
                      AND kind = 'turn' ORDER BY created_at, id",
                     memory_rows::COLUMNS
                 );
-                let found = sqlx::query(&sql)
+                let found = sqlx::query_as::<_, rows::MemoryRow>(&sql)
                     .bind(user.as_uuid())
                     .bind(thread.as_uuid())
                     .fetch_all(&self.pool)
                     .await?;
-                Ok(found.iter().map(memory_rows::memory).collect::<Result<_, _>>()?)
+                Ok(rows::all(found)?)
             }
 
             async fn has_turns(&self, user: UserId) -> StoreResult<bool> {
@@ -763,17 +643,21 @@ macro_rules! sql_memory_store {
                 if let Some(found) = self.read_rows_directly(user, ids) {
                     return Ok(found);
                 }
-                let sql = format!(
-                    "SELECT {} FROM memories WHERE user_id = $1 AND id IN ({})",
-                    memory_rows::COLUMNS,
-                    super::sql_memory::placeholders(2, ids.len())
-                );
-                let mut query = sqlx::query(&sql).bind(user.as_uuid());
+                let mut query = sqlx::QueryBuilder::<$db>::new(format!(
+                    "SELECT {} FROM memories WHERE user_id = ",
+                    memory_rows::COLUMNS
+                ));
+                query.push_bind(user.as_uuid()).push(" AND id IN (");
+                let mut list = query.separated(", ");
                 for id in ids {
-                    query = query.bind(id.as_uuid());
+                    list.push_bind(id.as_uuid());
                 }
-                let found = query.fetch_all(&self.pool).await?;
-                Ok(found.iter().map(memory_rows::memory).collect::<Result<_, _>>()?)
+                query.push(")");
+                let found = query
+                    .build_query_as::<rows::MemoryRow>()
+                    .fetch_all(&self.pool)
+                    .await?;
+                Ok(rows::all(found)?)
             }
 
             async fn fill_successors(
@@ -789,20 +673,20 @@ macro_rules! sql_memory_store {
                 if ids.is_empty() {
                     return Ok(());
                 }
-                let sql = format!(
-                    "SELECT supersedes, id FROM memories WHERE user_id = $1 \
-                     AND supersedes IN ({}) ORDER BY id",
-                    super::sql_memory::placeholders(2, ids.len())
-                );
-                let mut query = sqlx::query(&sql).bind(user.as_uuid());
+                let mut query =
+                    sqlx::QueryBuilder::<$db>::new("SELECT supersedes, id FROM memories WHERE user_id = ");
+                query.push_bind(user.as_uuid()).push(" AND supersedes IN (");
+                let mut list = query.separated(", ");
                 for id in &ids {
-                    query = query.bind(id.as_uuid());
+                    list.push_bind(id.as_uuid());
                 }
-                let found = query.fetch_all(&self.pool).await?;
-                use sqlx::Row as _;
-                for row in &found {
-                    let old = MemoryId::from_uuid(row.try_get("supersedes")?);
-                    let new = MemoryId::from_uuid(row.try_get("id")?);
+                query.push(") ORDER BY id");
+                let found = query
+                    .build_query_as::<(uuid::Uuid, uuid::Uuid)>()
+                    .fetch_all(&self.pool)
+                    .await?;
+                for (old, new) in found {
+                    let (old, new) = (MemoryId::from_uuid(old), MemoryId::from_uuid(new));
                     // Ordered by id: the newest successor is written last and wins.
                     for memory in memories.iter_mut().filter(|memory| memory.id == old) {
                         memory.superseded_by = Some(new);
@@ -841,28 +725,33 @@ macro_rules! sql_memory_store {
                     }
                     return Ok(());
                 }
-                let sql = format!(
-                    "UPDATE memories SET access_count = access_count + $3, last_accessed_at = $1 \
-                     WHERE user_id = $2 AND id IN ({})",
-                    super::sql_memory::placeholders(4, ids.len())
-                );
-                let mut query = sqlx::query(&sql).bind(at).bind(user.as_uuid()).bind(times);
+                let mut query =
+                    sqlx::QueryBuilder::<$db>::new("UPDATE memories SET access_count = access_count + ");
+                query
+                    .push_bind(times)
+                    .push(", last_accessed_at = ")
+                    .push_bind(at)
+                    .push(" WHERE user_id = ")
+                    .push_bind(user.as_uuid())
+                    .push(" AND id IN (");
+                let mut list = query.separated(", ");
                 for id in ids {
-                    query = query.bind(id.as_uuid());
+                    list.push_bind(id.as_uuid());
                 }
-                query.execute(&self.pool).await?;
+                query.push(")");
+                query.build().execute(&self.pool).await?;
                 Ok(())
             }
 
             async fn memory_log_after(&self, after: i64, limit: i64) -> StoreResult<Vec<LogEntry>> {
-                let found = sqlx::query(
+                let found = sqlx::query_as::<_, rows::LogEntryRow>(
                     "SELECT seq, user_id, memory_id, op FROM memory_log WHERE seq > $1 ORDER BY seq LIMIT $2",
                 )
                 .bind(after)
                 .bind(limit)
                 .fetch_all(&self.pool)
                 .await?;
-                Ok(found.iter().map(memory_rows::log_entry).collect::<Result<_, _>>()?)
+                Ok(rows::all(found)?)
             }
 
             async fn memory_log_head(&self) -> StoreResult<i64> {
@@ -876,17 +765,20 @@ macro_rules! sql_memory_store {
                 if ids.is_empty() {
                     return Ok(Vec::new());
                 }
-                let sql = format!(
-                    "SELECT {} FROM memories WHERE id IN ({})",
-                    memory_rows::COLUMNS,
-                    super::sql_memory::placeholders(1, ids.len())
-                );
-                let mut query = sqlx::query(&sql);
+                let mut query = sqlx::QueryBuilder::<$db>::new(format!(
+                    "SELECT {} FROM memories WHERE id IN (",
+                    memory_rows::COLUMNS
+                ));
+                let mut list = query.separated(", ");
                 for id in ids {
-                    query = query.bind(id.as_uuid());
+                    list.push_bind(id.as_uuid());
                 }
-                let found = query.fetch_all(&self.pool).await?;
-                Ok(found.iter().map(memory_rows::owned).collect::<Result<_, _>>()?)
+                query.push(")");
+                let found = query
+                    .build_query_as::<rows::OwnedMemoryRow>()
+                    .fetch_all(&self.pool)
+                    .await?;
+                Ok(rows::all(found)?)
             }
 
             async fn turn_neighbours(
@@ -894,46 +786,37 @@ macro_rules! sql_memory_store {
                 user: Option<UserId>,
                 ids: &[MemoryId],
             ) -> StoreResult<Vec<(MemoryId, Option<MemoryId>, Option<MemoryId>)>> {
-                use sqlx::Row as _;
                 if ids.is_empty() {
                     return Ok(Vec::new());
                 }
-                let n = ids.len();
-                let owner = match user {
-                    Some(_) => format!(" AND user_id = ${}", 2 * n + 1),
-                    None => String::new(),
-                };
-                let sql = format!(
+                let mut query = sqlx::QueryBuilder::<$db>::new(
                     "SELECT id, previous, following FROM (\
                        SELECT id, LAG(id) OVER turns AS previous, LEAD(id) OVER turns AS following \
                        FROM memories WHERE kind = 'turn' AND thread_id IN \
-                         (SELECT thread_id FROM memories WHERE kind = 'turn' AND id IN ({}){owner}) \
-                       WINDOW turns AS (PARTITION BY thread_id ORDER BY created_at, id)\
-                     ) AS ordered WHERE id IN ({})",
-                    super::sql_memory::placeholders(1, n),
-                    super::sql_memory::placeholders(n + 1, n)
+                         (SELECT thread_id FROM memories WHERE kind = 'turn' AND id IN (",
                 );
-                let mut query = sqlx::query(&sql);
-                for id in ids.iter().chain(ids) {
-                    query = query.bind(id.as_uuid());
+                let mut list = query.separated(", ");
+                for id in ids {
+                    list.push_bind(id.as_uuid());
                 }
+                query.push(")");
                 if let Some(user) = user {
-                    query = query.bind(user.as_uuid());
+                    query.push(" AND user_id = ").push_bind(user.as_uuid());
                 }
-                let rows = query.fetch_all(&self.pool).await?;
-                let id = |row: &$row, column: &str| -> Result<Option<MemoryId>, sqlx::Error> {
-                    Ok(row.try_get::<Option<uuid::Uuid>, _>(column)?.map(MemoryId::from_uuid))
-                };
-                rows.iter()
-                    .map(|row| {
-                        Ok((
-                            MemoryId::from_uuid(row.try_get("id")?),
-                            id(row, "previous")?,
-                            id(row, "following")?,
-                        ))
-                    })
-                    .collect::<Result<_, sqlx::Error>>()
-                    .map_err(StoreError::from)
+                query.push(
+                    ") WINDOW turns AS (PARTITION BY thread_id ORDER BY created_at, id)\
+                     ) AS ordered WHERE id IN (",
+                );
+                let mut list = query.separated(", ");
+                for id in ids {
+                    list.push_bind(id.as_uuid());
+                }
+                query.push(")");
+                let found = query
+                    .build_query_as::<rows::TurnNeighboursRow>()
+                    .fetch_all(&self.pool)
+                    .await?;
+                Ok(rows::all(found)?)
             }
 
             async fn set_context_embeddings(
@@ -971,32 +854,22 @@ macro_rules! sql_memory_store {
                 &self,
                 ids: &[MemoryId],
             ) -> StoreResult<Vec<(MemoryId, Embedded)>> {
-                use sqlx::Row as _;
                 if ids.is_empty() {
                     return Ok(Vec::new());
                 }
-                let sql = format!(
-                    "SELECT memory_id, embedding, embedding_model FROM memory_contexts WHERE memory_id IN ({})",
-                    super::sql_memory::placeholders(1, ids.len())
+                let mut query = sqlx::QueryBuilder::<$db>::new(
+                    "SELECT memory_id, embedding, embedding_model FROM memory_contexts WHERE memory_id IN (",
                 );
-                let mut query = sqlx::query(&sql);
+                let mut list = query.separated(", ");
                 for id in ids {
-                    query = query.bind(id.as_uuid());
+                    list.push_bind(id.as_uuid());
                 }
-                let rows = query.fetch_all(&self.pool).await?;
-                rows.iter()
-                    .map(|row| {
-                        let bytes: Vec<u8> = row.try_get("embedding")?;
-                        Ok((
-                            MemoryId::from_uuid(row.try_get("memory_id")?),
-                            Embedded {
-                                vector: vector_from_bytes(&bytes),
-                                model: row.try_get("embedding_model")?,
-                            },
-                        ))
-                    })
-                    .collect::<Result<_, sqlx::Error>>()
-                    .map_err(StoreError::from)
+                query.push(")");
+                let found = query
+                    .build_query_as::<rows::ContextEmbeddingRow>()
+                    .fetch_all(&self.pool)
+                    .await?;
+                Ok(rows::all(found)?)
             }
 
             async fn turns_without_context(
@@ -1014,12 +887,12 @@ macro_rules! sql_memory_store {
                      WHERE m.kind = 'turn' AND (c.memory_id IS NULL OR c.embedding_model <> $1) \
                      ORDER BY m.id LIMIT $2"
                 );
-                let found = sqlx::query(&sql)
+                let found = sqlx::query_as::<_, rows::OwnedMemoryRow>(&sql)
                     .bind(model)
                     .bind(limit)
                     .fetch_all(&self.pool)
                     .await?;
-                Ok(found.iter().map(memory_rows::owned).collect::<Result<_, _>>()?)
+                Ok(rows::all(found)?)
             }
 
             async fn scan_memories(
@@ -1033,7 +906,7 @@ macro_rules! sql_memory_store {
                             "SELECT {} FROM memories WHERE id > $1 ORDER BY id LIMIT $2",
                             memory_rows::COLUMNS
                         );
-                        sqlx::query(&sql)
+                        sqlx::query_as::<_, rows::OwnedMemoryRow>(&sql)
                             .bind(cursor.as_uuid())
                             .bind(limit)
                             .fetch_all(&self.pool)
@@ -1044,10 +917,13 @@ macro_rules! sql_memory_store {
                             "SELECT {} FROM memories ORDER BY id LIMIT $1",
                             memory_rows::COLUMNS
                         );
-                        sqlx::query(&sql).bind(limit).fetch_all(&self.pool).await?
+                        sqlx::query_as::<_, rows::OwnedMemoryRow>(&sql)
+                            .bind(limit)
+                            .fetch_all(&self.pool)
+                            .await?
                     }
                 };
-                Ok(found.iter().map(memory_rows::owned).collect::<Result<_, _>>()?)
+                Ok(rows::all(found)?)
             }
 
             async fn count_memories(&self) -> StoreResult<i64> {
@@ -1094,7 +970,7 @@ macro_rules! sql_memory_store {
                 loop {
                     let mut tx = self.pool.begin().await?;
                     sqlx::query($log_lock).execute(&mut *tx).await?;
-                    let found = sqlx::query(&sql)
+                    let found = sqlx::query_as::<_, rows::OwnedMemoryRow>(&sql)
                         .bind(i64::from(max_importance))
                         .bind(cutoff)
                         .fetch_all(&mut *tx)
@@ -1103,8 +979,8 @@ macro_rules! sql_memory_store {
                         break;
                     }
                     let batch = found.len();
-                    for row in &found {
-                        let OwnedMemory { user, mut memory } = memory_rows::owned(row)?;
+                    for row in found {
+                        let OwnedMemory { user, mut memory } = row.try_into()?;
                         memory.archived_at = Some(memory.last_activity() + unused_for);
                         memory.version += 1;
                         memory.updated_at = now();
@@ -1141,12 +1017,12 @@ macro_rules! sql_memory_store {
                     "SELECT {} FROM memories WHERE embedding_model <> $1 ORDER BY id LIMIT $2",
                     memory_rows::COLUMNS
                 );
-                let found = sqlx::query(&sql)
+                let found = sqlx::query_as::<_, rows::OwnedMemoryRow>(&sql)
                     .bind(model)
                     .bind(limit)
                     .fetch_all(&self.pool)
                     .await?;
-                Ok(found.iter().map(memory_rows::owned).collect::<Result<_, _>>()?)
+                Ok(rows::all(found)?)
             }
 
             async fn count_memories_not_embedded_by(&self, model: &str) -> StoreResult<i64> {
@@ -1230,17 +1106,17 @@ macro_rules! sql_memory_store {
                 user: UserId,
                 thread: ThreadId,
             ) -> StoreResult<Vec<MemoryId>> {
-                use sqlx::Row as _;
                 let mut tx = self.pool.begin().await?;
                 sqlx::query($log_lock).execute(&mut *tx).await?;
-                let rows = sqlx::query("SELECT id FROM memories WHERE user_id = $1 AND thread_id = $2")
+                let found: Vec<uuid::Uuid> =
+                    sqlx::query_scalar("SELECT id FROM memories WHERE user_id = $1 AND thread_id = $2")
                     .bind(user.as_uuid())
                     .bind(thread.as_uuid())
                     .fetch_all(&mut *tx)
                     .await?;
-                let mut ids = Vec::with_capacity(rows.len());
-                for row in rows {
-                    let id = MemoryId::from_uuid(row.try_get("id")?);
+                let mut ids = Vec::with_capacity(found.len());
+                for id in found {
+                    let id = MemoryId::from_uuid(id);
                     sqlx::query("DELETE FROM memories WHERE id = $1")
                         .bind(id.as_uuid())
                         .execute(&mut *tx)

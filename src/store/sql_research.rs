@@ -2,36 +2,8 @@
 //! `sql_research_store!` like the other store macros.
 
 macro_rules! sql_research_store {
-    ($store:ty, $row:ty) => {
-        fn research_row(row: &$row) -> Result<ResearchRecord, sqlx::Error> {
-            use sqlx::Row as _;
-            let json = |column: &str| -> Result<serde_json::Value, sqlx::Error> {
-                let value: sqlx::types::Json<serde_json::Value> = row.try_get(column)?;
-                Ok(value.0)
-            };
-            Ok(ResearchRecord {
-                id: RunId::from_uuid(row.try_get("id")?),
-                run_id: RunId::from_uuid(row.try_get("run_id")?),
-                thread_id: row
-                    .try_get::<Option<uuid::Uuid>, _>("thread_id")?
-                    .map(ThreadId::from_uuid),
-                query: row.try_get("query")?,
-                model: row.try_get("model")?,
-                status: text_enum::decode("research.status", row.try_get::<&str, _>("status")?)?,
-                config: json("config")?,
-                report: row.try_get("report")?,
-                sources: json("sources")?,
-                usage: json("usage")?,
-                stage_timings: json("stage_timings")?,
-                word_count: row.try_get("word_count")?,
-                source_count: row.try_get("source_count")?,
-                duration_ms: row.try_get("duration_ms")?,
-                error: row.try_get("error")?,
-                created_at: row.try_get("created_at")?,
-                finished_at: row.try_get("finished_at")?,
-            })
-        }
-
+    ($store:ty) => {
+        /// The columns of `rows::ResearchRow`.
         const RESEARCH_COLUMNS: &str = "id, run_id, thread_id, query, model, status, config, \
              report, sources, usage, stage_timings, word_count, source_count, duration_ms, error, \
              created_at, finished_at";
@@ -97,13 +69,13 @@ macro_rules! sql_research_store {
                 let sql = format!(
                     "SELECT {RESEARCH_COLUMNS} FROM research WHERE id = $1 AND user_id = $2"
                 );
-                let row = sqlx::query(&sql)
+                let row = sqlx::query_as::<_, rows::ResearchRow>(&sql)
                     .bind(id.as_uuid())
                     .bind(user.as_uuid())
                     .fetch_optional(&self.pool)
                     .await?
                     .ok_or(StoreError::NotFound("research"))?;
-                Ok(research_row(&row)?)
+                Ok(row.try_into()?)
             }
 
             async fn list_research(
@@ -115,12 +87,12 @@ macro_rules! sql_research_store {
                     "SELECT {RESEARCH_COLUMNS} FROM research WHERE user_id = $1 \
                      ORDER BY created_at DESC, id DESC LIMIT $2"
                 );
-                let rows = sqlx::query(&sql)
+                let found = sqlx::query_as::<_, rows::ResearchRow>(&sql)
                     .bind(user.as_uuid())
                     .bind(limit)
                     .fetch_all(&self.pool)
                     .await?;
-                Ok(rows.iter().map(research_row).collect::<Result<_, _>>()?)
+                Ok(rows::all(found)?)
             }
 
             async fn delete_research(&self, user: UserId, id: RunId) -> StoreResult<()> {

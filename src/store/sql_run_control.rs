@@ -3,7 +3,7 @@
 //! command (PostgreSQL's `pg_notify`, which wakes the owner at commit); `None` on SQLite.
 
 macro_rules! sql_run_control_store {
-    ($store:ty, $row:ty, $notify:expr) => {
+    ($store:ty, $notify:expr) => {
         /// Wakes the owner of a run a command was stored for, in the storing transaction.
         const NOTIFY_COMMAND: Option<&str> = $notify;
 
@@ -12,17 +12,6 @@ macro_rules! sql_run_control_store {
         const TAKEABLE: &str = "(lease_expires_at < $1 \
              OR (owner IS NULL AND updated_at < $2) \
              OR owner = $3)";
-
-        fn expired_row(row: &$row) -> Result<ExpiredRun, sqlx::Error> {
-            use sqlx::Row as _;
-            Ok(ExpiredRun {
-                run: RunId::from_uuid(row.try_get("id")?),
-                user: UserId::from_trusted(row.try_get("user_id")?),
-                owner: row
-                    .try_get::<Option<uuid::Uuid>, _>("owner")?
-                    .map(ReplicaId::from_uuid),
-            })
-        }
 
         #[async_trait::async_trait]
         impl crate::store::RunControlStore for $store {
@@ -65,13 +54,13 @@ macro_rules! sql_run_control_store {
                     "SELECT id, user_id, owner FROM runs \
                      WHERE status = 'running' AND {TAKEABLE} ORDER BY id"
                 );
-                let found = sqlx::query(&sql)
+                let found = sqlx::query_as::<_, rows::ExpiredRunRow>(&sql)
                     .bind(sweep.now)
                     .bind(sweep.unclaimed_before)
                     .bind(sweep.predecessor.map(|replica| replica.as_uuid()))
                     .fetch_all(&self.pool)
                     .await?;
-                Ok(found.iter().map(expired_row).collect::<Result<_, _>>()?)
+                Ok(rows::all(found)?)
             }
 
             async fn take_over_run(
@@ -137,9 +126,8 @@ macro_rules! sql_run_control_store {
                 run: RunId,
                 command: &RunCommand,
             ) -> StoreResult<CommandSent> {
-                use sqlx::Row as _;
                 let mut tx = self.pool.begin().await?;
-                let state = sqlx::query(
+                let (status, awaiting_input): (String, bool) = sqlx::query_as(
                     "SELECT status, awaiting_input FROM runs WHERE id = $1 AND user_id = $2",
                 )
                 .bind(run.as_uuid())
@@ -147,15 +135,14 @@ macro_rules! sql_run_control_store {
                 .fetch_optional(&mut *tx)
                 .await?
                 .ok_or(StoreError::NotFound("run"))?;
-                let status: RunStatus =
-                    text_enum::decode("runs.status", state.try_get::<&str, _>("status")?)?;
+                let status: RunStatus = text_enum::decode("runs.status", &status)?;
                 if status.is_terminal() {
                     return Ok(CommandSent::NotRunning);
                 }
                 let payload = match command {
                     RunCommand::Cancel => serde_json::Value::Null,
                     RunCommand::Input(value) => {
-                        if !state.try_get::<bool, _>("awaiting_input")? {
+                        if !awaiting_input {
                             return Ok(CommandSent::NotAwaiting);
                         }
                         value.clone()
@@ -212,8 +199,7 @@ macro_rules! sql_run_control_store {
                 &self,
                 replica: ReplicaId,
             ) -> StoreResult<Vec<(RunId, RunCommand)>> {
-                use sqlx::Row as _;
-                let found = sqlx::query(
+                let found = sqlx::query_as::<_, rows::RunCommandRow>(
                     "DELETE FROM run_commands \
                      WHERE run_id IN (SELECT id FROM runs WHERE owner = $1) \
                      RETURNING id, run_id, kind, payload",
@@ -221,24 +207,7 @@ macro_rules! sql_run_control_store {
                 .bind(replica.as_uuid())
                 .fetch_all(&self.pool)
                 .await?;
-                let mut taken = found
-                    .iter()
-                    .map(|row| {
-                        let id: uuid::Uuid = row.try_get("id")?;
-                        let run = RunId::from_uuid(row.try_get("run_id")?);
-                        let kind: RunCommandKind = text_enum::decode(
-                            "run_commands.kind",
-                            row.try_get::<&str, _>("kind")?,
-                        )?;
-                        let payload: sqlx::types::Json<serde_json::Value> =
-                            row.try_get("payload")?;
-                        let command = match kind {
-                            RunCommandKind::Cancel => RunCommand::Cancel,
-                            RunCommandKind::Input => RunCommand::Input(payload.0),
-                        };
-                        Ok((id, run, command))
-                    })
-                    .collect::<Result<Vec<_>, sqlx::Error>>()?;
+                let mut taken: Vec<(uuid::Uuid, RunId, RunCommand)> = rows::all(found)?;
                 // Ids are time-ordered: the order they were sent in.
                 taken.sort_by_key(|(id, _, _)| *id);
                 Ok(taken

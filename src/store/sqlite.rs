@@ -88,31 +88,29 @@ impl SqliteStore {
     }
 }
 
-sql_store!(SqliteStore, Sqlite, sqlx::sqlite::SqliteRow, "sqlite", None);
+sql_store!(SqliteStore, Sqlite, "sqlite", None);
 
-sql_account_store!(SqliteStore, sqlx::sqlite::SqliteRow);
+sql_account_store!(SqliteStore);
 
 // Any write statement takes SQLite's single write lock at once, so a transaction that reads
 // before it writes cannot fail to upgrade its lock.
 sql_memory_store!(
     SqliteStore,
     Sqlite,
-    sqlx::sqlite::SqliteRow,
     "UPDATE index_watermarks SET seq = seq WHERE name = ''",
     false
 );
 
-sql_job_store!(SqliteStore, sqlx::sqlite::SqliteRow, "");
+sql_job_store!(SqliteStore, "");
 
-sql_research_store!(SqliteStore, sqlx::sqlite::SqliteRow);
+sql_research_store!(SqliteStore);
 
 sql_document_store!(
     SqliteStore,
-    sqlx::sqlite::SqliteRow,
     "EXISTS (SELECT 1 FROM json_each(memories.source_refs) AS r WHERE r.value = $3)"
 );
 
-sql_run_control_store!(SqliteStore, sqlx::sqlite::SqliteRow, None);
+sql_run_control_store!(SqliteStore, None);
 
 #[async_trait::async_trait]
 impl run_control::Wakeups for SqliteStore {
