@@ -46,14 +46,7 @@ async fn recall(
         json!({ "query": query, "k": 5, "mode": "vector", "decay": false }),
     )
     .await;
-    let contents = body["results"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|result| result["memory"]["content"].as_str())
-        .map(str::to_string)
-        .collect();
-    (status, contents)
+    (status, support::result_contents(&body))
 }
 
 /// Recalls through both replicas until `stop`, counting the answers and the failures (a

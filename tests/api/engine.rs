@@ -8,26 +8,12 @@ use std::time::Duration;
 use mnemo::store::{Embedded, MemoryKind, NewMemory};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use support::{Backend, Home, TestApp};
+use support::{Backend, Home, TestApp, result_contents as contents};
 
 async fn search(app: &TestApp, key: &str, body: Value) -> Value {
     let (status, response) = app.post("/v1/memories/search", Some(key), Some(body)).await;
     assert_eq!(status, StatusCode::OK, "{response}");
     response
-}
-
-fn contents(response: &Value) -> Vec<String> {
-    response["results"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|result| {
-            result["memory"]["content"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string()
-        })
-        .collect()
 }
 
 #[tokio::test]

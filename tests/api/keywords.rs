@@ -51,17 +51,7 @@ async fn search(app: &TestApp, key: &str, query: &str, mode: &str) -> Vec<String
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    body["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|result| {
-            result["memory"]["content"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string()
-        })
-        .collect()
+    support::result_contents(&body)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

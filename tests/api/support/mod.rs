@@ -34,6 +34,17 @@ pub enum Backend {
     Postgres,
 }
 
+/// The contents of a `/v1/memories/search` answer's results, in order.
+pub fn result_contents(response: &Value) -> Vec<String> {
+    response["results"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|result| result["memory"]["content"].as_str())
+        .map(str::to_string)
+        .collect()
+}
+
 /// Where a test app keeps its data, so it can be restarted on the same database.
 pub struct Home {
     pub dir: tempfile::TempDir,
