@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::config::{FusionMethod, FusionSettings, MemorySettings};
-use crate::index::rrf::decay_factor;
+use crate::index::decay::decay_factor;
 use crate::memory::when::Span;
 use crate::store::{Memory, MemoryId, MemoryKind, Trust};
 
