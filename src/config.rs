@@ -792,6 +792,10 @@ pub struct MemorySettings {
     /// marked (`signals.later`): a later message usually updates what an earlier one said.
     /// 0 = off.
     pub later_first_z: f64,
+    /// A memory from the same messages as a better-ranked result (another part of one long
+    /// message, a fact and the turn that said it) is returned only when the distinct ones run
+    /// out: k results then name up to k messages.
+    pub one_per_source: bool,
     /// A document whose text makes more chunks than this is refused with 413 (each chunk is
     /// a memory to embed and index).
     pub max_document_chunks: usize,
@@ -817,6 +821,7 @@ impl Default for MemorySettings {
             fusion: FusionSettings::default(),
             relevance: RelevanceSettings::default(),
             later_first_z: 0.0,
+            one_per_source: true,
             // The priors as chosen on the LoCoMo dev split (each held up when chosen on four
             // conversations and scored on the fifth; `eval/README.md`).
             assistant_weight: 0.9,

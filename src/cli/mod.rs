@@ -191,6 +191,12 @@ struct EvalArgs {
     /// around the shipped values.
     #[arg(long, value_delimiter = ',')]
     gate_sweep: Option<Vec<String>>,
+    /// One more row beside the product's, recalled with changed memory settings (no new
+    /// ingest): `KEY=VALUE`, a `memory.` setting as in the config file, several joined by
+    /// `;` (e.g. `one_per_source=false` or `assistant_weight=0.7;relevance.rank_weight=0`).
+    /// Repeat for more rows.
+    #[arg(long)]
+    ablate: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -457,7 +463,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             research::run(settings, &cli.target, args).await
         }
         Command::Bench { command } => bench(command, load_quiet(&overrides)?).await,
-        Command::Eval { command } => eval(command, load_quiet(&overrides)?).await,
+        Command::Eval { command } => eval(command, &overrides).await,
         Command::Reindex => {
             let settings = load_quiet(&overrides)?;
             memory::reindex(&settings).await
@@ -595,7 +601,44 @@ fn tool_failure(error: anyhow::Error) -> Failure {
 
 /// `mnemo eval locomo|longmemeval|beam|zh|relevance`: the run, its headline on stderr and where
 /// its files went.
-async fn eval(command: EvalCommand, settings: Settings) -> Result<(), Failure> {
+/// The memory settings of one `--ablate` row: the configuration loaded again with each
+/// `KEY=VALUE` as its `MNEMO__MEMORY__KEY` variable (so it is checked like any setting).
+fn ablation(
+    changes: &str,
+    overrides: &Overrides,
+    environment: impl IntoIterator<Item = (String, String)>,
+) -> Result<crate::tools::eval::Ablation, Failure> {
+    let mut variables: Vec<(String, String)> = environment.into_iter().collect();
+    let mut label = Vec::new();
+    for change in changes.split(';').map(str::trim).filter(|c| !c.is_empty()) {
+        let Some((key, value)) = change.split_once('=') else {
+            return Err(Failure::usage(format!(
+                "--ablate {change:?}: expected KEY=VALUE"
+            )));
+        };
+        let key = key.trim().trim_start_matches("memory.");
+        if key.is_empty() {
+            return Err(Failure::usage(format!(
+                "--ablate {change:?}: no setting named"
+            )));
+        }
+        let variable = format!("MNEMO__MEMORY__{}", key.replace('.', "__").to_uppercase());
+        variables.push((variable, value.trim().to_string()));
+        label.push(format!("{key}={}", value.trim()));
+    }
+    if label.is_empty() {
+        return Err(Failure::usage("--ablate needs at least one KEY=VALUE"));
+    }
+    let settings = Settings::load_from(overrides, variables)
+        .map_err(|error| Failure::usage(format!("--ablate {changes:?}: {error}")))?;
+    Ok(crate::tools::eval::Ablation {
+        label: label.join(" "),
+        memory: settings.memory,
+    })
+}
+
+async fn eval(command: EvalCommand, overrides: &Overrides) -> Result<(), Failure> {
+    let settings = load_quiet(overrides)?;
     let (args, dataset) = match command {
         EvalCommand::Locomo(args) => (args, "locomo"),
         EvalCommand::Longmemeval(args) => (args, "longmemeval"),
@@ -614,6 +657,11 @@ async fn eval(command: EvalCommand, settings: Settings) -> Result<(), Failure> {
     options.limit_conversations = args.limit_conversations;
     options.answer = args.answer;
     options.features = args.features;
+    options.ablations = args
+        .ablate
+        .iter()
+        .map(|changes| ablation(changes, overrides, std::env::vars()))
+        .collect::<Result<_, _>>()?;
     if let Some(points) = args.gate_sweep {
         options.gate_sweep = points
             .iter()
@@ -959,6 +1007,41 @@ mod tests {
         let mut missing = Vec::new();
         visit(&super::Cli::command(), "mnemo", &mut missing);
         assert!(missing.is_empty(), "undocumented: {missing:#?}");
+    }
+
+    /// `--ablate` changes memory settings as the configuration would, and refuses what the
+    /// configuration refuses.
+    #[test]
+    fn an_ablation_is_read_as_memory_settings() {
+        let overrides = mnemo::config::Overrides::default();
+        let environment = || vec![("MNEMO__MEMORY__TIME_BOOST".to_string(), "3".to_string())];
+        let ablation = super::ablation(
+            "one_per_source=false; memory.relevance.rank_weight=0",
+            &overrides,
+            environment(),
+        )
+        .unwrap_or_else(|failure| panic!("{}", failure.message));
+        assert_eq!(
+            ablation.label,
+            "one_per_source=false relevance.rank_weight=0"
+        );
+        assert!(!ablation.memory.one_per_source);
+        assert_eq!(ablation.memory.relevance.rank_weight, 0.0);
+        assert_eq!(
+            ablation.memory.time_boost, 3.0,
+            "the rest comes from the configuration"
+        );
+        for bad in [
+            "",
+            "one_per_source",
+            "no_such_setting=1",
+            "assistant_weight=many",
+        ] {
+            assert!(
+                super::ablation(bad, &overrides, environment()).is_err(),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Rule-based memory candidates from what the user wrote, in English and Chinese ("remember
-//! that…", "from now on…", "my … is …", "I prefer…"; 记住/记得/别忘了, 以后, 我(不)喜欢,
+//! that…", "from now on…", "always/never … when I …", "my … is …", "I prefer…";
+//! 记住/记得/别忘了, 以后, 我(不)喜欢,
 //! 我叫…, 我的…叫/是…), and the lexical tests consolidation uses (duplicate, same subject with
 //! a new value; for Chinese also the slot a statement fills: 我的猫叫…, 我(不)喜欢…). A
 //! Chinese question never becomes a memory. Pure; no I/O.
@@ -90,6 +91,8 @@ fn english_candidate(sentence: &str) -> Option<Option<Candidate>> {
             &format!("From now on, {rest}"),
             4,
         ))
+    } else if english_standing_instruction(&lower) {
+        Some(candidate(MemoryKind::Preference, sentence, 4))
     } else if lower.starts_with("i prefer ")
         || lower.starts_with("i like ")
         || lower.starts_with("i love ")
@@ -103,6 +106,22 @@ fn english_candidate(sentence: &str) -> Option<Option<Candidate>> {
     } else {
         None
     }
+}
+
+/// A standing instruction in English, as 以后… is in Chinese: a sentence opening with "always"
+/// or "never" (after an optional "please") that names the user or the assistant ("Always
+/// include version numbers when I ask about libraries", "Never use emojis in your answers").
+/// "Always happy to help" names neither, and is no instruction.
+fn english_standing_instruction(lower: &str) -> bool {
+    let rest = lower.strip_prefix("please ").unwrap_or(lower);
+    ["always ", "never "]
+        .iter()
+        .find_map(|opening| rest.strip_prefix(opening))
+        .is_some_and(|rest| {
+            tokens(rest)
+                .iter()
+                .any(|word| matches!(word.as_str(), "i" | "me" | "my" | "you" | "your"))
+        })
 }
 
 /// A candidate from one Chinese clause (not a question).
@@ -854,6 +873,33 @@ mod tests {
         assert!(same_subject_new_value("我喜欢香菜", "我不喜欢香菜"));
         assert!(same_subject_new_value("我不喜欢香菜", "我很喜欢香菜"));
         assert!(!same_subject_new_value("我喜欢香菜", "我很喜欢香菜"));
+    }
+
+    #[test]
+    fn english_standing_instructions_open_with_always_or_never() {
+        expect_all(vec![
+            (
+                "Always include version numbers when I ask about software dependencies. ->-> 2,26",
+                vec![(
+                    MemoryKind::Preference,
+                    "Always include version numbers when I ask about software dependencies",
+                )],
+            ),
+            (
+                "please never use emojis in your answers",
+                vec![(
+                    MemoryKind::Preference,
+                    "Please never use emojis in your answers",
+                )],
+            ),
+            // Neither the user nor the assistant named: small talk, not an instruction.
+            ("Always happy to help!", vec![]),
+            ("Never again, that trip was awful.", vec![]),
+            // Not at the start: a remark about what always happens.
+            ("I always forget my keys", vec![]),
+        ]);
+        let instruction = rule_candidates("Always confirm exact dates when I ask about deadlines.");
+        assert_eq!(instruction[0].importance, 4, "standing, like 以后…");
     }
 
     #[test]

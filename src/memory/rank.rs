@@ -2,7 +2,7 @@
 //! bounded decay multiplier → near-duplicate removal → top-k with per-signal details.
 //! The pure ranking step (`rank`) does no I/O and is table-tested.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -398,15 +398,42 @@ pub(crate) fn select(
     // The normalised text of each kept memory, computed once (every candidate is compared
     // with every kept one).
     let mut kept_texts: Vec<String> = Vec::with_capacity(k);
-    for (score, [factor, trust, prior], candidate, memory) in scored {
+    // The messages the kept memories came from: a memory from messages already there (a
+    // second part of one long message, the fact a kept turn said) waits until the distinct
+    // ones run out.
+    let mut sources: HashSet<&str> = HashSet::new();
+    let mut waiting = Vec::new();
+    let mut pending = scored.into_iter();
+    loop {
+        let next = match pending.next() {
+            Some(next) => next,
+            None if waiting.is_empty() => break,
+            None => {
+                pending = std::mem::take(&mut waiting).into_iter();
+                sources.clear();
+                continue;
+            }
+        };
         if kept.len() == k {
             break;
+        }
+        let (score, [factor, trust, prior], candidate, memory) = next;
+        if settings.one_per_source
+            && !memory.source_refs.is_empty()
+            && memory
+                .source_refs
+                .iter()
+                .all(|id| sources.contains(id.as_str()))
+        {
+            waiting.push(next);
+            continue;
         }
         let text = normalise(&memory.content);
         let duplicate = kept.iter().zip(&kept_texts).any(|(chosen, chosen_text)| {
             *chosen_text == text || similar_vectors(&chosen.memory, memory, settings.dedupe_cosine)
         });
         if !duplicate {
+            sources.extend(memory.source_refs.iter().map(String::as_str));
             kept_texts.push(text);
             kept.push(Recalled {
                 memory: memory.clone(),
@@ -439,21 +466,37 @@ pub(crate) fn select(
 /// factors of at most `ceiling` (decay and trust are at most 1; the time boost may be more),
 /// so a candidate not yet read (candidates are in fused order) scores at most its fused score
 /// × `ceiling`, and once that is below the k-th kept score it would sort after everything kept.
+/// With `one_per_source`, not while a kept memory repeats a source ([`repeats_a_source`]).
 pub(crate) fn settled(
     kept: &[Recalled],
     k: usize,
     next_unread: Option<&Candidate>,
     ceiling: f64,
+    one_per_source: bool,
 ) -> bool {
     match next_unread {
         None => true,
         Some(next) => {
             kept.len() == k
+                && !(one_per_source && repeats_a_source(kept))
                 && kept
                     .last()
                     .is_some_and(|last| next.bound() * ceiling < last.score)
         }
     }
+}
+
+/// Whether a kept memory came only from messages an earlier one came from: [`select`] keeps
+/// such a memory only when the read candidates held too few distinct ones, so an unread
+/// candidate, however low it scores, could still take its place.
+fn repeats_a_source(kept: &[Recalled]) -> bool {
+    let mut sources: HashSet<&str> = HashSet::new();
+    kept.iter().any(|recalled| {
+        let refs = &recalled.memory.source_refs;
+        let repeat = !refs.is_empty() && refs.iter().all(|id| sources.contains(id.as_str()));
+        sources.extend(refs.iter().map(String::as_str));
+        repeat
+    })
 }
 
 /// The top `k` of `fused`, reading rows through `read` in fused order: `first_chunk` ids,
@@ -481,7 +524,7 @@ where
     let ceiling = settings.assistant_weight.max(1.0) * query.ceiling(settings);
     loop {
         let kept = select(fused, &memories, settings, decay, now, query, k);
-        if settled(&kept, k, fused.get(done), ceiling) {
+        if settled(&kept, k, fused.get(done), ceiling, settings.one_per_source) {
             return Ok((kept, done));
         }
         let end = (done + chunk).min(fused.len());
@@ -921,6 +964,11 @@ mod tests {
                     if next(10) == 0 {
                         m.last_accessed_at = Some(now - chrono::Duration::days(i as i64 % 7));
                     }
+                    // Most memories come from messages, several from the same one.
+                    let messages = 1 + n as u64 / 3;
+                    m.source_refs = (0..next(3))
+                        .map(|_| format!("message {}", next(messages)))
+                        .collect();
                     m
                 })
                 .collect();
@@ -1026,5 +1074,79 @@ mod tests {
             1,
         );
         assert_eq!(one.len(), 1);
+    }
+
+    /// Another part of a message already in the results, or the fact a kept turn said, waits
+    /// until the memories from other messages run out; a memory from no message never waits.
+    #[test]
+    fn memories_from_a_message_already_returned_come_after_the_others() {
+        let settings = MemorySettings::default();
+        let from = |content: &str, refs: &[&str], vector: Vec<f32>| {
+            let mut m = memory(content, 3, vector, 0);
+            m.source_refs = refs.iter().map(ToString::to_string).collect();
+            m
+        };
+        let part_one = from(
+            "Assistant: the schema has three tables",
+            &["7"],
+            vec![1.0, 0.0, 0.0, 0.0],
+        );
+        let part_two = from(
+            "Assistant: the index covers user_id",
+            &["7"],
+            vec![0.0, 1.0, 0.0, 0.0],
+        );
+        let said = from(
+            "User: my project uses Postgres",
+            &["8"],
+            vec![0.0, 0.0, 1.0, 0.0],
+        );
+        let loose = from("Prefers short answers", &[], vec![0.0, 0.0, 0.0, 1.0]);
+        let both = from("Both messages", &["7", "8"], vec![0.5, 0.0, 0.5, 0.5]);
+        let hits = vec![
+            (part_one.id, 0.9),
+            (part_two.id, 0.8),
+            (both.id, 0.75),
+            (said.id, 0.7),
+            (loose.id, 0.6),
+        ];
+        let rows = vec![part_one, part_two, said, loose, both];
+        let contents = |k: usize, settings: &MemorySettings| -> Vec<String> {
+            rank(&hits, &[], rows.clone(), settings, false, Utc::now(), k)
+                .into_iter()
+                .map(|r| r.memory.content)
+                .collect()
+        };
+        assert_eq!(
+            contents(10, &settings),
+            [
+                "Assistant: the schema has three tables",
+                "Both messages",
+                "Prefers short answers",
+                "Assistant: the index covers user_id",
+                "User: my project uses Postgres",
+            ],
+            "one memory per message first, in score order; then the rest"
+        );
+        assert_eq!(
+            contents(3, &settings),
+            [
+                "Assistant: the schema has three tables",
+                "Both messages",
+                "Prefers short answers",
+            ]
+        );
+        let off = MemorySettings {
+            one_per_source: false,
+            ..MemorySettings::default()
+        };
+        assert_eq!(
+            contents(3, &off),
+            [
+                "Assistant: the schema has three tables",
+                "Assistant: the index covers user_id",
+                "Both messages",
+            ]
+        );
     }
 }

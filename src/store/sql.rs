@@ -1003,3 +1003,19 @@ macro_rules! sql_store {
 }
 
 pub(crate) use sql_store;
+
+/// Binds each of `values` into the list the query's text has just opened (`… IN (`), and
+/// closes it.
+pub(crate) fn push_list<'args, DB, T>(
+    query: &mut sqlx::QueryBuilder<'args, DB>,
+    values: impl IntoIterator<Item = T>,
+) where
+    DB: sqlx::Database,
+    T: 'args + sqlx::Encode<'args, DB> + sqlx::Type<DB>,
+{
+    let mut list = query.separated(", ");
+    for value in values {
+        list.push_bind(value);
+    }
+    query.push(")");
+}

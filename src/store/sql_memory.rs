@@ -573,19 +573,11 @@ macro_rules! sql_memory_store {
                 }
                 if filter.kinds.is_some() {
                     query.push(" AND kind IN (");
-                    let mut list = query.separated(", ");
-                    for kind in kinds {
-                        list.push_bind(kind);
-                    }
-                    query.push(")");
+                    crate::store::sql::push_list(&mut query, kinds);
                 }
                 if filter.trusts.is_some() {
                     query.push(" AND trust IN (");
-                    let mut list = query.separated(", ");
-                    for trust in trusts {
-                        list.push_bind(trust);
-                    }
-                    query.push(")");
+                    crate::store::sql::push_list(&mut query, trusts);
                 }
                 if let Some(thread) = filter.thread {
                     query.push(" AND thread_id = ").push_bind(thread.as_uuid());
@@ -648,11 +640,7 @@ macro_rules! sql_memory_store {
                     memory_rows::COLUMNS
                 ));
                 query.push_bind(user.as_uuid()).push(" AND id IN (");
-                let mut list = query.separated(", ");
-                for id in ids {
-                    list.push_bind(id.as_uuid());
-                }
-                query.push(")");
+                crate::store::sql::push_list(&mut query, ids.into_iter().map(|id| id.as_uuid()));
                 let found = query
                     .build_query_as::<rows::MemoryRow>()
                     .fetch_all(&self.pool)
@@ -676,11 +664,8 @@ macro_rules! sql_memory_store {
                 let mut query =
                     sqlx::QueryBuilder::<$db>::new("SELECT supersedes, id FROM memories WHERE user_id = ");
                 query.push_bind(user.as_uuid()).push(" AND supersedes IN (");
-                let mut list = query.separated(", ");
-                for id in &ids {
-                    list.push_bind(id.as_uuid());
-                }
-                query.push(") ORDER BY id");
+                crate::store::sql::push_list(&mut query, ids.iter().map(|id| id.as_uuid()));
+                query.push(" ORDER BY id");
                 let found = query
                     .build_query_as::<(uuid::Uuid, uuid::Uuid)>()
                     .fetch_all(&self.pool)
@@ -734,11 +719,7 @@ macro_rules! sql_memory_store {
                     .push(" WHERE user_id = ")
                     .push_bind(user.as_uuid())
                     .push(" AND id IN (");
-                let mut list = query.separated(", ");
-                for id in ids {
-                    list.push_bind(id.as_uuid());
-                }
-                query.push(")");
+                crate::store::sql::push_list(&mut query, ids.into_iter().map(|id| id.as_uuid()));
                 query.build().execute(&self.pool).await?;
                 Ok(())
             }
@@ -769,11 +750,7 @@ macro_rules! sql_memory_store {
                     "SELECT {} FROM memories WHERE id IN (",
                     memory_rows::COLUMNS
                 ));
-                let mut list = query.separated(", ");
-                for id in ids {
-                    list.push_bind(id.as_uuid());
-                }
-                query.push(")");
+                crate::store::sql::push_list(&mut query, ids.into_iter().map(|id| id.as_uuid()));
                 let found = query
                     .build_query_as::<rows::OwnedMemoryRow>()
                     .fetch_all(&self.pool)
@@ -795,11 +772,7 @@ macro_rules! sql_memory_store {
                        FROM memories WHERE kind = 'turn' AND thread_id IN \
                          (SELECT thread_id FROM memories WHERE kind = 'turn' AND id IN (",
                 );
-                let mut list = query.separated(", ");
-                for id in ids {
-                    list.push_bind(id.as_uuid());
-                }
-                query.push(")");
+                crate::store::sql::push_list(&mut query, ids.into_iter().map(|id| id.as_uuid()));
                 if let Some(user) = user {
                     query.push(" AND user_id = ").push_bind(user.as_uuid());
                 }
@@ -807,11 +780,7 @@ macro_rules! sql_memory_store {
                     ") WINDOW turns AS (PARTITION BY thread_id ORDER BY created_at, id)\
                      ) AS ordered WHERE id IN (",
                 );
-                let mut list = query.separated(", ");
-                for id in ids {
-                    list.push_bind(id.as_uuid());
-                }
-                query.push(")");
+                crate::store::sql::push_list(&mut query, ids.into_iter().map(|id| id.as_uuid()));
                 let found = query
                     .build_query_as::<rows::TurnNeighboursRow>()
                     .fetch_all(&self.pool)
@@ -860,11 +829,7 @@ macro_rules! sql_memory_store {
                 let mut query = sqlx::QueryBuilder::<$db>::new(
                     "SELECT memory_id, embedding, embedding_model FROM memory_contexts WHERE memory_id IN (",
                 );
-                let mut list = query.separated(", ");
-                for id in ids {
-                    list.push_bind(id.as_uuid());
-                }
-                query.push(")");
+                crate::store::sql::push_list(&mut query, ids.into_iter().map(|id| id.as_uuid()));
                 let found = query
                     .build_query_as::<rows::ContextEmbeddingRow>()
                     .fetch_all(&self.pool)

@@ -24,13 +24,16 @@ pub(super) struct RunKey {
     pub(super) rrf_order: i64,
     /// The gate sweep's thresholds in thousandths.
     pub(super) gate_order: Option<[i64; 2]>,
+    /// `--ablate` rows after the rest, in the order given.
+    pub(super) ablation: Option<usize>,
 }
 
 impl RunKey {
     pub(super) fn new(unit: MemoryUnit, credit: Credit, probe: Probe) -> Self {
         let product = unit == MemoryUnit::Product
             && probe.retrieval == Retrieval::HybridDecay
-            && !probe.sweep;
+            && !probe.sweep
+            && probe.ablation.is_none();
         Self {
             headline: if product { 0 } else { 1 },
             unit,
@@ -39,6 +42,7 @@ impl RunKey {
             retrieval: probe.retrieval,
             rrf_order: -(probe.rrf_k * 1000.0).round() as i64,
             gate_order: probe.gate.map(GatePoint::order),
+            ablation: probe.ablation,
         }
     }
 
@@ -52,9 +56,17 @@ impl RunKey {
 
     /// `product` for the product's own path (its memories, recalled as `recall_memory`
     /// does, with the shipped settings), else `unit/retrieval`.
-    pub(super) fn label(&self, rrf_k: f64, gate: Option<GatePoint>) -> String {
+    pub(super) fn label(
+        &self,
+        rrf_k: f64,
+        gate: Option<GatePoint>,
+        ablation: Option<&str>,
+    ) -> String {
         if self.headline == 0 {
             return "product".to_string();
+        }
+        if let Some(change) = ablation {
+            return format!("product {change}");
         }
         if let Some(gate) = gate {
             return format!("{} {}", self.unit_label(), gate.label());
@@ -78,6 +90,8 @@ pub(super) struct Accumulator {
     /// The probe's own gate (gate sweep rows), and the gate it recalled with.
     pub(super) gate: Option<GatePoint>,
     pub(super) gate_used: Option<GatePoint>,
+    /// What an `--ablate` row changed.
+    pub(super) ablation: Option<String>,
     pub(super) latencies_ms: Vec<f64>,
     pub(super) returned: usize,
     pub(super) words: usize,
@@ -99,12 +113,13 @@ pub(super) struct Accumulator {
 }
 
 impl Accumulator {
-    pub(super) fn new(ks: &[usize], probe: Probe, memory: &MemorySettings) -> Self {
+    pub(super) fn new(probe: Probe, plan: &Plan) -> Self {
         Self {
-            aggregate: metrics::Aggregate::new(ks),
+            aggregate: metrics::Aggregate::new(&plan.ks),
             rrf_k: probe.rrf_k,
             gate: probe.gate,
-            gate_used: probe.gate_used(memory),
+            gate_used: probe.gate_used(&plan.memory, &plan.ablations),
+            ablation: plan.ablation(probe).map(str::to_string),
             latencies_ms: Vec::new(),
             returned: 0,
             words: 0,
@@ -124,7 +139,7 @@ impl Accumulator {
     pub(super) fn result(&self, key: &RunKey, plan: &Plan) -> RunResult {
         let n = self.latencies_ms.len().max(1) as f64;
         RunResult {
-            key: key.label(self.rrf_k, self.gate),
+            key: key.label(self.rrf_k, self.gate, self.ablation.as_deref()),
             unit: key.unit_label(),
             credit: match key.credit {
                 Credit::AllRefs => "all refs",
@@ -137,6 +152,7 @@ impl Accumulator {
             decay: key.retrieval.decay(),
             sweep: key.sweep,
             gate: self.gate_used,
+            ablation: self.ablation.clone(),
             overall: self.aggregate.overall(),
             categories: self.aggregate.by_category(),
             latency: metrics::latency(&self.latencies_ms),

@@ -426,6 +426,17 @@ pub struct EvalOptions {
     /// for its own questions and another conversation's (JSON lines, as `mnemo eval relevance
     /// --features` writes them; `eval/relevance/fit.py` fits on both).
     pub features: Option<PathBuf>,
+    /// Changes to the memory settings each tried as one more row beside the product's (its
+    /// memories, hybrid + decay, the shipped gate): ablations without another ingest.
+    pub ablations: Vec<Ablation>,
+}
+
+/// One `--ablate` row: the product's recall with `memory` instead of the shipped settings.
+#[derive(Debug, Clone)]
+pub struct Ablation {
+    /// What was changed, e.g. `one_per_source=false`.
+    pub label: String,
+    pub memory: MemorySettings,
 }
 
 impl EvalOptions {
@@ -460,6 +471,7 @@ impl EvalOptions {
             answer_unit: MemoryUnit::Dated,
             answer_k: 10,
             features: None,
+            ablations: Vec::new(),
         }
     }
 }
@@ -755,7 +767,7 @@ const TOKENS_AT: usize = 10;
 const SCRATCH_MARKER: &str = ".mnemo-eval-scratch";
 
 /// One recall asked per question and memory unit.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 struct Probe {
     retrieval: Retrieval,
     rrf_k: f64,
@@ -763,6 +775,8 @@ struct Probe {
     gate: Option<GatePoint>,
     /// Part of a sweep rather than the main table.
     sweep: bool,
+    /// An `--ablate` row: its index in [`Plan::ablations`].
+    ablation: Option<usize>,
 }
 
 impl Probe {
@@ -772,12 +786,17 @@ impl Probe {
             rrf_k,
             gate: None,
             sweep: false,
+            ablation: None,
         }
     }
 
-    /// The memory settings this probe recalls with.
-    fn settings(self, base: &MemorySettings) -> MemorySettings {
-        let mut settings = base.clone();
+    /// The memory settings this probe recalls with: the shipped ones (`base`) or its
+    /// ablation's.
+    fn settings(self, base: &MemorySettings, ablations: &[Ablation]) -> MemorySettings {
+        let mut settings = match self.ablation.and_then(|index| ablations.get(index)) {
+            Some(ablation) => ablation.memory.clone(),
+            None => base.clone(),
+        };
         settings.rrf_k = self.rrf_k;
         if self.retrieval == Retrieval::Ungated {
             GatePoint::OFF.apply(&mut settings.relevance);
@@ -801,10 +820,10 @@ impl Probe {
     }
 
     /// The gate this probe recalls with (fused retrievals only).
-    fn gate_used(self, base: &MemorySettings) -> Option<GatePoint> {
+    fn gate_used(self, base: &MemorySettings, ablations: &[Ablation]) -> Option<GatePoint> {
         self.retrieval
             .fuses()
-            .then(|| GatePoint::of(&self.settings(base).relevance))
+            .then(|| GatePoint::of(&self.settings(base, ablations).relevance))
     }
 
     /// Asked the questions of another conversation too: the main fused retrievals and the
@@ -825,14 +844,29 @@ struct Plan {
     tokens_k: usize,
     candidates: usize,
     memory: MemorySettings,
+    ablations: Vec<Ablation>,
 }
 
 impl Plan {
+    /// The memory settings `probe` recalls with.
+    fn settings(&self, probe: Probe) -> MemorySettings {
+        probe.settings(&self.memory, &self.ablations)
+    }
+
+    /// What `probe` changed from the shipped settings (`--ablate`), if anything.
+    fn ablation(&self, probe: Probe) -> Option<&str> {
+        probe
+            .ablation
+            .and_then(|index| self.ablations.get(index))
+            .map(|ablation| ablation.label.as_str())
+    }
+
     /// The main retrieval variants, then the sweeps; the gate sweep for the product's
     /// memories only.
     fn probes_for(&self, unit: MemoryUnit) -> Vec<Probe> {
         self.probes
             .iter()
+            .filter(|p| p.ablation.is_none() || unit == MemoryUnit::Product)
             .chain(
                 self.sweep
                     .iter()
@@ -862,10 +896,17 @@ impl Plan {
         }
         let (units, retrievals) = parse_variants(options.variants.as_deref())?;
         let base = memory.rrf_k;
-        let probes: Vec<Probe> = retrievals
+        let mut probes: Vec<Probe> = retrievals
             .iter()
             .map(|&retrieval| Probe::main(retrieval, base))
             .collect();
+        if !options.ablations.is_empty() && !units.contains(&MemoryUnit::Product) {
+            bail!("--ablate changes the product's recall: run the product unit");
+        }
+        probes.extend((0..options.ablations.len()).map(|index| Probe {
+            ablation: Some(index),
+            ..Probe::main(Retrieval::HybridDecay, base)
+        }));
         let mut sweep = Vec::new();
         if retrievals.contains(&Retrieval::Hybrid) && memory.fusion.method == FusionMethod::Rrf {
             let mut seen = vec![base];
@@ -907,6 +948,7 @@ impl Plan {
             max_k,
             candidates: options.candidates,
             memory,
+            ablations: options.ablations.clone(),
         })
     }
 }
@@ -1099,7 +1141,7 @@ mod tests {
         let gate = plan.sweep[0];
         assert_eq!(gate.gate, Some(GatePoint::new(0.5, 0.3)));
         assert!(gate.asks_foreign() && gate.retrieval == Retrieval::HybridDecay);
-        let relevance = gate.settings(&plan.memory).relevance;
+        let relevance = plan.settings(gate).relevance;
         assert_eq!((relevance.gate, relevance.tail), (0.5, 0.3));
         assert_eq!(plan.probes_for(MemoryUnit::Dated).len(), 5);
         assert_eq!(plan.probes_for(MemoryUnit::Product).len(), 6);
@@ -1108,7 +1150,7 @@ mod tests {
             .iter()
             .find(|p| p.retrieval == Retrieval::Ungated);
         assert_eq!(
-            ungated.and_then(|p| p.gate_used(&plan.memory)),
+            ungated.and_then(|p| p.gate_used(&plan.memory, &plan.ablations)),
             Some(GatePoint::OFF)
         );
         for bad in ["1/2/3", "a/b", "-1/0", "0.5/2", "0.1"] {
@@ -1135,6 +1177,38 @@ mod tests {
         options.ks = vec![500];
         assert!(Plan::new(&options).is_err());
         options.ks = vec![0, 1];
+        assert!(Plan::new(&options).is_err());
+    }
+
+    #[test]
+    fn an_ablation_is_one_more_product_probe_with_its_own_settings() {
+        let mut options = EvalOptions::new("d.json".into(), "out".into(), Settings::default());
+        let mut changed = options.settings.memory.clone();
+        changed.one_per_source = false;
+        options.ablations = vec![Ablation {
+            label: "one_per_source=false".into(),
+            memory: changed,
+        }];
+        let plan = Plan::new(&options).unwrap();
+        let ablated: Vec<Probe> = plan
+            .probes
+            .iter()
+            .copied()
+            .filter(|p| p.ablation.is_some())
+            .collect();
+        assert_eq!(ablated.len(), 1);
+        let probe = ablated[0];
+        assert_eq!(probe.retrieval, Retrieval::HybridDecay);
+        assert!(!plan.settings(probe).one_per_source);
+        assert!(
+            plan.settings(Probe::main(Retrieval::HybridDecay, 10.0))
+                .one_per_source
+        );
+        assert_eq!(plan.ablation(probe), Some("one_per_source=false"));
+        assert!(plan.probes_for(MemoryUnit::Product).contains(&probe));
+        assert!(!plan.probes_for(MemoryUnit::Dated).contains(&probe));
+        // An ablation changes the product's recall: without the product unit it is refused.
+        options.variants = Some(vec!["dated".into()]);
         assert!(Plan::new(&options).is_err());
     }
 
@@ -1242,6 +1316,13 @@ mod tests {
         options.ks = vec![1, 3, 10];
         // One gate sweep point that no candidate passes: nothing recalled, foreign or not.
         options.gate_sweep = vec![GatePoint::new(1.0, 1.0)];
+        // One ablation row: the product's recall with a gate nothing passes.
+        let mut closed = options.settings.memory.clone();
+        closed.relevance.gate = 1.0;
+        options.ablations = vec![Ablation {
+            label: "relevance.gate=1".into(),
+            memory: closed,
+        }];
         let summary = run_longmemeval(options).await.unwrap();
         for path in [
             &summary.results_json,
@@ -1297,13 +1378,22 @@ mod tests {
         assert_eq!(foreign.asked, 3);
         assert!(run("dated/bm25").foreign.is_none());
         let lines = std::fs::read_to_string(dir.path().join("results/per_question.jsonl")).unwrap();
-        // 3 questions × 5 retrievals × (product, raw, dated, window, window-centre).
-        assert_eq!(lines.lines().count(), 3 * 5 * 5);
+        // 3 questions × 5 retrievals × (product, raw, dated, window, window-centre), and the
+        // ablation row's 3.
+        assert_eq!(lines.lines().count(), 3 * 5 * 5 + 3);
+        let ablated = run("product relevance.gate=1");
+        assert_eq!(ablated.overall.recall[&10], 0.0);
+        assert_eq!(ablated.ablation.as_deref(), Some("relevance.gate=1"));
+        assert_eq!(ablated.foreign.as_ref().map(|f| f.nothing), Some(1.0));
         // The product's own path is the first row, under its own name.
         assert_eq!(report.runs[0].key, "product");
         assert_eq!(run("product").overall.recall[&10], 1.0);
         let markdown = std::fs::read_to_string(&summary.results_md).unwrap();
         assert!(markdown.contains("| dated | hybrid |"), "{markdown}");
+        assert!(
+            markdown.contains("| product | hybrid+decay, relevance.gate=1 |"),
+            "{markdown}"
+        );
         assert!(
             markdown.contains("## Relevance operating points"),
             "{markdown}"
@@ -1320,6 +1410,18 @@ mod tests {
         );
     }
 
+    /// Options for a full run of `../shared/eval/{data}` with the shipped settings, results in
+    /// `eval/results/{results}` (`MNEMO_EVAL_OUT` overrides).
+    fn full_run(data: &str, results: &str) -> EvalOptions {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let out = std::env::var("MNEMO_EVAL_OUT")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| root.join("eval/results").join(results));
+        let mut settings = Settings::default();
+        settings.embedder.model_dir = model_dir();
+        EvalOptions::new(root.join("../shared/eval").join(data), out, settings)
+    }
+
     /// The full LoCoMo dev evaluation (minutes). Run it with
     /// `cargo test --lib eval -- --ignored --nocapture`; results go to `eval/results/dev`
     /// (`MNEMO_EVAL_OUT` overrides; `MNEMO_EVAL_VARIANTS=dated,hybrid` and
@@ -1328,16 +1430,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     #[ignore = "full LoCoMo dev evaluation; needs ../shared/eval/locomo-dev.json and the model"]
     async fn locomo_dev_full() {
-        let data = PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../shared/eval/locomo-dev.json"
-        ));
-        let out = std::env::var("MNEMO_EVAL_OUT")
-            .map(PathBuf::from)
-            .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("eval/results/dev"));
-        let mut settings = Settings::default();
-        settings.embedder.model_dir = model_dir();
-        let mut options = EvalOptions::new(data, out, settings);
+        let mut options = full_run("locomo-dev.json", "dev");
         if let Ok(variants) = std::env::var("MNEMO_EVAL_VARIANTS") {
             options.variants = Some(variants.split(',').map(str::to_string).collect());
         }
@@ -1356,5 +1449,24 @@ mod tests {
         let summary = run_locomo(options).await.expect("evaluation");
         println!("{}", std::fs::read_to_string(&summary.results_md).unwrap());
         println!("{}", summary.headline());
+    }
+
+    /// The whole BEAM 100K file through the product's path (tens of minutes on 2 cores; the
+    /// command is `mnemo eval beam --data ../shared/eval/beam-100k.json --variants product`).
+    /// Results go to `eval/results/beam` (`MNEMO_EVAL_OUT` overrides; `MNEMO_EVAL_LIMIT=3`
+    /// takes the first conversations).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "full BEAM 100K evaluation; needs ../shared/eval/beam-100k.json and the model"]
+    async fn beam_100k_full() {
+        let mut options = full_run("beam-100k.json", "beam");
+        options.variants = Some(vec!["product".into()]);
+        options.gate_sweep.clear();
+        if let Ok(limit) = std::env::var("MNEMO_EVAL_LIMIT") {
+            options.limit_conversations = Some(limit.parse().expect("MNEMO_EVAL_LIMIT"));
+        }
+        let summary = run_beam(options).await.expect("evaluation");
+        println!("{}", std::fs::read_to_string(&summary.results_md).unwrap());
+        println!("{}", summary.headline());
+        assert!(summary.report.questions > 0);
     }
 }

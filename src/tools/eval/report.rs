@@ -46,6 +46,9 @@ pub struct RunResult {
     pub sweep: bool,
     /// The query gate and floor thresholds recalled with (fused retrievals only).
     pub gate: Option<super::GatePoint>,
+    /// What an `--ablate` row changed from the shipped memory settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ablation: Option<String>,
     pub overall: Means,
     pub categories: BTreeMap<String, Means>,
     /// Wall time of one `recall_at` call, query embedding included.
@@ -146,12 +149,13 @@ fn gate_sweep(report: &Report, out: &mut String) {
         "\n## Relevance operating points (product, hybrid + decay)\n\n\
          A recall returns nothing unless a candidate is at least `gate` likely about the query \
          (`memory::relevance`); past it, results below `tail` are dropped. `foreign nothing` is \
-         the share of another conversation's questions that returned no memory.\n\n",
+         the share of another conversation's questions that returned no memory, `unanswerable \
+         nothing` of the dataset's own questions nothing answers (BEAM's abstention).\n\n",
     );
     out.push_str(
-        "| gate | tail | R@5 | R@10 | multi-hop R@10 | foreign nothing | foreign returned |\n",
+        "| gate | tail | R@5 | R@10 | multi-hop R@10 | foreign nothing | foreign returned | unanswerable nothing |\n",
     );
-    out.push_str("|---:|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (run, gate) in rows {
         let mark = if run.key == "product" {
             " (setting)"
@@ -173,9 +177,14 @@ fn gate_sweep(report: &Report, out: &mut String) {
             .get("multi-hop")
             .map(|means| pct_at(&means.recall, 10))
             .unwrap_or_else(|| "–".into());
+        let unanswerable = run
+            .abstention
+            .as_ref()
+            .map(|a| format!("{:.1} %", a.nothing * 100.0))
+            .unwrap_or_else(|| "–".into());
         let _ = writeln!(
             out,
-            "| {}{mark} | {} | {} | {} | {multi_hop} | {nothing} | {returned} |",
+            "| {}{mark} | {} | {} | {} | {multi_hop} | {nothing} | {returned} | {unanswerable} |",
             number(gate.gate),
             number(gate.tail),
             pct_at(&run.overall.recall, 5),
@@ -789,7 +798,10 @@ fn definitions(report: &Report, out: &mut String) {
 }
 
 fn retrieval_label(run: &RunResult) -> String {
-    run.retrieval.clone()
+    match &run.ablation {
+        Some(change) => format!("{}, {change}", run.retrieval),
+        None => run.retrieval.clone(),
+    }
 }
 
 // --- the plot -------------------------------------------------------------------------------
@@ -1113,6 +1125,7 @@ mod tests {
             decay: false,
             sweep,
             gate: None,
+            ablation: None,
             overall: means(r5, r10),
             categories: [("single-hop".to_string(), means(r5, r10))]
                 .into_iter()

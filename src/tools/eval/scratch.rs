@@ -345,7 +345,7 @@ pub(super) async fn query(
     for question in &conversation.questions {
         let evidence: BTreeSet<String> = question.evidence.iter().cloned().collect();
         for &probe in probes {
-            let settings = probe.settings(&plan.memory);
+            let settings = plan.settings(probe);
             let request = probe.request(&question.text, plan.max_k, plan.candidates);
             let started = Instant::now();
             let response = scratch
@@ -398,7 +398,7 @@ pub(super) async fn query(
                     let accumulator = sink
                         .accumulators
                         .entry(RunKey::new(unit, credit, probe))
-                        .or_insert_with(|| Accumulator::new(&plan.ks, probe, &plan.memory));
+                        .or_insert_with(|| Accumulator::new(probe, plan));
                     accumulator.abstain_asked += 1;
                     accumulator.abstain_nothing += usize::from(results.is_empty());
                     accumulator.abstain_returned += top.len();
@@ -429,7 +429,7 @@ pub(super) async fn query(
                 let accumulator = sink
                     .accumulators
                     .entry(key)
-                    .or_insert_with(|| Accumulator::new(&plan.ks, probe, &plan.memory));
+                    .or_insert_with(|| Accumulator::new(probe, plan));
                 if let Some((older, newer)) = question.order.as_ref().and_then(|o| o.ranks(&refs)) {
                     accumulator.order_asked += 1;
                     accumulator.order_both += usize::from(older.is_some() && newer.is_some());
@@ -454,7 +454,7 @@ pub(super) async fn query(
                 }
                 if !probe.sweep {
                     let line = serde_json::json!({
-                        "run": key.label(probe.rrf_k, probe.gate),
+                        "run": key.label(probe.rrf_k, probe.gate, plan.ablation(probe)),
                         "question": question.id,
                         "category": question.category,
                         "evidence": question.evidence,
@@ -519,7 +519,7 @@ async fn ask_foreign(
     let foreign = &env.conversations[(ingested.conversation + 1) % env.conversations.len()];
     let mut recalls = 0;
     for &probe in probes.iter().filter(|p| p.asks_foreign()) {
-        let settings = probe.settings(&plan.memory);
+        let settings = plan.settings(probe);
         let (mut nothing, mut returned) = (0usize, 0usize);
         for question in &foreign.questions {
             let request = probe.request(&question.text, plan.tokens_k, plan.candidates);
@@ -541,7 +541,7 @@ async fn ask_foreign(
             let accumulator = sink
                 .accumulators
                 .entry(RunKey::new(ingested.unit, credit, probe))
-                .or_insert_with(|| Accumulator::new(&plan.ks, probe, &plan.memory));
+                .or_insert_with(|| Accumulator::new(probe, plan));
             accumulator.foreign_asked += foreign.questions.len();
             accumulator.foreign_nothing += nothing;
             accumulator.foreign_returned += returned;
