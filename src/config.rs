@@ -796,6 +796,11 @@ pub struct MemorySettings {
     /// message, a fact and the turn that said it) is returned only when the distinct ones run
     /// out: k results then name up to k messages.
     pub one_per_source: bool,
+    /// A turn that says something changed ("moved to", "increased to", "rescheduled", "I've
+    /// never…", "改成") is lifted right above the earlier turn of the same side closest to it
+    /// among those ranked above it, and that one is marked as older (`signals.later`): the
+    /// newest statement first. Only the order of the results changes.
+    pub updates_first: bool,
     /// A document whose text makes more chunks than this is refused with 413 (each chunk is
     /// a memory to embed and index).
     pub max_document_chunks: usize,
@@ -822,6 +827,7 @@ impl Default for MemorySettings {
             relevance: RelevanceSettings::default(),
             later_first_z: 0.0,
             one_per_source: true,
+            updates_first: true,
             // The priors as chosen on the LoCoMo dev split (each held up when chosen on four
             // conversations and scored on the fifth; `eval/README.md`).
             assistant_weight: 0.9,

@@ -197,6 +197,10 @@ struct EvalArgs {
     /// Repeat for more rows.
     #[arg(long)]
     ablate: Vec<String>,
+    /// Keep the memories' vectors in this file and take them from it on the next run (for
+    /// runs that change only recall; ingest times are then not embedding times).
+    #[arg(long)]
+    vector_cache: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -657,6 +661,7 @@ async fn eval(command: EvalCommand, overrides: &Overrides) -> Result<(), Failure
     options.limit_conversations = args.limit_conversations;
     options.answer = args.answer;
     options.features = args.features;
+    options.vector_cache = args.vector_cache;
     options.ablations = args
         .ablate
         .iter()

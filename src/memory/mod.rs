@@ -3,6 +3,7 @@
 //! the owner's `UserId`.
 
 pub(crate) mod asked;
+pub(crate) mod cues;
 pub(crate) mod decay;
 pub(crate) mod extract;
 mod forget;

@@ -32,11 +32,14 @@ pub struct Recalled {
 }
 
 /// What a query says beyond its words: the span of time it names, and the one speaker it
-/// names. Both lift matching memories (`memory.time_boost`, `memory.speaker_boost`).
+/// names — by name, or the user as "I" ("what did I mention…"). Both lift matching memories
+/// (`memory.time_boost`, `memory.speaker_boost`).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct QueryHints {
     pub span: Option<Span>,
     pub speaker: Option<String>,
+    /// The query asks what the user said: the user's own memories (user trust) are lifted.
+    pub user_speaks: bool,
 }
 
 impl QueryHints {
@@ -48,6 +51,9 @@ impl QueryHints {
             if span.start - slack <= memory.created_at && memory.created_at < span.end + slack {
                 factor *= settings.time_boost;
             }
+        }
+        if self.user_speaks && self.speaker.is_none() && memory.trust == Trust::User {
+            factor *= settings.speaker_boost;
         }
         if memory.kind != MemoryKind::Turn {
             return factor;
@@ -84,7 +90,7 @@ impl QueryHints {
         } else {
             1.0
         };
-        let speaker = if self.speaker.is_some() {
+        let speaker = if self.speaker.is_some() || self.user_speaks {
             settings.speaker_boost.max(1.0)
         } else {
             1.0
@@ -592,11 +598,17 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::store::{MemoryKind, MemorySource, Trust};
 
-    fn memory(content: &str, importance: u8, vector: Vec<f32>, age_days: i64) -> Memory {
+    /// A user's fact `age_days` old (recall's tests make turns of it).
+    pub(in crate::memory) fn memory(
+        content: &str,
+        importance: u8,
+        vector: Vec<f32>,
+        age_days: i64,
+    ) -> Memory {
         let created = Utc::now() - chrono::Duration::days(age_days);
         Memory {
             id: MemoryId::new(),
@@ -620,6 +632,30 @@ mod tests {
             superseded_by: None,
             embedding: vector,
         }
+    }
+
+    /// "What did I mention…" lifts the user's own memories by the speaker boost, and the
+    /// early stop's ceiling allows for it; a speaker named in the query takes precedence.
+    #[test]
+    fn a_query_about_what_i_said_lifts_the_users_memories() {
+        let settings = MemorySettings::default();
+        let mine = memory("I brought up the budget tracker", 3, vec![1.0], 1);
+        let mut reply = mine.clone();
+        reply.trust = Trust::Assistant;
+        let hints = QueryHints {
+            user_speaks: true,
+            ..QueryHints::default()
+        };
+        assert_eq!(hints.factor(&mine, &settings), settings.speaker_boost);
+        assert_eq!(hints.factor(&reply, &settings), 1.0);
+        assert!(hints.ceiling(&settings) >= settings.speaker_boost);
+        let named = QueryHints {
+            speaker: Some("Melanie".into()),
+            user_speaks: true,
+            ..QueryHints::default()
+        };
+        assert_eq!(named.factor(&mine, &settings), 1.0);
+        assert_eq!(QueryHints::default().factor(&mine, &settings), 1.0);
     }
 
     /// The query gate returns nothing unless some candidate is close in meaning or covers

@@ -14,7 +14,7 @@ use super::{MemoryEngine, MemoryError, MemoryResult, elapsed_ms};
 use crate::config::MemorySettings;
 use crate::index::keyword::{InformativeWords, ViewHits};
 use crate::index::vector::{VectorFilter, View};
-use crate::store::{Memory, MemoryFilter, MemoryId, MemoryKind, UserId};
+use crate::store::{Memory, MemoryFilter, MemoryId, MemoryKind, Trust, UserId};
 
 /// Rows read from SQL in the first round of a recall (then doubling): enough for the top k
 /// in the common case, where the best fused hits are the final ones.
@@ -214,7 +214,14 @@ impl MemoryEngine {
                 },
             });
         }
-        let plan = Plan::new(&request, settings, k);
+        // "Updates first" reorders within the first `default_k` results whatever k is asked,
+        // so a longer list starts with what a default one returns.
+        let ranked = if settings.updates_first {
+            k.max(settings.default_k)
+        } else {
+            k
+        };
+        let plan = Plan::new(&request, settings, ranked);
         let found = self.search(user, query, &request, settings, &plan).await?;
         let lists = rank::Lists {
             vector: &found.vector,
@@ -234,6 +241,8 @@ impl MemoryEngine {
             } else {
                 None
             },
+            user_speaks: settings.speaker_boost != 1.0
+                && super::cues::names_the_user_as_speaker(query),
         };
         let select_started = Instant::now();
         let (mut results, hydrate_ms) = self
@@ -251,6 +260,7 @@ impl MemoryEngine {
         if let Some(vector) = found.query_vector {
             self.judge(query, vector, &request, settings, &mut results);
         }
+        results.truncate(k);
         let rank_ms = elapsed_ms(select_started) - hydrate_ms;
         let recalled: Vec<MemoryId> = results.iter().map(|r| r.memory.id).collect();
         if record_access && !recalled.is_empty() {
@@ -496,6 +506,74 @@ impl MemoryEngine {
         }
     }
 
+    /// Lifts each of the user's turns that says a value changed
+    /// (`cues::states_a_changed_value`) right above the user's earlier turn with a number
+    /// that it updates, and marks that one (`signals.later`): "improved to 250 ms" comes
+    /// before the "150 ms" it updates. It updates the one closest to it (cosine of their
+    /// vectors) among the earlier ones ranked above it, when it is also the closest to that
+    /// one among the later changes in the results: a pair, not just a neighbour. News ("I
+    /// recently went hiking") is not an update, nor is the assistant restating a value.
+    /// Closest is a rank among the results, not a threshold, so it means the same for every
+    /// model. Only the order changes (the caller passes the first `memory.default_k`).
+    fn updates_first(results: &mut [Recalled]) {
+        let mut changes: Vec<bool> = results
+            .iter()
+            .map(|r| {
+                r.memory.kind == MemoryKind::Turn
+                    && r.memory.trust == Trust::User
+                    && !r.memory.embedding.is_empty()
+                    && super::cues::states_a_changed_value(&r.memory.content)
+            })
+            .collect();
+        let closest =
+            |results: &[Recalled], to: &Memory, among: &mut dyn Iterator<Item = usize>| {
+                among
+                    .filter(|&at| results[at].memory.embedding.len() == to.embedding.len())
+                    .map(|at| {
+                        let similarity =
+                            super::relevance::cosine(&results[at].memory.embedding, &to.embedding);
+                        (at, similarity)
+                    })
+                    .max_by(|a, b| a.1.total_cmp(&b.1))
+                    .map(|(at, _)| at)
+            };
+        for j in 1..results.len() {
+            if !changes[j] {
+                continue;
+            }
+            let newer = &results[j].memory;
+            let Some(i) = closest(
+                results,
+                newer,
+                &mut (0..j).filter(|&i| {
+                    let older = &results[i].memory;
+                    older.kind == MemoryKind::Turn
+                        && older.trust == Trust::User
+                        && older.created_at < newer.created_at
+                        && super::cues::names_a_value(&older.content)
+                }),
+            ) else {
+                continue;
+            };
+            let older = &results[i].memory;
+            let paired = closest(
+                results,
+                older,
+                &mut (0..results.len())
+                    .filter(|&at| changes[at] && results[at].memory.created_at > older.created_at),
+            );
+            if paired != Some(j) {
+                continue;
+            }
+            let newer_id = newer.id;
+            let score = results[i].score;
+            results[i].signals.later = Some(newer_id);
+            results[i..=j].rotate_right(1);
+            changes[i..=j].rotate_right(1);
+            results[i].score = results[i].score.max(score);
+        }
+    }
+
     /// Every result says how likely it is about the query; in the product's recall (hybrid)
     /// relevance also reorders the results, nothing is returned unless one is likely enough,
     /// and the list stops where relevance drops (`memory.relevance`).
@@ -544,6 +622,10 @@ impl MemoryEngine {
         if settings.later_first_z > 0.0 {
             self.later_first(results, settings.later_first_z);
         }
+        if settings.updates_first {
+            let window = results.len().min(settings.default_k);
+            Self::updates_first(&mut results[..window]);
+        }
         if !request.keep_irrelevant {
             let points = &settings.relevance;
             let best = results
@@ -560,5 +642,114 @@ impl MemoryEngine {
                     .is_some_and(|relevance| relevance >= points.tail)
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Signals;
+
+    fn turn(text: &str, trust: Trust, day: i64, embedding: Vec<f32>, score: f64) -> Recalled {
+        let mut memory = super::super::rank::tests::memory(text, 2, embedding, 0);
+        memory.kind = MemoryKind::Turn;
+        memory.trust = trust;
+        memory.created_at = DateTime::UNIX_EPOCH + chrono::Duration::days(19_800 + day);
+        Recalled {
+            memory,
+            score,
+            signals: Signals::fused(score),
+        }
+    }
+
+    /// A user's turn saying a value changed moves right above the user's earlier turn
+    /// closest to it, which is marked; a change said before the turns above it, the
+    /// assistant's turns and news without a value stay where they are.
+    #[test]
+    fn a_later_turn_that_states_a_change_comes_before_the_turn_it_updates() {
+        let mut results = vec![
+            turn(
+                "Ann: my sprint deadline is April 1",
+                Trust::User,
+                0,
+                vec![1.0, 0.0, 0.0],
+                0.9,
+            ),
+            turn(
+                "Bot: here is a plan for April 1",
+                Trust::Assistant,
+                0,
+                vec![0.9, 0.1, 0.0],
+                0.8,
+            ),
+            turn(
+                "Ann: I plan 3 sprints on a Trello board",
+                Trust::User,
+                1,
+                vec![0.0, 1.0, 0.0],
+                0.7,
+            ),
+            turn(
+                "Ann: the deadline moved to April 5",
+                Trust::User,
+                2,
+                vec![0.95, 0.05, 0.0],
+                0.6,
+            ),
+            turn(
+                "Ann: now I plan 4 sprints in Notion",
+                Trust::User,
+                3,
+                vec![0.0, 0.9, 0.1],
+                0.5,
+            ),
+            turn(
+                "Bot: no longer April 1, then",
+                Trust::Assistant,
+                0,
+                vec![0.9, 0.0, 0.1],
+                0.4,
+            ),
+            turn(
+                "Ann: I recently adopted 2 cats",
+                Trust::User,
+                -5,
+                vec![0.0, 0.0, 1.0],
+                0.3,
+            ),
+        ];
+        // News is not an update: no number in it.
+        results.push(turn(
+            "Ann: I recently went hiking",
+            Trust::User,
+            9,
+            vec![1.0, 0.0, 0.0],
+            0.2,
+        ));
+        let ids: Vec<MemoryId> = results.iter().map(|r| r.memory.id).collect();
+        MemoryEngine::updates_first(&mut results);
+        let order: Vec<&str> = results.iter().map(|r| r.memory.content.as_str()).collect();
+        assert_eq!(
+            order,
+            [
+                "Ann: the deadline moved to April 5",
+                "Ann: my sprint deadline is April 1",
+                "Bot: here is a plan for April 1",
+                "Ann: now I plan 4 sprints in Notion",
+                "Ann: I plan 3 sprints on a Trello board",
+                "Bot: no longer April 1, then",
+                "Ann: I recently adopted 2 cats",
+                "Ann: I recently went hiking",
+            ]
+        );
+        assert_eq!(results[1].signals.later, Some(ids[3]));
+        assert_eq!(results[4].signals.later, Some(ids[4]));
+        assert_eq!(results[2].signals.later, None, "the same day is not later");
+        assert!(
+            results
+                .windows(2)
+                .all(|pair| pair[0].score >= pair[1].score),
+            "scores stay in order"
+        );
     }
 }

@@ -67,11 +67,37 @@ pub struct Signals {
     /// embedded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub relevance: Option<f64>,
-    /// A later turn on the same topic, ranked above this one in the same recall
-    /// (`memory.later_first_z`): what this turn says may have changed since.
+    /// A later turn that updates this one, ranked right above it in the same recall
+    /// (`memory.updates_first`, `memory.later_first_z`): what this turn says may have changed
+    /// since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub later: Option<MemoryId>,
+}
+
+#[cfg(test)]
+impl Signals {
+    /// A result known only by its fused score (tests of what follows fusion).
+    pub(crate) fn fused(score: f64) -> Self {
+        Signals {
+            vector_rank: None,
+            vector_score: None,
+            bm25_rank: None,
+            bm25_score: None,
+            context_vector_rank: None,
+            context_vector_score: None,
+            context_bm25_rank: None,
+            context_bm25_score: None,
+            rrf: score,
+            decay: 1.0,
+            trust: 1.0,
+            prior: 1.0,
+            coverage: 0.0,
+            z: None,
+            relevance: None,
+            later: None,
+        }
+    }
 }
 
 fn is_zero(value: &f32) -> bool {
@@ -319,7 +345,8 @@ pub struct NewMessage {
     /// The speaker's name; turn memories are written as `Name: text` when it is given.
     #[serde(default)]
     pub author: Option<String>,
-    /// When it was said (default: now).
+    /// When it was said (default: now). Messages of one import given the same time (a
+    /// session's date) keep their order: each is stored a microsecond after the one before.
     #[serde(default)]
     pub created_at: Option<DateTime<Utc>>,
 }

@@ -548,8 +548,21 @@ macro_rules! sql_store {
                 if touched.rows_affected() == 0 {
                     return Err(StoreError::NotFound("thread"));
                 }
-                let mut stored = Vec::with_capacity(messages.len());
+                let mut stored: Vec<Message> = Vec::with_capacity(messages.len());
+                // Messages given one time (a day's date for a whole session, or none) keep
+                // their order in time: each lands a microsecond after the one before, so what
+                // is ordered by time (recall's "later first", the memories' dates) sees the
+                // conversation's order. Times that differ are kept as given.
+                let mut given_before: Option<Option<chrono::DateTime<chrono::Utc>>> = None;
                 for new in messages {
+                    let mut created_at = new.created_at.unwrap_or_else(now).trunc_subsecs(6);
+                    if let Some(previous) = stored.last()
+                        && (given_before == Some(new.created_at) || new.created_at.is_none())
+                        && created_at <= previous.created_at
+                    {
+                        created_at = previous.created_at + chrono::Duration::microseconds(1);
+                    }
+                    given_before = Some(new.created_at);
                     let message = Message {
                         id: MessageId::new(),
                         thread_id: thread,
@@ -557,7 +570,7 @@ macro_rules! sql_store {
                         content: new.content,
                         author: new.author,
                         run_id: None,
-                        created_at: new.created_at.unwrap_or_else(now).trunc_subsecs(6),
+                        created_at,
                         trust: Message::trust_of(new.role),
                         attachments: Vec::new(),
                     };

@@ -42,6 +42,7 @@ conformance!(
     temporary_threads_and_the_memory_switch,
     a_conversation_key_names_one_thread_per_user,
     messages_keep_order_and_owner,
+    imported_messages_given_one_time_keep_their_order_in_time,
     deleting_a_thread_removes_its_messages_and_runs,
     run_events_append_in_sequence_and_replay_after_a_cursor,
     runs_finish_once,
@@ -550,6 +551,75 @@ async fn messages_keep_order_and_owner(store: Arc<dyn Store>) {
             .unwrap()
             .len(),
         20
+    );
+}
+
+async fn imported_messages_given_one_time_keep_their_order_in_time(store: Arc<dyn Store>) {
+    let (alice, _) = two_users(&store).await;
+    let thread = store.create_thread(alice.id, "t", false).await.unwrap();
+    let day = |d: u32| {
+        chrono::NaiveDate::from_ymd_opt(2024, 3, d)
+            .unwrap()
+            .and_hms_opt(0, 0, 0)
+            .unwrap()
+            .and_utc()
+    };
+    let message = |text: &str, at: Option<DateTime<Utc>>| NewMessage {
+        role: Role::User,
+        content: text.to_string(),
+        author: None,
+        created_at: at,
+    };
+    // A session dated by its day, then a later day, then a time before it (kept as given).
+    let stored = store
+        .import_messages(
+            alice.id,
+            thread.id,
+            vec![
+                message("the deadline is April 1", Some(day(15))),
+                message("sprint one covers the layout", Some(day(15))),
+                message("the deadline moved to April 5", Some(day(15))),
+                message("next day", Some(day(16))),
+                message("a note from before", Some(day(2))),
+            ],
+        )
+        .await
+        .unwrap();
+    let times: Vec<DateTime<Utc>> = stored.iter().map(|m| m.created_at).collect();
+    let micro = chrono::Duration::microseconds(1);
+    assert_eq!(
+        times,
+        [
+            day(15),
+            day(15) + micro,
+            day(15) + micro * 2,
+            day(16),
+            day(2)
+        ]
+    );
+    let listed = store.list_messages(alice.id, thread.id).await.unwrap();
+    let read: Vec<DateTime<Utc>> = listed.iter().map(|m| m.created_at).collect();
+    assert_eq!(
+        read, times,
+        "the stored times are the ones returned, in order"
+    );
+    // Messages without a time are stamped now, still one after another.
+    let undated = store
+        .import_messages(
+            alice.id,
+            thread.id,
+            vec![
+                message("one", None),
+                message("two", None),
+                message("three", None),
+            ],
+        )
+        .await
+        .unwrap();
+    assert!(
+        undated
+            .windows(2)
+            .all(|pair| pair[0].created_at < pair[1].created_at)
     );
 }
 

@@ -248,6 +248,8 @@ impl Env<'_> {
 pub(super) struct EvalEmbedder {
     pub(super) inner: Arc<dyn Embedder>,
     pub(super) queries: parking_lot::Mutex<std::collections::HashMap<String, (Vec<f32>, f64)>>,
+    /// `--vector-cache`: document vectors kept on disk between runs.
+    stored: Option<VectorCache>,
 }
 
 impl EvalEmbedder {
@@ -255,13 +257,36 @@ impl EvalEmbedder {
         Self {
             inner,
             queries: parking_lot::Mutex::new(std::collections::HashMap::new()),
+            stored: None,
         }
+    }
+
+    /// Document vectors are first looked up in `cache` (and what is embedded is added to it).
+    pub(super) fn with_cache(mut self, cache: VectorCache) -> Self {
+        self.stored = Some(cache);
+        self
     }
 
     pub(super) fn queries(
         &self,
     ) -> parking_lot::MutexGuard<'_, std::collections::HashMap<String, (Vec<f32>, f64)>> {
         self.queries.lock()
+    }
+
+    /// The inner model's vectors of `texts`, embedded in order of length.
+    async fn embed_sorted(
+        &self,
+        texts: &[String],
+    ) -> Result<Vec<Vec<f32>>, mnemo::llm::embed::EmbedError> {
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        order.sort_by_key(|&i| (texts[i].len(), i));
+        let sorted: Vec<String> = order.iter().map(|&i| texts[i].clone()).collect();
+        let vectors = self.inner.embed(&sorted).await?;
+        let mut out = vec![Vec::new(); texts.len()];
+        for (vector, &i) in vectors.into_iter().zip(&order) {
+            out[i] = vector;
+        }
+        Ok(out)
     }
 
     /// How long the real embedding of `text` took, if it was embedded alone.
@@ -292,15 +317,25 @@ impl Embedder for EvalEmbedder {
         &self,
         texts: &[String],
     ) -> Result<Vec<Vec<f32>>, mnemo::llm::embed::EmbedError> {
-        let mut order: Vec<usize> = (0..texts.len()).collect();
-        order.sort_by_key(|&i| (texts[i].len(), i));
-        let sorted: Vec<String> = order.iter().map(|&i| texts[i].clone()).collect();
-        let vectors = self.inner.embed(&sorted).await?;
-        let mut out = vec![Vec::new(); texts.len()];
-        for (vector, &i) in vectors.into_iter().zip(&order) {
-            out[i] = vector;
+        let Some(cache) = &self.stored else {
+            return self.embed_sorted(texts).await;
+        };
+        let vectors_id = self.inner.vectors_id();
+        let keys: Vec<[u8; 16]> = texts
+            .iter()
+            .map(|text| VectorCache::key(vectors_id, text))
+            .collect();
+        let mut out: Vec<Option<Vec<f32>>> = keys.iter().map(|key| cache.get(key)).collect();
+        let missing: Vec<usize> = (0..texts.len()).filter(|&i| out[i].is_none()).collect();
+        if !missing.is_empty() {
+            let wanted: Vec<String> = missing.iter().map(|&i| texts[i].clone()).collect();
+            let vectors = self.embed_sorted(&wanted).await?;
+            cache.put(missing.iter().map(|&i| keys[i]).zip(&vectors));
+            for (vector, &i) in vectors.into_iter().zip(&missing) {
+                out[i] = Some(vector);
+            }
         }
-        Ok(out)
+        Ok(out.into_iter().map(Option::unwrap_or_default).collect())
     }
 
     async fn embed_queries(
@@ -320,5 +355,106 @@ impl Embedder for EvalEmbedder {
             self.queries().insert(text.clone(), (vector.clone(), ms));
         }
         Ok(vectors)
+    }
+}
+
+/// Document vectors kept in a file between evaluation runs (`--vector-cache`), so a run that
+/// changes only recall does not embed the same conversations again. Keyed by the model's
+/// vectors id and the text; records are appended as they are embedded (16-byte key, u32
+/// dimension, the floats little-endian), and a record cut short by a crash is ignored.
+pub(super) struct VectorCache {
+    vectors: parking_lot::Mutex<std::collections::HashMap<[u8; 16], Vec<f32>>>,
+    file: parking_lot::Mutex<std::io::BufWriter<std::fs::File>>,
+}
+
+impl VectorCache {
+    pub(super) fn open(path: &std::path::Path) -> anyhow::Result<Self> {
+        let bytes = match std::fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(error) => {
+                return Err(error).with_context(|| format!("reading {}", path.display()));
+            }
+        };
+        let vectors = Self::parse(&bytes);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        // A record cut short stays at the end; appending after it would misalign the rest.
+        file.set_len(Self::whole_length(&bytes) as u64)
+            .with_context(|| format!("truncating {}", path.display()))?;
+        Ok(Self {
+            vectors: parking_lot::Mutex::new(vectors),
+            file: parking_lot::Mutex::new(std::io::BufWriter::new(file)),
+        })
+    }
+
+    /// The records of `bytes`, up to the first incomplete one.
+    fn parse(bytes: &[u8]) -> std::collections::HashMap<[u8; 16], Vec<f32>> {
+        let mut vectors = std::collections::HashMap::new();
+        let mut rest = bytes;
+        while let Some((key, vector, tail)) = Self::record(rest) {
+            vectors.insert(key, vector);
+            rest = tail;
+        }
+        vectors
+    }
+
+    /// How many leading bytes of `bytes` are whole records.
+    fn whole_length(bytes: &[u8]) -> usize {
+        let mut rest = bytes;
+        while let Some((_, _, tail)) = Self::record(rest) {
+            rest = tail;
+        }
+        bytes.len() - rest.len()
+    }
+
+    fn record(bytes: &[u8]) -> Option<([u8; 16], Vec<f32>, &[u8])> {
+        let key: [u8; 16] = bytes.get(..16)?.try_into().ok()?;
+        let dimension = u32::from_le_bytes(bytes.get(16..20)?.try_into().ok()?) as usize;
+        let floats = bytes.get(20..20 + dimension * 4)?;
+        let vector = floats
+            .chunks_exact(4)
+            .map(|chunk| f32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]))
+            .collect();
+        Some((key, vector, &bytes[20 + dimension * 4..]))
+    }
+
+    pub(super) fn key(vectors_id: &str, text: &str) -> [u8; 16] {
+        use sha2::Digest;
+        let mut hasher = sha2::Sha256::new();
+        hasher.update(vectors_id.as_bytes());
+        hasher.update([0]);
+        hasher.update(text.as_bytes());
+        let digest = hasher.finalize();
+        let mut key = [0; 16];
+        key.copy_from_slice(&digest[..16]);
+        key
+    }
+
+    pub(super) fn get(&self, key: &[u8; 16]) -> Option<Vec<f32>> {
+        self.vectors.lock().get(key).cloned()
+    }
+
+    /// Keeps the vectors and appends them to the file (a failed write only costs a later run
+    /// the embedding).
+    fn put<'a>(&self, records: impl Iterator<Item = ([u8; 16], &'a Vec<f32>)>) {
+        use std::io::Write;
+        let mut bytes = Vec::new();
+        let mut vectors = self.vectors.lock();
+        for (key, vector) in records {
+            bytes.extend_from_slice(&key);
+            bytes.extend_from_slice(&(vector.len() as u32).to_le_bytes());
+            for value in vector {
+                bytes.extend_from_slice(&value.to_le_bytes());
+            }
+            vectors.insert(key, vector.clone());
+        }
+        let mut file = self.file.lock();
+        if let Err(error) = file.write_all(&bytes).and_then(|()| file.flush()) {
+            tracing::warn!(%error, "writing the eval vector cache failed");
+        }
     }
 }

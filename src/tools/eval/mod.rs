@@ -429,6 +429,8 @@ pub struct EvalOptions {
     /// Changes to the memory settings each tried as one more row beside the product's (its
     /// memories, hybrid + decay, the shipped gate): ablations without another ingest.
     pub ablations: Vec<Ablation>,
+    /// `--vector-cache`: memories' vectors kept in this file between runs.
+    pub vector_cache: Option<PathBuf>,
 }
 
 /// One `--ablate` row: the product's recall with `memory` instead of the shipped settings.
@@ -472,6 +474,7 @@ impl EvalOptions {
             answer_k: 10,
             features: None,
             ablations: Vec::new(),
+            vector_cache: None,
         }
     }
 }
@@ -592,7 +595,10 @@ pub async fn run(dataset: &dyn Dataset, options: EvalOptions) -> anyhow::Result<
         conversations: &conversations,
         scratch_root: scratch_root.clone(),
         settings: &options.settings,
-        embedder: Arc::new(EvalEmbedder::new(embedder)),
+        embedder: Arc::new(match &options.vector_cache {
+            Some(path) => EvalEmbedder::new(embedder).with_cache(VectorCache::open(path)?),
+            None => EvalEmbedder::new(embedder),
+        }),
         plan,
         answers: answer_models(&options, &models)?,
         facts: models
@@ -1289,6 +1295,45 @@ mod tests {
         );
         assert!(embedder.embed_ms("what did I say?").is_some());
         assert!(embedder.embed_ms("never asked").is_none());
+    }
+
+    #[tokio::test]
+    async fn the_vector_cache_embeds_a_text_once_across_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vectors.bin");
+        let texts: Vec<String> = vec!["alpha".into(), "be".into()];
+        let inner = Arc::new(Recording::default());
+        let first = EvalEmbedder::new(inner.clone()).with_cache(VectorCache::open(&path).unwrap());
+        let vectors = first.embed(&texts).await.unwrap();
+        assert_eq!(vectors, [vec![5.0, 1.0], vec![2.0, 1.0]]);
+        drop(first);
+        // A crash mid-record leaves a tail that must not spoil what was written before it.
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes.extend_from_slice(&[7; 11]);
+        std::fs::write(&path, &bytes).unwrap();
+
+        let inner = Arc::new(Recording::default());
+        let second = EvalEmbedder::new(inner.clone()).with_cache(VectorCache::open(&path).unwrap());
+        let more: Vec<String> = vec!["be".into(), "gamma".into(), "alpha".into()];
+        let vectors = second.embed(&more).await.unwrap();
+        assert_eq!(
+            vectors,
+            [vec![2.0, 1.0], vec![5.0, 1.0], vec![5.0, 1.0]],
+            "stored vectors come back as they were, the new one from this run's first call"
+        );
+        assert_eq!(
+            *inner.batches.lock().unwrap(),
+            [vec!["gamma".to_string()]],
+            "only the text not seen before is embedded"
+        );
+        drop(second);
+        let third = VectorCache::open(&path).unwrap();
+        assert!(third.get(&VectorCache::key("recording", "gamma")).is_some());
+        assert!(
+            third
+                .get(&VectorCache::key("other-model", "gamma"))
+                .is_none()
+        );
     }
 
     /// The whole pipeline on the hand-written LongMemEval fixture with the real local model.

@@ -1493,7 +1493,8 @@ export interface components {
             content: string;
             /**
              * Format: date-time
-             * @description When it was said (default: now).
+             * @description When it was said (default: now). Messages of one import given the same time (a
+             *     session's date) keep their order: each is stored a microsecond after the one before.
              */
             created_at?: string | null;
             role: components["schemas"]["Role"];
@@ -2088,8 +2089,9 @@ export interface components {
              */
             decay: number;
             /**
-             * @description A later turn on the same topic, ranked above this one in the same recall
-             *     (`memory.later_first_z`): what this turn says may have changed since.
+             * @description A later turn that updates this one, ranked right above it in the same recall
+             *     (`memory.updates_first`, `memory.later_first_z`): what this turn says may have changed
+             *     since.
              */
             later?: string | null;
             /**
