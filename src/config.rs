@@ -787,11 +787,6 @@ pub struct MemorySettings {
     /// a question is after.
     pub length_prior: f64,
     pub length_prior_words: usize,
-    /// Two turns in one recall's results this similar to each other (a z-score against the
-    /// model's background: on the same topic) — the later one ranks first, and the earlier is
-    /// marked (`signals.later`): a later message usually updates what an earlier one said.
-    /// 0 = off.
-    pub later_first_z: f64,
     /// A memory from the same messages as a better-ranked result (another part of one long
     /// message, a fact and the turn that said it) is returned only when the distinct ones run
     /// out: k results then name up to k messages.
@@ -825,7 +820,6 @@ impl Default for MemorySettings {
             profile_interval_secs: 600,
             fusion: FusionSettings::default(),
             relevance: RelevanceSettings::default(),
-            later_first_z: 0.0,
             one_per_source: true,
             updates_first: true,
             // The priors as chosen on the LoCoMo dev split (each held up when chosen on four

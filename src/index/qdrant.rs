@@ -15,8 +15,9 @@
 //! connection, not an error. The collection's shards and their copies
 //! ([`CollectionLayout`]) are the cluster's business: any peer answers for all.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use qdrant_client::qdrant::point_id::PointIdOptions;
@@ -103,8 +104,15 @@ pub(crate) struct QdrantServerIndex {
     /// HNSW beam width for searches; 0 is the server's default.
     search_ef: AtomicUsize,
     /// The collection's point count, and when it was read ([`POINTS_FRESH`]).
-    points: parking_lot::Mutex<Option<(std::time::Instant, u64)>>,
+    points: parking_lot::Mutex<Option<(Instant, u64)>>,
+    /// Users' point counts, and when each was read ([`POINTS_FRESH`],
+    /// [`VectorIndex::recent_count`]): a user's is forgotten when this index writes their
+    /// points, everyone's when it deletes any.
+    user_points: parking_lot::Mutex<HashMap<UserId, (Instant, u64)>>,
 }
+
+/// Users whose recent point count is kept; past it the stale ones go, then all.
+const USER_POINTS_KEPT: usize = 10_000;
 
 /// How long a read of the collection's point count stands for it: the idf of a term no point
 /// holds needs it, at every keyword search with coverage, and it moves slowly.
@@ -325,6 +333,7 @@ impl QdrantServerIndex {
             keywords: layout.keywords,
             search_ef: AtomicUsize::new(0),
             points: parking_lot::Mutex::new(None),
+            user_points: parking_lot::Mutex::new(HashMap::new()),
         };
         index.ensure_collection(layout).await?;
         index.ensure_indexes().await?;
@@ -581,6 +590,12 @@ impl VectorIndex for QdrantServerIndex {
         for p in &points {
             check_point(p, self.dimension)?;
         }
+        {
+            let mut counts = self.user_points.lock();
+            for p in &points {
+                counts.remove(&p.user_id);
+            }
+        }
         let mut structs: Vec<PointStruct> = points
             .into_iter()
             .map(|p| {
@@ -628,6 +643,7 @@ impl VectorIndex for QdrantServerIndex {
         if ids.is_empty() {
             return Ok(());
         }
+        self.user_points.lock().clear();
         let ids: Vec<PointId> = ids.iter().copied().map(point_id).collect();
         self.delete_points(
             "delete",
@@ -639,6 +655,7 @@ impl VectorIndex for QdrantServerIndex {
     }
 
     async fn delete_user(&self, user: UserId) -> Result<(), IndexError> {
+        self.user_points.lock().remove(&user);
         self.delete_points(
             "delete user",
             DeletePointsBuilder::new(self.collection.clone())
@@ -649,6 +666,7 @@ impl VectorIndex for QdrantServerIndex {
     }
 
     async fn clear(&self) -> Result<(), IndexError> {
+        self.user_points.lock().clear();
         self.delete_points(
             "clear",
             DeletePointsBuilder::new(self.collection.clone())
@@ -776,7 +794,7 @@ impl VectorIndex for QdrantServerIndex {
             })
             .await?;
         let points = response.result.map(|r| r.count).unwrap_or(0);
-        *self.points.lock() = Some((std::time::Instant::now(), points));
+        *self.points.lock() = Some((Instant::now(), points));
         Ok(points)
     }
 
@@ -794,6 +812,25 @@ impl VectorIndex for QdrantServerIndex {
             .result
             .map(|r| r.count)
             .ok_or_else(|| IndexError::Internal("count response without result".into()))
+    }
+
+    async fn recent_count(&self, user: UserId) -> Result<u64, IndexError> {
+        if let Some(&(at, points)) = self.user_points.lock().get(&user)
+            && at.elapsed() < POINTS_FRESH
+        {
+            return Ok(points);
+        }
+        let read = Instant::now();
+        let points = self.count(user).await?;
+        let mut counts = self.user_points.lock();
+        if counts.len() >= USER_POINTS_KEPT {
+            counts.retain(|_, (at, _)| at.elapsed() < POINTS_FRESH);
+            if counts.len() >= USER_POINTS_KEPT {
+                counts.clear();
+            }
+        }
+        counts.insert(user, (read, points));
+        Ok(points)
     }
 
     async fn ids(&self, user: UserId) -> Result<Vec<MemoryId>, IndexError> {
@@ -916,6 +953,50 @@ mod tests {
             .flush()
             .await
             .expect("flush through the live peer");
+        index.peers[0]
+            .delete_collection(collection.clone())
+            .await
+            .expect("drop test collection");
+    }
+
+    /// A user's recent count is read again once this index wrote or deleted their points:
+    /// without that, the count kept from before each write would stand for ten seconds.
+    /// Runs only when `QDRANT_URL` is set.
+    #[tokio::test]
+    async fn a_recent_count_is_read_again_after_this_index_writes() {
+        use crate::index::vector::conformance::point;
+        let Ok(url) = std::env::var("QDRANT_URL") else {
+            println!("skipped: QDRANT_URL is not set, no Qdrant server to test against");
+            return;
+        };
+        let api_key = std::env::var("QDRANT_API_KEY").ok();
+        let collection = format!("mnemo_counts_{}", uuid::Uuid::now_v7().simple());
+        let index = connect(&[&url], api_key, &collection, DIM)
+            .await
+            .expect("connect");
+        let (alice, bob) = (UserId::for_tests(), UserId::for_tests());
+        assert_eq!(index.recent_count(alice).await.expect("count"), 0);
+        let ids: Vec<MemoryId> = (0..3).map(|_| MemoryId::new()).collect();
+        let points = ids
+            .iter()
+            .map(|id| point(*id, alice, 0, "fact", 0))
+            .collect();
+        index.upsert(points).await.expect("upsert");
+        index
+            .upsert(vec![point(MemoryId::new(), bob, 1, "fact", 0)])
+            .await
+            .expect("upsert");
+        assert_eq!(index.recent_count(alice).await.expect("count"), 3);
+        assert_eq!(index.recent_count(bob).await.expect("count"), 1);
+        index.delete(&ids[..1]).await.expect("delete");
+        assert_eq!(index.recent_count(alice).await.expect("count"), 2);
+        index.delete_user(alice).await.expect("delete user");
+        assert_eq!(index.recent_count(alice).await.expect("count"), 0);
+        assert_eq!(
+            index.recent_count(bob).await.expect("count"),
+            1,
+            "bystander"
+        );
         index.peers[0]
             .delete_collection(collection.clone())
             .await

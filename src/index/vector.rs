@@ -207,6 +207,12 @@ pub trait VectorIndex: Send + Sync {
     ) -> Result<Vec<(MemoryId, f32)>, IndexError>;
     /// Exact number of points stored for `user` (archived and invalid included).
     async fn count(&self, user: UserId) -> Result<u64, IndexError>;
+    /// [`VectorIndex::count`], possibly a moment old where the index keeps a recent answer:
+    /// for statistics that a few writes do not change (coverage's informative share), so a
+    /// recall need not wait for a count before its other requests.
+    async fn recent_count(&self, user: UserId) -> Result<u64, IndexError> {
+        self.count(user).await
+    }
     /// Every point id stored for `user`, for consistency checks against the store.
     async fn ids(&self, user: UserId) -> Result<Vec<MemoryId>, IndexError>;
     /// Removes every point of every user (index rebuilds).
@@ -359,7 +365,13 @@ pub(crate) mod conformance {
         v
     }
 
-    fn point(id: MemoryId, user: UserId, dir: usize, kind: &str, created: i64) -> VectorPoint {
+    pub(crate) fn point(
+        id: MemoryId,
+        user: UserId,
+        dir: usize,
+        kind: &str,
+        created: i64,
+    ) -> VectorPoint {
         VectorPoint {
             id,
             user_id: user,

@@ -20,10 +20,6 @@ use crate::store::{Memory, MemoryFilter, MemoryId, MemoryKind, Trust, UserId};
 /// in the common case, where the best fused hits are the final ones.
 const HYDRATE_CHUNK_MIN: usize = 16;
 
-/// `memory.later_first_z` reorders two turns only when the later one scores at least this
-/// share of the earlier one's score.
-const LATER_FIRST_TIE: f64 = 0.8;
-
 /// A recall request (`recall_memory(query, k, kinds?, since?, until?)`).
 #[derive(Debug, Clone, Default)]
 pub struct RecallRequest {
@@ -466,46 +462,6 @@ impl MemoryEngine {
         Ok((results, hydrate_ns.into_inner() as f64 / 1e6))
     }
 
-    /// Lifts a later turn right above an earlier turn on the same topic (their vectors at
-    /// least `same_topic_z` apart from the model's background), and marks the earlier one:
-    /// a later message usually updates what an earlier one said. Only the order changes.
-    fn later_first(&self, results: &mut [Recalled], same_topic_z: f64) {
-        let mut i = 0;
-        while i < results.len() {
-            let older = &results[i].memory;
-            if older.kind != MemoryKind::Turn {
-                i += 1;
-                continue;
-            }
-            let profile = self
-                .relevance
-                .profile(&older.content, older.embedding.clone());
-            // Only a near tie is reordered: a later turn far down the list is about something
-            // else, however alike the two turns read.
-            let floor = results[i].score * LATER_FIRST_TIE;
-            let later = (i + 1..results.len()).find(|&j| {
-                let newer = &results[j].memory;
-                results[j].score >= floor
-                    && newer.kind == MemoryKind::Turn
-                    && newer.created_at > older.created_at
-                    && newer.embedding.len() == older.embedding.len()
-                    && profile.z(super::relevance::cosine(&older.embedding, &newer.embedding))
-                        >= same_topic_z
-            });
-            match later {
-                Some(j) => {
-                    let newer_id = results[j].memory.id;
-                    let score = results[i].score;
-                    results[i].signals.later = Some(newer_id);
-                    // Each move puts a strictly later turn at `i`: the loop ends.
-                    results[i..=j].rotate_right(1);
-                    results[i].score = results[i].score.max(score);
-                }
-                None => i += 1,
-            }
-        }
-    }
-
     /// Lifts each of the user's turns that says a value changed
     /// (`cues::states_a_changed_value`) right above the user's earlier turn with a number
     /// that it updates, and marks that one (`signals.later`): "improved to 250 ms" comes
@@ -618,9 +574,6 @@ impl MemoryEngine {
                     .total_cmp(&a.score)
                     .then_with(|| b.memory.id.cmp(&a.memory.id))
             });
-        }
-        if settings.later_first_z > 0.0 {
-            self.later_first(results, settings.later_first_z);
         }
         if settings.updates_first {
             let window = results.len().min(settings.default_k);

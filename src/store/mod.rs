@@ -68,8 +68,7 @@ pub struct Signals {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub relevance: Option<f64>,
     /// A later turn that updates this one, ranked right above it in the same recall
-    /// (`memory.updates_first`, `memory.later_first_z`): what this turn says may have changed
-    /// since.
+    /// (`memory.updates_first`): what this turn says may have changed since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub later: Option<MemoryId>,

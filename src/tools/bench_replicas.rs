@@ -144,6 +144,14 @@ pub async fn run_replica_bench(
     } else {
         None
     };
+    // Recall is timed on a cluster at rest: while Qdrant still builds the graphs of the
+    // points just written, its optimizers take the cores the searches and the model need.
+    let optimized = match (&cluster, &options.qdrant) {
+        (Some(cluster), Qdrant::Cluster { peers, .. }) if seeded.is_some() => {
+            Some(wait_idle(cluster, *peers).await?)
+        }
+        _ => None,
+    };
     // A user of this run only: the database may hold earlier runs.
     let run = uuid::Uuid::now_v7().simple().to_string()[24..].to_string();
     let key = bench_user(&states[0].store, &format!("bench-replicas-{run}")).await?;
@@ -155,7 +163,7 @@ pub async fn run_replica_bench(
     });
 
     let (lags, missed) = written_then_recalled(&client, &replicas, options.writes, &run).await?;
-    let per_replica = recall_times(&client, &replicas, options.queries, 0).await?;
+    let mut healthy = recall_times(&client, &replicas, options.queries, 0).await?;
     // A new replica on a fresh data directory: how long until it serves, and its first answer.
     let newcomer = if options.memories > 0 {
         eprintln!("starting a new replica…");
@@ -185,8 +193,9 @@ pub async fn run_replica_bench(
             cluster.kill(0).await;
             // Other questions than before: each embeds its query, as before (none is cached).
             let asked = options.queries * replicas.len();
-            let times = recall_times(&client, &replicas, options.queries, asked).await?;
-            Some(times.into_iter().flatten().collect::<Vec<_>>())
+            let series = recall_times(&client, &replicas, options.queries, asked).await?;
+            let times = series.per_replica.into_iter().flatten().collect::<Vec<_>>();
+            Some((times, series.stages))
         }
         None => None,
     };
@@ -203,8 +212,16 @@ pub async fn run_replica_bench(
         Qdrant::Server(_) => "one Qdrant server".to_string(),
         Qdrant::Cluster { peers, .. } => format!("a Qdrant cluster of {peers} peers"),
     };
-    write_table(out, replicas.len(), &qdrant, &lags, missed, &per_replica)?;
-    if let Some(mut times) = peer_down {
+    write_table(
+        out,
+        replicas.len(),
+        &qdrant,
+        &lags,
+        missed,
+        &healthy.per_replica,
+    )?;
+    healthy.stages.write(out, "recall, every peer up")?;
+    if let Some((mut times, mut stages)) = peer_down {
         times.sort_by(f64::total_cmp);
         writeln!(
             out,
@@ -214,12 +231,20 @@ pub async fn run_replica_bench(
             percentile(&times, 0.99),
             times.last().copied().unwrap_or(0.0),
         )?;
+        stages.write(out, "recall, first peer down")?;
     }
     if let Some((count, indexed)) = seeded {
         writeln!(
             out,
             "\n{count} memories of {MEMORY_USERS} other users written to SQL: in every replica's indexes {:.1} s after the first write.",
             indexed.as_secs_f64()
+        )?;
+    }
+    if let Some(optimized) = optimized {
+        writeln!(
+            out,
+            "The cluster's optimizers were done with them {:.1} s later; recall was timed after that.",
+            optimized.as_secs_f64()
         )?;
     }
     if let Some((serving, answered, keywords)) = newcomer {
@@ -370,6 +395,58 @@ async fn seed(states: &[mnemo::http::AppState], count: usize) -> anyhow::Result<
     Ok((count, started.elapsed()))
 }
 
+/// Waits until every peer of the cluster reports each collection green (no optimisation
+/// pending or running), and returns how long that took; progress on stderr.
+async fn wait_idle(cluster: &QdrantCluster, peers: usize) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let http = reqwest::Client::new();
+    let get = |url: String| {
+        let http = http.clone();
+        async move {
+            let answer: Value = http
+                .get(url)
+                .send()
+                .await?
+                .error_for_status()?
+                .json()
+                .await?;
+            anyhow::Ok(answer)
+        }
+    };
+    eprintln!("waiting until the cluster's optimizers are done…");
+    loop {
+        let mut busy = Vec::new();
+        for peer in 0..peers {
+            let base = cluster.http_url(peer);
+            let listed = get(format!("{base}/collections")).await?;
+            let names = listed["result"]["collections"].as_array().cloned();
+            for collection in names.unwrap_or_default() {
+                let name = collection["name"].as_str().unwrap_or_default();
+                let info = get(format!("{base}/collections/{name}")).await?;
+                let status = info["result"]["status"].as_str().unwrap_or("unknown");
+                if status != "green" {
+                    busy.push(format!("peer {} {name}: {status}", peer + 1));
+                }
+            }
+        }
+        if busy.is_empty() {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > Duration::from_secs(3600) {
+            bail!(
+                "the cluster was still optimising after an hour: {}",
+                busy.join(", ")
+            );
+        }
+        eprintln!(
+            "  {:.0} s: {}",
+            started.elapsed().as_secs_f64(),
+            busy.join(", ")
+        );
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    }
+}
+
 /// The words of the seeded history's sentences.
 const HISTORY_WORDS: [&str; 48] = [
     "garden",
@@ -482,34 +559,98 @@ async fn written_then_recalled(
     Ok((lags, missed))
 }
 
-/// `queries` recalls through each replica, of distinct questions numbered from `first`: each
-/// replica's times (ms, sorted).
+/// Recall times of one series: the client's time per replica (ms, sorted), and the stages the
+/// server reported for each answer ([`Stages`]).
+struct Series {
+    per_replica: Vec<Vec<f64>>,
+    stages: Stages,
+}
+
+/// The server's own timings of each recall of a series (`timings` in the answer), by stage.
+#[derive(Default)]
+struct Stages {
+    embed: Vec<f64>,
+    vector: Vec<f64>,
+    keyword: Vec<f64>,
+    hydrate: Vec<f64>,
+    rank: Vec<f64>,
+    total: Vec<f64>,
+    /// The client's time less the server's total: HTTP, JSON, the listener's queue.
+    outside: Vec<f64>,
+}
+
+impl Stages {
+    fn add(&mut self, answer: &Value, wall: f64) {
+        let timings = &answer["timings"];
+        let ms = |name: &str| timings[name].as_f64().unwrap_or(0.0);
+        self.embed.push(ms("embed_ms"));
+        self.vector.push(ms("vector_ms"));
+        self.keyword.push(ms("keyword_ms"));
+        self.hydrate.push(ms("hydrate_ms"));
+        self.rank.push(ms("rank_ms"));
+        self.total.push(ms("total_ms"));
+        self.outside.push((wall - ms("total_ms")).max(0.0));
+    }
+
+    /// One table row per stage: p50, p99 and max over the series.
+    fn write(&mut self, out: &mut dyn std::io::Write, series: &str) -> anyhow::Result<()> {
+        for (stage, times) in [
+            ("embedding the query", &mut self.embed),
+            (
+                "vector searches (beside the keyword side)",
+                &mut self.vector,
+            ),
+            ("keyword searches and their coverage", &mut self.keyword),
+            ("reading rows from SQL", &mut self.hydrate),
+            ("ranking", &mut self.rank),
+            ("the server's total", &mut self.total),
+            ("outside the recall (HTTP, JSON)", &mut self.outside),
+        ] {
+            times.sort_by(f64::total_cmp);
+            writeln!(
+                out,
+                "| {series}: {stage} | {:.1} ms | {:.1} ms | {:.1} ms |",
+                percentile(times, 0.5),
+                percentile(times, 0.99),
+                times.last().copied().unwrap_or(0.0),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// `queries` recalls through each replica, of distinct questions numbered from `first`.
 async fn recall_times(
     client: &Client,
     replicas: &[Replica],
     queries: usize,
     first: usize,
-) -> anyhow::Result<Vec<Vec<f64>>> {
+) -> anyhow::Result<Series> {
     eprintln!("{queries} recalls through each replica…");
-    let mut per_replica = Vec::new();
+    let mut series = Series {
+        per_replica: Vec::new(),
+        stages: Stages::default(),
+    };
     for (at, replica) in replicas.iter().enumerate() {
         let mut times = Vec::with_capacity(queries);
         let from = first + at * queries;
         for index in from..from + queries {
             let started = Instant::now();
-            client
+            let answer = client
                 .post(
                     &replica.base,
                     "/v1/memories/search",
                     json!({ "query": question(index), "k": 5 }),
                 )
                 .await?;
-            times.push(started.elapsed().as_secs_f64() * 1000.0);
+            let wall = started.elapsed().as_secs_f64() * 1000.0;
+            series.stages.add(&answer, wall);
+            times.push(wall);
         }
         times.sort_by(f64::total_cmp);
-        per_replica.push(times);
+        series.per_replica.push(times);
     }
-    Ok(per_replica)
+    Ok(series)
 }
 
 /// The markdown table: the write-to-recall lag, then recall times per replica and over all.
@@ -556,4 +697,44 @@ fn write_table(
         all.last().copied().unwrap_or(0.0),
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The stages come from the answer's own `timings`, and what the client waited beyond
+    /// the server's total is counted outside the recall.
+    #[test]
+    fn the_stages_are_read_off_the_answer() {
+        let mut stages = Stages::default();
+        let answer = json!({
+            "results": [],
+            "timings": {
+                "embed_ms": 6.5, "vector_ms": 2.0, "keyword_ms": 7.3, "hydrate_ms": 0.5,
+                "rank_ms": 0.25, "search_ms": 4.0, "total_ms": 10.5
+            }
+        });
+        stages.add(&answer, 12.0);
+        let mut out = Vec::new();
+        stages.write(&mut out, "up").expect("write");
+        let table = String::from_utf8(out).expect("utf-8");
+        assert!(
+            table.contains("| up: embedding the query | 6.5 ms |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| up: keyword searches and their coverage | 7.3 ms |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| up: the server's total | 10.5 ms |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| up: outside the recall (HTTP, JSON) | 1.5 ms |"),
+            "{table}"
+        );
+        assert_eq!(table.lines().count(), 7);
+    }
 }

@@ -345,21 +345,27 @@ pub(crate) async fn search_view_sharing(
         limit,
         with_terms: informative.is_some(),
     };
-    let found = index
-        .keyword_searches(vec![search])
-        .await?
-        .pop()
-        .unwrap_or_default();
+    // The words' statistics do not depend on the hits: read them beside the search, so a
+    // recall waits for one round of requests to the server instead of two.
+    let statistics = async {
+        match informative {
+            Some(informative) => informative
+                .statistics(|| word_statistics(index, user, &words))
+                .await
+                .map(Some),
+            None => Ok(None),
+        }
+    };
+    let (mut found, statistics) =
+        futures::future::try_join(index.keyword_searches(vec![search]), statistics).await?;
+    let found = found.pop().unwrap_or_default();
     let hits: Vec<(MemoryId, f32)> = found.iter().map(|hit| (hit.id, hit.score)).collect();
-    let Some(informative) = informative.filter(|_| !found.is_empty()) else {
+    let Some(statistics) = statistics.filter(|_| !found.is_empty()) else {
         return Ok(ViewHits {
             hits,
             coverage: Vec::new(),
         });
     };
-    let statistics = informative
-        .statistics(|| word_statistics(index, user, &words))
-        .await?;
     let weight = |word: &QueryWord| {
         statistics
             .idf
@@ -388,7 +394,8 @@ pub(crate) async fn search_view_sharing(
     Ok(ViewHits { hits, coverage })
 }
 
-/// Reads [`WordStatistics`] off the engine in one batch of searches (and two counts):
+/// Reads [`WordStatistics`] off the engine in one batch of searches, after the user's point
+/// count ([`VectorIndex::recent_count`]: usually kept from an earlier recall, so no wait):
 /// - a word's idf in a view: its term alone asked of every user's memories, the best hit's
 ///   score over the value it stores (the engine's score is value × idf); a word no memory
 ///   holds has the idf of a term in none of the `N` points;
@@ -400,7 +407,7 @@ async fn word_statistics(
     user: UserId,
     words: &[QueryWord],
 ) -> Result<WordStatistics, IndexError> {
-    let memories = index.count(user).await?;
+    let memories = index.recent_count(user).await?;
     let most = ((INFORMATIVE_SHARE * memories as f64).floor() as u64).max(1);
     let every_memory = KeywordFilter {
         include_archived: true,

@@ -2090,8 +2090,7 @@ export interface components {
             decay: number;
             /**
              * @description A later turn that updates this one, ranked right above it in the same recall
-             *     (`memory.updates_first`, `memory.later_first_z`): what this turn says may have changed
-             *     since.
+             *     (`memory.updates_first`): what this turn says may have changed since.
              */
             later?: string | null;
             /**
