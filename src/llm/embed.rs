@@ -22,6 +22,14 @@ use crate::retry::{Attempt, RetryPolicy};
 const LOCAL_BATCH: usize = 32;
 /// Inputs per request to a remote embeddings API.
 const REMOTE_BATCH: usize = 256;
+/// Search queries of at most this many tokens in all (one question, or a few asked at once)
+/// run on one thread. Measured with e5 on 2 cores (`docs/benchmarks.md`, "One thread for a
+/// query"): a short query takes as long on one thread as on two when the machine is quiet,
+/// and less when it is not — its products split over two threads wait for each other at
+/// every layer, and a recall's own keyword search (a Qdrant server on the same cores) or an
+/// ingest holds one of them. The other thread stays free for that work.
+const QUERY_ONE_THREAD_ROWS: usize = 64;
+
 /// Sequence length used when `sentence_bert_config.json` does not say.
 const DEFAULT_MAX_SEQ: usize = 512;
 /// Longest error body echoed from a remote API.
@@ -575,9 +583,14 @@ impl LocalModel {
             Role::Query => self.encoder.precision_for(&tokens),
             Role::Stored => self.encoder.precision(),
         };
+        let rows: usize = tokens.iter().map(|t| t.ids.len()).sum();
+        let threads = match role {
+            Role::Query if rows <= QUERY_ONE_THREAD_ROWS => 1,
+            _ => self.threads,
+        };
         let packed = match self.pool.install(|| {
             self.encoder
-                .forward_as(arithmetic, &tokens, self.threads, workspace)
+                .forward_as(arithmetic, &tokens, threads, workspace)
         }) {
             Ok(packed) => packed,
             Err(e) => {
