@@ -916,16 +916,26 @@ mod tests {
         .await
     }
 
+    /// The Qdrant server of `QDRANT_URL` (gRPC), `QDRANT_API_KEY` if set, and a new
+    /// collection name starting `mnemo_{prefix}_`; none (the test is skipped, and says so)
+    /// without a server.
+    fn test_server(prefix: &str) -> Option<(String, Option<String>, String)> {
+        let Ok(url) = std::env::var("QDRANT_URL") else {
+            println!("skipped: QDRANT_URL is not set, no Qdrant server to test against");
+            return None;
+        };
+        let api_key = std::env::var("QDRANT_API_KEY").ok();
+        let collection = format!("mnemo_{prefix}_{}", uuid::Uuid::now_v7().simple());
+        Some((url, api_key, collection))
+    }
+
     /// Runs only when `QDRANT_URL` (gRPC, e.g. `http://localhost:6334`) is set;
     /// `QDRANT_API_KEY` is used if present.
     #[tokio::test]
     async fn qdrant_server_conformance() {
-        let Ok(url) = std::env::var("QDRANT_URL") else {
-            println!("skipped: QDRANT_URL is not set, no Qdrant server to test against");
+        let Some((url, api_key, collection)) = test_server("conformance") else {
             return;
         };
-        let api_key = std::env::var("QDRANT_API_KEY").ok();
-        let collection = format!("mnemo_conformance_{}", uuid::Uuid::now_v7().simple());
         let index = connect(&[&url], api_key.clone(), &collection, DIM)
             .await
             .expect("connect");
@@ -965,12 +975,9 @@ mod tests {
     #[tokio::test]
     async fn a_recent_count_is_read_again_after_this_index_writes() {
         use crate::index::vector::conformance::point;
-        let Ok(url) = std::env::var("QDRANT_URL") else {
-            println!("skipped: QDRANT_URL is not set, no Qdrant server to test against");
+        let Some((url, api_key, collection)) = test_server("counts") else {
             return;
         };
-        let api_key = std::env::var("QDRANT_API_KEY").ok();
-        let collection = format!("mnemo_counts_{}", uuid::Uuid::now_v7().simple());
         let index = connect(&[&url], api_key, &collection, DIM)
             .await
             .expect("connect");
@@ -1011,12 +1018,9 @@ mod tests {
     async fn keyword_search_on_the_server_ranks_as_the_keyword_index() {
         use crate::index::keyword::sparse::{SparseAnalyzer, corpus};
         use crate::index::vector::PointKeywords;
-        let Ok(url) = std::env::var("QDRANT_URL") else {
-            println!("skipped: QDRANT_URL is not set, no Qdrant server to test against");
+        let Some((url, api_key, collection)) = test_server("keywords") else {
             return;
         };
-        let api_key = std::env::var("QDRANT_API_KEY").ok();
-        let collection = format!("mnemo_keywords_{}", uuid::Uuid::now_v7().simple());
         let layout = CollectionLayout {
             keywords: true,
             ..CollectionLayout::default()
