@@ -41,9 +41,47 @@ pub(crate) fn context_text(
     format!("[{}] {}", day(memory.created_at), lines.join("\n"))
 }
 
+/// The longest context text embedded as a text: about the 512 tokens of English that
+/// multilingual-e5-small reads. A longer one — a turn beside a long message's part — would
+/// be read only as far as its first turn and a half, and embedding it doubled the import of
+/// long conversations; its vector is the mean of the three turns' own vectors instead, as
+/// good on BEAM and the same on LoCoMo's short turns (eval/README.md, 2026-12-07).
+pub(crate) const CONTEXT_TEXT_CHARS: usize = 2_000;
+
+/// How a turn's context vector is made.
+#[derive(Debug, PartialEq)]
+pub(crate) enum ContextEmbedding {
+    /// Embedded from this text: the turn and its neighbours, one per line.
+    Text(String),
+    /// Nothing to embed: the normalised mean of the turns' own vectors.
+    Mean(Vec<f32>),
+}
+
+/// A turn's context vector: the mean of the own vectors (all of the embedder `model`) when
+/// the turn is alone or its context text is longer than [`CONTEXT_TEXT_CHARS`], else its
+/// context text to embed.
+pub(crate) fn context_embedding(
+    previous: Option<&Memory>,
+    memory: &Memory,
+    next: Option<&Memory>,
+    model: &str,
+) -> ContextEmbedding {
+    let own_vectors = [previous, Some(memory), next]
+        .into_iter()
+        .flatten()
+        .all(|turn| turn.embedding_model == model);
+    let alone = previous.is_none() && next.is_none();
+    let text = context_embedding_text(previous, memory, next);
+    if own_vectors && (alone || text.chars().count() > CONTEXT_TEXT_CHARS) {
+        ContextEmbedding::Mean(context_vector(previous, memory, next))
+    } else {
+        ContextEmbedding::Text(text)
+    }
+}
+
 /// The text embedded for a turn's context view: its neighbours and itself, one per line, no
 /// date (own vectors are of the bare `Speaker: text` too).
-pub(crate) fn context_embedding_text(
+fn context_embedding_text(
     previous: Option<&Memory>,
     memory: &Memory,
     next: Option<&Memory>,
@@ -138,6 +176,39 @@ mod tests {
         let norm = (5.0f32).sqrt();
         assert!((vector[0] - 2.0 / norm).abs() < 1e-6 && (vector[1] - 1.0 / norm).abs() < 1e-6);
         assert_eq!(context_vector(None, &turn, None), vec![0.0, 1.0]);
+    }
+
+    /// A context that fits what the model reads is embedded as a text; one beside a long
+    /// message's part, or a turn alone, takes the mean of the own vectors — unless a vector
+    /// is of another model (then the text is embedded with the current one).
+    #[test]
+    fn a_long_context_takes_the_mean_of_the_own_vectors() {
+        let question = memory(MemoryKind::Turn, "User: Which lens?", vec![1.0, 0.0]);
+        let short = memory(MemoryKind::Turn, "Assistant: The 35 mm.", vec![0.0, 1.0]);
+        let long_answer = format!("Assistant: {}", "The 35 mm suits street work. ".repeat(80));
+        let long = memory(MemoryKind::Turn, &long_answer, vec![0.0, 1.0]);
+        assert_eq!(
+            context_embedding(None, &question, Some(&short), "test"),
+            ContextEmbedding::Text("User: Which lens?\nAssistant: The 35 mm.".into())
+        );
+        assert_eq!(
+            context_embedding(None, &question, Some(&long), "test"),
+            ContextEmbedding::Mean(context_vector(None, &question, Some(&long)))
+        );
+        assert_eq!(
+            context_embedding(None, &question, None, "test"),
+            ContextEmbedding::Mean(vec![1.0, 0.0])
+        );
+        let mut older = long.clone();
+        older.embedding_model = "older".into();
+        assert!(matches!(
+            context_embedding(None, &question, Some(&older), "test"),
+            ContextEmbedding::Text(text) if text.chars().count() > CONTEXT_TEXT_CHARS
+        ));
+        assert!(matches!(
+            context_embedding(None, &question, None, "older"),
+            ContextEmbedding::Text(_)
+        ));
     }
 
     #[test]

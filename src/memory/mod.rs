@@ -34,6 +34,7 @@ use crate::error::{ErrorKind, HasKind};
 use crate::index::indexer::{Indexer, IndexerError, VectorWatermark};
 use crate::index::keyword::KeywordSearch;
 use crate::index::vector::{IndexError, VectorIndex};
+use crate::index::views::{self, ContextEmbedding};
 use crate::llm::embed::{EmbedError, Embedder};
 use crate::store::{
     Embedded, Memory, MemoryFilter, MemoryId, MemoryKind, MemoryPatch, MemoryVersion, NewMemory,
@@ -507,9 +508,10 @@ impl MemoryEngine {
         Ok(())
     }
 
-    /// Embeds the context views of the user's turn memories `ids` (and, with
-    /// `with_neighbours`, of the turns around them, whose contexts now include them) and
-    /// stores them; the indexes follow through the log.
+    /// Makes the context views' vectors of the user's turn memories `ids` (and, with
+    /// `with_neighbours`, of the turns around them, whose contexts now include them) — the
+    /// context text embedded, or the mean of the own vectors where that text is long
+    /// (`views::context_embedding`) — and stores them; the indexes follow through the log.
     async fn refresh_contexts(
         &self,
         user: UserId,
@@ -568,21 +570,19 @@ impl MemoryEngine {
                 previous.and_then(|id| rows.get(&id)),
                 next.and_then(|id| rows.get(&id)),
             );
-            if previous.is_none() && next.is_none() && memory.embedding_model == model {
-                // Alone in its thread (or in none): its context is its own text.
-                contexts.push((
+            match views::context_embedding(previous, memory, next, model) {
+                ContextEmbedding::Mean(vector) => contexts.push((
                     *id,
                     Embedded {
-                        vector: memory.embedding.clone(),
+                        vector,
                         model: model.to_string(),
                     },
-                ));
-                continue;
+                )),
+                ContextEmbedding::Text(text) => {
+                    targets.push(*id);
+                    texts.push(text);
+                }
             }
-            targets.push(*id);
-            texts.push(crate::index::views::context_embedding_text(
-                previous, memory, next,
-            ));
         }
         let embedded = self.embed(&texts).await?;
         contexts.extend(targets.into_iter().zip(embedded));
