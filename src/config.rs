@@ -779,6 +779,10 @@ pub struct MemorySettings {
     /// When the query names exactly one of the user's speakers (the authors of imported
     /// conversations), that speaker's turns are multiplied by this (1 = off).
     pub speaker_boost: f64,
+    /// When the query names no speaker and asks about the user in the first person ("my
+    /// budget", "what did I mention…", not "what did you recommend…"), the user's own
+    /// memories (user trust) are multiplied by this (1 = off).
+    pub user_boost: f64,
     /// Turns that are themselves questions (ending with `?`) are multiplied by this: they
     /// rarely hold the answer (1 = off).
     pub question_factor: f64,
@@ -828,6 +832,7 @@ impl Default for MemorySettings {
             time_boost: 2.0,
             time_slack_days: 7,
             speaker_boost: 1.3,
+            user_boost: 2.0,
             question_factor: 0.6,
             length_prior: 0.25,
             length_prior_words: 40,

@@ -1,7 +1,7 @@
 //! Phrases that tell how a query or a message stands to the rest of a history: a message
 //! that says a value changed ("moved to", "increased to", "改成"), a query that
-//! asks what the user themself said ("the order in which I brought up…", "我提到过"). Pure; no
-//! I/O; English and Chinese.
+//! asks about the user in the first person ("the order in which I brought up…", "my budget",
+//! "我提到过"). Pure; no I/O; English and Chinese.
 
 /// Whether `lower` (lowercased) holds one of `phrases`, an English one at the start of a word.
 fn holds_phrase(lower: &str, phrases: &[&str]) -> bool {
@@ -86,69 +86,73 @@ pub(crate) fn states_a_changed_value(text: &str) -> bool {
         })
 }
 
-/// Verbs of saying after "I" (with "have", "had" or "'ve" between, or none).
-const SAYING_VERBS: &[&str] = &[
-    "brought up",
-    "bring up",
-    "mentioned",
-    "mention",
+/// Words by which a query points at the user: "what did I mention…", "my budget", "help me".
+const FIRST_PERSON: &[&str] = &[
+    "i", "i'm", "i've", "i'd", "i'll", "me", "my", "mine", "myself",
+];
+
+/// Past verbs of the assistant's giving, after "you" ("you recommended", "you've suggested").
+const ASSISTANT_GAVE: &[&str] = &[
+    "recommended",
+    "suggested",
     "said",
-    "say",
     "told",
-    "tell",
-    "asked",
-    "ask",
-    "discussed",
+    "mentioned",
+    "gave",
+    "proposed",
+    "explained",
+    "advised",
     "shared",
-    "talked",
-    "raised",
+    "wrote",
+    "provided",
     "described",
-    "reported",
-    "noted",
-    "stated",
+    "offered",
+    "outlined",
+    "listed",
+    "showed",
 ];
 
-/// Chinese "I said / I mentioned …".
-const CHINESE_SAID_BY_ME: &[&str] = &[
-    "我提到",
-    "我提过",
-    "我说过",
-    "我讲过",
-    "我问过",
-    "我聊过",
-    "我告诉",
-    "我分享",
+/// What the assistant gave, as a noun after "your" ("your advice").
+const ASSISTANT_GIFTS: &[&str] = &[
+    "advice",
+    "recommendation",
+    "recommendations",
+    "suggestion",
+    "suggestions",
+    "answer",
+    "explanation",
 ];
 
-/// Whether `query` asks about what the user themself said — "the order in which I brought
-/// up…", "what did I mention about…", "我提到过…" — so the user's own messages answer it
-/// (recall lifts them by `memory.speaker_boost`).
-pub(crate) fn names_the_user_as_speaker(query: &str) -> bool {
+/// Chinese "you said / you suggested …": the assistant's words, not the user's.
+const CHINESE_SAID_BY_YOU: &[&str] = &["你说", "你建议", "你推荐", "你提到", "你告诉", "你给"];
+
+/// Whether `query` asks about the user in the first person — what I said, did, want or
+/// have ("the order in which I brought up…", "how many columns did I want to add…", "my
+/// budget", "我提到过…") — and not about what the assistant said or gave ("what did you
+/// recommend for my resume?", "your advice", "你建议…"). The user's own messages answer such
+/// a query: recall lifts them by `memory.user_boost`, unless the query also names one of the
+/// user's speakers ("what did Melanie tell me?"), whose lift then wins.
+pub(crate) fn asks_about_the_user(query: &str) -> bool {
     let lower = query.to_lowercase().replace('\u{2019}', "'");
-    if holds_phrase(&lower, CHINESE_SAID_BY_ME) {
-        return true;
+    if lower.contains('我') {
+        return !holds_phrase(&lower, CHINESE_SAID_BY_YOU);
     }
     let words: Vec<&str> = lower
         .split(|c: char| !(c.is_alphanumeric() || c == '\''))
         .filter(|word| !word.is_empty())
         .collect();
-    words.iter().enumerate().any(|(at, word)| {
-        let after_i = match *word {
-            "i" => &words[at + 1..],
-            "i've" => &words[at + 1..],
-            _ => return false,
-        };
-        let after_i = match after_i.first() {
-            Some(&("have" | "had" | "ever" | "already" | "just" | "first" | "previously")) => {
-                &after_i[1..]
-            }
-            _ => after_i,
-        };
-        SAYING_VERBS.iter().any(|verb| {
-            let verb: Vec<&str> = verb.split(' ').collect();
-            after_i.starts_with(&verb)
-        })
-    })
+    if !words.iter().any(|word| FIRST_PERSON.contains(word)) {
+        return false;
+    }
+    let assistant_gave = words.windows(2).any(|pair| match pair {
+        ["did", "you"] => true,
+        ["you" | "you've", verb] => ASSISTANT_GAVE.contains(verb),
+        ["your", gift] => ASSISTANT_GIFTS.contains(gift),
+        _ => false,
+    }) || words.windows(3).any(
+        |three| matches!(three, ["you", "have" | "had", verb] if ASSISTANT_GAVE.contains(verb)),
+    );
+    !assistant_gave
 }
 
 #[cfg(test)]
@@ -179,26 +183,31 @@ mod tests {
     }
 
     #[test]
-    fn the_user_is_the_speaker_when_the_query_says_what_i_said() {
+    fn a_query_in_the_first_person_asks_about_the_user() {
         for query in [
             "Can you list the order in which I brought up different aspects of my project?",
             "What did I mention about my sister's wedding?",
             "How many times have I asked about Flask routes?",
-            "What have I told you about my diet?",
+            "How many new columns did I want to add to the transactions table?",
+            "What\u{2019}s my budget for the trip?",
+            "I'm looking to improve my app. What steps would you suggest I take?",
+            "Where did I move in June?",
             "我提到过哪些旅行计划？",
+            "我住在哪里？",
         ] {
-            assert!(names_the_user_as_speaker(query), "{query}");
+            assert!(asks_about_the_user(query), "{query}");
         }
         for query in [
             "What did you recommend for my resume?",
-            "Where did I move in June?",
-            "What is the deadline for the first sprint?",
+            "How did you recommend organizing my writing process?",
+            "Which library have you suggested for my charts?",
+            "Remind me of your advice on my cover letter.",
             "What did Melanie say about her painting?",
-            "Did I say no?",
-            "我住在哪里？",
+            "What is the deadline for the first sprint?",
+            "你建议我用什么工具？",
+            "周五的会议几点？",
         ] {
-            let expected = query == "Did I say no?";
-            assert_eq!(names_the_user_as_speaker(query), expected, "{query}");
+            assert!(!asks_about_the_user(query), "{query}");
         }
     }
 }

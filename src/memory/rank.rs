@@ -32,13 +32,15 @@ pub struct Recalled {
 }
 
 /// What a query says beyond its words: the span of time it names, and the one speaker it
-/// names — by name, or the user as "I" ("what did I mention…"). Both lift matching memories
-/// (`memory.time_boost`, `memory.speaker_boost`).
+/// names — by name, or the user, by a query in the first person ("what did I mention…", "my
+/// budget"). Each lifts matching memories
+/// (`memory.time_boost`, `memory.speaker_boost`, `memory.user_boost`).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct QueryHints {
     pub span: Option<Span>,
     pub speaker: Option<String>,
-    /// The query asks what the user said: the user's own memories (user trust) are lifted.
+    /// The query asks about the user in the first person: the user's own memories (user
+    /// trust) are lifted.
     pub user_speaks: bool,
 }
 
@@ -53,7 +55,7 @@ impl QueryHints {
             }
         }
         if self.user_speaks && self.speaker.is_none() && memory.trust == Trust::User {
-            factor *= settings.speaker_boost;
+            factor *= settings.user_boost;
         }
         if memory.kind != MemoryKind::Turn {
             return factor;
@@ -90,8 +92,10 @@ impl QueryHints {
         } else {
             1.0
         };
-        let speaker = if self.speaker.is_some() || self.user_speaks {
+        let speaker = if self.speaker.is_some() {
             settings.speaker_boost.max(1.0)
+        } else if self.user_speaks {
+            settings.user_boost.max(1.0)
         } else {
             1.0
         };
@@ -634,7 +638,7 @@ pub(super) mod tests {
         }
     }
 
-    /// "What did I mention…" lifts the user's own memories by the speaker boost, and the
+    /// "What did I mention…" lifts the user's own memories by the user boost, and the
     /// early stop's ceiling allows for it; a speaker named in the query takes precedence.
     #[test]
     fn a_query_about_what_i_said_lifts_the_users_memories() {
@@ -646,9 +650,9 @@ pub(super) mod tests {
             user_speaks: true,
             ..QueryHints::default()
         };
-        assert_eq!(hints.factor(&mine, &settings), settings.speaker_boost);
+        assert_eq!(hints.factor(&mine, &settings), settings.user_boost);
         assert_eq!(hints.factor(&reply, &settings), 1.0);
-        assert!(hints.ceiling(&settings) >= settings.speaker_boost);
+        assert!(hints.ceiling(&settings) >= settings.user_boost);
         let named = QueryHints {
             speaker: Some("Melanie".into()),
             user_speaks: true,

@@ -237,8 +237,7 @@ impl MemoryEngine {
             } else {
                 None
             },
-            user_speaks: settings.speaker_boost != 1.0
-                && super::cues::names_the_user_as_speaker(query),
+            user_speaks: settings.user_boost != 1.0 && super::cues::asks_about_the_user(query),
         };
         let select_started = Instant::now();
         let (mut results, hydrate_ms) = self

@@ -478,17 +478,7 @@ async fn recall_finds_paraphrases_and_nothing_for_foreign_questions() {
         let search = |query: &'static str| {
             let app = &app;
             let key = key.clone();
-            async move {
-                let (status, body) = app
-                    .post(
-                        "/v1/memories/search",
-                        Some(&key),
-                        Some(json!({ "query": query, "k": 3 })),
-                    )
-                    .await;
-                assert_eq!(status, StatusCode::OK, "{body}");
-                texts_of(&body["results"])
-            }
+            async move { texts_of(&app.search(&key, query, 3).await["results"]) }
         };
         let found = search("Which city is my female sibling based in?").await;
         assert_eq!(

@@ -1017,3 +1017,62 @@ async fn an_unusable_extraction_falls_back_to_the_rules_and_loses_nothing() {
     assert!(asked >= 2, "the model was asked and asked again: {asked}");
     app.stop().await;
 }
+
+/// A question about the user in the first person ("what is my…") lifts what the user said
+/// above the assistant's longer answer on the same words (`memory.user_boost`), with both
+/// shipped embedders; with the lift off the assistant's answer comes first — the order
+/// before the lift.
+#[tokio::test]
+async fn a_question_about_me_puts_what_i_said_first() {
+    let conversation = json!({ "messages": [
+        { "role": "user",
+          "content": "I can spend 650 dollars a month on food, mostly at the farmers market.",
+          "created_at": "2024-03-01T10:00:00Z" },
+        { "role": "assistant",
+          "content": "For a monthly grocery budget, split it into weekly amounts, plan \
+                      meals before you shop and keep the receipts.",
+          "created_at": "2024-03-01T10:01:00Z" },
+    ]});
+    for (model, user_boost) in [
+        (support::model_dir(), "2"),
+        (support::multilingual_model_dir(), "2"),
+        (support::model_dir(), "1"),
+    ] {
+        let home = Home::new(Backend::Sqlite).await;
+        let app = TestApp::spawn_with(
+            &home,
+            &[
+                ("MNEMO__EMBEDDER__MODEL_DIR", &model),
+                ("MNEMO__MEMORY__USER_BOOST", user_boost),
+            ],
+        )
+        .await;
+        let key = app.user_key("alice").await;
+        let thread = thread(&app, &key).await;
+        let (status, imported) = app
+            .post(
+                &format!("/v1/threads/{thread}/import"),
+                Some(&key),
+                Some(conversation.clone()),
+            )
+            .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{imported}");
+        wait_for_jobs(&app).await;
+        app.wait_indexed().await;
+        let found = app
+            .search(&key, "What is my monthly grocery budget?", 5)
+            .await;
+        let first = &found["results"][0]["memory"];
+        let (trust, content) = (
+            first["trust"].as_str().unwrap_or("none"),
+            first["content"].as_str().unwrap_or(""),
+        );
+        if user_boost == "1" {
+            assert_eq!(trust, "assistant", "{model}, lift off: {content}");
+        } else {
+            assert_eq!(trust, "user", "{model}: {content}");
+            assert!(content.contains("650"), "{model}: {content}");
+        }
+        app.stop().await;
+    }
+}

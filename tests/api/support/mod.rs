@@ -372,6 +372,19 @@ impl TestApp {
         self.wait_indexed().await;
     }
 
+    /// `POST /v1/memories/search` as the user of `key`; the answer, which must be 200.
+    pub async fn search(&self, key: &str, query: &str, k: usize) -> Value {
+        let (status, body) = self
+            .post(
+                "/v1/memories/search",
+                Some(key),
+                Some(serde_json::json!({ "query": query, "k": k })),
+            )
+            .await;
+        assert_eq!(status, reqwest::StatusCode::OK, "{body}");
+        body
+    }
+
     /// A new API key of `user`.
     async fn add_key(&self, user: mnemo::store::UserId) -> String {
         let key = keys::generate();
