@@ -188,6 +188,8 @@ mod tests {
             "Can you list the order in which I brought up different aspects of my project?",
             "What did I mention about my sister's wedding?",
             "How many times have I asked about Flask routes?",
+            "What have I told you about my diet?",
+            "Did I say no?",
             "How many new columns did I want to add to the transactions table?",
             "What\u{2019}s my budget for the trip?",
             "I'm looking to improve my app. What steps would you suggest I take?",
